@@ -1,0 +1,112 @@
+// Core: dtype conversions, tensor views into flat buffers, allocator statistics, RNG determinism, ParamSet layout.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "dscpp/core/rng.h"
+#include "dscpp/core/tensor.h"
+#include "dscpp/nn/params.h"
+
+using namespace dscpp;
+
+TEST(Half, Bf16RoundsToNearestEven) {
+  EXPECT_EQ(bf16::from_float(1.0f), 0x3f80);
+  EXPECT_EQ(bf16::to_float(bf16::from_float(3.140625f)), 3.140625f);
+  // 1 + 2^-8 is exactly halfway between two bf16 values: ties go to the even one (1.0).
+  EXPECT_EQ(bf16::to_float(bf16::from_float(1.0f + 1.0f / 256)), 1.0f);
+  EXPECT_TRUE(std::isnan(bf16::to_float(bf16::from_float(NAN))));
+  EXPECT_TRUE(std::isinf(bf16::to_float(bf16::from_float(INFINITY))));
+}
+
+TEST(Half, F16ExactOnRepresentableAndRoundsOthers) {
+  Rng rng(7);
+  for (int i = 0; i < 100000; i++) {
+    // every half value round-trips exactly
+    uint16_t h = uint16_t(rng.next_u32());
+    if (((h >> 10) & 0x1f) == 0x1f) continue;
+    EXPECT_EQ(f16::from_float(f16::to_float(h)), h) << std::hex << h;
+  }
+  EXPECT_EQ(f16::to_float(f16::from_float(65504.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(f16::to_float(f16::from_float(70000.0f))));
+  EXPECT_EQ(f16::to_float(f16::from_float(1.0f + 1.0f / 2048)), 1.0f);  // tie to even
+  EXPECT_EQ(f16::to_float(f16::from_float(5.960464477539063e-08f)), 5.960464477539063e-08f);  // smallest subnormal
+  for (int i = 0; i < 10000; i++) {  // relative error bound for normal range
+    float x = (rng.uniform() - 0.5f) * 100.0f;
+    float y = f16::to_float(f16::from_float(x));
+    EXPECT_LE(std::fabs(x - y), std::fabs(x) * (1.0f / 2048) + 1e-7f);
+  }
+}
+
+TEST(Tensor, ViewsShareStorage) {
+  Tensor flat = Tensor::zeros({10}, DType::f32);
+  Tensor v = flat.view_at(4, {2, 3});
+  v.data<float>()[5] = 3.0f;
+  EXPECT_EQ(flat.data<float>()[9], 3.0f);
+  EXPECT_EQ(v.storage().get(), flat.storage().get());
+  EXPECT_THROW(flat.view_at(5, {2, 3}), Error);
+  EXPECT_THROW(flat.data<bf16>(), Error);
+  Tensor rows = Tensor::zeros({4, 3}, DType::f32).narrow0(1, 2);
+  EXPECT_EQ(rows.shape(), (Shape{2, 3}));
+}
+
+TEST(Tensor, ConvertsBetweenDtypes) {
+  Tensor a = Tensor::empty({5}, DType::f32);
+  for (int i = 0; i < 5; i++) a.data<float>()[i] = 0.5f * float(i) - 1.0f;
+  Tensor b = a.to(DType::bf16).to(DType::f16).to(DType::f32);
+  for (int i = 0; i < 5; i++) EXPECT_EQ(b.data<float>()[i], a.data<float>()[i]);
+}
+
+TEST(Allocator, TracksCurrentPeakAndCategory) {
+  Allocator& al = cpu_allocator();
+  al.reset_peak();
+  MemoryStats s0 = al.stats();
+  {
+    MemoryCategoryScope scope(MemoryCategory::activations);
+    Tensor t = Tensor::empty({1000}, DType::f32);
+    MemoryStats s1 = al.stats();
+    EXPECT_EQ(s1.current_bytes - s0.current_bytes, 4000);
+    EXPECT_EQ(s1.category_current[size_t(MemoryCategory::activations)] -
+                  s0.category_current[size_t(MemoryCategory::activations)], 4000);
+  }
+  MemoryStats s2 = al.stats();
+  EXPECT_EQ(s2.current_bytes, s0.current_bytes);
+  EXPECT_GE(s2.peak_bytes - s0.current_bytes, 4000);
+}
+
+TEST(Rng, DeterministicAndResumable) {
+  Rng a(42), b(42);
+  for (int i = 0; i < 7; i++) EXPECT_EQ(a.next_u32(), b.next_u32());
+  RngState st = a.state();
+  std::vector<uint32_t> next;
+  for (int i = 0; i < 9; i++) next.push_back(a.next_u32());
+  Rng c(0);
+  c.set_state(st);
+  for (int i = 0; i < 9; i++) EXPECT_EQ(c.next_u32(), next[size_t(i)]);
+  double sum = 0, sq = 0;
+  for (int i = 0; i < 20000; i++) { float x = a.normal(); sum += x; sq += x * x; }
+  EXPECT_NEAR(sum / 20000, 0.0, 0.03);
+  EXPECT_NEAR(sq / 20000, 1.0, 0.05);
+}
+
+TEST(ParamSet, FlatLayoutAlignedFusedAndPadded) {
+  ParamSet ps;
+  int a = ps.add("a.weight", {3, 5}, true);
+  int q = ps.add_fused({{"q.weight", {4, 5}}, {"k.weight", {2, 5}}, {"v.weight", {2, 5}}}, true);
+  int b = ps.add("b.bias", {7}, false);
+  ps.materialize(DType::f32, Device::cpu(), 16, 64);
+  EXPECT_EQ(ps.info(a).offset, 0);
+  EXPECT_EQ(ps.info(q).offset, 16);
+  EXPECT_EQ(ps.info(q + 1).offset, 36);  // fused: right after q
+  EXPECT_EQ(ps.info(q + 2).offset, 46);
+  EXPECT_EQ(ps.info(b).offset, 64);
+  EXPECT_EQ(ps.flat_numel(), 128);
+  EXPECT_EQ(ps.num_parameters(), 15 + 40 + 7);
+  Tensor qkv = ps.fused_param(q, 3);
+  EXPECT_EQ(qkv.shape(), (Shape{8, 5}));
+  ps.param(q + 1).data<float>()[0] = 2.0f;
+  EXPECT_EQ(qkv.data<float>()[20], 2.0f);
+  EXPECT_EQ(ps.find("k.weight"), q + 1);
+  EXPECT_EQ(ps.find("nope"), -1);
+  EXPECT_THROW(ps.add("late", {1}, true), Error);
+}
