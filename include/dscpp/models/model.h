@@ -1,0 +1,79 @@
+// Model: a decoder-only transformer (GPT-2 or Llama family) with explicit forward and backward over a flat ParamSet.
+// Parameter names follow the Hugging Face checkpoints of each family exactly; weights use torch.nn.Linear layout
+// [out, in] (GPT-2's HF Conv1D weights are [in, out]: import/export transposes them).
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dscpp/core/tensor.h"
+#include "dscpp/nn/params.h"
+
+namespace dscpp {
+
+struct ModelConfig {
+  std::string arch = "gpt2";   // "gpt2" | "llama"
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_kv_head = 4;       // == n_head for GPT-2; < n_head for grouped-query attention
+  int64_t n_embd = 128;        // C
+  int64_t n_ffn = 512;         // MLP width (GPT-2: 4C; Llama: SwiGLU intermediate size)
+  int64_t vocab_size = 2048;   // V
+  int64_t max_seq_len = 128;   // context length (GPT-2 learned positions need it)
+  float norm_eps = 1e-5f;
+  float rope_theta = 10000.0f; // Llama only
+  bool tie_embeddings = true;  // GPT-2 always ties lm_head to wte; Llama may untie
+
+  int64_t head_dim() const { return n_embd / n_head; }
+  void validate() const;                                 // throws dscpp::Error naming the bad field
+  static ModelConfig preset(const std::string& name);    // "gpt2-tiny", "gpt2" (124M), "gpt2-medium", "llama-tiny", "llama-1b", ...
+  static std::vector<std::string> preset_names();
+  nlohmann::json to_hf_json() const;                     // Hugging Face config.json fields
+  static ModelConfig from_hf_json(const nlohmann::json& j);
+  // Model FLOPs per token for training (forward + backward): 6*N + 6*L*C*T (llm.c's formula, causal attention).
+  double train_flops_per_token(int64_t T) const;
+};
+
+// Which blocks recompute their activations in backward (activation checkpointing), one flag per block.
+using CheckpointPolicy = std::vector<bool>;
+// DeepSpeed's number_checkpoints: n blocks checkpointed, spread evenly (every k-th block, k = ceil(L / n)).
+CheckpointPolicy checkpoint_every(int64_t n_layer, int64_t number_checkpoints);
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return cfg_; }
+  ParamSet& params() { return params_; }
+  const ParamSet& params() const { return params_; }
+
+  // GPT-2 initialisation: N(0, 0.02), residual output projections N(0, 0.02/sqrt(2L)), biases 0, norms 1.
+  virtual void init_weights(uint64_t seed) = 0;
+  // tokens, targets: i32 [B, T]. Returns the mean cross-entropy over targets >= 0 and keeps what backward needs.
+  virtual float forward(const Tensor& tokens, const Tensor& targets) = 0;
+  // Accumulates (+=) into params().grad(...) the gradient of dloss * (mean loss of the last forward), then frees
+  // the saved activations.
+  virtual void backward(float dloss) = 0;
+  // Logits f32 [B, T, V] for tokens [B, T], keeping no activations (evaluation, generation).
+  virtual Tensor logits(const Tensor& tokens) = 0;
+  void set_checkpoint_policy(CheckpointPolicy p) { ckpt_ = std::move(p); }
+  const CheckpointPolicy& checkpoint_policy() const { return ckpt_; }
+
+ protected:
+  explicit Model(ModelConfig cfg) : cfg_(std::move(cfg)) {}
+  ModelConfig cfg_;
+  ParamSet params_;
+  CheckpointPolicy ckpt_;
+};
+
+struct ModelOptions {
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+  int64_t pad_multiple = 16;  // flat buffer padding (ZeRO: alignment x data-parallel world size)
+};
+
+// Declares the parameters of cfg.arch and materializes them (zeros until init_weights or a checkpoint load).
+std::unique_ptr<Model> make_model(const ModelConfig& cfg, const ModelOptions& opts = {});
+
+}  // namespace dscpp
