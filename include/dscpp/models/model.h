@@ -34,6 +34,8 @@ struct ModelConfig {
   static ModelConfig from_hf_json(const nlohmann::json& j);
   // Model FLOPs per token for training (forward + backward): 6*N + 6*L*C*T (llm.c's formula, causal attention).
   double train_flops_per_token(int64_t T) const;
+  // Parameters of the model this config describes (declares its tensor table; allocates nothing).
+  int64_t num_parameters() const;
 };
 
 // Which blocks recompute their activations in backward (activation checkpointing), one flag per block.

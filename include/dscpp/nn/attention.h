@@ -1,0 +1,33 @@
+// CausalSelfAttention: one packed projection qkv[N, (H + 2 Hkv) D] = [q heads | k heads | v heads], optional RoPE
+// on q and k, causal softmax attention with grouped-query heads (H % Hkv == 0), and an output projection.
+// Saved for backward: the (rotated) qkv, the attention output and the row log-sum-exp; release() frees them.
+#pragma once
+#include "dscpp/nn/linear.h"
+
+namespace dscpp {
+
+// The batch geometry every sequence layer needs. pos: i32 [B*T] token positions (RoPE only; may be undefined).
+struct SeqInfo {
+  int64_t B = 0, T = 0;
+  Tensor pos;
+  int64_t N() const { return B * T; }
+};
+
+struct CausalSelfAttention {
+  Linear qkv;   // [(H + 2 Hkv) D, C]
+  Linear proj;  // [C, H D]
+  int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
+  bool rope = false;
+  float rope_theta = 10000.0f;
+
+  // out[N,C] (=). Keeps qkv, attention output and lse until release().
+  void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const SeqInfo& s);
+  // dinp[N,C] (=); parameter gradients (+=). `inp` must be the input of the last forward.
+  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp, const SeqInfo& s);
+  void release();
+
+ private:
+  Tensor qkv_out_, att_, lse_;
+};
+
+}  // namespace dscpp

@@ -1,0 +1,30 @@
+// Block: a pre-norm transformer block, shared by GPT-2 and Llama:
+//   x1 = x + attn(norm1(x));  y = x1 + mlp(norm2(x1))
+// forward(save = false) frees its activations before returning (activation checkpointing keeps only x); backward
+// then needs a forward(save = true) on the same input first, which recomputes them bit for bit.
+#pragma once
+#include "dscpp/nn/attention.h"
+#include "dscpp/nn/mlp.h"
+#include "dscpp/nn/norm.h"
+
+namespace dscpp {
+
+struct Block {
+  Norm norm1;
+  CausalSelfAttention attn;
+  Norm norm2;
+  Mlp mlp;
+
+  // out[N,C] (=), out must not alias inp. Keeps activations for backward when `save`.
+  void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const SeqInfo& s, bool save);
+  // In place on dres[N,C]: on entry d(out), on return d(inp). Parameter gradients (+=). Frees the activations.
+  void backward(const ParamSet& ps, const Tensor& dres, const Tensor& inp, const SeqInfo& s);
+  void release();
+  bool saved() const { return x1_.defined(); }
+
+ private:
+  Tensor ln1_, x1_, ln2_;
+  NormStats st1_, st2_;
+};
+
+}  // namespace dscpp

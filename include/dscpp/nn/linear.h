@@ -1,0 +1,36 @@
+// Linear: out[N,OC] = inp[N,C] @ W[OC,C]^T + b[OC] (torch.nn.Linear layout). W may be a fused group of ParamSet
+// members stored back to back (q/k/v, gate/up), so one GEMM computes all of them. The layer holds only parameter
+// ids; it fetches views from the ParamSet at call time and keeps no state (the caller keeps `inp` for backward).
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dscpp/nn/params.h"
+
+namespace dscpp {
+
+struct Linear {
+  int weight_id = -1;
+  int bias_id = -1;  // -1: no bias
+  int fused = 1;     // ParamSet members that make up W (and b, when present)
+  int64_t in = 0, out = 0;
+
+  // Declares `<name>.weight` [out, in] (weight decay) and, if `bias`, `<name>.bias` [out] (no decay).
+  static Linear declare(ParamSet& ps, const std::string& name, int64_t out, int64_t in, bool bias);
+  // Declares the members {name, rows} as one fused weight [sum rows, in] (no bias), e.g. q/k/v projections.
+  static Linear declare_fused(ParamSet& ps, const std::vector<std::pair<std::string, int64_t>>& members,
+                              int64_t in);
+
+  Tensor weight(const ParamSet& ps) const;
+  Tensor weight_grad(const ParamSet& ps) const;
+  Tensor bias(const ParamSet& ps) const;       // undefined when there is no bias
+  Tensor bias_grad(const ParamSet& ps) const;
+
+  // out[N,OC] (=)
+  void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp) const;
+  // dinp[N,C] (=, skipped when undefined); dW += dout^T inp; db += sum_n dout
+  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) const;
+};
+
+}  // namespace dscpp

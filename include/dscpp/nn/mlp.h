@@ -1,0 +1,27 @@
+// Mlp: the feed-forward sublayer. gelu (GPT-2): c_fc [F, C] + bias, GELU (tanh), c_proj [C, F] + bias.
+// swiglu (Llama): gate/up fused [2F, C] (gate first), silu(gate) * up, down_proj [C, F]; no biases.
+// Saved for backward: the pre- and post-activation hidden states; release() frees them.
+#pragma once
+#include "dscpp/nn/linear.h"
+
+namespace dscpp {
+
+enum class MlpKind { gelu, swiglu };
+
+struct Mlp {
+  MlpKind kind = MlpKind::gelu;
+  Linear up;    // gelu: c_fc [F, C]; swiglu: gate_up [2F, C]
+  Linear down;  // [C, F]
+  int64_t ffn = 0;  // F
+
+  // out[N,C] (=)
+  void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp);
+  // dinp[N,C] (=); parameter gradients (+=). `inp` must be the input of the last forward.
+  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
+  void release();
+
+ private:
+  Tensor pre_, act_;  // gelu: fc output, gelu output; swiglu: gate_up output, silu(gate) * up
+};
+
+}  // namespace dscpp

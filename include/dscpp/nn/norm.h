@@ -1,0 +1,34 @@
+// Norm: LayerNorm (GPT-2: weight and bias) or RMSNorm (Llama: weight only) over the last dimension C.
+// forward returns the per-row statistics that backward needs; the caller keeps them with the input.
+#pragma once
+#include <string>
+
+#include "dscpp/nn/params.h"
+
+namespace dscpp {
+
+enum class NormKind { layernorm, rmsnorm };
+
+struct NormStats {
+  Tensor mean;  // f32 [N]; layernorm only
+  Tensor rstd;  // f32 [N]
+  void release() { mean = Tensor(); rstd = Tensor(); }
+};
+
+struct Norm {
+  NormKind kind = NormKind::layernorm;
+  int weight_id = -1;
+  int bias_id = -1;  // layernorm only
+  float eps = 1e-5f;
+
+  // Declares `<name>.weight` [C] (and `<name>.bias` [C] for layernorm), no weight decay.
+  static Norm declare(ParamSet& ps, NormKind kind, const std::string& name, int64_t C, float eps);
+
+  // out[N,C] (=); returns the saved statistics (allocated here, on out's device).
+  NormStats forward(const ParamSet& ps, const Tensor& out, const Tensor& inp) const;
+  // dinp[N,C] (=); dweight, dbias (+=)
+  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
+                const NormStats& stats) const;
+};
+
+}  // namespace dscpp

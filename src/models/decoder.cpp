@@ -1,0 +1,213 @@
+// Forward, backward and activation checkpointing of the decoder (see Note [Activation memory] in decoder.h).
+#include "decoder.h"
+
+#include <cmath>
+#include <vector>
+
+#include "dscpp/core/rng.h"
+#include "dscpp/kernels/ops.h"
+
+namespace dscpp {
+
+DecoderLayers declare_layers(ParamSet& ps, const ModelConfig& cfg) {
+  if (cfg.arch == "gpt2") return declare_gpt2(ps, cfg);
+  if (cfg.arch == "llama") return declare_llama(ps, cfg);
+  DSCPP_FAIL("model config: unknown arch '", cfg.arch, "' (expected gpt2 or llama)");
+}
+
+std::unique_ptr<Model> make_model(const ModelConfig& cfg, const ModelOptions& opts) {
+  cfg.validate();
+  DSCPP_CHECK(opts.dtype == DType::f32, "make_model: model compute is f32 only for now, got ",
+              dtype_name(opts.dtype));
+  return std::make_unique<Decoder>(cfg, opts);
+}
+
+Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts) : Model(cfg), device_(opts.device) {
+  m_ = declare_layers(params_, cfg_);
+  params_.materialize(opts.dtype, opts.device, 16, opts.pad_multiple);
+}
+
+// ---- initialisation ----
+
+namespace {
+// Each parameter draws from its own Philox stream (counter range id << 32), so its values do not depend on the
+// other parameters' sizes or on the order of initialisation.
+void fill_param(const Tensor& t, uint64_t seed, int id, float std, float constant) {
+  Tensor host = t.device().is_cpu() ? t : Tensor::empty(t.shape(), t.dtype(), Device::cpu());
+  float* p = host.data<float>();
+  if (std > 0) {
+    Rng rng(RngState{seed, uint64_t(id) << 32, 4});
+    for (int64_t i = 0; i < host.numel(); i++) p[i] = std * rng.normal();
+  } else {
+    for (int64_t i = 0; i < host.numel(); i++) p[i] = constant;
+  }
+  if (!t.device().is_cpu()) Tensor(t).copy_from(host);
+}
+}  // namespace
+
+void Decoder::init_weights(uint64_t seed) {
+  const float std = 0.02f;
+  const float std_resid = 0.02f / std::sqrt(2.0f * float(cfg_.n_layer));  // residual output projections
+  int64_t done = 0;
+  auto normal = [&](int id, const Tensor& t, float s) { fill_param(t, seed, id, s, 0); done += t.numel(); };
+  auto constant = [&](int id, float c) {
+    if (id < 0) return;
+    fill_param(params_.param(id), seed, id, 0, c);
+    done += params_.info(id).numel;
+  };
+  auto linear = [&](const Linear& l, float s) {
+    normal(l.weight_id, l.weight(params_), s);
+    if (l.bias_id >= 0) {
+      Tensor b = l.bias(params_);
+      fill_param(b, seed, l.bias_id, 0, 0.0f);
+      done += b.numel();
+    }
+  };
+  auto norm = [&](const Norm& n) { constant(n.weight_id, 1.0f); constant(n.bias_id, 0.0f); };
+
+  normal(m_.wte.table_id, params_.param(m_.wte.table_id), std);
+  if (m_.wpe.defined()) normal(m_.wpe.table_id, params_.param(m_.wpe.table_id), std);
+  for (const Block& b : m_.blocks) {
+    norm(b.norm1);
+    linear(b.attn.qkv, std);
+    linear(b.attn.proj, std_resid);
+    norm(b.norm2);
+    linear(b.mlp.up, std);
+    linear(b.mlp.down, std_resid);
+  }
+  norm(m_.norm_f);
+  if (m_.lm_head_id != m_.wte.table_id) normal(m_.lm_head_id, params_.param(m_.lm_head_id), std);
+  DSCPP_CHECK(done == params_.num_parameters(), "init_weights covered ", done, " of ", params_.num_parameters(),
+              " parameters");
+}
+
+// ---- forward / backward ----
+
+SeqInfo Decoder::seq_for(const Tensor& tokens) {
+  DSCPP_CHECK(tokens.dtype() == DType::i32 && tokens.dim() == 2, "tokens must be i32 [B, T], got ", tokens.str());
+  SeqInfo s;
+  s.B = tokens.size(0);
+  s.T = tokens.size(1);
+  DSCPP_CHECK(s.B > 0 && s.T > 0, "empty batch ", tokens.str());
+  DSCPP_CHECK(!m_.wpe.defined() || s.T <= cfg_.max_seq_len, "sequence length ", s.T, " exceeds max_seq_len ",
+              cfg_.max_seq_len);
+  if (!pos_.defined() || pos_.numel() != s.N() || pos_T_ != s.T) {
+    MemoryCategoryScope scope(MemoryCategory::workspace);
+    Tensor host = Tensor::empty({s.N()}, DType::i32, Device::cpu());
+    int32_t* p = host.data<int32_t>();
+    for (int64_t i = 0; i < s.N(); i++) p[i] = int32_t(i % s.T);
+    pos_ = device_.is_cpu() ? host : host.to(device_);
+    pos_T_ = s.T;
+  }
+  s.pos = pos_;
+  return s;
+}
+
+Tensor Decoder::embed(const Tensor& ids, const SeqInfo& s) {
+  Tensor x = Tensor::empty({s.N(), cfg_.n_embd}, DType::f32, device_);
+  m_.wte.forward(params_, x, ids);
+  if (m_.wpe.defined()) {
+    Tensor p = Tensor::empty({s.N(), cfg_.n_embd}, DType::f32, device_);
+    m_.wpe.forward(params_, p, s.pos);
+    ops::residual_forward(x, x, p);
+  }
+  return x;
+}
+
+float Decoder::forward(const Tensor& tokens, const Tensor& targets) {
+  DSCPP_CHECK(targets.dtype() == DType::i32 && targets.shape() == tokens.shape(), "targets ", targets.str(),
+              " do not match tokens ", tokens.str());
+  const int64_t L = cfg_.n_layer;
+  DSCPP_CHECK(ckpt_.empty() || int64_t(ckpt_.size()) == L, "checkpoint policy has ", ckpt_.size(),
+              " flags for ", L, " blocks");
+  release();
+  MemoryCategoryScope scope(MemoryCategory::activations);
+  seq_ = seq_for(tokens);
+  const int64_t N = seq_.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
+  ids_ = tokens.view({N});
+  targets_ = targets.view({N});
+
+  x_.assign(size_t(L + 1), Tensor());
+  x_[0] = embed(ids_, seq_);
+  for (int64_t l = 0; l < L; l++) {
+    bool checkpointed = !ckpt_.empty() && ckpt_[size_t(l)];
+    x_[size_t(l + 1)] = Tensor::empty({N, C}, DType::f32, device_);
+    m_.blocks[size_t(l)].forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, !checkpointed);
+  }
+  xf_ = Tensor::empty({N, C}, DType::f32, device_);
+  stf_ = m_.norm_f.forward(params_, xf_, x_[size_t(L)]);
+  logits_ = Tensor::empty({N, V}, DType::f32, device_);
+  ops::matmul_forward(logits_, xf_, params_.param(m_.lm_head_id), Tensor());
+
+  Tensor losses = Tensor::empty({N}, DType::f32, device_);
+  ops::crossentropy_forward(losses, logits_, targets_);
+  Tensor hl = device_.is_cpu() ? losses : losses.to(Device::cpu());
+  Tensor ht = device_.is_cpu() ? targets_ : targets_.to(Device::cpu());
+  const float* lp = hl.data<float>();
+  const int32_t* tp = ht.data<int32_t>();
+  double sum = 0;
+  num_valid_ = 0;
+  for (int64_t i = 0; i < N; i++) {
+    if (tp[i] < 0) continue;
+    sum += lp[i];
+    num_valid_++;
+  }
+  return num_valid_ ? float(sum / double(num_valid_)) : 0.0f;
+}
+
+void Decoder::backward(float dloss) {
+  DSCPP_CHECK(logits_.defined(), "backward() without a forward() to go with it");
+  MemoryCategoryScope scope(MemoryCategory::activations);
+  const int64_t L = cfg_.n_layer, N = seq_.N(), C = cfg_.n_embd;
+  const float scale = num_valid_ ? dloss / float(num_valid_) : 0.0f;
+
+  // Loss and lm head: the logits buffer becomes dlogits in place.
+  ops::crossentropy_backward(logits_, logits_, targets_, scale);
+  Tensor dxf = Tensor::empty({N, C}, DType::f32, device_);
+  ops::matmul_backward(dxf, params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, params_.param(m_.lm_head_id));
+  logits_ = Tensor();
+  Tensor dres = Tensor::empty({N, C}, DType::f32, device_);  // d(residual stream), updated in place per block
+  m_.norm_f.backward(params_, dres, dxf, x_[size_t(L)], stf_);
+  dxf = xf_ = Tensor();
+  stf_.release();
+
+  for (int64_t l = L - 1; l >= 0; l--) {
+    Block& b = m_.blocks[size_t(l)];
+    // Recompute a checkpointed block; its output x_{l+1} is dead here, so the recompute writes into it.
+    if (!b.saved()) b.forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, true);
+    b.backward(params_, dres, x_[size_t(l)], seq_);
+    x_[size_t(l + 1)] = Tensor();
+  }
+  m_.wte.backward(params_, dres, ids_);
+  if (m_.wpe.defined()) m_.wpe.backward(params_, dres, seq_.pos);
+  release();
+}
+
+Tensor Decoder::logits(const Tensor& tokens) {
+  MemoryCategoryScope scope(MemoryCategory::activations);
+  SeqInfo s = seq_for(tokens);
+  const int64_t N = s.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
+  Tensor x = embed(tokens.view({N}), s);
+  for (const Block& saved_block : m_.blocks) {
+    Block b = saved_block;  // a copy, so a pending forward's saved activations survive
+    Tensor y = Tensor::empty({N, C}, DType::f32, device_);
+    b.forward(params_, y, x, s, false);
+    x = y;
+  }
+  Tensor xf = Tensor::empty({N, C}, DType::f32, device_);
+  m_.norm_f.forward(params_, xf, x);
+  x = Tensor();
+  Tensor out = Tensor::empty({s.B, s.T, V}, DType::f32, device_);
+  ops::matmul_forward(out.view({N, V}), xf, params_.param(m_.lm_head_id), Tensor());
+  return out;
+}
+
+void Decoder::release() {
+  for (Block& b : m_.blocks) b.release();
+  x_.clear();
+  xf_ = logits_ = ids_ = targets_ = Tensor();
+  stf_.release();
+  num_valid_ = 0;
+}
+
+}  // namespace dscpp

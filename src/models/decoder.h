@@ -1,0 +1,56 @@
+// Decoder: the graph both families share (private to src/models/). Token embedding (+ GPT-2's learned positions),
+// pre-norm blocks, final norm, lm head (tied to the token table or not), mean cross-entropy. gpt2.cpp and
+// llama.cpp declare each family's tensor table with Hugging Face names and pick the layer kinds.
+//
+// Note [Activation memory]: the residual stream x_0..x_L ([N, C] each) is always kept; a block whose checkpoint
+// flag is set keeps nothing else, and backward recomputes its activations from x_l (same ops, same order, so the
+// gradients are bit-identical). The logits [N, V] live from forward to the start of backward, where the
+// cross-entropy gradient overwrites them in place.
+#pragma once
+#include <vector>
+
+#include "dscpp/models/model.h"
+#include "dscpp/nn/block.h"
+#include "dscpp/nn/embedding.h"
+
+namespace dscpp {
+
+struct DecoderLayers {
+  Embedding wte;
+  Embedding wpe;  // GPT-2 only
+  std::vector<Block> blocks;
+  Norm norm_f;
+  int lm_head_id = -1;  // == wte.table_id when tied
+};
+
+DecoderLayers declare_gpt2(ParamSet& ps, const ModelConfig& cfg);
+DecoderLayers declare_llama(ParamSet& ps, const ModelConfig& cfg);
+DecoderLayers declare_layers(ParamSet& ps, const ModelConfig& cfg);  // dispatches on cfg.arch
+
+class Decoder final : public Model {
+ public:
+  Decoder(const ModelConfig& cfg, const ModelOptions& opts);
+  void init_weights(uint64_t seed) override;
+  float forward(const Tensor& tokens, const Tensor& targets) override;
+  void backward(float dloss) override;
+  Tensor logits(const Tensor& tokens) override;
+
+ private:
+  SeqInfo seq_for(const Tensor& tokens);
+  Tensor embed(const Tensor& ids, const SeqInfo& s);
+  void release();
+
+  DecoderLayers m_;
+  Device device_;
+  Tensor pos_;                    // cached positions: row b*T + t holds t, i32 [B*T]
+  int64_t pos_T_ = 0;
+  std::vector<Tensor> x_;         // residual stream x_0..x_L, [N, C]
+  Tensor xf_;                     // final norm output [N, C]
+  NormStats stf_;
+  Tensor logits_;                 // [N, V]
+  Tensor ids_, targets_;          // i32 [N]
+  SeqInfo seq_;
+  int64_t num_valid_ = 0;
+};
+
+}  // namespace dscpp

@@ -1,0 +1,49 @@
+#include "dscpp/nn/block.h"
+
+#include "dscpp/kernels/ops.h"
+
+namespace dscpp {
+
+void Block::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const SeqInfo& s, bool save) {
+  MemoryCategoryScope scope(MemoryCategory::activations);
+  Device dev = out.device();
+  Shape nc = inp.shape();
+  ln1_ = Tensor::empty(nc, DType::f32, dev);
+  st1_ = norm1.forward(ps, ln1_, inp);
+  x1_ = Tensor::empty(nc, DType::f32, dev);
+  attn.forward(ps, x1_, ln1_, s);
+  ops::residual_forward(x1_, x1_, inp);
+  ln2_ = Tensor::empty(nc, DType::f32, dev);
+  st2_ = norm2.forward(ps, ln2_, x1_);
+  mlp.forward(ps, out, ln2_);
+  ops::residual_forward(out, out, x1_);
+  if (!save) release();
+}
+
+void Block::backward(const ParamSet& ps, const Tensor& dres, const Tensor& inp, const SeqInfo& s) {
+  DSCPP_CHECK(saved(), "block backward without a saved forward (recompute it first)");
+  MemoryCategoryScope scope(MemoryCategory::activations);
+  Tensor dnorm = Tensor::empty(dres.shape(), DType::f32, dres.device());  // d(norm output)
+  Tensor dbranch = Tensor::empty(dres.shape(), DType::f32, dres.device());  // d(norm input) through the branch
+  mlp.backward(ps, dnorm, dres, ln2_);
+  mlp.release();
+  norm2.backward(ps, dbranch, dnorm, x1_, st2_);
+  ops::add_inplace(dres, dbranch);  // dres = d(x1)
+  ln2_ = Tensor();
+  st2_.release();
+  attn.backward(ps, dnorm, dres, ln1_, s);
+  attn.release();
+  norm1.backward(ps, dbranch, dnorm, inp, st1_);
+  ops::add_inplace(dres, dbranch);  // dres = d(inp)
+  release();
+}
+
+void Block::release() {
+  attn.release();
+  mlp.release();
+  ln1_ = x1_ = ln2_ = Tensor();
+  st1_.release();
+  st2_.release();
+}
+
+}  // namespace dscpp
