@@ -1,0 +1,75 @@
+// GELU (tanh approximation, GPT-2's gelu_new), SiLU and SwiGLU, forward and backward.
+#include <cmath>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dscpp::cpu {
+
+static constexpr int64_t kParallelMin = 16384;
+static constexpr float kSqrt2OverPi = 0.7978845608028654f;  // sqrt(2/pi)
+static constexpr float kGeluCoef = 0.044715f;
+
+void gelu_forward(float* out, const float* inp, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; i++) {
+    float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * (x + kGeluCoef * x * x * x)));
+  }
+}
+
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+  // d/dx [0.5 x (1 + tanh(u))] = 0.5 (1 + tanh u) + 0.5 x sech^2(u) du/dx, u = s (x + a x^3)
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; i++) {
+    float x = inp[i];
+    float u = kSqrt2OverPi * (x + kGeluCoef * x * x * x);
+    float th = std::tanh(u);
+    float sech2 = 1.0f - th * th;
+    float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluCoef * x * x);
+    dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * sech2 * du);
+  }
+}
+
+static inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+void silu_forward(float* out, const float* inp, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; i++) out[i] = inp[i] * sigmoid(inp[i]);
+}
+
+void silu_backward(float* dinp, const float* dout, const float* inp, int64_t n) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; i++) {
+    float x = inp[i], s = sigmoid(x);
+    dinp[i] = dout[i] * s * (1.0f + x * (1.0f - s));
+  }
+}
+
+void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
+#pragma omp parallel for if (N * F >= kParallelMin)
+  for (int64_t n = 0; n < N; n++) {
+    const float* g = gate_up + n * 2 * F;
+    const float* u = g + F;
+    float* o = out + n * F;
+    for (int64_t f = 0; f < F; f++) o[f] = g[f] * sigmoid(g[f]) * u[f];
+  }
+}
+
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int64_t F) {
+#pragma omp parallel for if (N * F >= kParallelMin)
+  for (int64_t n = 0; n < N; n++) {
+    const float* g = gate_up + n * 2 * F;
+    const float* u = g + F;
+    const float* d = dout + n * F;
+    float* dg = dgate_up + n * 2 * F;
+    float* du = dg + F;
+    for (int64_t f = 0; f < F; f++) {
+      float x = g[f], s = sigmoid(x);
+      float gu = u[f];  // read before writing: dgate_up may not alias gate_up, but stay safe for in-place callers
+      du[f] = d[f] * x * s;
+      dg[f] = d[f] * gu * s * (1.0f + x * (1.0f - s));
+    }
+  }
+}
+
+}  // namespace dscpp::cpu

@@ -1,0 +1,81 @@
+// CPU reference kernels: raw pointers and sizes, no checks (src/kernels/ops.cpp validates, then calls these).
+// They are the spec for the CUDA twins and the CPU training path, so they are plain loops parallelised with OpenMP.
+// Shapes in comments; "(=)" overwrites, "(+=)" accumulates. nullptr for an optional argument means "absent".
+// Reductions over rows (dweight, dbias, sum_squares) use per-thread partials summed in thread order, so a rerun with
+// the same thread count is bit-identical.
+#pragma once
+#include <cstdint>
+
+#include "dscpp/core/dtype.h"
+
+namespace dscpp::cpu {
+
+// embedding.cpp
+void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C);  // out[N,C] (=)
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C);  // dtable[V,C] (+=)
+
+// matmul.cpp. Weight in nn.Linear layout w[OC,C].
+// out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC]   (bias may be null)
+void matmul_forward(float* out, const float* inp, const float* w, const float* bias, int64_t N, int64_t C, int64_t OC);
+// bf16/f16 inp and w (same dtype `in_t`), converted to f32 in blocks of rows and multiplied by sgemm (f32
+// accumulation). out is f32 or in_t (out_t); bias (may be null) is f32 or in_t (bias_t).
+void matmul_forward_lowp(void* out, DType out_t, const void* inp, const void* w, DType in_t, const void* bias,
+                         DType bias_t, int64_t N, int64_t C, int64_t OC);
+// dinp[N,C] = dout[N,OC] @ w (=); dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout. Null ones are skipped.
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp, const float* w,
+                     int64_t N, int64_t C, int64_t OC);
+// c[M,N] = alpha * op(a) @ op(b) + beta * c; a is [M,K] ([K,M] if trans_a), b is [K,N] ([N,K] if trans_b).
+void gemm(float* c, const float* a, bool trans_a, const float* b, bool trans_b, int64_t M, int64_t N, int64_t K,
+          float alpha, float beta);
+// dst[n] = float(src[n]) and back, for src_t/dst_t in {f32, bf16, f16}.
+void convert_to_f32(float* dst, const void* src, DType src_t, int64_t n);
+void convert_from_f32(void* dst, DType dst_t, const float* src, int64_t n);
+
+// norm.cpp
+// out[N,C] = (inp - mean) * rstd * w[C] + b[C]; mean[N], rstd[N] saved when non-null; b may be null.
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* w, const float* b,
+                       int64_t N, int64_t C, float eps);
+// dinp[N,C] (=); dw[C] (+=, may be null); db[C] (+=, may be null)
+void layernorm_backward(float* dinp, float* dw, float* db, const float* dout, const float* inp, const float* w,
+                        const float* mean, const float* rstd, int64_t N, int64_t C);
+// out[N,C] = inp * rstd * w[C], rstd[N] = 1/sqrt(mean(inp^2) + eps) saved when non-null.
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, int64_t N, int64_t C, float eps);
+// dinp[N,C] (=); dw[C] (+=, may be null)
+void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
+                      int64_t N, int64_t C);
+
+// activation.cpp. n elements; dinp may alias dout.
+void gelu_forward(float* out, const float* inp, int64_t n);
+void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+void silu_forward(float* out, const float* inp, int64_t n);
+void silu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
+// gate_up[N,2F] = [gate | up] -> out[N,F] = silu(gate) * up; dgate_up[N,2F] (=)
+void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F);
+void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int64_t F);
+
+// elementwise.cpp. n elements; out may alias a or b.
+void residual_forward(float* out, const float* a, const float* b, int64_t n);
+void add_inplace(float* acc, const float* x, int64_t n);
+void scale_inplace(float* x, float s, int64_t n);
+double sum_squares(const float* x, int64_t n);
+
+// rope.cpp. qkv[N,(H+2Hkv)*D] with N = B*T tokens at positions pos[N]; rotates the H q heads and Hkv k heads in
+// place (HF Llama rotate_half). rope_backward applies the inverse rotation (the transpose) to dqkv.
+void rope_forward(float* qkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D, float theta);
+void rope_backward(float* dqkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D, float theta);
+
+// attention.cpp. Causal GQA attention on packed qkv[B,T,(H+2Hkv)*D]; out[B,T,H*D] (=), lse[B,H,T] (=).
+void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                       int64_t D);
+// dqkv[B,T,(H+2Hkv)*D] (=), recomputing the probabilities from lse.
+void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
+                        int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D);
+
+// crossentropy.cpp. logits[N,Vp], softmax over the first V columns; targets[N] < 0 are ignored.
+void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                          int64_t Vp);
+// dlogits[N,Vp] (=) = dloss * (softmax - onehot), 0 in ignored rows and padded columns; may alias logits.
+void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int64_t N,
+                           int64_t V, int64_t Vp);
+
+}  // namespace dscpp::cpu

@@ -1,0 +1,54 @@
+// Softmax cross-entropy over a (possibly padded) vocabulary, with ignored rows (target < 0).
+// Backward may run in place on the logits: each row's max and sum are read before any of its elements is written,
+// and each element is read then written by the same iteration.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dscpp::cpu {
+
+// log(sum_v exp(x[v])) over x[0..V), stable: the max is factored out.
+static void row_max_sum(const float* x, int64_t V, float& mx, float& sum) {
+  mx = -std::numeric_limits<float>::infinity();
+  for (int64_t v = 0; v < V; v++) mx = std::max(mx, x[v]);
+  sum = 0.0f;
+  for (int64_t v = 0; v < V; v++) sum += std::exp(x[v] - mx);
+}
+
+void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                          int64_t Vp) {
+#pragma omp parallel for if (N * V >= 16384)
+  for (int64_t n = 0; n < N; n++) {
+    if (targets[n] < 0) {
+      losses[n] = 0.0f;
+      continue;
+    }
+    const float* x = logits + n * Vp;
+    float mx, sum;
+    row_max_sum(x, V, mx, sum);
+    losses[n] = mx + std::log(sum) - x[targets[n]];
+  }
+}
+
+void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int64_t N,
+                           int64_t V, int64_t Vp) {
+#pragma omp parallel for if (N * V >= 16384)
+  for (int64_t n = 0; n < N; n++) {
+    const float* x = logits + n * Vp;
+    float* dx = dlogits + n * Vp;
+    const int32_t target = targets[n];
+    if (target < 0) {
+      for (int64_t v = 0; v < Vp; v++) dx[v] = 0.0f;
+      continue;
+    }
+    float mx, sum;
+    row_max_sum(x, V, mx, sum);
+    const float inv = 1.0f / sum;
+    for (int64_t v = 0; v < V; v++) dx[v] = dloss * (std::exp(x[v] - mx) * inv - (v == target ? 1.0f : 0.0f));
+    for (int64_t v = V; v < Vp; v++) dx[v] = 0.0f;
+  }
+}
+
+}  // namespace dscpp::cpu

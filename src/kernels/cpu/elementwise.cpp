@@ -1,0 +1,44 @@
+// Elementwise adds and scales, and the f64 sum of squares used for global gradient norms.
+#include <omp.h>
+
+#include <vector>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dscpp::cpu {
+
+// Below this many elements a parallel region costs more than it saves.
+static constexpr int64_t kParallelMin = 32768;
+
+void residual_forward(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+void add_inplace(float* acc, const float* x, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; i++) acc[i] += x[i];
+}
+
+void scale_inplace(float* x, float s, int64_t n) {
+#pragma omp parallel for simd if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; i++) x[i] *= s;
+}
+
+double sum_squares(const float* x, int64_t n) {
+  // Per-thread partials over a static split, summed in thread order: the same thread count gives the same bits.
+  const int nt = n >= kParallelMin ? omp_get_max_threads() : 1;
+  std::vector<double> part(size_t(nt), 0.0);
+#pragma omp parallel num_threads(nt)
+  {
+    double s = 0.0;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < n; i++) s += double(x[i]) * double(x[i]);
+    part[size_t(omp_get_thread_num())] = s;
+  }
+  double total = 0.0;
+  for (double s : part) total += s;
+  return total;
+}
+
+}  // namespace dscpp::cpu

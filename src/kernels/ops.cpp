@@ -1,0 +1,474 @@
+// Checked entry points of the op contracts (include/dscpp/kernels/ops.h). Each validates dtype, shape and device,
+// naming the op and the argument with expected vs got, then dispatches on the device of its tensors:
+//   if (on_cuda(op, {...})) return no_cuda(op);     <- the CUDA backend replaces this one line per op
+//   cpu::<op>(raw pointers, sizes);
+// Index arguments (ids, targets) are range-checked on the CPU path, where reading them is free.
+#include "dscpp/kernels/ops.h"
+
+#include <initializer_list>
+#include <string>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dscpp::ops {
+namespace {
+
+struct Arg {
+  const char* name;
+  const Tensor& t;
+};
+
+template <typename... Args>
+[[noreturn]] void fail(const char* op, const Args&... args) {
+  DSCPP_FAIL(op, ": ", args...);
+}
+
+void need_defined(const char* op, const Arg& a) {
+  if (!a.t.defined()) fail(op, a.name, " is undefined, expected a tensor");
+}
+
+void need_dtype(const char* op, const Arg& a, DType want) {
+  need_defined(op, a);
+  if (a.t.dtype() != want)
+    fail(op, a.name, " has dtype ", dtype_name(a.t.dtype()), ", expected ", dtype_name(want));
+}
+
+void need_numel(const char* op, const Arg& a, int64_t n, const char* expect) {
+  if (a.t.numel() != n) fail(op, a.name, " has shape ", shape_str(a.t.shape()), ", expected ", expect, " = ", n, " elements");
+}
+
+// a is a matrix of N rows of C: N*C elements with C as the last dimension (leading dimensions are free).
+void need_rows(const char* op, const Arg& a, int64_t N, int64_t C) {
+  if (a.t.numel() != N * C || a.t.dim() == 0 || a.t.size(-1) != C)
+    fail(op, a.name, " has shape ", shape_str(a.t.shape()), ", expected [", N, ", ", C, "] (any leading dims)");
+}
+
+void need_shape(const char* op, const Arg& a, const Shape& s) {
+  if (a.t.shape() != s) fail(op, a.name, " has shape ", shape_str(a.t.shape()), ", expected ", shape_str(s));
+}
+
+int64_t last_dim(const char* op, const Arg& a) {
+  if (a.t.dim() == 0 || a.t.size(-1) == 0) fail(op, a.name, " has shape ", shape_str(a.t.shape()), ", expected a non-empty last dimension");
+  return a.t.size(-1);
+}
+
+bool is_float16(DType t) { return t == DType::bf16 || t == DType::f16; }
+
+// All defined tensors must be on one device; true when that device is CUDA.
+bool on_cuda(const char* op, std::initializer_list<Arg> args) {
+  const Arg* first = nullptr;
+  for (const Arg& a : args) {
+    if (!a.t.defined()) continue;
+    if (!first) first = &a;
+    else if (!(a.t.device() == first->t.device()))
+      fail(op, a.name, " is on ", a.t.device().str(), ", expected ", first->t.device().str(), " (as ", first->name, ")");
+  }
+  return first && first->t.device().is_cuda();
+}
+
+[[noreturn]] void no_cuda(const char* op) { fail(op, "CUDA backend not built"); }
+
+float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
+
+void need_indices(const char* op, const char* name, const int32_t* idx, int64_t n, int64_t lo, int64_t hi) {
+  for (int64_t i = 0; i < n; i++)
+    if (idx[i] < lo || idx[i] >= hi) fail(op, name, "[", i, "] = ", idx[i], " is outside [", lo, ", ", hi, ")");
+}
+
+}  // namespace
+
+// ---- embedding ----
+void embedding_forward(const Tensor& out, const Tensor& ids, const Tensor& table) {
+  const char* op = "embedding_forward";
+  need_dtype(op, {"ids", ids}, DType::i32);
+  need_dtype(op, {"table", table}, DType::f32);
+  need_dtype(op, {"out", out}, DType::f32);
+  if (table.dim() != 2) fail(op, "table has shape ", shape_str(table.shape()), ", expected [V, C]");
+  const int64_t V = table.size(0), C = table.size(1), N = ids.numel();
+  need_rows(op, {"out", out}, N, C);
+  if (on_cuda(op, {{"out", out}, {"ids", ids}, {"table", table}})) return no_cuda(op);
+  need_indices(op, "ids", ids.data<int32_t>(), N, 0, V);
+  cpu::embedding_forward(out.data<float>(), ids.data<int32_t>(), table.data<float>(), N, C);
+}
+
+void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+  const char* op = "embedding_backward";
+  need_dtype(op, {"ids", ids}, DType::i32);
+  need_dtype(op, {"dtable", dtable}, DType::f32);
+  need_dtype(op, {"dout", dout}, DType::f32);
+  if (dtable.dim() != 2) fail(op, "dtable has shape ", shape_str(dtable.shape()), ", expected [V, C]");
+  const int64_t V = dtable.size(0), C = dtable.size(1), N = ids.numel();
+  need_rows(op, {"dout", dout}, N, C);
+  if (on_cuda(op, {{"dtable", dtable}, {"dout", dout}, {"ids", ids}})) return no_cuda(op);
+  need_indices(op, "ids", ids.data<int32_t>(), N, 0, V);
+  cpu::embedding_backward(dtable.data<float>(), dout.data<float>(), ids.data<int32_t>(), N, C);
+}
+
+// ---- matmul ----
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  const char* op = "matmul_forward";
+  need_defined(op, {"inp", inp});
+  const DType t = inp.dtype();
+  if (t != DType::f32 && !is_float16(t)) fail(op, "inp has dtype ", dtype_name(t), ", expected f32, bf16 or f16");
+  need_dtype(op, {"weight", weight}, t);
+  if (weight.dim() != 2) fail(op, "weight has shape ", shape_str(weight.shape()), ", expected [OC, C]");
+  const int64_t OC = weight.size(0), C = weight.size(1), N = inp.numel() / (C ? C : 1);
+  need_rows(op, {"inp", inp}, N, C);
+  need_defined(op, {"out", out});
+  if (out.dtype() != DType::f32 && out.dtype() != t)
+    fail(op, "out has dtype ", dtype_name(out.dtype()), ", expected f32 or ", dtype_name(t), " (the inputs' dtype)");
+  need_rows(op, {"out", out}, N, OC);
+  if (bias.defined()) {
+    need_shape(op, {"bias", bias}, {OC});
+    if (bias.dtype() != DType::f32 && bias.dtype() != t)
+      fail(op, "bias has dtype ", dtype_name(bias.dtype()), ", expected f32 or ", dtype_name(t));
+  }
+  if (on_cuda(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}})) return no_cuda(op);
+  if (N == 0 || OC == 0) return;
+  if (t == DType::f32 && out.dtype() == DType::f32 && (!bias.defined() || bias.dtype() == DType::f32))
+    return cpu::matmul_forward(out.data<float>(), inp.data<float>(), weight.data<float>(), f32_or_null(bias), N, C,
+                               OC);
+  cpu::matmul_forward_lowp(out.raw(), out.dtype(), inp.raw(), weight.raw(), t, bias.defined() ? bias.raw() : nullptr,
+                           bias.defined() ? bias.dtype() : DType::f32, N, C, OC);
+}
+
+void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight) {
+  const char* op = "matmul_backward";
+  need_dtype(op, {"weight", weight}, DType::f32);  // bf16/f16 backward is not implemented on CPU
+  need_dtype(op, {"inp", inp}, DType::f32);
+  need_dtype(op, {"dout", dout}, DType::f32);
+  if (weight.dim() != 2) fail(op, "weight has shape ", shape_str(weight.shape()), ", expected [OC, C]");
+  const int64_t OC = weight.size(0), C = weight.size(1), N = inp.numel() / (C ? C : 1);
+  need_rows(op, {"inp", inp}, N, C);
+  need_rows(op, {"dout", dout}, N, OC);
+  if (dinp.defined()) {
+    need_dtype(op, {"dinp", dinp}, DType::f32);
+    need_rows(op, {"dinp", dinp}, N, C);
+  }
+  if (dweight.defined()) {
+    need_dtype(op, {"dweight", dweight}, DType::f32);
+    need_shape(op, {"dweight", dweight}, {OC, C});
+  }
+  if (dbias.defined()) {
+    need_dtype(op, {"dbias", dbias}, DType::f32);
+    need_shape(op, {"dbias", dbias}, {OC});
+  }
+  if (on_cuda(op, {{"dinp", dinp}, {"dweight", dweight}, {"dbias", dbias}, {"dout", dout}, {"inp", inp},
+                   {"weight", weight}}))
+    return no_cuda(op);
+  if (N == 0 || OC == 0 || C == 0) return;
+  cpu::matmul_backward(f32_or_null(dinp), f32_or_null(dweight), f32_or_null(dbias), dout.data<float>(),
+                       inp.data<float>(), weight.data<float>(), N, C, OC);
+}
+
+void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta) {
+  const char* op = "gemm";
+  need_dtype(op, {"c", c}, DType::f32);
+  need_dtype(op, {"a", a}, DType::f32);
+  need_dtype(op, {"b", b}, DType::f32);
+  if (c.dim() != 2 || a.dim() != 2 || b.dim() != 2)
+    fail(op, "expected 2-D tensors, got c ", shape_str(c.shape()), ", a ", shape_str(a.shape()), ", b ",
+         shape_str(b.shape()));
+  const int64_t M = c.size(0), N = c.size(1), K = trans_a ? a.size(0) : a.size(1);
+  need_shape(op, {"a", a}, trans_a ? Shape{K, M} : Shape{M, K});
+  need_shape(op, {"b", b}, trans_b ? Shape{N, K} : Shape{K, N});
+  if (on_cuda(op, {{"c", c}, {"a", a}, {"b", b}})) return no_cuda(op);
+  if (M == 0 || N == 0) return;
+  if (K == 0) return scale_inplace(c, beta);
+  cpu::gemm(c.data<float>(), a.data<float>(), trans_a, b.data<float>(), trans_b, M, N, K, alpha, beta);
+}
+
+// ---- normalisation ----
+void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias, float eps) {
+  const char* op = "layernorm_forward";
+  need_dtype(op, {"inp", inp}, DType::f32);
+  const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
+  need_dtype(op, {"out", out}, DType::f32);
+  need_rows(op, {"out", out}, N, C);
+  need_dtype(op, {"weight", weight}, DType::f32);
+  need_shape(op, {"weight", weight}, {C});
+  if (bias.defined()) {
+    need_dtype(op, {"bias", bias}, DType::f32);
+    need_shape(op, {"bias", bias}, {C});
+  }
+  for (const Arg& a : {Arg{"mean", mean}, Arg{"rstd", rstd}})
+    if (a.t.defined()) {
+      need_dtype(op, a, DType::f32);
+      need_numel(op, a, N, "N");
+    }
+  if (on_cuda(op, {{"out", out}, {"mean", mean}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}, {"bias", bias}}))
+    return no_cuda(op);
+  cpu::layernorm_forward(out.data<float>(), f32_or_null(mean), f32_or_null(rstd), inp.data<float>(),
+                         weight.data<float>(), f32_or_null(bias), N, C, eps);
+}
+
+void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                        const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layernorm_backward";
+  need_dtype(op, {"inp", inp}, DType::f32);
+  const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
+  for (const Arg& a : {Arg{"dinp", dinp}, Arg{"dout", dout}}) {
+    need_dtype(op, a, DType::f32);
+    need_rows(op, a, N, C);
+  }
+  need_dtype(op, {"weight", weight}, DType::f32);
+  need_shape(op, {"weight", weight}, {C});
+  for (const Arg& a : {Arg{"dweight", dweight}, Arg{"dbias", dbias}})
+    if (a.t.defined()) {
+      need_dtype(op, a, DType::f32);
+      need_shape(op, a, {C});
+    }
+  for (const Arg& a : {Arg{"mean", mean}, Arg{"rstd", rstd}}) {
+    need_dtype(op, a, DType::f32);
+    need_numel(op, a, N, "N");
+  }
+  if (on_cuda(op, {{"dinp", dinp}, {"dweight", dweight}, {"dbias", dbias}, {"dout", dout}, {"inp", inp},
+                   {"weight", weight}, {"mean", mean}, {"rstd", rstd}}))
+    return no_cuda(op);
+  cpu::layernorm_backward(dinp.data<float>(), f32_or_null(dweight), f32_or_null(dbias), dout.data<float>(),
+                          inp.data<float>(), weight.data<float>(), mean.data<float>(), rstd.data<float>(), N, C);
+}
+
+void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps) {
+  const char* op = "rmsnorm_forward";
+  need_dtype(op, {"inp", inp}, DType::f32);
+  const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
+  need_dtype(op, {"out", out}, DType::f32);
+  need_rows(op, {"out", out}, N, C);
+  need_dtype(op, {"weight", weight}, DType::f32);
+  need_shape(op, {"weight", weight}, {C});
+  if (rstd.defined()) {
+    need_dtype(op, {"rstd", rstd}, DType::f32);
+    need_numel(op, {"rstd", rstd}, N, "N");
+  }
+  if (on_cuda(op, {{"out", out}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}})) return no_cuda(op);
+  cpu::rmsnorm_forward(out.data<float>(), f32_or_null(rstd), inp.data<float>(), weight.data<float>(), N, C, eps);
+}
+
+void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
+                      const Tensor& weight, const Tensor& rstd) {
+  const char* op = "rmsnorm_backward";
+  need_dtype(op, {"inp", inp}, DType::f32);
+  const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
+  for (const Arg& a : {Arg{"dinp", dinp}, Arg{"dout", dout}}) {
+    need_dtype(op, a, DType::f32);
+    need_rows(op, a, N, C);
+  }
+  need_dtype(op, {"weight", weight}, DType::f32);
+  need_shape(op, {"weight", weight}, {C});
+  if (dweight.defined()) {
+    need_dtype(op, {"dweight", dweight}, DType::f32);
+    need_shape(op, {"dweight", dweight}, {C});
+  }
+  need_dtype(op, {"rstd", rstd}, DType::f32);
+  need_numel(op, {"rstd", rstd}, N, "N");
+  if (on_cuda(op, {{"dinp", dinp}, {"dweight", dweight}, {"dout", dout}, {"inp", inp}, {"weight", weight},
+                   {"rstd", rstd}}))
+    return no_cuda(op);
+  cpu::rmsnorm_backward(dinp.data<float>(), f32_or_null(dweight), dout.data<float>(), inp.data<float>(),
+                        weight.data<float>(), rstd.data<float>(), N, C);
+}
+
+// ---- activations ----
+namespace {
+// Elementwise f32 ops: every argument has the numel of the first.
+void need_same_f32(const char* op, std::initializer_list<Arg> args) {
+  const Arg& first = *args.begin();
+  for (const Arg& a : args) {
+    need_dtype(op, a, DType::f32);
+    if (a.t.numel() != first.t.numel())
+      fail(op, a.name, " has shape ", shape_str(a.t.shape()), ", expected ", first.t.numel(), " elements (as ",
+           first.name, " ", shape_str(first.t.shape()), ")");
+  }
+}
+}  // namespace
+
+void gelu_forward(const Tensor& out, const Tensor& inp) {
+  const char* op = "gelu_forward";
+  need_same_f32(op, {{"inp", inp}, {"out", out}});
+  if (on_cuda(op, {{"out", out}, {"inp", inp}})) return no_cuda(op);
+  cpu::gelu_forward(out.data<float>(), inp.data<float>(), inp.numel());
+}
+
+void gelu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+  const char* op = "gelu_backward";
+  need_same_f32(op, {{"inp", inp}, {"dinp", dinp}, {"dout", dout}});
+  if (on_cuda(op, {{"dinp", dinp}, {"dout", dout}, {"inp", inp}})) return no_cuda(op);
+  cpu::gelu_backward(dinp.data<float>(), dout.data<float>(), inp.data<float>(), inp.numel());
+}
+
+void silu_forward(const Tensor& out, const Tensor& inp) {
+  const char* op = "silu_forward";
+  need_same_f32(op, {{"inp", inp}, {"out", out}});
+  if (on_cuda(op, {{"out", out}, {"inp", inp}})) return no_cuda(op);
+  cpu::silu_forward(out.data<float>(), inp.data<float>(), inp.numel());
+}
+
+void silu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+  const char* op = "silu_backward";
+  need_same_f32(op, {{"inp", inp}, {"dinp", dinp}, {"dout", dout}});
+  if (on_cuda(op, {{"dinp", dinp}, {"dout", dout}, {"inp", inp}})) return no_cuda(op);
+  cpu::silu_backward(dinp.data<float>(), dout.data<float>(), inp.data<float>(), inp.numel());
+}
+
+void swiglu_forward(const Tensor& out, const Tensor& gate_up) {
+  const char* op = "swiglu_forward";
+  need_dtype(op, {"gate_up", gate_up}, DType::f32);
+  const int64_t F2 = last_dim(op, {"gate_up", gate_up});
+  if (F2 % 2) fail(op, "gate_up has shape ", shape_str(gate_up.shape()), ", expected an even last dim [N, 2F]");
+  const int64_t F = F2 / 2, N = gate_up.numel() / F2;
+  need_dtype(op, {"out", out}, DType::f32);
+  need_rows(op, {"out", out}, N, F);
+  if (on_cuda(op, {{"out", out}, {"gate_up", gate_up}})) return no_cuda(op);
+  cpu::swiglu_forward(out.data<float>(), gate_up.data<float>(), N, F);
+}
+
+void swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) {
+  const char* op = "swiglu_backward";
+  need_dtype(op, {"gate_up", gate_up}, DType::f32);
+  const int64_t F2 = last_dim(op, {"gate_up", gate_up});
+  if (F2 % 2) fail(op, "gate_up has shape ", shape_str(gate_up.shape()), ", expected an even last dim [N, 2F]");
+  const int64_t F = F2 / 2, N = gate_up.numel() / F2;
+  need_dtype(op, {"dout", dout}, DType::f32);
+  need_rows(op, {"dout", dout}, N, F);
+  need_dtype(op, {"dgate_up", dgate_up}, DType::f32);
+  need_rows(op, {"dgate_up", dgate_up}, N, F2);
+  if (on_cuda(op, {{"dgate_up", dgate_up}, {"dout", dout}, {"gate_up", gate_up}})) return no_cuda(op);
+  cpu::swiglu_backward(dgate_up.data<float>(), dout.data<float>(), gate_up.data<float>(), N, F);
+}
+
+// ---- elementwise ----
+void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
+  const char* op = "residual_forward";
+  need_same_f32(op, {{"a", a}, {"b", b}, {"out", out}});
+  if (on_cuda(op, {{"out", out}, {"a", a}, {"b", b}})) return no_cuda(op);
+  cpu::residual_forward(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
+}
+
+void add_inplace(const Tensor& acc, const Tensor& x) {
+  const char* op = "add_inplace";
+  need_same_f32(op, {{"acc", acc}, {"x", x}});
+  if (on_cuda(op, {{"acc", acc}, {"x", x}})) return no_cuda(op);
+  cpu::add_inplace(acc.data<float>(), x.data<float>(), acc.numel());
+}
+
+void scale_inplace(const Tensor& x, float s) {
+  const char* op = "scale_inplace";
+  need_dtype(op, {"x", x}, DType::f32);
+  if (on_cuda(op, {{"x", x}})) return no_cuda(op);
+  cpu::scale_inplace(x.data<float>(), s, x.numel());
+}
+
+double sum_squares(const Tensor& x) {
+  const char* op = "sum_squares";
+  need_dtype(op, {"x", x}, DType::f32);
+  if (on_cuda(op, {{"x", x}})) no_cuda(op);
+  return cpu::sum_squares(x.data<float>(), x.numel());
+}
+
+// ---- attention ----
+namespace {
+void need_heads(const char* op, int64_t H, int64_t Hkv, int64_t D) {
+  if (H <= 0 || Hkv <= 0 || D <= 0) fail(op, "expected positive H, Hkv, D, got ", H, ", ", Hkv, ", ", D);
+  if (H % Hkv) fail(op, "H = ", H, " is not a multiple of Hkv = ", Hkv);
+}
+}  // namespace
+
+static void rope_checked(const char* op, const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D,
+                         float theta, bool forward) {
+  need_heads(op, H, Hkv, D);
+  if (D % 2 || D > 1024) fail(op, "head dim D = ", D, ", expected even and <= 1024");
+  const char* qname = forward ? "qkv" : "dqkv";
+  need_dtype(op, {qname, qkv}, DType::f32);
+  const int64_t row = (H + 2 * Hkv) * D;
+  if (qkv.numel() % row) fail(op, qname, " has shape ", shape_str(qkv.shape()), ", expected a multiple of (H+2Hkv)*D = ", row, " elements");
+  const int64_t N = qkv.numel() / row;
+  need_dtype(op, {"pos", pos}, DType::i32);
+  need_numel(op, {"pos", pos}, N, "B*T");
+  if (on_cuda(op, {{qname, qkv}, {"pos", pos}})) return no_cuda(op);
+  (forward ? cpu::rope_forward : cpu::rope_backward)(qkv.data<float>(), pos.data<int32_t>(), N, H, Hkv, D, theta);
+}
+
+void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta) {
+  rope_checked("rope_forward", qkv, pos, H, Hkv, D, theta, true);
+}
+
+void rope_backward(const Tensor& dqkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta) {
+  rope_checked("rope_backward", dqkv, pos, H, Hkv, D, theta, false);
+}
+
+void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t B, int64_t T, int64_t H,
+                       int64_t Hkv, int64_t D) {
+  const char* op = "attention_forward";
+  need_heads(op, H, Hkv, D);
+  need_dtype(op, {"qkv", qkv}, DType::f32);
+  need_numel(op, {"qkv", qkv}, B * T * (H + 2 * Hkv) * D, "B*T*(H+2Hkv)*D");
+  need_dtype(op, {"out", out}, DType::f32);
+  need_numel(op, {"out", out}, B * T * H * D, "B*T*H*D");
+  need_dtype(op, {"lse", lse}, DType::f32);
+  need_numel(op, {"lse", lse}, B * H * T, "B*H*T");
+  if (on_cuda(op, {{"out", out}, {"lse", lse}, {"qkv", qkv}})) return no_cuda(op);
+  cpu::attention_forward(out.data<float>(), lse.data<float>(), qkv.data<float>(), B, T, H, Hkv, D);
+}
+
+void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+  const char* op = "attention_backward";
+  need_heads(op, H, Hkv, D);
+  for (const Arg& a : {Arg{"dqkv", dqkv}, Arg{"qkv", qkv}}) {
+    need_dtype(op, a, DType::f32);
+    need_numel(op, a, B * T * (H + 2 * Hkv) * D, "B*T*(H+2Hkv)*D");
+  }
+  for (const Arg& a : {Arg{"dout", dout}, Arg{"out", out}}) {
+    need_dtype(op, a, DType::f32);
+    need_numel(op, a, B * T * H * D, "B*T*H*D");
+  }
+  need_dtype(op, {"lse", lse}, DType::f32);
+  need_numel(op, {"lse", lse}, B * H * T, "B*H*T");
+  if (on_cuda(op, {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"lse", lse}})) return no_cuda(op);
+  cpu::attention_backward(dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
+                          lse.data<float>(), B, T, H, Hkv, D);
+}
+
+// ---- loss ----
+namespace {
+// Validates the shared arguments; returns {N, V, Vp}.
+struct CeDims {
+  int64_t N, V, Vp;
+};
+CeDims ce_checked(const char* op, const Tensor& logits, const Tensor& targets, int64_t V) {
+  need_dtype(op, {"logits", logits}, DType::f32);
+  const int64_t Vp = last_dim(op, {"logits", logits}), N = logits.numel() / Vp;
+  if (V == 0) V = Vp;
+  if (V < 0 || V > Vp) fail(op, "V = ", V, " is outside [1, Vp = ", Vp, "] (Vp is logits' last dim)");
+  need_dtype(op, {"targets", targets}, DType::i32);
+  need_numel(op, {"targets", targets}, N, "N");
+  return {N, V, Vp};
+}
+}  // namespace
+
+void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V) {
+  const char* op = "crossentropy_forward";
+  const CeDims d = ce_checked(op, logits, targets, V);
+  need_dtype(op, {"losses", losses}, DType::f32);
+  need_numel(op, {"losses", losses}, d.N, "N");
+  if (on_cuda(op, {{"losses", losses}, {"logits", logits}, {"targets", targets}})) return no_cuda(op);
+  need_indices(op, "targets", targets.data<int32_t>(), d.N, INT32_MIN, d.V);
+  cpu::crossentropy_forward(losses.data<float>(), logits.data<float>(), targets.data<int32_t>(), d.N, d.V, d.Vp);
+}
+
+void crossentropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                           int64_t V) {
+  const char* op = "crossentropy_backward";
+  const CeDims d = ce_checked(op, logits, targets, V);
+  need_dtype(op, {"dlogits", dlogits}, DType::f32);
+  need_rows(op, {"dlogits", dlogits}, d.N, d.Vp);
+  if (on_cuda(op, {{"dlogits", dlogits}, {"logits", logits}, {"targets", targets}})) return no_cuda(op);
+  need_indices(op, "targets", targets.data<int32_t>(), d.N, INT32_MIN, d.V);
+  cpu::crossentropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(), dloss, d.N, d.V,
+                             d.Vp);
+}
+
+}  // namespace dscpp::ops
