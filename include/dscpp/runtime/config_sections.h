@@ -1,0 +1,115 @@
+// The typed sections of a DeepSpeed JSON config, one struct per JSON object. Every default is DeepSpeed's CODE
+// default (deepspeed 0.16.5 runtime/config.py, zero/config.py, zero/offload_config.py,
+// activation_checkpointing/config.py); where the public docs disagree, the comment says so (see
+// /work/shared/reference/deepspeed-semantics.md §6). Parsing and validation live in src/runtime/config/.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace dscpp {
+
+struct AdamConfig {                      // optimizer.type "adam" / "adamw" (FusedAdam)
+  double lr = 1e-3;                      // learning rate (the schedulers' base lr)
+  std::array<double, 2> betas{0.9, 0.999};  // running-average coefficients, each in [0, 1)
+  double eps = 1e-8;                     // added to the denominator, > 0
+  double weight_decay = 0.0;             // decoupled (adam_w_mode) or L2 (otherwise); only params with decay on
+  bool adam_w_mode = true;               // "adamw" forces it on; "adam" honours this key (default true!)
+  bool torch_adam = false;               // parsed for compatibility: our kernel is the same math either way
+  bool bias_correction = true;           // divide the moments by (1 - beta^t)
+};
+
+struct SgdConfig {                       // optimizer.type "sgd" (torch.optim.SGD semantics)
+  double lr = 1e-3;                      // learning rate
+  double momentum = 0.0;                 // 0 = no momentum buffer
+  double dampening = 0.0;                // momentum buffer takes (1 - dampening) of the gradient
+  double weight_decay = 0.0;             // L2 added to the gradient
+  bool nesterov = false;                 // needs momentum > 0 and dampening == 0 (torch rule)
+};
+
+struct OptimizerConfig {                 // "optimizer": {type, params}; absent = no optimizer (type "")
+  std::string type;                      // "adam", "adamw", "sgd" (lower-cased) or "" when absent
+  AdamConfig adam;                       // valid when type is adam/adamw
+  SgdConfig sgd;                         // valid when type is sgd
+  bool is_adam() const { return type == "adam" || type == "adamw"; }
+  double lr() const { return is_adam() ? adam.lr : sgd.lr; }
+};
+
+struct SchedulerConfig {                 // "scheduler": {type, params}; absent = constant optimizer lr (type "")
+  std::string type;                      // "WarmupLR", "WarmupDecayLR", "WarmupCosineLR", "OneCycle" or ""
+  // WarmupLR / WarmupDecayLR
+  double warmup_min_lr = 0.0;            // lr at step 0
+  std::optional<double> warmup_max_lr;   // lr after warmup; unset = the optimizer's lr (DeepSpeed >= 0.17)
+  int64_t warmup_num_steps = 1000;       // > 0; the formulas use max(2, warmup_num_steps)
+  std::string warmup_type = "log";       // "log" or "linear"
+  int64_t total_num_steps = 0;           // WarmupDecayLR, WarmupCosineLR: required, end of the decay
+  // WarmupCosineLR (ratios of the optimizer's lr)
+  double warmup_min_ratio = 0.0;         // lr ratio at step 0
+  double cos_min_ratio = 1e-4;           // lr ratio at total_num_steps
+  // OneCycle
+  double cycle_min_lr = 0.0;             // required: lower lr bound (and the start)
+  double cycle_max_lr = 0.0;             // required: upper lr bound, reached after cycle_first_step_size
+  double decay_lr_rate = 0.0;            // post-cycle lr = cycle_min_lr / (1 + rate * decay_intervals)
+  int64_t cycle_first_step_size = 2000;  // > 0: steps of the rising half
+  std::optional<int64_t> cycle_second_step_size;  // >= 0: steps of the falling half (unset = first)
+  int64_t cycle_first_stair_count = 0;   // > 0: lr moves in that many stairs in the rising half
+  std::optional<int64_t> cycle_second_stair_count;  // unset = cycle_first_stair_count
+  int64_t decay_step_size = 0;           // interval of the post-cycle decay; 0 = no decay
+  bool cycle_momentum = true;            // cycle beta1 inversely to the lr (parsed; applied by the engine)
+  double cycle_min_mom = 0.8;            // beta1 bound at the lr peak
+  double cycle_max_mom = 0.9;            // beta1 bound at the lr minimum
+  double decay_mom_rate = 0.0;           // post-cycle beta1 = cycle_max_mom * (1 + rate * decay_intervals)
+};
+
+struct Fp16Config {                      // "fp16"
+  bool enabled = false;                  // fp16 model weights with fp32 master weights
+  bool auto_cast = false;                // cast the inputs to fp16
+  double loss_scale = 0.0;               // 0 = dynamic loss scaling, > 0 = this static scale
+  int64_t initial_scale_power = 16;      // dynamic: initial scale 2^power
+  int64_t loss_scale_window = 1000;      // dynamic: overflow-free steps before doubling
+  int64_t hysteresis = 2;                // dynamic: overflows tolerated before halving (>= 1)
+  bool consecutive_hysteresis = false;   // refill hysteresis on every overflow-free step
+  double min_loss_scale = 1.0;           // dynamic: lower bound of the scale (> 0)
+  bool fp16_master_weights_and_grads = false;  // ZeRO-2 only
+  // DeepSpeed quirk (§1.3): dynamic-scale args exist only if one of initial_scale_power, loss_scale_window,
+  // min_loss_scale, hysteresis, consecutive_hysteresis was given; otherwise the ZeRO paths use init 2^32, window
+  // 1000, min 1, hysteresis 1. The loss scaler reads this flag.
+  bool dynamic_loss_args_given = false;
+};
+
+struct Bf16Config {                      // "bf16" (legacy key "bfloat16")
+  bool enabled = false;                  // bf16 weights, fp32 master weights and gradient accumulation
+  bool immediate_grad_update = false;    // apply bf16 gradients to the fp32 accumulator right after backward
+};
+
+struct ActivationCheckpointingConfig {   // "activation_checkpointing"
+  bool partition_activations = false;    // split saved activations across model-parallel ranks
+  bool cpu_checkpointing = false;        // keep partitioned checkpoints on the CPU
+  bool contiguous_memory_optimization = false;  // one preallocated buffer per checkpoint
+  std::optional<int64_t> number_checkpoints;    // needed by contiguous_memory_optimization
+  bool synchronize_checkpoint_boundary = false;  // device synchronize at each checkpoint boundary
+  bool profile = false;                  // log forward/backward time per checkpoint
+};
+
+struct OffloadOptimizerConfig {          // "zero_optimization.offload_optimizer"
+  std::string device = "none";           // "none", "cpu", "nvme" (doc says "cpu"; code "none")
+  std::optional<std::string> nvme_path;  // folder for nvme swap files
+  int64_t buffer_count = 4;              // swap buffers
+  bool pin_memory = false;               // page-locked host buffers
+  bool pipeline_read = false;            // overlap swap-in with the step
+  bool pipeline_write = false;           // overlap swap-out with the step
+  bool fast_init = false;                // skip initialising swap files
+  double ratio = 1.0;                    // share offloaded, in [0, 1]; < 1 needs stage 3
+};
+
+struct OffloadParamConfig {              // "zero_optimization.offload_param" (stage 3 only)
+  std::string device = "none";           // "none", "cpu", "nvme"
+  std::optional<std::string> nvme_path;  // folder for nvme swap files
+  int64_t buffer_count = 5;              // swap buffers
+  int64_t buffer_size = 100000000;       // elements per swap buffer (1e8)
+  int64_t max_in_cpu = 1000000000;       // elements kept in CPU memory (1e9)
+  bool pin_memory = false;               // page-locked host buffers
+};
+
+}  // namespace dscpp

@@ -1,0 +1,129 @@
+// DeepSpeedConfig::parse: the top level and the small sections (fp16, bf16, activation_checkpointing), then the
+// cross-section rules. Every check runs here, before the engine does any work.
+//
+// Note [Config strictness]
+// DeepSpeed reads top-level keys one by one and ignores the rest, so a typo at the top ("gradient_cliping") silently
+// does nothing. We keep accepting such configs (they run under DeepSpeed) but return a warning with a did-you-mean.
+// Inside a section DeepSpeed is strict (pydantic extra="forbid", or constructor keyword arguments), and so are we,
+// including for fp16/bf16/activation_checkpointing where DeepSpeed happens to ignore extras: a typo there would
+// otherwise silently change numerics. "auto" inside a section means "the default" (DeepSpeed's non-strict mode for
+// the HF Trainer); at the top level there is nobody to resolve it, so it is a type error.
+#include <algorithm>
+
+#include "runtime/config/config_reader.h"
+
+namespace dscpp {
+namespace config_detail {
+
+void warn(std::vector<std::string>* warnings, const std::string& msg) {
+  if (warnings) warnings->push_back(msg);
+}
+
+// Top-level keys DeepSpeed knows but DeepSpeed.cpp does not read (yet): ignored with a softer warning.
+static const std::vector<std::string> kDeepSpeedOnlyKeys = {
+    "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "amp", "zero_allow_untested_optimizer",
+    "zero_force_ds_cpu_optimizer", "memory_breakdown", "dump_state", "dataloader_drop_last", "flops_profiler",
+    "comms_logger", "tensorboard", "wandb", "csv_monitor", "communication_data_type", "data_types", "elasticity",
+    "autotuning", "checkpoint", "aio", "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
+    "vocabulary_size", "graph_harvesting", "sparse_attention", "nebula", "compile", "timers", "hybrid_engine",
+    "seq_parallel_communication_data_type", "eigenvalue", "progressive_layer_drop", "quantize_training",
+    "weight_quantization", "disable_allgather", "gradient_accumulation_dtype", "use_data_before_expert_parallel_"};
+
+static const std::vector<std::string> kTopLevelKeys = {
+    "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
+    "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "activation_checkpointing", "fp16", "bf16",
+    "bfloat16", "zero_optimization", "allgather_size", "seed"};
+
+static void parse_fp16(const json& j, Fp16Config& f) {
+  SectionReader r(j, "fp16");
+  r.get("enabled", f.enabled);
+  r.get("auto_cast", f.auto_cast);
+  r.get("loss_scale", f.loss_scale, 0.0, 1e38);
+  for (const char* k : {"initial_scale_power", "loss_scale_window", "min_loss_scale", "hysteresis",
+                        "consecutive_hysteresis"})
+    if (r.has(k)) f.dynamic_loss_args_given = true;
+  r.get("initial_scale_power", f.initial_scale_power, 0, 120);  // 2^power must stay a finite float
+  r.get("loss_scale_window", f.loss_scale_window, 1);
+  r.get("hysteresis", f.hysteresis, 1);
+  r.get("consecutive_hysteresis", f.consecutive_hysteresis);
+  r.get("min_loss_scale", f.min_loss_scale, 0.0, 1e38, true);
+  r.get("fp16_master_weights_and_grads", f.fp16_master_weights_and_grads);
+  r.finish();
+}
+
+static void parse_bf16(const json& root, Bf16Config& b) {
+  const char* key = root.contains("bf16") ? "bf16" : "bfloat16";
+  if (root.contains("bf16") && root.contains("bfloat16"))
+    throw ConfigError("bfloat16", "DeepSpeed config: give only one of bf16 and bfloat16 (its legacy name)");
+  auto it = root.find(key);
+  if (it == root.end() || it->is_null()) return;
+  SectionReader r(*it, key);
+  r.get("enabled", b.enabled);
+  r.get("immediate_grad_update", b.immediate_grad_update);
+  r.finish();
+}
+
+static void parse_activation_checkpointing(const json& j, ActivationCheckpointingConfig& a) {
+  SectionReader r(j, "activation_checkpointing");
+  r.get("partition_activations", a.partition_activations);
+  r.get("cpu_checkpointing", a.cpu_checkpointing);
+  r.get("contiguous_memory_optimization", a.contiguous_memory_optimization);
+  r.get("number_checkpoints", a.number_checkpoints, 1);
+  r.get("synchronize_checkpoint_boundary", a.synchronize_checkpoint_boundary);
+  r.get("profile", a.profile);
+  r.finish();
+  if (a.contiguous_memory_optimization && !a.partition_activations)
+    fail(r.path("contiguous_memory_optimization"), true,
+         "Contiguous Checkpointing is only available with partitioned activations (set partition_activations)");
+}
+
+static void check_top_level_keys(const json& root, std::vector<std::string>* warnings) {
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string& k = it.key();
+    if (std::find(kTopLevelKeys.begin(), kTopLevelKeys.end(), k) != kTopLevelKeys.end()) continue;
+    if (std::find(kDeepSpeedOnlyKeys.begin(), kDeepSpeedOnlyKeys.end(), k) != kDeepSpeedOnlyKeys.end()) {
+      warn(warnings, "DeepSpeed config key '" + k + "' is not implemented by DeepSpeed.cpp yet; ignored");
+      continue;
+    }
+    warn(warnings, "unknown DeepSpeed config key '" + k + "' ignored" + did_you_mean(k, kTopLevelKeys));
+  }
+}
+
+}  // namespace config_detail
+
+using namespace config_detail;
+
+DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_size,
+                                       std::vector<std::string>* warnings) {
+  if (!root.is_object()) fail("<root>", root, "a DeepSpeed config must be a JSON object");
+  DeepSpeedConfig c;
+  check_top_level_keys(root, warnings);
+  SectionReader top(root, "", /*drop_auto=*/false);
+  auto section = [&](const char* key) -> const json* {
+    const json* v = top.raw(key);
+    return (v && !v->is_null()) ? v : nullptr;
+  };
+  resolve_batch_sizes(root, dp_world_size, c);
+  if (const json* j = section("optimizer")) parse_optimizer(*j, c.optimizer);
+  if (const json* j = section("scheduler")) parse_scheduler(*j, c.scheduler, warnings);
+  top.get("gradient_clipping", c.gradient_clipping, 0.0, 1e38);
+  if (const json* s = top.raw("steps_per_print"); s && s->is_null()) c.steps_per_print = 0;  // None: never
+  else top.get("steps_per_print", c.steps_per_print, 0);
+  top.get("wall_clock_breakdown", c.wall_clock_breakdown);
+  if (const json* j = section("activation_checkpointing")) parse_activation_checkpointing(*j, c.activation_checkpointing);
+  if (const json* j = section("fp16")) parse_fp16(*j, c.fp16);
+  parse_bf16(root, c.bf16);
+  parse_zero(root, c.zero_optimization, warnings);
+  int64_t seed = int64_t(c.seed);
+  top.get("seed", seed, 0);
+  c.seed = uint64_t(seed);
+
+  if (c.fp16.enabled && c.bf16.enabled)
+    throw ConfigError("bf16.enabled", "bfloat16 and fp16 modes cannot be simultaneously enabled");
+  if (c.fp16.enabled && c.fp16.fp16_master_weights_and_grads && c.zero_optimization.stage != 2)
+    throw ConfigError("fp16.fp16_master_weights_and_grads",
+                      "Fp16_master_weights_and_grads is only supported with ZeRO Stage 2 for now.");
+  return c;
+}
+
+}  // namespace dscpp
