@@ -1,0 +1,79 @@
+// Optimizers over a ParamSet's flat buffers: Adam/AdamW (DeepSpeed FusedAdam semantics) and SGD (torch semantics).
+//
+// The optimizer owns a contiguous range [owned_begin, owned_end) of the flat layout (the whole buffer, or a ZeRO
+// partition) and keeps its states as flat f32 buffers of that range, so element i of a state belongs to flat
+// element owned_begin + i. Parameters with ParamInfo::weight_decay == false (and the padding between parameters)
+// get no weight decay, as DeepSpeed's "no decay" param group.
+//
+// One step = begin_step() (advances the step count) then update_range() over one or more sub-ranges (ZeRO-3 runs
+// its step in sub_group_size tiles); step() does both over the owned range with the ParamSet's own f32 buffers.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dscpp/core/tensor.h"
+#include "dscpp/nn/params.h"
+#include "dscpp/runtime/config_sections.h"
+
+namespace dscpp {
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+
+  // Whole owned range from the ParamSet's flat params/grads (must be f32; with 16-bit params, step the fp32
+  // master copy through update_range). grad_scale multiplies every gradient first (loss-scale and clip factor).
+  void step(float lr, float grad_scale = 1.0f);
+  void begin_step() { ++step_count_; }
+  // Updates flat elements [begin, end) (inside the owned range) with the current step count. param and grad are
+  // f32 tensors holding exactly those elements.
+  void update_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad, float lr,
+                    float grad_scale = 1.0f);
+
+  int64_t step_count() const { return step_count_; }  // completed begin_step() calls
+  int64_t owned_begin() const { return begin_; }
+  int64_t owned_end() const { return end_; }
+  virtual const char* name() const = 0;  // "adam", "adamw", "sgd"
+
+  virtual void zero_state() = 0;  // states to zero and the step count to 0 (a fresh optimizer)
+  // Named views of the state buffers (e.g. "exp_avg", "exp_avg_sq"); each has owned_end - owned_begin elements.
+  virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
+  // Type, step count, owned range and hyper-parameters (for checkpoints).
+  virtual nlohmann::json state_json() const = 0;
+  // Restores the step count from `meta` (checked against this optimizer's type and range) and copies each named
+  // tensor into the matching state buffer (same numel; converted from its dtype/device).
+  void load_state(const nlohmann::json& meta, const std::vector<std::pair<std::string, Tensor>>& tensors);
+  // OneCycle's momentum cycling sets (beta1, beta2). Adam only; SGD throws.
+  virtual void set_betas(double beta1, double beta2);
+
+ protected:
+  Optimizer(const ParamSet& params, int64_t begin, int64_t end);
+  // Updates [begin, end) with one weight-decay setting; p/g are the range's tensors, state offset = begin - owned.
+  virtual void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, float lr,
+                              float grad_scale, bool decay) = 0;
+  Tensor new_state() const;  // zeroed f32 buffer of the owned range, counted under MemoryCategory::optimizer
+
+  struct Segment {
+    int64_t begin, end;
+    bool decay;
+  };
+  const ParamSet& params_;
+  int64_t begin_ = 0, end_ = 0;
+  int64_t step_count_ = 0;
+  std::vector<Segment> segments_;  // the owned range cut where weight decay switches on/off
+
+ private:
+  void check_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad) const;
+};
+
+// Creates the optimizer of `cfg` (type adam/adamw/sgd) for flat elements [begin, end) of `params`; end < 0 means
+// the whole flat buffer. `params` must be materialized and must outlive the optimizer.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const ParamSet& params, int64_t begin = 0,
+                                          int64_t end = -1);
+
+}  // namespace dscpp

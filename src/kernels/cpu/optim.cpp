@@ -1,0 +1,84 @@
+// Optimizer updates: CPU kernels and the checked entries ops::adam_update / ops::sgd_update.
+#include "kernels/cpu/optim.h"
+
+#include <cmath>
+
+namespace dscpp::cpu {
+
+void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                 const ops::AdamParams& p) {
+  // As FusedAdam: the corrections are computed on the host in double and used as float.
+  const float bc1 = p.bias_correction ? float(1.0 - std::pow(double(p.beta1), double(p.step))) : 1.0f;
+  const float bc2 = p.bias_correction ? float(1.0 - std::pow(double(p.beta2), double(p.step))) : 1.0f;
+  const float b1 = p.beta1, b2 = p.beta2, eps = p.eps, lr = p.lr, wd = p.weight_decay, gs = p.grad_scale;
+  const bool adamw = p.adamw_mode;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float w = param[i];
+    float g = grad[i] * gs;
+    if (!adamw) g += wd * w;
+    float m = b1 * exp_avg[i] + (1.0f - b1) * g;
+    float v = b2 * exp_avg_sq[i] + (1.0f - b2) * g * g;
+    float denom = std::sqrt(v / bc2) + eps;
+    float update = (m / bc1) / denom;
+    if (adamw) update += wd * w;
+    param[i] = w - lr * update;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+  }
+}
+
+void sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n, const ops::SgdParams& p) {
+  const float lr = p.lr, mom = p.momentum, damp = p.dampening, wd = p.weight_decay, gs = p.grad_scale;
+  const bool first = p.first_step, nesterov = p.nesterov, use_mom = p.momentum != 0.0f;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float w = param[i];
+    float g = grad[i] * gs;
+    if (wd != 0.0f) g += wd * w;
+    if (use_mom) {
+      float b = first ? g : mom * momentum_buf[i] + (1.0f - damp) * g;
+      momentum_buf[i] = b;
+      g = nesterov ? g + mom * b : b;
+    }
+    param[i] = w - lr * g;
+  }
+}
+
+}  // namespace dscpp::cpu
+
+namespace dscpp::ops {
+
+static void check_flat_f32(const char* op, const char* name, const Tensor& t, const Tensor& param) {
+  DSCPP_CHECK(t.defined(), op, ": ", name, " is undefined");
+  DSCPP_CHECK(t.dtype() == DType::f32, op, ": ", name, " must be f32, got ", t.str());
+  DSCPP_CHECK(t.numel() == param.numel(), op, ": ", name, " has ", t.numel(), " elements, param has ",
+              param.numel());
+  DSCPP_CHECK(t.device() == param.device(), op, ": ", name, " is on ", t.device().str(), ", param on ",
+              param.device().str());
+}
+
+void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                 const AdamParams& p) {
+  const char* op = "adam_update";
+  check_flat_f32(op, "param", param, param);
+  check_flat_f32(op, "grad", grad, param);
+  check_flat_f32(op, "exp_avg", exp_avg, param);
+  check_flat_f32(op, "exp_avg_sq", exp_avg_sq, param);
+  DSCPP_CHECK(p.step >= 1, op, ": step must be >= 1 (1-based count after this update), got ", p.step);
+  if (!param.device().is_cpu()) DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
+  cpu::adam_update(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
+                   param.numel(), p);
+}
+
+void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p) {
+  const char* op = "sgd_update";
+  check_flat_f32(op, "param", param, param);
+  check_flat_f32(op, "grad", grad, param);
+  if (p.momentum != 0.0f) check_flat_f32(op, "momentum_buf", momentum_buf, param);
+  if (!param.device().is_cpu()) DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
+  cpu::sgd_update(param.data<float>(), grad.data<float>(),
+                  p.momentum != 0.0f ? momentum_buf.data<float>() : nullptr, param.numel(), p);
+}
+
+}  // namespace dscpp::ops

@@ -1,0 +1,89 @@
+// Optimizer base: the owned range, the weight-decay segments, range checks, and state loading.
+#include "dscpp/runtime/optimizer.h"
+
+#include <algorithm>
+
+#include "dscpp/core/allocator.h"
+
+namespace dscpp {
+
+Optimizer::Optimizer(const ParamSet& params, int64_t begin, int64_t end) : params_(params), begin_(begin), end_(end) {
+  DSCPP_CHECK(params.materialized(), "optimizer: the ParamSet must be materialized first");
+  DSCPP_CHECK(0 <= begin && begin <= end && end <= params.flat_numel(), "optimizer: owned range [", begin, ", ",
+              end, ") is not inside the flat buffer of ", params.flat_numel(), " elements");
+  // Mark each element's decay flag by parameter, then cut the owned range where the flag changes. Padding has none.
+  std::vector<std::pair<int64_t, int64_t>> decayed;  // [offset, offset + numel) of decayed params
+  for (const ParamInfo& p : params.infos())
+    if (p.weight_decay) decayed.push_back({p.offset, p.offset + p.numel});
+  std::sort(decayed.begin(), decayed.end());
+  int64_t pos = begin;
+  auto push = [&](int64_t b, int64_t e, bool d) {
+    b = std::max(b, begin), e = std::min(e, end);
+    if (b >= e) return;
+    if (!segments_.empty() && segments_.back().decay == d && segments_.back().end == b) segments_.back().end = e;
+    else segments_.push_back({b, e, d});
+  };
+  for (auto [b, e] : decayed) {
+    if (e <= pos) continue;
+    if (b >= end) break;
+    push(pos, b, false);
+    push(std::max(b, pos), e, true);
+    pos = std::max(pos, e);
+  }
+  push(pos, end, false);
+}
+
+Tensor Optimizer::new_state() const {
+  MemoryCategoryScope scope(MemoryCategory::optimizer);
+  return Tensor::zeros({end_ - begin_}, DType::f32, params_.flat_params().device());
+}
+
+void Optimizer::check_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad) const {
+  DSCPP_CHECK(begin_ <= begin && begin <= end && end <= end_, name(), " optimizer: range [", begin, ", ", end,
+              ") is outside the owned range [", begin_, ", ", end_, ")");
+  DSCPP_CHECK(param.numel() == end - begin && grad.numel() == end - begin, name(), " optimizer: range [", begin,
+              ", ", end, ") has ", end - begin, " elements, got param ", param.str(), ", grad ", grad.str());
+  DSCPP_CHECK(step_count_ >= 1, name(), " optimizer: call begin_step() before update_range()");
+}
+
+void Optimizer::update_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad, float lr,
+                             float grad_scale) {
+  check_range(begin, end, param, grad);
+  for (const Segment& s : segments_) {
+    int64_t b = std::max(s.begin, begin), e = std::min(s.end, end);
+    if (b >= e) continue;
+    update_segment(b, e, param.slice(b - begin, e - b), grad.slice(b - begin, e - b), lr, grad_scale, s.decay);
+  }
+}
+
+void Optimizer::step(float lr, float grad_scale) {
+  const Tensor& p = params_.flat_params();
+  const Tensor& g = params_.flat_grads();
+  DSCPP_CHECK(p.dtype() == DType::f32 && g.dtype() == DType::f32, name(),
+              " optimizer: step() needs f32 flat params and grads, got ", p.str(), " and ", g.str(),
+              "; step the fp32 master weights with update_range()");
+  begin_step();
+  update_range(begin_, end_, p.slice(begin_, end_ - begin_), g.slice(begin_, end_ - begin_), lr, grad_scale);
+}
+
+void Optimizer::load_state(const nlohmann::json& meta, const std::vector<std::pair<std::string, Tensor>>& tensors) {
+  DSCPP_CHECK(meta.value("type", std::string()) == name(), "optimizer load_state: checkpoint holds a '",
+              meta.value("type", std::string()), "' optimizer, this is '", name(), "'");
+  DSCPP_CHECK(meta.value("owned_begin", int64_t(-1)) == begin_ && meta.value("owned_end", int64_t(-1)) == end_,
+              "optimizer load_state: checkpoint range [", meta.value("owned_begin", int64_t(-1)), ", ",
+              meta.value("owned_end", int64_t(-1)), ") differs from this optimizer's [", begin_, ", ", end_, ")");
+  auto mine = state_tensors();
+  for (auto& [n, dst] : mine) {
+    auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == n; });
+    DSCPP_CHECK(it != tensors.end(), "optimizer load_state: missing state tensor '", n, "'");
+    DSCPP_CHECK(it->second.numel() == dst.numel(), "optimizer load_state: '", n, "' has ", it->second.numel(),
+                " elements, expected ", dst.numel());
+    Tensor src = it->second.device() == dst.device() ? it->second : it->second.to(dst.device());
+    dst.copy_from(src);
+  }
+  step_count_ = meta.at("step").get<int64_t>();
+}
+
+void Optimizer::set_betas(double, double) { DSCPP_FAIL(name(), " optimizer has no betas to set"); }
+
+}  // namespace dscpp

@@ -1,0 +1,49 @@
+// SGD (torch semantics) over the owned flat range, and make_optimizer.
+#include "runtime/optim/optimizers.h"
+
+namespace dscpp {
+
+SgdOptimizer::SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, int64_t begin, int64_t end)
+    : Optimizer(params, begin, end), cfg_(cfg) {
+  if (cfg_.momentum != 0.0) momentum_ = new_state();
+}
+
+void SgdOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, float lr,
+                                  float grad_scale, bool decay) {
+  ops::SgdParams s;
+  s.lr = lr;
+  s.momentum = float(cfg_.momentum);
+  s.dampening = float(cfg_.dampening);
+  s.weight_decay = decay ? float(cfg_.weight_decay) : 0.0f;
+  s.nesterov = cfg_.nesterov;
+  s.first_step = step_count_ == 1;  // torch creates the buffer from the first gradient
+  s.grad_scale = grad_scale;
+  Tensor buf = momentum_.defined() ? momentum_.slice(begin - begin_, end - begin) : Tensor();
+  ops::sgd_update(p, g, buf, s);
+}
+
+void SgdOptimizer::zero_state() {
+  if (momentum_.defined()) momentum_.zero();
+  step_count_ = 0;
+}
+
+std::vector<std::pair<std::string, Tensor>> SgdOptimizer::state_tensors() const {
+  if (!momentum_.defined()) return {};
+  return {{"momentum_buffer", momentum_}};
+}
+
+nlohmann::json SgdOptimizer::state_json() const {
+  return {{"type", name()},           {"step", step_count_},         {"owned_begin", begin_},
+          {"owned_end", end_},        {"momentum", cfg_.momentum},   {"dampening", cfg_.dampening},
+          {"weight_decay", cfg_.weight_decay}, {"nesterov", cfg_.nesterov}};
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const ParamSet& params, int64_t begin,
+                                          int64_t end) {
+  if (end < 0) end = params.flat_numel();
+  if (cfg.is_adam()) return std::make_unique<AdamOptimizer>(cfg.adam, cfg.type == "adamw", params, begin, end);
+  if (cfg.type == "sgd") return std::make_unique<SgdOptimizer>(cfg.sgd, params, begin, end);
+  DSCPP_FAIL("make_optimizer: no optimizer of type '", cfg.type, "' (config has no \"optimizer\" section?)");
+}
+
+}  // namespace dscpp
