@@ -1,0 +1,339 @@
+// DeepSpeed config parsing: defaults, batch-size derivation and DeepSpeed's exact messages, every error path.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "dscpp/runtime/config.h"
+
+using dscpp::ConfigError;
+using dscpp::DeepSpeedConfig;
+using json = nlohmann::json;
+
+// Parses and expects a ConfigError whose message contains every fragment and whose key is `key`.
+static void expect_error(const std::string& text, const std::string& key, std::vector<std::string> fragments,
+                         int W = 1) {
+  try {
+    DeepSpeedConfig::from_string(text, W);
+    ADD_FAILURE() << "no error for " << text;
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key, key) << e.what();
+    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos)
+        << "message '" << e.what() << "' lacks '" << f << "'";
+  }
+}
+
+static std::string with_batch(const std::string& rest) {
+  return R"({"train_batch_size": 8, )" + rest + "}";
+}
+
+TEST(Config, CodeDefaults) {
+  auto c = DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 2})");
+  EXPECT_EQ(c.train_batch_size, 2);
+  EXPECT_EQ(c.gradient_accumulation_steps, 1);
+  EXPECT_EQ(c.optimizer.type, "");
+  EXPECT_EQ(c.scheduler.type, "");
+  EXPECT_EQ(c.gradient_clipping, 0.0);
+  EXPECT_EQ(c.steps_per_print, 10);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_EQ(c.fp16.initial_scale_power, 16);
+  EXPECT_EQ(c.fp16.hysteresis, 2);
+  EXPECT_FALSE(c.fp16.dynamic_loss_args_given);
+  EXPECT_EQ(c.zero_optimization.stage, 0);
+  EXPECT_FALSE(c.zero_optimization.overlap_comm);
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 50000000);
+  EXPECT_EQ(c.zero_optimization.sub_group_size, 1000000000);
+  EXPECT_EQ(c.seed, 1234u);
+  EXPECT_FALSE(c.activation_checkpointing.number_checkpoints.has_value());
+}
+
+// ---- batch sizes: every row of DeepSpeed's derivation table, with W = 2 ----
+TEST(ConfigBatch, DerivationTable) {
+  struct Case { const char* text; int64_t tb, mb, gas; };
+  const Case cases[] = {
+      {R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4, "gradient_accumulation_steps": 2})", 16, 4, 2},
+      {R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 4})", 16, 4, 2},   // GAS = TB // MB // W
+      {R"({"train_batch_size": 16, "gradient_accumulation_steps": 4})", 16, 2, 4},      // MB = TB // W // GAS
+      {R"({"train_micro_batch_size_per_gpu": 3, "gradient_accumulation_steps": 5})", 30, 3, 5},  // TB = MB*GAS*W
+      {R"({"train_batch_size": 16})", 16, 8, 1},                                        // GAS = 1, MB = TB // W
+      {R"({"train_micro_batch_size_per_gpu": 3})", 6, 3, 1},                            // GAS = 1, TB = MB * W
+  };
+  for (const auto& c : cases) {
+    auto cfg = DeepSpeedConfig::from_string(c.text, 2);
+    EXPECT_EQ(cfg.train_batch_size, c.tb) << c.text;
+    EXPECT_EQ(cfg.train_micro_batch_size_per_gpu, c.mb) << c.text;
+    EXPECT_EQ(cfg.gradient_accumulation_steps, c.gas) << c.text;
+    EXPECT_EQ(cfg.dp_world_size, 2);
+  }
+}
+
+static void expect_exact(const std::string& text, int W, const std::string& msg) {
+  try {
+    DeepSpeedConfig::from_string(text, W);
+    ADD_FAILURE() << "no error for " << text;
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(std::string(e.what()), msg);
+  }
+}
+
+TEST(ConfigBatch, DeepSpeedMessages) {
+  expect_exact("{}", 1, "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+  expect_exact(R"({"gradient_accumulation_steps": 2})", 1,
+               "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
+  expect_exact(R"({"train_batch_size": 0})", 1, "Train batch size: 0 has to be greater than 0");
+  expect_exact(R"({"train_batch_size": -4, "train_micro_batch_size_per_gpu": 2})", 1,
+               "Train batch size: -4 has to be greater than 0");
+  expect_exact(R"({"train_micro_batch_size_per_gpu": 0, "gradient_accumulation_steps": 1, "train_batch_size": 4})",
+               1, "Micro batch size per gpu: 0 has to be greater than 0");
+  // TB < MB: GAS = 8 // 16 // 1 = 0
+  expect_exact(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 16})", 1,
+               "Gradient accumulation steps: 0 has to be greater than 0");
+  // TB only with TB < W: MB = 1 // 2 = 0
+  expect_exact(R"({"train_batch_size": 1})", 2, "Micro batch size per gpu: 0 has to be greater than 0");
+  expect_exact(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2})",
+               2,
+               "Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+               "gradient_acc_step * world_size 10 != 2 * 2 * 2");
+  // A floor-division remainder fails the assertion: 10 // 4 // 1 = 2, 4 * 2 * 1 != 10
+  expect_exact(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 4})", 1,
+               "Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
+               "gradient_acc_step * world_size 10 != 4 * 2 * 1");
+  expect_error(R"({"train_batch_size": "auto"})", "train_batch_size", {"auto"});
+  expect_error(R"({"train_batch_size": 2.5})", "train_batch_size", {"expected an integer"});
+}
+
+// ---- types, ranges, strictness ----
+TEST(Config, WrongTypesAndRanges) {
+  expect_error(with_batch(R"("zero_optimization": {"stage": 4})"), "zero_optimization.stage",
+               {"zero_optimization.stage", "4", "Maximum supported ZeRO stage is 3"});
+  expect_error(with_batch(R"("zero_optimization": {"stage": "2"})"), "zero_optimization.stage", {"integer"});
+  expect_error(with_batch(R"("zero_optimization": {"reduce_bucket_size": -1})"),
+               "zero_optimization.reduce_bucket_size", {"-1", ">= 0"});
+  expect_error(with_batch(R"("zero_optimization": {"allgather_bucket_size": 3})"),
+               "zero_optimization.allgather_bucket_size", {"multiple of nccl_start_alignment_factor, 2"});
+  expect_error(with_batch(R"("zero_optimization": {"contiguous_gradients": 1})"),
+               "zero_optimization.contiguous_gradients", {"true or false"});
+  expect_error(with_batch(R"("optimizer": {"type": "Adam", "params": {"lr": -0.1}})"), "optimizer.params.lr",
+               {"-0.1", ">= 0"});
+  expect_error(with_batch(R"("optimizer": {"type": "Adam", "params": {"betas": [0.9, 1.0]}})"),
+               "optimizer.params.betas", {"[0, 1)"});
+  expect_error(with_batch(R"("optimizer": {"type": "Adam", "params": {"betas": [0.9]}})"), "optimizer.params.betas",
+               {"[beta1, beta2]"});
+  expect_error(with_batch(R"("optimizer": {"type": "Adam", "params": {"amsgrad": true}})"),
+               "optimizer.params.amsgrad", {"AMSGrad"});
+  expect_error(with_batch(R"("optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}})"),
+               "optimizer.params.max_grad_norm", {"gradient_clipping"});
+  expect_error(with_batch(R"("optimizer": {"type": "Lamb"})"), "optimizer.type", {"not supported"});
+  expect_error(with_batch(R"("optimizer": {"params": {}})"), "optimizer.type", {"required"});
+  expect_error(with_batch(R"("optimizer": {"type": "SGD", "params": {"nesterov": true}})"),
+               "optimizer.params.nesterov", {"Nesterov momentum requires a momentum and zero dampening"});
+  expect_error(with_batch(R"("fp16": {"enabled": true, "hysteresis": 0})"), "fp16.hysteresis", {">= 1"});
+  expect_error(with_batch(R"("fp16": {"min_loss_scale": 0})"), "fp16.min_loss_scale", {"> 0"});
+  expect_error(with_batch(R"("fp16": {"loss_scale_window": 0})"), "fp16.loss_scale_window", {">= 1"});
+  expect_error(with_batch(R"("gradient_clipping": -1)"), "gradient_clipping", {">= 0"});
+  expect_error(with_batch(R"("gradient_clipping": "auto")"), "gradient_clipping", {"expected a number"});
+  expect_error(with_batch(R"("steps_per_print": 1.5)"), "steps_per_print", {"integer"});
+  expect_error(with_batch(R"("seed": -3)"), "seed", {">= 0"});
+  expect_error(with_batch(R"("fp16": true)"), "fp16", {"object"});
+  expect_error(with_batch(R"("activation_checkpointing": {"number_checkpoints": 0})"),
+               "activation_checkpointing.number_checkpoints", {">= 1"});
+  expect_error(with_batch(R"("activation_checkpointing": {"contiguous_memory_optimization": true})"),
+               "activation_checkpointing.contiguous_memory_optimization", {"partition"});
+  expect_error(with_batch(R"("zero_optimization": {"offload_optimizer": {"device": "gpu"}})"),
+               "zero_optimization.offload_optimizer.device", {"'none', 'cpu', 'nvme'"});
+  expect_error(with_batch(R"("zero_optimization": {"offload_optimizer": {"device": "nvme"}})"),
+               "zero_optimization.offload_optimizer.nvme_path", {"required"});
+  expect_error(with_batch(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0.5}})"),
+               "zero_optimization.offload_optimizer.ratio", {"Partial offloading only supported for ZeRO Stage 3."});
+  expect_error(with_batch(R"("zero_optimization": {"legacy_stage1": true})"), "zero_optimization.legacy_stage1",
+               {"no longer supported"});
+  expect_error(with_batch(R"("zero_optimization": {"stage3_max_live_parameters": 1, "max_live_parameters": 2})"),
+               "zero_optimization.max_live_parameters", {"only one"});
+  expect_error(with_batch(R"("fp16": {"enabled": true, "fp16_master_weights_and_grads": true})"),
+               "fp16.fp16_master_weights_and_grads",
+               {"Fp16_master_weights_and_grads is only supported with ZeRO Stage 2 for now."});
+  expect_error("[1, 2]", "<root>", {"JSON object"});
+  expect_error("{\"train_batch_size\": ", "", {"not valid JSON"});
+}
+
+TEST(Config, Fp16AndBf16BothEnabled) {
+  expect_error(with_batch(R"("fp16": {"enabled": true}, "bf16": {"enabled": true})"), "bf16.enabled",
+               {"bfloat16 and fp16 modes cannot be simultaneously enabled"});
+  expect_error(with_batch(R"("fp16": {"enabled": true}, "bfloat16": {"enabled": true})"), "bf16.enabled",
+               {"bfloat16 and fp16 modes cannot be simultaneously enabled"});
+  auto c = DeepSpeedConfig::from_string(with_batch(R"("bfloat16": {"enabled": true})"));
+  EXPECT_TRUE(c.bf16.enabled);
+  expect_error(with_batch(R"("bf16": {"enabled": true}, "bfloat16": {"enabled": true})"), "bfloat16",
+               {"only one"});
+}
+
+TEST(Config, UnknownNestedKeyIsAnErrorWithDidYouMean) {
+  expect_error(with_batch(R"("zero_optimization": {"stage": 2, "overlap_com": true})"),
+               "zero_optimization.overlap_com", {"unknown key", "did you mean 'overlap_comm'"});
+  expect_error(with_batch(R"("fp16": {"enabled": true, "loss_scale_windw": 10})"), "fp16.loss_scale_windw",
+               {"did you mean 'loss_scale_window'"});
+  expect_error(with_batch(R"("optimizer": {"type": "AdamW", "params": {"weight_decy": 0.1}})"),
+               "optimizer.params.weight_decy", {"did you mean 'weight_decay'"});
+  expect_error(with_batch(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_num_step": 10}})"),
+               "scheduler.params.warmup_num_step", {"did you mean 'warmup_num_steps'"});
+  // A param of another scheduler type is unknown for this one.
+  expect_error(with_batch(R"("scheduler": {"type": "WarmupLR", "params": {"total_num_steps": 10}})"),
+               "scheduler.params.total_num_steps", {"unknown key"});
+  expect_error(with_batch(R"("zero_optimization": {"offload_param": {"device": "cpu", "buffer_cnt": 2}})"),
+               "zero_optimization.offload_param.buffer_cnt", {"did you mean 'buffer_count'"});
+  expect_error(with_batch(R"("scheduler": {"type": "WarmupLr"})"), "scheduler.type", {"did you mean 'WarmupLR'"});
+}
+
+TEST(Config, UnknownTopLevelKeyIsAWarningWithDidYouMean) {
+  std::vector<std::string> w;
+  auto c = DeepSpeedConfig::from_string(with_batch(R"("gradient_cliping": 1.0, "flops_profiler": {}, "zzz": 1)"),
+                                        1, &w);
+  EXPECT_EQ(c.gradient_clipping, 0.0);
+  ASSERT_EQ(w.size(), 3u);
+  std::string all = w[0] + "|" + w[1] + "|" + w[2];
+  EXPECT_NE(all.find("'gradient_cliping' ignored (did you mean 'gradient_clipping'?)"), std::string::npos) << all;
+  EXPECT_NE(all.find("'flops_profiler' is not implemented by DeepSpeed.cpp yet"), std::string::npos) << all;
+  EXPECT_NE(all.find("'zzz' ignored"), std::string::npos) << all;
+  EXPECT_EQ(all.find("'zzz' ignored (did you mean"), std::string::npos) << all;
+}
+
+TEST(Config, DuplicateKeys) {
+  expect_error(R"({"train_batch_size": 8, "train_batch_size": 8})", "train_batch_size",
+               {"Duplicate keys in DeepSpeed config: [\"train_batch_size\"]"});
+  expect_error(with_batch(R"("zero_optimization": {"stage": 1, "stage": 2})"), "zero_optimization.stage",
+               {"Duplicate keys in DeepSpeed config", "zero_optimization"});
+  // The same key in two different objects is fine.
+  auto c = DeepSpeedConfig::from_string(with_batch(R"("fp16": {"enabled": false}, "bf16": {"enabled": true})"));
+  EXPECT_TRUE(c.bf16.enabled);
+}
+
+TEST(Config, AutoInsideSectionsFallsBackToDefault) {
+  auto c = DeepSpeedConfig::from_string(with_batch(
+      R"("optimizer": {"type": "AdamW", "params": {"lr": "auto", "weight_decay": "auto", "betas": "auto"}},
+         "fp16": {"enabled": "auto", "loss_scale_window": "auto"},
+         "zero_optimization": {"stage": 3, "reduce_bucket_size": "auto", "stage3_prefetch_bucket_size": "auto"})"));
+  EXPECT_EQ(c.optimizer.adam.lr, 1e-3);
+  EXPECT_EQ(c.optimizer.adam.weight_decay, 0.0);
+  EXPECT_EQ(c.optimizer.adam.betas[0], 0.9);
+  EXPECT_FALSE(c.fp16.enabled);
+  EXPECT_FALSE(c.fp16.dynamic_loss_args_given);  // "auto" does not count as given
+  EXPECT_EQ(c.zero_optimization.reduce_bucket_size, 500000000);
+  EXPECT_EQ(c.zero_optimization.stage3_prefetch_bucket_size, 50000000);
+}
+
+TEST(Config, DeprecatedKeysAreRemapped) {
+  std::vector<std::string> w;
+  auto c = DeepSpeedConfig::from_string(
+      with_batch(R"("zero_optimization": {"stage": 3, "cpu_offload": true, "cpu_offload_param": true,
+                    "cpu_offload_use_pin_memory": true, "stage3_gather_fp16_weights_on_model_save": true})"),
+      1, &w);
+  ASSERT_TRUE(c.zero_optimization.offload_optimizer.has_value());
+  EXPECT_EQ(c.zero_optimization.offload_optimizer->device, "cpu");
+  ASSERT_TRUE(c.zero_optimization.offload_param.has_value());
+  EXPECT_EQ(c.zero_optimization.offload_param->device, "cpu");
+  EXPECT_TRUE(c.zero_optimization.stage3_gather_16bit_weights_on_model_save);
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[0], "Config parameter cpu_offload is deprecated use offload_optimizer instead");
+  expect_error(with_batch(R"("zero_optimization": {"cpu_offload": true, "offload_optimizer": {"device": "cpu"}})"),
+               "zero_optimization.cpu_offload",
+               {"Cannot provide deprecated parameter 'cpu_offload' and replacing parameter 'offload_optimizer' "
+                "together"});
+  auto off = DeepSpeedConfig::from_string(with_batch(R"("zero_optimization": {"cpu_offload": false})"));
+  EXPECT_FALSE(off.zero_optimization.offload_optimizer.has_value());
+}
+
+TEST(Config, LegacyZeroBoolean) {
+  std::vector<std::string> w;
+  auto c = DeepSpeedConfig::from_string(with_batch(R"("zero_optimization": true, "allgather_size": 1000)"), 1, &w);
+  EXPECT_EQ(c.zero_optimization.stage, 1);
+  EXPECT_EQ(c.zero_optimization.allgather_bucket_size, 1000);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("deprecated"), std::string::npos);
+  auto off = DeepSpeedConfig::from_string(with_batch(R"("zero_optimization": false)"));
+  EXPECT_EQ(off.zero_optimization.stage, 0);
+}
+
+TEST(Config, OverlapCommDefaultFollowsStage) {
+  EXPECT_TRUE(DeepSpeedConfig::from_string(with_batch(R"("zero_optimization": {"stage": 3})")).zero_optimization.overlap_comm);
+  EXPECT_FALSE(DeepSpeedConfig::from_string(with_batch(R"("zero_optimization": {"stage": 2})")).zero_optimization.overlap_comm);
+  EXPECT_FALSE(DeepSpeedConfig::from_string(with_batch(R"("zero_optimization": {"stage": 3, "overlap_comm": false})"))
+                   .zero_optimization.overlap_comm);
+}
+
+TEST(Config, OptimizerTypesAndAdamWMode) {
+  auto a = DeepSpeedConfig::from_string(with_batch(R"("optimizer": {"type": "ADAM", "params": {"adam_w_mode": false, "lr": 0.01, "betas": [0.8, 0.99]}})"));
+  EXPECT_EQ(a.optimizer.type, "adam");
+  EXPECT_FALSE(a.optimizer.adam.adam_w_mode);
+  EXPECT_EQ(a.optimizer.adam.lr, 0.01);
+  EXPECT_EQ(a.optimizer.adam.betas[1], 0.99);
+  // "adamw" forces decoupled decay even with adam_w_mode false (DeepSpeed engine rule).
+  auto w = DeepSpeedConfig::from_string(with_batch(R"("optimizer": {"type": "AdamW", "params": {"adam_w_mode": false}})"));
+  EXPECT_TRUE(w.optimizer.adam.adam_w_mode);
+  auto s = DeepSpeedConfig::from_string(with_batch(R"("optimizer": {"type": "SGD", "params": {"lr": 0.1, "momentum": 0.9, "nesterov": true}})"));
+  EXPECT_EQ(s.optimizer.type, "sgd");
+  EXPECT_TRUE(s.optimizer.sgd.nesterov);
+  EXPECT_EQ(s.optimizer.lr(), 0.1);
+}
+
+TEST(Config, Fp16DynamicArgsQuirk) {
+  EXPECT_FALSE(DeepSpeedConfig::from_string(with_batch(R"("fp16": {"enabled": true})")).fp16.dynamic_loss_args_given);
+  auto c = DeepSpeedConfig::from_string(with_batch(R"("fp16": {"enabled": true, "hysteresis": 3})"));
+  EXPECT_TRUE(c.fp16.dynamic_loss_args_given);
+  EXPECT_EQ(c.fp16.hysteresis, 3);
+}
+
+TEST(Config, SchedulerParamsAndWarnings) {
+  std::vector<std::string> w;
+  auto c = DeepSpeedConfig::from_string(
+      with_batch(R"("scheduler": {"type": "WarmupDecayLR", "params": {"total_num_steps": 5, "warmup_num_steps": 10,
+                                                                   "warmup_type": "cubic"}})"),
+      1, &w);
+  EXPECT_EQ(c.scheduler.warmup_type, "log");
+  ASSERT_EQ(w.size(), 2u);
+  expect_error(with_batch(R"("scheduler": {"type": "WarmupCosineLR", "params": {}})"),
+               "scheduler.params.total_num_steps", {"needs"});
+  expect_error(with_batch(R"("scheduler": {"type": "OneCycle", "params": {"cycle_max_lr": 0.1}})"),
+               "scheduler.params.cycle_min_lr", {"needs"});
+  expect_error(with_batch(R"("scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 0, "cycle_max_lr": 0.1,
+                                                                        "cycle_first_step_size": 0}})"),
+               "scheduler.params.cycle_first_step_size", {">= 1"});
+  expect_error(with_batch(R"("scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 0}})"),
+               "scheduler.params.warmup_num_steps", {">= 1"});
+}
+
+TEST(Config, RoundTripAndHash) {
+  const std::string text = with_batch(R"(
+      "train_micro_batch_size_per_gpu": 2,
+      "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}},
+      "scheduler": {"type": "OneCycle", "params": {"cycle_min_lr": 1e-5, "cycle_max_lr": 1e-3, "cycle_first_step_size": 7}},
+      "gradient_clipping": 1.0, "bf16": {"enabled": true},
+      "fp16": {"hysteresis": 4},
+      "activation_checkpointing": {"number_checkpoints": 4},
+      "zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0.5}},
+      // comments are allowed
+      "seed": 7)");
+  auto a = DeepSpeedConfig::from_string(text, 2);
+  auto b = DeepSpeedConfig::parse(a.to_json(), 2);
+  EXPECT_EQ(a.canonical_dump(), b.canonical_dump());
+  EXPECT_EQ(a.hash(), b.hash());
+  EXPECT_TRUE(b.fp16.dynamic_loss_args_given);
+  EXPECT_EQ(b.zero_optimization.offload_optimizer->ratio, 0.5);
+  EXPECT_EQ(b.scheduler.cycle_first_step_size, 7);
+  auto c = DeepSpeedConfig::from_string(text + "", 2);
+  c.seed = 8;
+  EXPECT_NE(a.hash(), c.hash());
+}
+
+TEST(Config, FromFile) {
+  std::string path = std::string(DSCPP_BINARY_DIR) + "/test_config_tmp.json";
+  {
+    std::ofstream f(path);
+    f << R"({"train_batch_size": 4, "zero_optimization": {"stage": 2}})";
+  }
+  auto c = DeepSpeedConfig::from_file(path, 4);
+  EXPECT_EQ(c.train_micro_batch_size_per_gpu, 1);
+  EXPECT_EQ(c.zero_optimization.stage, 2);
+  std::remove(path.c_str());
+  EXPECT_THROW(DeepSpeedConfig::from_file(path), ConfigError);
+}
