@@ -12,7 +12,7 @@ void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg
   const float bc2 = p.bias_correction ? float(1.0 - std::pow(double(p.beta2), double(p.step))) : 1.0f;
   const float b1 = p.beta1, b2 = p.beta2, eps = p.eps, lr = p.lr, wd = p.weight_decay, gs = p.grad_scale;
   const bool adamw = p.adamw_mode;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t i = 0; i < n; ++i) {
     float w = param[i];
     float g = grad[i] * gs;
@@ -31,7 +31,7 @@ void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg
 void sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n, const ops::SgdParams& p) {
   const float lr = p.lr, mom = p.momentum, damp = p.dampening, wd = p.weight_decay, gs = p.grad_scale;
   const bool first = p.first_step, nesterov = p.nesterov, use_mom = p.momentum != 0.0f;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n > 32768)
   for (int64_t i = 0; i < n; ++i) {
     float w = param[i];
     float g = grad[i] * gs;
