@@ -1,6 +1,6 @@
 // Softmax cross-entropy over a (possibly padded) vocabulary, with ignored rows (target < 0).
-// Backward may run in place on the logits: each row's max and sum are read before any of its elements is written,
-// and each element is read then written by the same iteration.
+// Backward may run in place on the logits: a row's max is found before any of its elements is written, and after
+// that each element is read only by the iteration that writes it.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -43,10 +43,14 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
       for (int64_t v = 0; v < Vp; v++) dx[v] = 0.0f;
       continue;
     }
-    float mx, sum;
-    row_max_sum(x, V, mx, sum);
-    const float inv = 1.0f / sum;
-    for (int64_t v = 0; v < V; v++) dx[v] = dloss * (std::exp(x[v] - mx) * inv - (v == target ? 1.0f : 0.0f));
+    // One exp per element: dx holds exp(x - max) first, then is normalised in a second pass.
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t v = 0; v < V; v++) mx = std::max(mx, x[v]);
+    float sum = 0.0f;
+    for (int64_t v = 0; v < V; v++) sum += (dx[v] = std::exp(x[v] - mx));
+    const float scale = dloss / sum;
+    for (int64_t v = 0; v < V; v++) dx[v] *= scale;
+    dx[target] -= dloss;
     for (int64_t v = V; v < Vp; v++) dx[v] = 0.0f;
   }
 }
