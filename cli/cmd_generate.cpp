@@ -1,13 +1,86 @@
-// dscpp generate (placeholder until its issue part lands)
-#include "cli/commands.h"
+// dscpp generate: sample text from a checkpoint saved by `dscpp train`.
 #include <cstdio>
+#include <iostream>
+
+#include "cli/commands.h"
+#include "dscpp/checkpoint/checkpoint_io.h"
+#include "dscpp/data/tokenizer.h"
+#include "dscpp/inference/sampler.h"
+#include "dscpp/runtime/engine.h"
 
 namespace dscpp::cli {
 
+namespace {
+struct GenerateOptions {
+  std::string checkpoint = "runs/default/checkpoints";
+  std::string tag;
+  std::string prompt = "The ";
+  int64_t max_tokens = 100;
+  float temperature = 0.8f;
+  int64_t top_k = 40;
+  float top_p = 1.0f;
+  bool greedy = false;
+  uint64_t seed = 1;
+  int num = 1;
+};
+
+void print_token(int32_t id, void* user) {
+  const Tokenizer* tok = static_cast<const Tokenizer*>(user);
+  if (id == tok->eot_id()) return;
+  const std::string& s = tok->token_bytes(id);
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+}  // namespace
+
 Command register_generate(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
   Command c;
-  c.app = app.add_subcommand("generate", "generate (not yet implemented)");
-  c.run = [] { std::fprintf(stderr, "dscpp generate: not implemented yet\n"); return 2; };
+  c.app = app.add_subcommand("generate", "Generate text from a checkpoint");
+  c.app->footer(
+      "Examples:\n"
+      "  dscpp generate --prompt \"The meaning of life\"\n"
+      "  dscpp generate --checkpoint runs/default/checkpoints --greedy --max-tokens 50\n"
+      "  dscpp generate --temperature 1.0 --top-p 0.9 --seed 7 -n 3");
+  c.app->add_option("--checkpoint", o->checkpoint, "Checkpoint directory (holding `latest`)")->capture_default_str();
+  c.app->add_option("--tag", o->tag, "Checkpoint tag (default: latest)");
+  c.app->add_option("--prompt,-p", o->prompt, "Prompt text")->capture_default_str();
+  c.app->add_option("--max-tokens", o->max_tokens, "New tokens to generate")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  c.app->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  c.app->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str();
+  c.app->add_option("--top-p", o->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str()
+      ->check(CLI::Range(0.0f, 1.0f));
+  c.app->add_flag("--greedy", o->greedy, "Greedy decoding (argmax)");
+  c.app->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
+  c.app->add_option("-n,--num", o->num, "Number of samples")->capture_default_str();
+  c.run = [o] {
+    ModelConfig mcfg = read_checkpoint_model_config(o->checkpoint, o->tag);
+    auto model = make_model(mcfg);
+    CheckpointReader r(o->checkpoint, o->tag);
+    const ParamSet& ps = model->params();
+    NamedTensors dsts;
+    for (int i = 0; i < ps.size(); i++) dsts.emplace_back(ps.info(i).name, ps.param(i));
+    r.read_into("model_states.safetensors", dsts);
+    DSCPP_CHECK(r.has_file("tokenizer.json"), r.dir(), " has no tokenizer.json");
+    std::string tok_path = r.dir() + "/tokenizer.json";
+    Tokenizer tok = Tokenizer::load_hf(tok_path);
+    for (int i = 0; i < o->num; i++) {
+      std::vector<int32_t> ids = tok.encode(o->prompt);
+      ids.insert(ids.begin(), tok.eot_id());
+      SamplingParams sp;
+      sp.temperature = o->greedy ? 0.0f : o->temperature;
+      sp.top_k = o->top_k;
+      sp.top_p = o->top_p;
+      sp.seed = o->seed + uint64_t(i);
+      if (o->num > 1) std::printf("--- sample %d ---\n", i + 1);
+      std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);
+      generate(*model, ids, o->max_tokens, sp, tok.eot_id(), print_token, &tok);
+      std::printf("\n");
+    }
+    return 0;
+  };
   return c;
 }
 

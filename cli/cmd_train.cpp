@@ -1,13 +1,48 @@
-// dscpp train (placeholder until its issue part lands)
+// dscpp train: the main job. With no arguments it trains a small GPT on the built-in corpus (Debian's fortunes),
+// saves a checkpoint and prints samples.
+#include <iostream>
+
 #include "cli/commands.h"
-#include <cstdio>
+#include "dscpp/models/model.h"
+#include "dscpp/runtime/trainer.h"
 
 namespace dscpp::cli {
 
 Command register_train(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
   Command c;
-  c.app = app.add_subcommand("train", "train (not yet implemented)");
-  c.run = [] { std::fprintf(stderr, "dscpp train: not implemented yet\n"); return 2; };
+  c.app = app.add_subcommand("train", "Train a model (default: a small GPT on the built-in corpus)");
+  c.app->footer(
+      "Examples:\n"
+      "  dscpp train                                   # built-in default: gpt2-tiny on Debian's fortunes\n"
+      "  dscpp train --config ds_config.json --model llama-tiny --steps 1000\n"
+      "  dscpp train --data corpus.txt --vocab-size 4096 --out runs/mine\n"
+      "  dscpp train --data shards/*.bin --tokenizer tokenizer.json --resume\n"
+      "Model presets: " + [] { std::string s; for (auto& n : ModelConfig::preset_names()) s += n + " "; return s; }());
+  c.app->add_option("--config", o->config_path, "DeepSpeed JSON config (default: built-in, see README)")
+      ->check(CLI::ExistingFile);
+  c.app->add_option("--model", o->model, "Model preset name or Hugging Face config.json")->capture_default_str();
+  c.app->add_option("--data", o->data, "Token shards (*.bin) or text files (default: built-in corpus)");
+  c.app->add_option("--tokenizer", o->tokenizer, "tokenizer.json or vocab.json (default: train one on the data)");
+  c.app->add_option("--vocab-size", o->vocab_size, "Vocabulary size when training a tokenizer")
+      ->capture_default_str()->check(CLI::Range(257, 1 << 20));
+  c.app->add_option("--out", o->out_dir, "Output directory (data cache, checkpoints)")->capture_default_str();
+  c.app->add_option("--steps", o->steps, "Optimizer steps")->capture_default_str()->check(CLI::PositiveNumber);
+  c.app->add_option("--seq-len", o->seq_len, "Sequence length (default: the model's context)");
+  c.app->add_option("--save-every", o->save_every, "Save a checkpoint every N steps (0: at the end)")
+      ->capture_default_str();
+  c.app->add_option("--keep-last", o->keep_last, "Checkpoint tags to keep")->capture_default_str();
+  c.app->add_flag("--resume", o->resume, "Resume from OUT/checkpoints/latest when present");
+  c.app->add_flag("--activation-checkpointing", o->activation_checkpointing,
+                  "Recompute block activations in backward (activation_checkpointing.number_checkpoints picks how many)");
+  c.app->add_option("--eval-every", o->eval_every, "Validation loss every N steps (0: at the start and end)")
+      ->capture_default_str();
+  c.app->add_option("--samples", o->num_samples, "Samples to print at the end")->capture_default_str();
+  c.app->add_option("--seed", o->seed, "Seed (default: the config's seed)");
+  c.run = [o] {
+    run_training(*o, std::cout);
+    return 0;
+  };
   return c;
 }
 

@@ -1,0 +1,82 @@
+// Engine: DeepSpeed's training engine shape. initialize(model, config) builds the optimizer and LR schedule from the
+// config; the loop calls forward(), backward(), step() once per micro-batch, and step() updates only at a gradient
+// accumulation boundary, exactly as deepspeed.DeepSpeedEngine does:
+//   is_gradient_accumulation_boundary() = (micro_steps + 1) % gradient_accumulation_steps == 0
+//   backward() scales the loss by 1 / gradient_accumulation_steps
+//   step() at the boundary: clip by the global norm (gradient_clipping), optimizer step, LR schedule step, zero the
+//          gradients, global_steps += 1, global_samples += train_batch_size; micro_steps += 1 on every call.
+// Data parallelism, ZeRO partitioning and mixed precision plug in behind the same calls (later issues).
+#pragma once
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "dscpp/core/rng.h"
+#include "dscpp/models/model.h"
+#include "dscpp/runtime/config.h"
+#include "dscpp/runtime/lr_schedule.h"
+#include "dscpp/runtime/optimizer.h"
+
+namespace dscpp {
+
+struct StepTimes {  // wall_clock_breakdown: milliseconds summed since the last report
+  double forward_ms = 0, backward_ms = 0, step_ms = 0;
+  int64_t micro_steps = 0, steps = 0;
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<Model> model, DeepSpeedConfig config);
+
+  // tokens, targets: i32 [micro_batch, T]. Returns the mean loss of this micro-batch (unscaled).
+  float forward(const Tensor& tokens, const Tensor& targets);
+  void backward();
+  void step();
+
+  bool is_gradient_accumulation_boundary() const;
+  int64_t global_steps() const { return global_steps_; }
+  int64_t global_samples() const { return global_samples_; }
+  int64_t micro_steps() const { return micro_steps_; }
+  int64_t skipped_steps() const { return skipped_steps_; }
+  double get_lr() const;                         // lr of the next optimizer step
+  double last_grad_norm() const { return last_grad_norm_; }  // global norm before clipping, at the last boundary
+  float last_loss() const { return last_loss_; }  // mean over the last boundary's micro-batches
+
+  Model& model() { return *model_; }
+  Optimizer& optimizer() { return *optimizer_; }
+  LRScheduler& lr_scheduler() { return scheduler_; }
+  const DeepSpeedConfig& config() const { return cfg_; }
+  Rng& rng() { return rng_; }
+  StepTimes take_step_times();                   // returns and resets the wall-clock breakdown
+
+  // Checkpoints (DeepSpeed's save_checkpoint / load_checkpoint): tag "" = "global_step<N>". client_state is stored
+  // as given and returned by load. Loading verifies checksums, names and shapes before touching the engine.
+  void save_checkpoint(const std::string& save_dir, std::string tag = "",
+                       const nlohmann::json& client_state = nlohmann::json::object(), int keep_last = 0,
+                       const std::string& extra_file = "", const std::string& extra_file_name = "");
+  nlohmann::json load_checkpoint(const std::string& load_dir, const std::string& tag = "");
+
+ private:
+  std::unique_ptr<Model> model_;
+  DeepSpeedConfig cfg_;
+  std::unique_ptr<Optimizer> optimizer_;
+  LRScheduler scheduler_;
+  Rng rng_;
+  int64_t micro_steps_ = 0, global_steps_ = 0, global_samples_ = 0, skipped_steps_ = 0;
+  double last_grad_norm_ = 0.0;
+  double loss_sum_ = 0.0;
+  int64_t loss_count_ = 0;
+  float last_loss_ = 0.0f;
+  StepTimes times_;
+};
+
+// deepspeed.initialize(): validates that the config and model agree, then builds the engine.
+std::unique_ptr<Engine> initialize(std::unique_ptr<Model> model, const DeepSpeedConfig& config);
+
+// Reads the model config stored in a checkpoint tag (so generate/resume can rebuild the model first).
+ModelConfig read_checkpoint_model_config(const std::string& load_dir, const std::string& tag = "");
+
+}  // namespace dscpp

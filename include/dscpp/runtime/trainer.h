@@ -1,0 +1,49 @@
+// The training driver behind `dscpp train`: prepares data (the built-in corpus, text files or token shards),
+// builds the model and the engine from a DeepSpeed config, runs the loop with progress lines and ETA, evaluates,
+// checkpoints (resumable: data-loader position and RNG included) and prints samples.
+#pragma once
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace dscpp {
+
+struct TrainOptions {
+  std::string config_path;            // DeepSpeed JSON config; "" = the built-in default (train_default_config)
+  std::string model = "gpt2-tiny";    // a preset name, or a path to a Hugging Face config.json
+  std::vector<std::string> data;      // *.bin token shards or text files; empty = the built-in corpus
+  std::string tokenizer;              // tokenizer.json, or vocab.json (merges.txt beside it); "" = train one
+  int vocab_size = 2048;              // when training a tokenizer
+  std::string out_dir = "runs/default";
+  int64_t steps = 400;                // optimizer steps
+  int64_t seq_len = 0;                // 0 = the model's context length
+  int64_t save_every = 0;             // 0 = save at the end only
+  int keep_last = 2;                  // checkpoint tags to keep
+  bool resume = false;                // continue from out_dir/checkpoints/latest when present
+  bool activation_checkpointing = false;  // recompute every block (number_checkpoints in the config picks fewer)
+  int64_t eval_every = 100;           // 0 = only at the end
+  int64_t eval_batches = 8;
+  int num_samples = 3;
+  int64_t sample_tokens = 80;
+  uint64_t seed = 0;                  // 0 = the config's seed
+  bool quiet = false;                 // no progress lines (tests)
+};
+
+struct TrainResult {
+  std::vector<float> losses;          // mean loss of each optimizer step run in this call
+  float first_val_loss = 0, final_val_loss = 0;
+  double tokens_per_second = 0;       // over the steps run, excluding evaluation and checkpointing
+  int64_t peak_tensor_bytes = 0;      // allocator high-water mark
+  int64_t peak_rss_bytes = 0;         // process high-water mark (getrusage)
+  int64_t global_steps = 0;
+  std::string checkpoint_dir;
+  std::vector<std::string> samples;
+};
+
+// The built-in DeepSpeed config for `dscpp train` with no --config (AdamW, WarmupCosineLR over `steps`, clipping).
+std::string train_default_config(int64_t steps);
+
+TrainResult run_training(const TrainOptions& opts, std::ostream& log);
+
+}  // namespace dscpp

@@ -1,0 +1,318 @@
+#include "dscpp/runtime/trainer.h"
+
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <ostream>
+
+#include "dscpp/checkpoint/checkpoint_io.h"
+#include "dscpp/data/corpus.h"
+#include "dscpp/data/dataloader.h"
+#include "dscpp/data/shard.h"
+#include "dscpp/data/tokenizer.h"
+#include "dscpp/inference/sampler.h"
+#include "dscpp/runtime/engine.h"
+
+namespace fs = std::filesystem;
+
+namespace dscpp {
+
+std::string train_default_config(int64_t steps) {
+  nlohmann::json j = {
+      {"train_micro_batch_size_per_gpu", 16},
+      {"gradient_accumulation_steps", 1},
+      {"optimizer", {{"type", "AdamW"}, {"params", {{"lr", 2e-3}, {"betas", {0.9, 0.95}}, {"eps", 1e-8},
+                                                    {"weight_decay", 0.1}}}}},
+      {"scheduler", {{"type", "WarmupCosineLR"}, {"params", {{"warmup_num_steps", std::min<int64_t>(40, steps / 5 + 1)},
+                                                            {"total_num_steps", steps}, {"warmup_min_ratio", 0.0},
+                                                            {"cos_min_ratio", 0.1}}}}},
+      {"gradient_clipping", 1.0},
+      {"steps_per_print", 10},
+  };
+  return j.dump(2);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string fmt_duration(double s) {
+  if (!std::isfinite(s) || s < 0) s = 0;
+  long t = long(s + 0.5);
+  char buf[32];
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%ld:%02ld", t / 60, t % 60);
+  return buf;
+}
+
+std::string fmt_bytes(int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / (1024.0 * 1024.0));
+  return buf;
+}
+
+int64_t peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return int64_t(ru.ru_maxrss) * 1024;
+}
+
+bool is_shard(const std::string& p) { return fs::path(p).extension() == ".bin"; }
+
+Tokenizer load_tokenizer(const std::string& path) {
+  if (fs::path(path).filename() == "vocab.json")
+    return Tokenizer::load_gpt2(path, (fs::path(path).parent_path() / "merges.txt").string());
+  return Tokenizer::load_hf(path);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  DSCPP_CHECK(in.good(), "cannot read ", path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Resolves the tokenizer and the token shards; caches the built-in corpus's under out_dir/data.
+struct PreparedData {
+  Tokenizer tokenizer;
+  std::string tokenizer_path;
+  std::vector<std::string> shards;
+};
+
+PreparedData prepare_data(const TrainOptions& o, std::ostream& log) {
+  PreparedData d;
+  fs::path data_dir = fs::path(o.out_dir) / "data";
+  fs::create_directories(data_dir);
+  std::vector<std::string> texts, shards;
+  for (const auto& p : o.data) (is_shard(p) ? shards : texts).push_back(p);
+  DSCPP_CHECK(texts.empty() || shards.empty(), "--data: give token shards (*.bin) or text files, not both");
+
+  std::vector<std::string> docs;
+  auto load_docs = [&] {
+    if (!docs.empty()) return;
+    if (texts.empty()) {
+      docs = default_corpus_documents();
+    } else {
+      for (const auto& t : texts) docs.push_back(read_file(t));
+    }
+  };
+
+  if (!o.tokenizer.empty()) {
+    d.tokenizer = load_tokenizer(o.tokenizer);
+    d.tokenizer_path = o.tokenizer;
+  } else if (fs::exists(data_dir / "tokenizer.json") && shards.empty()) {
+    d.tokenizer_path = (data_dir / "tokenizer.json").string();
+    d.tokenizer = Tokenizer::load_hf(d.tokenizer_path);
+  } else {
+    DSCPP_CHECK(shards.empty(), "--data with token shards needs --tokenizer (the one that made them)");
+    load_docs();
+    auto t0 = Clock::now();
+    std::string joined;
+    for (const auto& doc : docs) joined += doc, joined += '\n';
+    if (!o.quiet) log << "training a " << o.vocab_size << "-token BPE tokenizer on " << fmt_bytes(int64_t(joined.size()))
+                      << " of text..." << std::endl;
+    d.tokenizer = Tokenizer::train(joined, o.vocab_size);
+    d.tokenizer_path = (data_dir / "tokenizer.json").string();
+    d.tokenizer.save_hf(d.tokenizer_path);
+    if (!o.quiet)
+      log << "  tokenizer: " << d.tokenizer.vocab_size() << " tokens in "
+          << std::chrono::duration<double>(Clock::now() - t0).count() << " s -> " << d.tokenizer_path << std::endl;
+  }
+
+  if (!shards.empty()) {
+    d.shards = shards;
+    return d;
+  }
+  fs::path shard = data_dir / "train_000.bin";
+  bool reuse = false;
+  if (fs::exists(shard)) {
+    try {
+      TokenShard s(shard.string());
+      reuse = s.vocab_size() == d.tokenizer.vocab_size() &&
+              fs::last_write_time(shard) >= fs::last_write_time(d.tokenizer_path);
+    } catch (const Error&) {
+      reuse = false;  // a damaged cache is rebuilt
+    }
+  }
+  if (!reuse) {
+    load_docs();
+    auto t0 = Clock::now();
+    std::vector<int32_t> toks = tokenize_documents(d.tokenizer, docs);
+    write_token_shard(shard.string(), toks, d.tokenizer.vocab_size());
+    if (!o.quiet)
+      log << "  tokenized " << docs.size() << " documents into " << toks.size() << " tokens in "
+          << std::chrono::duration<double>(Clock::now() - t0).count() << " s -> " << shard.string() << std::endl;
+  }
+  d.shards = {shard.string()};
+  return d;
+}
+
+float evaluate(Model& model, DataLoader& val, int64_t batches, int64_t B, int64_t T) {
+  Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
+  val.set_state({0, 0, val.state().seed});  // the same batches every time
+  double sum = 0;
+  int64_t n = std::min<int64_t>(batches, std::max<int64_t>(val.batches_per_epoch(), 1));
+  for (int64_t i = 0; i < n; i++) {
+    val.next_batch(x, y);
+    sum += model.forward(x, y);
+  }
+  return float(sum / double(n));
+}
+
+}  // namespace
+
+TrainResult run_training(const TrainOptions& o, std::ostream& log) {
+  TrainResult res;
+  DSCPP_CHECK(o.steps > 0, "--steps must be > 0 (got ", o.steps, ")");
+  // 1. Config first: every config error is reported before any work starts.
+  std::vector<std::string> warnings;
+  DeepSpeedConfig cfg = o.config_path.empty() ? DeepSpeedConfig::from_string(train_default_config(o.steps), 1, &warnings)
+                                              : DeepSpeedConfig::from_file(o.config_path, 1, &warnings);
+  for (const auto& w : warnings) log << "warning: " << w << std::endl;
+  if (o.seed) cfg.seed = o.seed;
+  ModelConfig mcfg = fs::exists(o.model) ? ModelConfig::from_hf_json(nlohmann::json::parse(read_file(o.model)))
+                                         : ModelConfig::preset(o.model);
+
+  // 2. Data and tokenizer; the model's vocabulary follows the tokenizer's.
+  PreparedData data = prepare_data(o, log);
+  mcfg.vocab_size = data.tokenizer.vocab_size();
+  int64_t T = o.seq_len ? o.seq_len : mcfg.max_seq_len;
+  DSCPP_CHECK(T <= mcfg.max_seq_len, "--seq-len ", T, " exceeds the model's context length ", mcfg.max_seq_len);
+  mcfg.validate();
+  const int64_t B = cfg.train_micro_batch_size_per_gpu, gas = cfg.gradient_accumulation_steps;
+
+  DataLoaderConfig dc;
+  dc.shards = data.shards;
+  dc.batch_size = B;
+  dc.seq_len = T;
+  dc.seed = cfg.seed;
+  dc.val_fraction = 0.02;
+  DataLoader train(dc);
+  dc.validation = true;
+  dc.shuffle = false;
+  DataLoader val(dc);
+
+  // 3. Model and engine.
+  auto model = make_model(mcfg);
+  model->init_weights(cfg.seed);
+  if (o.activation_checkpointing && !cfg.activation_checkpointing.number_checkpoints)
+    model->set_checkpoint_policy(CheckpointPolicy(size_t(mcfg.n_layer), true));
+  auto engine = initialize(std::move(model), cfg);
+  Model& m = engine->model();
+
+  const std::string ckpt_dir = (fs::path(o.out_dir) / "checkpoints").string();
+  res.checkpoint_dir = ckpt_dir;
+  if (o.resume && fs::exists(fs::path(ckpt_dir) / "latest")) {
+    nlohmann::json cs = engine->load_checkpoint(ckpt_dir);
+    const auto& dl = cs.at("dataloader");
+    train.set_state({dl.at("epoch").get<uint64_t>(), dl.at("position").get<uint64_t>(), dl.at("seed").get<uint64_t>()});
+    if (!o.quiet) log << "resumed from " << ckpt_dir << " at step " << engine->global_steps() << std::endl;
+  }
+  auto save = [&] {
+    DataLoaderState s = train.state();
+    nlohmann::json cs = {{"dataloader", {{"epoch", s.epoch}, {"position", s.position}, {"seed", s.seed}}}};
+    engine->save_checkpoint(ckpt_dir, "", cs, o.keep_last, data.tokenizer_path, "tokenizer.json");
+  };
+
+  const double flops_per_token = mcfg.train_flops_per_token(T);
+  if (!o.quiet) {
+    log << "model " << mcfg.arch << ": " << mcfg.n_layer << " layers, " << mcfg.n_head << " heads ("
+        << mcfg.n_kv_head << " kv), width " << mcfg.n_embd << ", vocab " << mcfg.vocab_size << ", context " << T
+        << ", " << m.params().num_parameters() << " parameters" << std::endl;
+    log << "data: " << train.total_tokens() << " tokens, " << train.batches_per_epoch() << " steps per epoch at "
+        << B << " x " << T << " x " << gas << " (micro-batch x seq x grad accumulation); validation "
+        << val.num_sequences() << " sequences" << std::endl;
+    log << "optimizer " << engine->optimizer().name() << ", schedule "
+        << (cfg.scheduler.type.empty() ? "constant" : cfg.scheduler.type) << ", clipping " << cfg.gradient_clipping
+        << ", steps " << o.steps << std::endl;
+  }
+  res.first_val_loss = evaluate(m, val, o.eval_batches, B, T);
+  if (!o.quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;
+
+  cpu_allocator().reset_peak();
+  Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
+  const int64_t start_step = engine->global_steps();
+  const int64_t print_every = cfg.steps_per_print > 0 ? cfg.steps_per_print : 0;
+  double train_seconds = 0, window_seconds = 0;
+  int64_t window_tokens = 0;
+  auto run_start = Clock::now();
+  while (engine->global_steps() < o.steps) {
+    auto t0 = Clock::now();
+    for (int64_t micro = 0; micro < gas; micro++) {
+      train.next_batch(x, y);
+      engine->forward(x, y);
+      engine->backward();
+      engine->step();
+    }
+    double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+    train_seconds += dt;
+    window_seconds += dt;
+    window_tokens += B * T * gas;
+    res.losses.push_back(engine->last_loss());
+    const int64_t step = engine->global_steps();
+    if (!o.quiet && print_every && (step % print_every == 0 || step == o.steps)) {
+      double tps = window_tokens / window_seconds;
+      double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
+      double eta = train_seconds / double(step - start_step) * double(o.steps - step);
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | %.2f GFLOP/s | elapsed %s"
+                    " | ETA %s",
+                    (long long)step, (long long)o.steps, engine->last_loss(), engine->get_lr(),
+                    engine->last_grad_norm(), tps, tps * flops_per_token / 1e9, fmt_duration(elapsed).c_str(),
+                    fmt_duration(eta).c_str());
+      log << line << std::endl;
+      if (cfg.wall_clock_breakdown) {
+        StepTimes st = engine->take_step_times();
+        std::snprintf(line, sizeof line, "  time per optimizer step: forward %.1f ms | backward %.1f ms | step %.1f ms",
+                      st.forward_ms / double(st.steps), st.backward_ms / double(st.steps), st.step_ms / double(st.steps));
+        log << line << std::endl;
+      }
+      window_seconds = 0;
+      window_tokens = 0;
+    }
+    if (o.eval_every && step % o.eval_every == 0 && step != o.steps) {
+      float vl = evaluate(m, val, o.eval_batches, B, T);
+      if (!o.quiet) log << "step " << step << " | val loss " << vl << std::endl;
+    }
+    if (o.save_every && step % o.save_every == 0 && step != o.steps) save();
+  }
+  int64_t steps_run = engine->global_steps() - start_step;
+  res.tokens_per_second = steps_run ? double(steps_run * B * T * gas) / train_seconds : 0.0;
+  res.peak_tensor_bytes = cpu_allocator().stats().peak_bytes;
+  res.peak_rss_bytes = peak_rss_bytes();
+  res.global_steps = engine->global_steps();
+  res.final_val_loss = evaluate(m, val, o.eval_batches, B, T);
+  save();
+  if (!o.quiet) {
+    log << "step " << res.global_steps << " | val loss " << res.final_val_loss << " (was " << res.first_val_loss
+        << ")" << std::endl;
+    log << "trained " << steps_run << " steps in " << fmt_duration(train_seconds) << ": " << long(res.tokens_per_second)
+        << " tokens/s; peak tensor memory " << fmt_bytes(res.peak_tensor_bytes) << ", peak RSS "
+        << fmt_bytes(res.peak_rss_bytes) << std::endl;
+    log << "checkpoint: " << ckpt_dir << "/" << read_latest_tag(ckpt_dir) << std::endl;
+  }
+
+  // 4. Samples.
+  const char* prompts[] = {"The ", "A man", "Q:", "Life is", "I think"};
+  for (int i = 0; i < o.num_samples; i++) {
+    std::string prompt = prompts[i % 5];
+    std::vector<int32_t> ids = data.tokenizer.encode(prompt);
+    ids.insert(ids.begin(), data.tokenizer.eot_id());
+    SamplingParams sp;
+    sp.temperature = 0.8f;
+    sp.top_k = 40;
+    sp.seed = cfg.seed + uint64_t(i);
+    std::vector<int32_t> out = generate(m, ids, o.sample_tokens, sp, data.tokenizer.eot_id());
+    std::vector<int32_t> text_ids(out.begin() + 1, out.end());
+    if (!text_ids.empty() && text_ids.back() == data.tokenizer.eot_id()) text_ids.pop_back();
+    res.samples.push_back(data.tokenizer.decode(text_ids));
+    if (!o.quiet) log << "--- sample " << i + 1 << " ---\n" << res.samples.back() << std::endl;
+  }
+  return res;
+}
+
+}  // namespace dscpp
