@@ -1,7 +1,9 @@
 // Pre-tokenisation with GPT-2's regex semantics, as a hand-written scanner over UTF-8 code points:
 //   's|'t|'re|'ve|'m|'ll|'d | ?\p{L}+ | ?\p{N}+ | ?[^\s\p{L}\p{N}]+ | \s+(?!\S) | \s+
 // Classes: ASCII exactly; other code points by ICU general category (L*, N*) and the Unicode White_Space property
-// (what the Python `regex` module uses for \s). Limits: a byte that is not part of valid UTF-8 (stray continuation,
+// for \s (so U+001C..U+001F, which Python's str.isspace() accepts, are "other" here; whether GPT-2's `regex`
+// library agrees on those four was not checked). ICU's Unicode version may differ from the one GPT-2's regex
+// library shipped, for recently added characters. Limits: a byte that is not part of valid UTF-8 (stray continuation,
 // overlong, surrogate, truncated sequence) counts as one "other" character, so it joins ` ?[^\s\p{L}\p{N}]+` runs;
 // GPT-2 itself never sees such bytes (its text is decoded first). The pieces always concatenate to the input.
 #pragma once

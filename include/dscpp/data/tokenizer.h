@@ -26,7 +26,8 @@ class Tokenizer {
   // GPT-2 files. Any of `special_tokens` found in vocab.json becomes a special token.
   static Tokenizer load_gpt2(const std::string& vocab_json, const std::string& merges_txt,
                              const std::vector<std::string>& special_tokens = {kEotToken});
-  // Hugging Face tokenizer.json with model.type BPE and a ByteLevel pre-tokenizer.
+  // Hugging Face tokenizer.json with model.type BPE and a ByteLevel pre-tokenizer (alone or in a Sequence; the split
+  // regex is always GPT-2's, add_prefix_space=true is refused). Every added_tokens entry becomes a special token.
   static Tokenizer load_hf(const std::string& tokenizer_json);
   void save_hf(const std::string& tokenizer_json) const;  // atomic (temp file + rename)
 
