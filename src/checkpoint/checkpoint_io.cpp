@@ -37,10 +37,10 @@ using K = CheckpointErrorKind;
 constexpr const char* kManifest = "manifest.json";
 constexpr const char* kFormat = "dscpp-checkpoint";
 
-void check_tag(const std::string& tag) {
+void check_tag(const std::string& tag, const std::string& where = "") {
   bool bad = tag.empty() || tag == "." || tag == ".." || tag == "latest" || tag.find('/') != std::string::npos ||
              tag.find('\0') != std::string::npos || tag.ends_with(".tmp") || tag.ends_with(".old");
-  if (bad) checkpoint_fail(K::bad_argument, "invalid checkpoint tag \"", tag, "\"");
+  if (bad) checkpoint_fail(K::bad_argument, where, where.empty() ? "" : ": ", "invalid checkpoint tag \"", tag, "\"");
 }
 
 // Relative path inside a tag: no absolute path, no "." / ".." components, not the manifest.
@@ -151,7 +151,7 @@ CheckpointReader::CheckpointReader(std::string save_dir, std::string tag, bool v
     : save_dir_(std::move(save_dir)), tag_(std::move(tag)) {
   bool from_latest = tag_.empty();
   if (from_latest) tag_ = read_latest_tag(save_dir_);
-  check_tag(tag_);
+  check_tag(tag_, from_latest ? save_dir_ + "/latest" : save_dir_);
   const std::string d = dir();
   std::error_code ec;
   if (!fs::is_directory(d, ec))

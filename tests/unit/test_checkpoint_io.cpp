@@ -372,6 +372,8 @@ TEST_F(CheckpointTest, LatestHandlingAndPrune) {
   expect_tag_holds(dir_, "", 2);
   spit(dir_ + "/latest", "gone");
   expect_ckpt_error([&] { CheckpointReader r(dir_); }, K::tag_not_found, {dir_ + "/gone", "named by"});
+  spit(dir_ + "/latest", "../s2");
+  expect_ckpt_error([&] { CheckpointReader r(dir_); }, K::bad_argument, {dir_ + "/latest", "invalid checkpoint tag"});
   spit(dir_ + "/latest", "  ");
   expect_ckpt_error([&] { read_latest_tag(dir_); }, K::missing_latest, {"empty"});
   expect_ckpt_error([&] { prune_old_tags(dir_, 0); }, K::bad_argument, {"keep_last"});
@@ -438,7 +440,9 @@ TEST_F(CheckpointTest, CrashAtEveryFaultPointLeavesPreviousTagLoadable) {
     if (s2_visible) expect_tag_holds(dir_, "s2", 2);  // complete, just not yet named by latest
     EXPECT_EQ(list_tags(dir_).front(), "s1");
 
-    save_tag(dir_, "s2", 2);  // recovery: the stale s2.tmp is replaced
+    if (fs::exists(dir_ + "/s2.tmp")) spit(dir_ + "/s2.tmp/stale.bin", "x");  // a crashed run's leftover
+    save_tag(dir_, "s2", 2);  // recovery: the stale s2.tmp is replaced, not reused
+    EXPECT_FALSE(fs::exists(dir_ + "/s2/stale.bin"));
     EXPECT_EQ(read_latest_tag(dir_), "s2");
     expect_tag_holds(dir_, "", 2);
     EXPECT_FALSE(fs::exists(dir_ + "/s2.tmp"));

@@ -28,7 +28,8 @@ struct FileRecord {
 };
 
 // Writes one tag. Files stream to disk as they are added (nothing is held in memory); commit() makes them visible.
-// Not committed (exception, early return), the partial "<tag>.tmp" is removed.
+// Not committed (exception, early return), the partial "<tag>.tmp" is removed. One writer per tag at a time: a
+// new writer removes a "<tag>.tmp" it finds (the leftover of a crash).
 class CheckpointWriter {
  public:
   CheckpointWriter(std::string save_dir, std::string tag);
