@@ -13,6 +13,7 @@
 namespace dscpp {
 
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+  if (n == 0) return crc;  // zlib returns 0 (the initial value) for a null buffer, even mid-stream
   return uint32_t(crc32_z(crc, static_cast<const Bytef*>(data), n));
 }
 

@@ -120,6 +120,7 @@ void expect_tag_holds(const std::string& dir, const std::string& tag, uint64_t s
 TEST(Crc32, MatchesZlibCheckValue) {
   EXPECT_EQ(crc32_update(0, "123456789", 9), 0xCBF43926u);
   EXPECT_EQ(crc32_update(crc32_update(0, "1234", 4), "56789", 5), 0xCBF43926u);  // streaming
+  EXPECT_EQ(crc32_update(crc32_update(0, "1234", 4), nullptr, 0), crc32_update(0, "1234", 4));  // empty chunk
 }
 
 TEST_F(CheckpointTest, SafetensorsRoundTripEveryDtypeBitExact) {
@@ -293,7 +294,8 @@ TEST_F(CheckpointTest, WriterReaderRoundTripAndLayout) {
 
 TEST_F(CheckpointTest, SubdirectoryFileNamesAndBadNames) {
   CheckpointWriter w(dir_, "t");
-  w.add_tensors("zero/wte/fp32.safetensors", {{"param", random_tensor({3}, DType::f32, 9)}});
+  w.add_tensors("zero/wte/fp32.safetensors", {{"empty", Tensor::empty({0}, DType::f32)},  // zero bytes mid-CRC
+                                              {"param", random_tensor({3}, DType::f32, 9)}});
   expect_ckpt_error([&] { w.add_json("../escape.json", {}); }, K::bad_argument, {"invalid file name"});
   expect_ckpt_error([&] { w.add_json("manifest.json", {}); }, K::bad_argument, {"invalid file name"});
   expect_ckpt_error([&] { w.add_tensors("zero/wte/fp32.safetensors", {}); }, K::bad_argument, {"added twice"});
