@@ -1,0 +1,30 @@
+// CUDA device queries, usable from every build: in a CPU-only build (or on a machine without a GPU)
+// cuda_available() is false, cuda_device_count() is 0 and the calls that need a device throw dscpp::Error.
+// No CUDA types here: streams and error checks live in the private src/core/cuda/cuda_runtime.cuh.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "dscpp/core/allocator.h"
+
+namespace dscpp {
+
+class Tensor;
+
+bool cuda_available();                      // built with CUDA and at least one device present; never throws
+int cuda_device_count();                    // 0 without CUDA or without a device; never throws
+void cuda_set_device(int device);           // this thread's current device; throws without CUDA or if out of range
+void cuda_synchronize(int device = -1);     // wait for all work on `device` (-1: the current device)
+std::string cuda_device_name(int device);   // "NVIDIA H100 80GB HBM3"
+
+// Page-locked host memory (cudaHostAlloc) with statistics, for asynchronous copies and checkpoint snapshots.
+// Tensors from it are Device::cpu(). A freed block is reused only after the work queued on the current stream
+// at the time of the free has finished. In a CPU-only build this is cpu_allocator().
+Allocator& pinned_host_allocator();
+
+// Enqueue a copy (with dtype conversion) on the current stream of the device tensor's device and return without
+// waiting: the caller synchronises (cuda_synchronize or a stream event) before reading a host destination or
+// reusing a host source. Tensor::copy_from is the synchronous version. Throws in a CPU-only build for device tensors.
+void copy_async(const Tensor& dst, const Tensor& src);
+
+}  // namespace dscpp

@@ -1,0 +1,131 @@
+// Device queries, checked-call errors, current device/stream, guards and events (see cuda_runtime.cuh).
+#ifdef DSCPP_WITH_CUDA
+#include "core/cuda/cuda_runtime.cuh"
+
+#include <array>
+#include <mutex>
+
+namespace dscpp {
+
+int cuda_device_count() {
+  static const int n = [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+      (void)cudaGetLastError();  // no driver or no device: not an error for us, clear it
+      return 0;
+    }
+    return count;
+  }();
+  return n;
+}
+
+bool cuda_available() { return cuda_device_count() > 0; }
+
+static void check_device_index(int device) {
+  int n = cuda_device_count();
+  DSCPP_CHECK(n > 0, "no CUDA device is present");
+  DSCPP_CHECK(device >= 0 && device < n, "CUDA device ", device, " out of range: this machine has ", n);
+}
+
+void cuda_set_device(int device) {
+  check_device_index(device);
+  DSCPP_CUDA_CHECK(cudaSetDevice(device));
+}
+
+void cuda_synchronize(int device) {
+  if (device < 0) device = cuda::current_device();
+  check_device_index(device);
+  cuda::DeviceGuard g(device);
+  DSCPP_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+std::string cuda_device_name(int device) {
+  check_device_index(device);
+  cudaDeviceProp p{};
+  DSCPP_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  return p.name;
+}
+
+namespace cuda {
+
+void cuda_error(const char* stmt, const char* file, int line, cudaError_t e) {
+  throw Error(detail::concat("CUDA error ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ") in `", stmt,
+                             "` at ", file, ":", line));
+}
+
+void cublas_error(const char* stmt, const char* file, int line, cublasStatus_t s) {
+  throw Error(detail::concat("cuBLAS error ", cublasGetStatusName(s), " (", cublasGetStatusString(s), ") in `",
+                             stmt, "` at ", file, ":", line));
+}
+
+int current_device() {
+  int d = 0;
+  DSCPP_CUDA_CHECK(cudaGetDevice(&d));
+  return d;
+}
+
+namespace {
+constexpr int kMaxDevices = 64;
+std::mutex g_stream_mutex;
+std::array<cudaStream_t, kMaxDevices> g_streams{};  // created on first use, live for the process
+thread_local std::array<cudaStream_t, kMaxDevices> t_override{};
+thread_local std::array<bool, kMaxDevices> t_has_override{};
+
+cudaStream_t default_stream(int device) {
+  std::lock_guard<std::mutex> lock(g_stream_mutex);
+  if (!g_streams[size_t(device)]) {
+    DeviceGuard g(device);
+    DSCPP_CUDA_CHECK(cudaStreamCreateWithFlags(&g_streams[size_t(device)], cudaStreamNonBlocking));
+  }
+  return g_streams[size_t(device)];
+}
+}  // namespace
+
+cudaStream_t current_stream(int device) {
+  check_device_index(device);
+  DSCPP_CHECK(device < kMaxDevices, "at most ", kMaxDevices, " CUDA devices are supported");
+  if (t_has_override[size_t(device)]) return t_override[size_t(device)];
+  return default_stream(device);
+}
+
+DeviceGuard::DeviceGuard(int device) : prev_(current_device()) {
+  if (device != prev_) DSCPP_CUDA_CHECK(cudaSetDevice(device));
+}
+
+DeviceGuard::~DeviceGuard() {
+  int now = -1;
+  if (cudaGetDevice(&now) == cudaSuccess && now != prev_) (void)cudaSetDevice(prev_);  // destructors do not throw
+}
+
+StreamGuard::StreamGuard(int device, cudaStream_t stream) : device_(device), prev_(current_stream(device)) {
+  t_override[size_t(device)] = stream;
+  t_has_override[size_t(device)] = true;
+}
+
+StreamGuard::~StreamGuard() { t_override[size_t(device_)] = prev_; }
+
+Event::Event() { DSCPP_CUDA_CHECK(cudaEventCreate(&ev_)); }
+Event::~Event() {
+  if (ev_) (void)cudaEventDestroy(ev_);
+}
+void Event::record(cudaStream_t stream) { DSCPP_CUDA_CHECK(cudaEventRecord(ev_, stream)); }
+void Event::wait(cudaStream_t stream) const { DSCPP_CUDA_CHECK(cudaStreamWaitEvent(stream, ev_, 0)); }
+void Event::synchronize() const { DSCPP_CUDA_CHECK(cudaEventSynchronize(ev_)); }
+bool Event::query() const {
+  cudaError_t e = cudaEventQuery(ev_);
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  DSCPP_CUDA_CHECK(e);
+  return true;
+}
+float Event::elapsed_ms(const Event& start) const {
+  float ms = 0;
+  DSCPP_CUDA_CHECK(cudaEventElapsedTime(&ms, start.ev_, ev_));
+  return ms;
+}
+
+}  // namespace cuda
+}  // namespace dscpp
+#endif  // DSCPP_WITH_CUDA

@@ -1,0 +1,35 @@
+// The CUDA queries of dscpp/core/cuda.h in a build without the CUDA backend: no devices.
+#ifndef DSCPP_WITH_CUDA
+#include "dscpp/core/cuda.h"
+
+#include "dscpp/core/check.h"
+#include "dscpp/core/tensor.h"
+
+namespace dscpp {
+
+bool cuda_available() { return false; }
+int cuda_device_count() { return 0; }
+
+void cuda_set_device(int device) {
+  DSCPP_FAIL("cuda_set_device(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
+}
+
+void cuda_synchronize(int device) {
+  DSCPP_FAIL("cuda_synchronize(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
+}
+
+std::string cuda_device_name(int device) {
+  DSCPP_FAIL("cuda_device_name(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
+}
+
+Allocator& pinned_host_allocator() { return cpu_allocator(); }
+
+void copy_async(const Tensor& dst, const Tensor& src) {
+  DSCPP_CHECK(dst.device().is_cpu() && src.device().is_cpu(), "copy_async from ", src.str(), " to ", dst.str(),
+              ": this build has no CUDA backend");
+  Tensor d = dst;
+  d.copy_from(src);
+}
+
+}  // namespace dscpp
+#endif  // !DSCPP_WITH_CUDA
