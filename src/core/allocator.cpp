@@ -7,6 +7,9 @@
 #include <unordered_map>
 
 #include "dscpp/core/check.h"
+#ifdef DSCPP_WITH_CUDA
+#include "core/cuda/caching_allocator.h"
+#endif
 
 namespace dscpp {
 
@@ -132,6 +135,9 @@ Allocator& allocator_for(Device d) {
   if (d.is_cpu()) return cpu_allocator();
   std::lock_guard<std::mutex> g(g_registry_mutex);
   auto it = registry().find({int(d.type), d.index});
+#ifdef DSCPP_WITH_CUDA
+  if (it == registry().end() && d.is_cuda()) return cuda::caching_allocator(d.index);
+#endif
   if (it == registry().end()) DSCPP_FAIL("no allocator for device ", d.str(), " (was the CUDA backend built and initialised?)");
   return *it->second;
 }
