@@ -22,6 +22,9 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
                      const Tensor& inp, const Tensor& weight);
 // General: c[M,N] = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag is set. 2-D f32 tensors.
 void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta);
+// f32 matmuls use TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) unless this is set to false (then full f32).
+// Process-wide, default true. (Added by the matmul owner.)
+void set_matmul_allow_tf32(bool allow);
 
 // ---- normalisation ----
 // out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N] (f32)
@@ -82,6 +85,10 @@ void crossentropy_backward(const Tensor& dlogits, const Tensor& logits, const Te
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const ops::AdamParams& p);
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const ops::SgdParams& p);
+// adam_update, and in the same pass param_lowp[i] = param[i] (updated) rounded to param_lowp's dtype (bf16 or f16):
+// the compute copy of the parameters for mixed precision. param_lowp has param's numel.
+void adam_update_with_copy(const Tensor& param_f32, const Tensor& grad, const Tensor& m, const Tensor& v,
+                           const Tensor& param_lowp, const ops::AdamParams& p);
 
 
 }  // namespace dscpp::cuda
