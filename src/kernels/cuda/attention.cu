@@ -1,0 +1,818 @@
+// Causal grouped-query attention on packed qkv (attention_forward / attention_backward of cuda_ops.h): the same
+// function as the CPU reference src/kernels/cpu/attention.cpp, flash-attention style (only lse[B,H,T] is saved).
+//
+// Note [Flash attention design]
+// Two paths, chosen per call:
+//  * Tensor-core path (bf16/f16, D = 64 or 128, 16-byte aligned pointers): FlashAttention-2 on mma.sync
+//    m16n8k16 (f32 accumulation), operands staged in shared memory by cp.async (double-buffered) and read with
+//    ldmatrix; rows padded by 16 bytes so ldmatrix is free of bank conflicts.
+//      forward   one CTA = 64 query rows of one (b, h), 4 warps x 16 rows; loops over 64-key blocks up to the
+//                diagonal (causal block skipping), online softmax in f32 in the log2 domain; P is rounded to the
+//                input dtype for the P @ V product (as FlashAttention does), the row sums use f32 P.
+//      backward  Di = rowsum(dO * O) (a small kernel), then two deterministic kernels, no atomics:
+//                dq:   Q-stationary, like the forward: S = Q K^T, P = exp(S/sqrt(D) - lse), dP = dO V^T,
+//                      dS = P (dP - Di), dQ += dS K.
+//                dkdv: KV-stationary, one CTA = 64 keys of one kv head; it loops over every query head of the
+//                      GQA group and every query block at or after the diagonal, with S^T = K Q^T, dP^T = V dO^T,
+//                      dV += P^T dO, dK += dS^T Q; the group's sum stays in registers (deterministic).
+//                This recomputes S and dP in both kernels (7 matmuls instead of FA2's 5) in exchange for no
+//                atomics and no f32 dq scratch.
+//  * General path (f32 inputs, other head dims up to 256, unaligned views): plain f32 math, one warp per query row
+//    (forward, dq) or per key row (dk/dv), keys/queries taken 32 at a time with one lane each. Slow but exact
+//    to f32 rounding: pure-f32 training matches the CPU reference.
+// Masking: key j is visible to query i when j <= i; rows and keys past T are zero-filled in shared memory and
+// masked explicitly, so any T >= 1 works. Query blocks run heaviest-first (reversed block index).
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace dscpp::cuda {
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// ---- PTX helpers (sm_80+) ----
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; pred false writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool pred) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+               "r"(pred ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, bool pred) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(pred ? 4 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// Four 8x8 b16 matrices; lanes 8i..8i+7 give the row addresses of matrix i, which lands in r[i].
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+// c[16x8] += a[16x16] @ b[16x8], f32 accumulation.
+// Fragments (g = lane/4, t = lane%4): a[0] = A[g][2t..2t+1], a[1] = A[g+8][2t..], a[2] = A[g][2t+8..],
+// a[3] = A[g+8][2t+8..]; b0 = B[2t..2t+1][g], b1 = B[2t+8..][g]; c = {C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1]}.
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                        uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats rounded to T, `lo` in the low half (the lower column index of a fragment pair).
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// ---- tiles and warp-level products (shared-memory tiles have row stride LD = D + 8 elements) ----
+// Rows [r0, r0 + ROWS) of a head slice (row r at g + r * stride, D elements) into s[ROWS][LD]; rows >= nrows are
+// zero-filled. Issued with cp.async by all NT threads; the caller commits and waits.
+template <typename T, int ROWS, int D, int NT>
+__device__ __forceinline__ void load_tile(T* s, const T* g, int64_t stride, int r0, int nrows) {
+  constexpr int kChunks = D / 8, LD = D + 8;
+  for (int c = threadIdx.x; c < ROWS * kChunks; c += NT) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool ok = r0 + r < nrows;
+    cp_async16(s + r * LD + col, ok ? g + int64_t(r0 + r) * stride + col : g, ok);
+  }
+}
+
+// A fragments of the warp's 16 rows (sA points at its first row), K columns.
+template <int K, int LD, typename T>
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[K / 16][4], const T* sA, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; kk++) ldsm_x4(a[kk], sA + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
+}
+
+// acc[16 x 8*NT8] += A[16 x K] @ B^T, A in registers, B[NT8*8 rows][K] in shared memory (k contiguous).
+template <typename T, int K, int NT8, int LD>
+__device__ __forceinline__ void mma_abt_rega(float (&acc)[NT8][4], const uint32_t (&a)[K / 16][4], const T* sB,
+                                             int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; kk++)
+#pragma unroll
+    for (int nn = 0; nn < NT8 / 2; nn++) {
+      uint32_t b[4];  // {n-tile 2nn: k lo, k hi}, {n-tile 2nn+1: k lo, k hi}
+      ldsm_x4(b, sB + (nn * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+      mma16816<T>(acc[2 * nn], a[kk], b[0], b[1]);
+      mma16816<T>(acc[2 * nn + 1], a[kk], b[2], b[3]);
+    }
+}
+
+// The same with A read from shared memory (sA at the warp's first row) one k-step at a time (fewer registers).
+template <typename T, int K, int NT8, int LD>
+__device__ __forceinline__ void mma_abt_smema(float (&acc)[NT8][4], const T* sA, const T* sB, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; kk++) {
+    uint32_t a[4];
+    ldsm_x4(a, sA + (lane & 15) * LD + kk * 16 + (lane >> 4) * 8);
+#pragma unroll
+    for (int nn = 0; nn < NT8 / 2; nn++) {
+      uint32_t b[4];
+      ldsm_x4(b, sB + (nn * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+      mma16816<T>(acc[2 * nn], a, b[0], b[1]);
+      mma16816<T>(acc[2 * nn + 1], a, b[2], b[3]);
+    }
+  }
+}
+
+// acc[16 x 8*NT8] += A[16 x K] @ B, A in registers, B[K rows][NT8*8] in shared memory (n contiguous: ldmatrix.trans).
+template <typename T, int K, int NT8, int LD>
+__device__ __forceinline__ void mma_ab_rega(float (&acc)[NT8][4], const uint32_t (&a)[K / 16][4], const T* sB,
+                                            int lane) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; kk++)
+#pragma unroll
+    for (int nn = 0; nn < NT8 / 2; nn++) {
+      uint32_t b[4];  // matrices: (k lo, n lo), (k hi, n lo), (k lo, n hi), (k hi, n hi)
+      ldsm_x4_trans(b, sB + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + nn * 16 + (lane >> 4) * 8);
+      mma16816<T>(acc[2 * nn], a[kk], b[0], b[1]);
+      mma16816<T>(acc[2 * nn + 1], a[kk], b[2], b[3]);
+    }
+}
+
+// Accumulator fragments of a 16 x 8*NT8 tile as A fragments (16 x 16 per k-step), rounded to T.
+template <typename T, int NT8>
+__device__ __forceinline__ void acc_to_a(uint32_t (&a)[NT8 / 2][4], const float (&c)[NT8][4]) {
+#pragma unroll
+  for (int kk = 0; kk < NT8 / 2; kk++) {
+    a[kk][0] = pack2<T>(c[2 * kk][0], c[2 * kk][1]);
+    a[kk][1] = pack2<T>(c[2 * kk][2], c[2 * kk][3]);
+    a[kk][2] = pack2<T>(c[2 * kk + 1][0], c[2 * kk + 1][1]);
+    a[kk][3] = pack2<T>(c[2 * kk + 1][2], c[2 * kk + 1][3]);
+  }
+}
+
+// ---- tensor-core kernels ----
+constexpr int kFlashWarps = 4, kFlashThreads = 32 * kFlashWarps;
+constexpr int kBlockQ = 16 * kFlashWarps;  // query rows per CTA (forward, dq)
+constexpr int kBlockK = 64;                // key rows per tile (forward, dq) and per CTA (dkdv: 16 per warp)
+static_assert(kBlockK == 16 * kFlashWarps, "dkdv gives each warp 16 key rows");
+
+template <int D>
+constexpr size_t fwd_smem_bytes() { return size_t(kBlockQ + 4 * kBlockK) * (D + 8) * 2; }
+template <int D>
+constexpr size_t dq_smem_bytes() { return size_t(2 * kBlockQ + 4 * kBlockK) * (D + 8) * 2; }
+template <int D>
+constexpr int dkdv_block_q() { return D <= 64 ? 64 : 32; }  // query tile of the dkdv loop (registers: D = 128)
+template <int D>
+constexpr size_t dkdv_smem_bytes() {
+  return size_t(2 * kBlockK + 4 * dkdv_block_q<D>()) * (D + 8) * 2 + 4 * dkdv_block_q<D>() * sizeof(float);
+}
+
+// out[B,T,H*D], lse[B,H,T] from qkv[B,T,(H+2Hkv)*D]. Grid (ceil(T/64), H, B), 128 threads.
+template <typename T, int D>
+__global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict__ out, float* __restrict__ lse,
+                                                                  const T* __restrict__ qkv, int seq, int H, int Hkv,
+                                                                  float scale_log2) {
+  constexpr int LD = D + 8, BQ = kBlockQ, BK = kBlockK, ST = BK / 8, DT = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sK = sQ + BQ * LD;      // [2][BK][LD]
+  T* sV = sK + 2 * BK * LD;  // [2][BK][LD]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  const int nqb = (seq + BQ - 1) / BQ;
+  const int qb = nqb - 1 - int(blockIdx.x), h = blockIdx.y, b = blockIdx.z;
+  const int kh = h / (H / Hkv);
+  const int64_t R = int64_t(H + 2 * Hkv) * D;
+  const T* qg = qkv + int64_t(b) * seq * R + int64_t(h) * D;
+  const T* kg = qkv + int64_t(b) * seq * R + int64_t(H + kh) * D;
+  const T* vg = kg + int64_t(Hkv) * D;
+  const int q0 = qb * BQ;
+  const int nkb = min((seq + BK - 1) / BK, (q0 + BQ - 1) / BK + 1);  // causal: keys up to the last query row
+
+  load_tile<T, BQ, D, kFlashThreads>(sQ, qg, R, q0, seq);
+  cp_async_commit();  // group: Q
+  load_tile<T, BK, D, kFlashThreads>(sK, kg, R, 0, seq);
+  load_tile<T, BK, D, kFlashThreads>(sV, vg, R, 0, seq);
+  cp_async_commit();  // group: key block 0
+  cp_async_wait<1>();  // Q has landed (key block 0 may still be in flight)
+  __syncthreads();
+  uint32_t qf[D / 16][4];  // the warp's 16 query rows stay in registers for the whole loop
+  load_a_frags<D, LD>(qf, sQ + warp * 16 * LD, lane);
+
+  float o[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+  const int row0 = q0 + warp * 16 + (lane >> 2);  // this thread's rows: row0 and row0 + 8
+
+  for (int kb = 0; kb < nkb; kb++) {
+    const int buf = kb & 1;
+    if (kb + 1 < nkb) {  // prefetch the next key block into the other buffer (freed by last iteration's barrier)
+      load_tile<T, BK, D, kFlashThreads>(sK + (buf ^ 1) * BK * LD, kg, R, (kb + 1) * BK, seq);
+      load_tile<T, BK, D, kFlashThreads>(sV + (buf ^ 1) * BK * LD, vg, R, (kb + 1) * BK, seq);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* ks = sK + buf * BK * LD;
+    const T* vs = sV + buf * BK * LD;
+
+    float s[ST][4];
+#pragma unroll
+    for (int nt = 0; nt < ST; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    mma_abt_rega<T, D, ST, LD>(s, qf, ks, lane);
+
+    const int k0 = kb * BK;
+    const bool need_mask = k0 + BK - 1 > q0 || k0 + BK > seq;
+#pragma unroll
+    for (int nt = 0; nt < ST; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float x = s[nt][e] * scale_log2;
+        if (need_mask) {
+          const int j = k0 + nt * 8 + 2 * tq + (e & 1), i = row0 + (e >> 1) * 8;
+          if (j > i || j >= seq) x = -INFINITY;
+        }
+        s[nt][e] = x;
+      }
+    // Online softmax: rows are shared by the 4 threads of a quad (lanes 4g..4g+3).
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int nt = 0; nt < ST; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[r], mx);
+      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a fully masked row so far: keep p = 0, no NaN
+      const float alpha = exp2f(m[r] - m_use);
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < ST; nt++) {
+        const float p0 = exp2f(s[nt][2 * r] - m_use), p1 = exp2f(s[nt][2 * r + 1] - m_use);
+        s[nt][2 * r] = p0;
+        s[nt][2 * r + 1] = p1;
+        sum += p0 + p1;
+      }
+      l[r] = l[r] * alpha + sum;  // this thread's partial row sum; the quad's parts are added at the end
+      m[r] = m_new;
+#pragma unroll
+      for (int dt = 0; dt < DT; dt++) {
+        o[dt][2 * r] *= alpha;
+        o[dt][2 * r + 1] *= alpha;
+      }
+    }
+    uint32_t pa[BK / 16][4];
+    acc_to_a<T, ST>(pa, s);
+    mma_ab_rega<T, BK, DT, LD>(o, pa, vs, lane);
+    __syncthreads();  // the buffer read here is refilled by the next iteration's prefetch
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float lr = l[r];
+    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+    const int i = row0 + r * 8;
+    if (i >= seq) continue;
+    const float inv = 1.0f / lr;
+    T* orow = out + (int64_t(b) * seq + i) * int64_t(H) * D + int64_t(h) * D;
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++)
+      *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * tq) = pack2<T>(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+    if (tq == 0) lse[(int64_t(b) * H + h) * seq + i] = (m[r] + log2f(lr)) * kLn2;
+  }
+}
+
+// dq part of dqkv. Grid (ceil(T/64), H, B), 128 threads. Di[B,H,T] = rowsum(dout * out).
+template <typename T, int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_bwd_dq_kernel(T* __restrict__ dqkv, const T* __restrict__ dout, const T* __restrict__ qkv,
+                        const float* __restrict__ lse, const float* __restrict__ Di, int seq, int H, int Hkv,
+                        float scale, float scale_log2) {
+  constexpr int LD = D + 8, BQ = kBlockQ, BK = kBlockK, ST = BK / 8, DT = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* sQ = reinterpret_cast<T*>(smem);
+  T* sdO = sQ + BQ * LD;
+  T* sK = sdO + BQ * LD;     // [2][BK][LD]
+  T* sV = sK + 2 * BK * LD;  // [2][BK][LD]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  const int nqb = (seq + BQ - 1) / BQ;
+  const int qb = nqb - 1 - int(blockIdx.x), h = blockIdx.y, b = blockIdx.z;
+  const int kh = h / (H / Hkv);
+  const int64_t R = int64_t(H + 2 * Hkv) * D, RO = int64_t(H) * D;
+  const T* qg = qkv + int64_t(b) * seq * R + int64_t(h) * D;
+  const T* kg = qkv + int64_t(b) * seq * R + int64_t(H + kh) * D;
+  const T* vg = kg + int64_t(Hkv) * D;
+  const T* dog = dout + int64_t(b) * seq * RO + int64_t(h) * D;
+  const int q0 = qb * BQ;
+  const int nkb = min((seq + BK - 1) / BK, (q0 + BQ - 1) / BK + 1);
+
+  load_tile<T, BQ, D, kFlashThreads>(sQ, qg, R, q0, seq);
+  load_tile<T, BQ, D, kFlashThreads>(sdO, dog, RO, q0, seq);
+  load_tile<T, BK, D, kFlashThreads>(sK, kg, R, 0, seq);
+  load_tile<T, BK, D, kFlashThreads>(sV, vg, R, 0, seq);
+  cp_async_commit();
+
+  const int row0 = q0 + warp * 16 + (lane >> 2);
+  float lse2[2], di[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int i = row0 + r * 8;
+    const int64_t idx = (int64_t(b) * H + h) * seq + i;
+    lse2[r] = i < seq ? lse[idx] * kLog2e : 0.0f;
+    di[r] = i < seq ? Di[idx] : 0.0f;
+  }
+  float dq[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; dt++) dq[dt][0] = dq[dt][1] = dq[dt][2] = dq[dt][3] = 0.0f;
+
+  for (int kb = 0; kb < nkb; kb++) {
+    const int buf = kb & 1;
+    if (kb + 1 < nkb) {
+      load_tile<T, BK, D, kFlashThreads>(sK + (buf ^ 1) * BK * LD, kg, R, (kb + 1) * BK, seq);
+      load_tile<T, BK, D, kFlashThreads>(sV + (buf ^ 1) * BK * LD, vg, R, (kb + 1) * BK, seq);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* ks = sK + buf * BK * LD;
+    const T* vs = sV + buf * BK * LD;
+    float s[ST][4], dp[ST][4];
+#pragma unroll
+    for (int nt = 0; nt < ST; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[nt][e] = dp[nt][e] = 0.0f;
+    mma_abt_smema<T, D, ST, LD>(s, sQ + warp * 16 * LD, ks, lane);    // S = Q K^T
+    mma_abt_smema<T, D, ST, LD>(dp, sdO + warp * 16 * LD, vs, lane);  // dP = dO V^T
+    const int k0 = kb * BK;
+    const bool need_mask = k0 + BK - 1 > q0;  // also covers keys >= T (they are > every valid row)
+#pragma unroll
+    for (int nt = 0; nt < ST; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int r = e >> 1;
+        float p = exp2f(s[nt][e] * scale_log2 - lse2[r]);
+        if (need_mask && k0 + nt * 8 + 2 * tq + (e & 1) > row0 + r * 8) p = 0.0f;
+        s[nt][e] = p * (dp[nt][e] - di[r]);  // dS
+      }
+    uint32_t da[BK / 16][4];
+    acc_to_a<T, ST>(da, s);
+    mma_ab_rega<T, BK, DT, LD>(dq, da, ks, lane);  // dQ += dS K
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int i = row0 + r * 8;
+    if (i >= seq) continue;
+    T* row = dqkv + (int64_t(b) * seq + i) * R + int64_t(h) * D;
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++)
+      *reinterpret_cast<uint32_t*>(row + dt * 8 + 2 * tq) = pack2<T>(dq[dt][2 * r] * scale, dq[dt][2 * r + 1] * scale);
+  }
+}
+
+// dk and dv parts of dqkv. Grid (ceil(T/64), Hkv, B), 128 threads; each warp owns 16 key rows.
+template <typename T, int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    flash_bwd_dkdv_kernel(T* __restrict__ dqkv, const T* __restrict__ dout, const T* __restrict__ qkv,
+                          const float* __restrict__ lse, const float* __restrict__ Di, int seq, int H, int Hkv,
+                          float scale, float scale_log2) {
+  constexpr int LD = D + 8, BK = kBlockK, BQ = dkdv_block_q<D>(), QT = BQ / 8, DT = D / 8;
+  extern __shared__ __align__(128) unsigned char smem[];
+  T* sK = reinterpret_cast<T*>(smem);
+  T* sV = sK + BK * LD;
+  T* sQ = sV + BK * LD;       // [2][BQ][LD]
+  T* sdO = sQ + 2 * BQ * LD;  // [2][BQ][LD]
+  float* sL = reinterpret_cast<float*>(sdO + 2 * BQ * LD);  // [2][BQ] lse
+  float* sD = sL + 2 * BQ;                                   // [2][BQ] Di
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  const int kb = blockIdx.x, kh = blockIdx.y, b = blockIdx.z, G = H / Hkv;
+  const int64_t R = int64_t(H + 2 * Hkv) * D, RO = int64_t(H) * D;
+  const int k0 = kb * BK;
+  const int nqb = (seq + BQ - 1) / BQ, qstart = k0 / BQ, per_head = nqb - qstart, niters = G * per_head;
+  const T* kg = qkv + int64_t(b) * seq * R + int64_t(H + kh) * D;
+  const T* vg = kg + int64_t(Hkv) * D;
+
+  // Query tile `it` of the (head in group, query block) sequence into buffer `buf`.
+  auto issue = [&](int it, int buf) {
+    const int h = kh * G + it / per_head, i0 = (qstart + it % per_head) * BQ;
+    load_tile<T, BQ, D, kFlashThreads>(sQ + buf * BQ * LD, qkv + int64_t(b) * seq * R + int64_t(h) * D, R, i0, seq);
+    load_tile<T, BQ, D, kFlashThreads>(sdO + buf * BQ * LD, dout + int64_t(b) * seq * RO + int64_t(h) * D, RO, i0,
+                                       seq);
+    const int64_t base = (int64_t(b) * H + h) * seq;
+    for (int x = threadIdx.x; x < BQ; x += kFlashThreads) {
+      const bool ok = i0 + x < seq;
+      cp_async4(sL + buf * BQ + x, ok ? lse + base + i0 + x : lse, ok);
+      cp_async4(sD + buf * BQ + x, ok ? Di + base + i0 + x : Di, ok);
+    }
+  };
+  load_tile<T, BK, D, kFlashThreads>(sK, kg, R, k0, seq);
+  load_tile<T, BK, D, kFlashThreads>(sV, vg, R, k0, seq);
+  issue(0, 0);
+  cp_async_commit();
+
+  float dk[DT][4], dv[DT][4];
+#pragma unroll
+  for (int dt = 0; dt < DT; dt++)
+#pragma unroll
+    for (int e = 0; e < 4; e++) dk[dt][e] = dv[dt][e] = 0.0f;
+  const int j0 = k0 + warp * 16 + (lane >> 2);  // this thread's key rows: j0 and j0 + 8
+
+  for (int it = 0; it < niters; it++) {
+    const int buf = it & 1;
+    if (it + 1 < niters) {
+      issue(it + 1, buf ^ 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const T* qs = sQ + buf * BQ * LD;
+    const T* dos = sdO + buf * BQ * LD;
+    const float* ls = sL + buf * BQ;
+    const float* ds = sD + buf * BQ;
+    const int i0 = (qstart + it % per_head) * BQ;
+
+    float st[QT][4], dpt[QT][4];
+#pragma unroll
+    for (int nt = 0; nt < QT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) st[nt][e] = dpt[nt][e] = 0.0f;
+    mma_abt_smema<T, D, QT, LD>(st, sK + warp * 16 * LD, qs, lane);    // S^T = K Q^T
+    mma_abt_smema<T, D, QT, LD>(dpt, sV + warp * 16 * LD, dos, lane);  // dP^T = V dO^T
+    const bool need_mask = i0 < k0 + BK - 1 || i0 + BQ > seq;
+#pragma unroll
+    for (int nt = 0; nt < QT; nt++)
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int il = nt * 8 + 2 * tq + (e & 1), i = i0 + il, j = j0 + (e >> 1) * 8;
+        float p = exp2f(st[nt][e] * scale_log2 - ls[il] * kLog2e);
+        if (need_mask && (i < j || i >= seq)) p = 0.0f;
+        st[nt][e] = p;
+        dpt[nt][e] = p * (dpt[nt][e] - ds[il]);  // dS^T
+      }
+    uint32_t pa[BQ / 16][4];
+    acc_to_a<T, QT>(pa, st);
+    mma_ab_rega<T, BQ, DT, LD>(dv, pa, dos, lane);  // dV += P^T dO
+    acc_to_a<T, QT>(pa, dpt);
+    mma_ab_rega<T, BQ, DT, LD>(dk, pa, qs, lane);   // dK += dS^T Q
+    __syncthreads();
+  }
+
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int j = j0 + r * 8;
+    if (j >= seq) continue;
+    T* krow = dqkv + (int64_t(b) * seq + j) * R + int64_t(H + kh) * D;
+    T* vrow = krow + int64_t(Hkv) * D;
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++) {
+      *reinterpret_cast<uint32_t*>(krow + dt * 8 + 2 * tq) = pack2<T>(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
+      *reinterpret_cast<uint32_t*>(vrow + dt * 8 + 2 * tq) = pack2<T>(dv[dt][2 * r], dv[dt][2 * r + 1]);
+    }
+  }
+}
+
+// Di[(b*H + h)*T + t] = sum_d dout[b,t,h,d] * out[b,t,h,d]: one warp per (b, t, h).
+template <typename T>
+__global__ void attn_bwd_dot_kernel(float* __restrict__ Di, const T* __restrict__ dout, const T* __restrict__ out,
+                                    int64_t rows, int seq, int H, int D) {
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;  // (b*T + t)*H + h
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const T* a = dout + row * D;
+  const T* c = out + row * D;
+  float s = 0.0f;
+  for (int d = lane; d < D; d += 32) s += to_f(a[d]) * to_f(c[d]);
+  s = warp_sum(s);
+  if (lane == 0) {
+    const int h = int(row % H);
+    const int64_t bt = row / H, t = bt % seq, b = bt / seq;
+    Di[(b * H + h) * seq + t] = s;
+  }
+}
+
+// ---- general path (Note [Flash attention design]) ----
+constexpr int kGenWarps = 4, kGenMaxD = 256, kGenC = kGenMaxD / 32;
+
+template <typename T>
+__device__ __forceinline__ float dot_sf(const float* s, const T* g, int D) {
+  float acc = 0.0f;
+  for (int d = 0; d < D; d++) acc += s[d] * to_f(g[d]);
+  return acc;
+}
+
+// Grid (ceil(T/4), H, B), 128 threads; one warp per query row.
+template <typename T>
+__global__ void __launch_bounds__(32 * kGenWarps) attn_fwd_general_kernel(T* __restrict__ out, float* __restrict__ lse,
+                                                                          const T* __restrict__ qkv, int seq, int H,
+                                                                          int Hkv, int D, float scale) {
+  __shared__ float sq[kGenWarps][kGenMaxD];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int i = blockIdx.x * kGenWarps + w, h = blockIdx.y, b = blockIdx.z;
+  if (i >= seq) return;  // whole warp; no block barriers below
+  const int64_t R = int64_t(H + 2 * Hkv) * D;
+  const T* q = qkv + (int64_t(b) * seq + i) * R + int64_t(h) * D;
+  const T* kbase = qkv + int64_t(b) * seq * R + int64_t(H + h / (H / Hkv)) * D;
+  const T* vbase = kbase + int64_t(Hkv) * D;
+  for (int d = lane; d < D; d += 32) sq[w][d] = to_f(q[d]);
+  __syncwarp();
+  float m = -INFINITY, l = 0.0f, o[kGenC];
+#pragma unroll
+  for (int c = 0; c < kGenC; c++) o[c] = 0.0f;
+  for (int jb = 0; jb <= i; jb += 32) {
+    const int j = jb + lane;
+    const float s = j <= i ? dot_sf(sq[w], kbase + int64_t(j) * R, D) * scale : -INFINITY;
+    const float m_new = fmaxf(m, warp_max(s));  // key jb <= i is valid: finite
+    const float p = j <= i ? expf(s - m_new) : 0.0f;
+    const float alpha = expf(m - m_new);
+    l = l * alpha + warp_sum(p);
+#pragma unroll
+    for (int c = 0; c < kGenC; c++) o[c] *= alpha;
+    const int n = min(32, i - jb + 1);
+    for (int jj = 0; jj < n; jj++) {
+      const float pj = __shfl_sync(0xffffffffu, p, jj);
+      const T* v = vbase + int64_t(jb + jj) * R;
+#pragma unroll
+      for (int c = 0; c < kGenC; c++)
+        if (lane + 32 * c < D) o[c] += pj * to_f(v[lane + 32 * c]);
+    }
+    m = m_new;
+  }
+  T* orow = out + (int64_t(b) * seq + i) * int64_t(H) * D + int64_t(h) * D;
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int c = 0; c < kGenC; c++)
+    if (lane + 32 * c < D) orow[lane + 32 * c] = from_f<T>(o[c] * inv);
+  if (lane == 0) lse[(int64_t(b) * H + h) * seq + i] = m + logf(l);
+}
+
+// dq part of dqkv. Grid (ceil(T/4), H, B), 128 threads; one warp per query row.
+template <typename T>
+__global__ void __launch_bounds__(32 * kGenWarps)
+    attn_bwd_dq_general_kernel(T* __restrict__ dqkv, const T* __restrict__ dout, const T* __restrict__ qkv,
+                               const float* __restrict__ lse, const float* __restrict__ Di, int seq, int H, int Hkv,
+                               int D, float scale) {
+  __shared__ float sq[kGenWarps][kGenMaxD], sdo[kGenWarps][kGenMaxD];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int i = blockIdx.x * kGenWarps + w, h = blockIdx.y, b = blockIdx.z;
+  if (i >= seq) return;
+  const int64_t R = int64_t(H + 2 * Hkv) * D;
+  const T* q = qkv + (int64_t(b) * seq + i) * R + int64_t(h) * D;
+  const T* dy = dout + (int64_t(b) * seq + i) * int64_t(H) * D + int64_t(h) * D;
+  const T* kbase = qkv + int64_t(b) * seq * R + int64_t(H + h / (H / Hkv)) * D;
+  const T* vbase = kbase + int64_t(Hkv) * D;
+  for (int d = lane; d < D; d += 32) {
+    sq[w][d] = to_f(q[d]);
+    sdo[w][d] = to_f(dy[d]);
+  }
+  __syncwarp();
+  const int64_t li = (int64_t(b) * H + h) * seq + i;
+  const float L = lse[li], Dv = Di[li];
+  float dq[kGenC];
+#pragma unroll
+  for (int c = 0; c < kGenC; c++) dq[c] = 0.0f;
+  for (int jb = 0; jb <= i; jb += 32) {
+    const int j = jb + lane;
+    float ds = 0.0f;
+    if (j <= i) {
+      const float p = expf(dot_sf(sq[w], kbase + int64_t(j) * R, D) * scale - L);
+      ds = p * (dot_sf(sdo[w], vbase + int64_t(j) * R, D) - Dv);
+    }
+    const int n = min(32, i - jb + 1);
+    for (int jj = 0; jj < n; jj++) {
+      const float dsj = __shfl_sync(0xffffffffu, ds, jj);
+      const T* k = kbase + int64_t(jb + jj) * R;
+#pragma unroll
+      for (int c = 0; c < kGenC; c++)
+        if (lane + 32 * c < D) dq[c] += dsj * to_f(k[lane + 32 * c]);
+    }
+  }
+  T* row = dqkv + (int64_t(b) * seq + i) * R + int64_t(h) * D;
+#pragma unroll
+  for (int c = 0; c < kGenC; c++)
+    if (lane + 32 * c < D) row[lane + 32 * c] = from_f<T>(dq[c] * scale);
+}
+
+// dk and dv parts of dqkv. Grid (ceil(T/4), Hkv, B), 128 threads; one warp per key row, summing over the group.
+template <typename T>
+__global__ void __launch_bounds__(32 * kGenWarps)
+    attn_bwd_dkdv_general_kernel(T* __restrict__ dqkv, const T* __restrict__ dout, const T* __restrict__ qkv,
+                                 const float* __restrict__ lse, const float* __restrict__ Di, int seq, int H, int Hkv,
+                                 int D, float scale) {
+  __shared__ float sk[kGenWarps][kGenMaxD], sv[kGenWarps][kGenMaxD];
+  const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int j = blockIdx.x * kGenWarps + w, kh = blockIdx.y, b = blockIdx.z, G = H / Hkv;
+  if (j >= seq) return;
+  const int64_t R = int64_t(H + 2 * Hkv) * D, RO = int64_t(H) * D;
+  const T* k = qkv + (int64_t(b) * seq + j) * R + int64_t(H + kh) * D;
+  const T* v = k + int64_t(Hkv) * D;
+  for (int d = lane; d < D; d += 32) {
+    sk[w][d] = to_f(k[d]);
+    sv[w][d] = to_f(v[d]);
+  }
+  __syncwarp();
+  float dk[kGenC], dv[kGenC];
+#pragma unroll
+  for (int c = 0; c < kGenC; c++) dk[c] = dv[c] = 0.0f;
+  for (int g = 0; g < G; g++) {
+    const int h = kh * G + g;
+    const T* qh = qkv + int64_t(b) * seq * R + int64_t(h) * D;
+    const T* doh = dout + int64_t(b) * seq * RO + int64_t(h) * D;
+    const float* lh = lse + (int64_t(b) * H + h) * seq;
+    const float* dh = Di + (int64_t(b) * H + h) * seq;
+    for (int ib = j; ib < seq; ib += 32) {
+      const int i = ib + lane;
+      float p = 0.0f, ds = 0.0f;
+      if (i < seq) {
+        p = expf(dot_sf(sk[w], qh + int64_t(i) * R, D) * scale - lh[i]);
+        ds = p * (dot_sf(sv[w], doh + int64_t(i) * RO, D) - dh[i]);
+      }
+      const int n = min(32, seq - ib);
+      for (int ii = 0; ii < n; ii++) {
+        const float pi = __shfl_sync(0xffffffffu, p, ii), dsi = __shfl_sync(0xffffffffu, ds, ii);
+        const T* qi = qh + int64_t(ib + ii) * R;
+        const T* dyi = doh + int64_t(ib + ii) * RO;
+#pragma unroll
+        for (int c = 0; c < kGenC; c++)
+          if (lane + 32 * c < D) {
+            dv[c] += pi * to_f(dyi[lane + 32 * c]);
+            dk[c] += dsi * to_f(qi[lane + 32 * c]);
+          }
+      }
+    }
+  }
+  T* krow = dqkv + (int64_t(b) * seq + j) * R + int64_t(H + kh) * D;
+  T* vrow = krow + int64_t(Hkv) * D;
+#pragma unroll
+  for (int c = 0; c < kGenC; c++)
+    if (lane + 32 * c < D) {
+      krow[lane + 32 * c] = from_f<T>(dk[c] * scale);
+      vrow[lane + 32 * c] = from_f<T>(dv[c]);
+    }
+}
+
+// ---- host side ----
+struct Dims {
+  int B, T, H, Hkv, D;
+};
+
+template <typename K>
+void set_smem(K kernel, size_t bytes) {
+  DSCPP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+template <typename T, int D>
+void flash_forward(T* out, float* lse, const T* qkv, const Dims& d, cudaStream_t stream) {
+  const float scale_log2 = kLog2e / std::sqrt(float(D));
+  auto kernel = flash_fwd_kernel<T, D>;
+  set_smem(kernel, fwd_smem_bytes<D>());
+  kernel<<<dim3(unsigned(ceil_div(d.T, kBlockQ)), d.H, d.B), kFlashThreads, fwd_smem_bytes<D>(), stream>>>(
+      out, lse, qkv, d.T, d.H, d.Hkv, scale_log2);
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int D>
+void flash_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* Di, const Dims& d,
+                    cudaStream_t stream) {
+  const float scale = 1.0f / std::sqrt(float(D)), scale_log2 = scale * kLog2e;
+  auto dq = flash_bwd_dq_kernel<T, D>;
+  set_smem(dq, dq_smem_bytes<D>());
+  dq<<<dim3(unsigned(ceil_div(d.T, kBlockQ)), d.H, d.B), kFlashThreads, dq_smem_bytes<D>(), stream>>>(
+      dqkv, dout, qkv, lse, Di, d.T, d.H, d.Hkv, scale, scale_log2);
+  DSCPP_CUDA_CHECK_LAUNCH();
+  auto dkdv = flash_bwd_dkdv_kernel<T, D>;
+  set_smem(dkdv, dkdv_smem_bytes<D>());
+  dkdv<<<dim3(unsigned(ceil_div(d.T, kBlockK)), d.Hkv, d.B), kFlashThreads, dkdv_smem_bytes<D>(), stream>>>(
+      dqkv, dout, qkv, lse, Di, d.T, d.H, d.Hkv, scale, scale_log2);
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
+void check_attention_args(const char* op, const Tensor& qkv, const Dims& d) {
+  DSCPP_CHECK(d.H > 0 && d.Hkv > 0 && d.D > 0 && d.H % d.Hkv == 0, op, ": bad heads H = ", d.H, ", Hkv = ", d.Hkv,
+              ", D = ", d.D);
+  DSCPP_CHECK(d.B <= 65535 && d.H <= 65535, op, ": B = ", d.B, " or H = ", d.H, " exceeds the grid limit 65535");
+  DSCPP_CHECK(qkv.device().is_cuda(), op, ": qkv is on ", qkv.device().str(), ", expected a CUDA device");
+}
+
+bool use_flash(DType t, int D, std::initializer_list<const void*> ptrs) {
+  if (t == DType::f32 || (D != 64 && D != 128)) return false;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return false;
+  return true;
+}
+
+Dims make_dims(const char* op, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+  DSCPP_CHECK(B >= 0 && T >= 0 && B < (int64_t(1) << 31) && T < (int64_t(1) << 31), op, ": bad B = ", B, ", T = ", T);
+  return Dims{int(B), int(T), int(H), int(Hkv), int(D)};
+}
+
+}  // namespace
+
+void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t B, int64_t T, int64_t H,
+                       int64_t Hkv, int64_t D) {
+  const char* op = "attention_forward";
+  const Dims d = make_dims(op, B, T, H, Hkv, D);
+  check_attention_args(op, qkv, d);
+  DSCPP_CHECK(out.dtype() == qkv.dtype(), op, ": out dtype ", dtype_name(out.dtype()), " != qkv dtype ",
+              dtype_name(qkv.dtype()));
+  DSCPP_CHECK(lse.dtype() == DType::f32, op, ": lse must be f32");
+  if (B == 0 || T == 0) return;
+  OpLaunch l(qkv);
+  const bool flash = use_flash(qkv.dtype(), d.D, {qkv.raw(), out.raw()});
+  dispatch_float(op, qkv.dtype(), [&](auto* tag) {
+    using E = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (!std::is_same_v<E, float>) {
+      if (flash) {
+        if (d.D == 64) return flash_forward<E, 64>(ptr<E>(out), ptr<float>(lse), ptr<const E>(qkv), d, l.stream);
+        return flash_forward<E, 128>(ptr<E>(out), ptr<float>(lse), ptr<const E>(qkv), d, l.stream);
+      }
+    }
+    DSCPP_CHECK(d.D <= kGenMaxD, op, ": head dim D = ", d.D, " is not supported (at most ", kGenMaxD, ")");
+    attn_fwd_general_kernel<E><<<dim3(unsigned(ceil_div(d.T, kGenWarps)), d.H, d.B), 32 * kGenWarps, 0, l.stream>>>(
+        ptr<E>(out), ptr<float>(lse), ptr<const E>(qkv), d.T, d.H, d.Hkv, d.D, 1.0f / std::sqrt(float(d.D)));
+    DSCPP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
+                        const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+  const char* op = "attention_backward";
+  const Dims d = make_dims(op, B, T, H, Hkv, D);
+  check_attention_args(op, qkv, d);
+  const DType t = qkv.dtype();
+  DSCPP_CHECK(dqkv.dtype() == t && dout.dtype() == t && out.dtype() == t, op,
+              ": dqkv, dout, qkv and out must share a dtype, got ", dtype_name(dqkv.dtype()), ", ",
+              dtype_name(dout.dtype()), ", ", dtype_name(t), ", ", dtype_name(out.dtype()));
+  DSCPP_CHECK(lse.dtype() == DType::f32, op, ": lse must be f32");
+  if (B == 0 || T == 0) return;
+  OpLaunch l(qkv);
+  Tensor Di = Tensor::empty({B, H, T}, DType::f32, qkv.device());  // stream-ordered reuse (Note [Current stream])
+  const bool flash = use_flash(t, d.D, {dqkv.raw(), dout.raw(), qkv.raw(), out.raw()});
+  dispatch_float(op, t, [&](auto* tag) {
+    using E = std::remove_pointer_t<decltype(tag)>;
+    const int64_t rows = B * T * H;
+    attn_bwd_dot_kernel<E><<<unsigned(ceil_div(rows * 32, 256)), 256, 0, l.stream>>>(
+        ptr<float>(Di), ptr<const E>(dout), ptr<const E>(out), rows, d.T, d.H, d.D);
+    DSCPP_CUDA_CHECK_LAUNCH();
+    if constexpr (!std::is_same_v<E, float>) {
+      if (flash) {
+        if (d.D == 64)
+          return flash_backward<E, 64>(ptr<E>(dqkv), ptr<const E>(dout), ptr<const E>(qkv), ptr<const float>(lse),
+                                       ptr<const float>(Di), d, l.stream);
+        return flash_backward<E, 128>(ptr<E>(dqkv), ptr<const E>(dout), ptr<const E>(qkv), ptr<const float>(lse),
+                                      ptr<const float>(Di), d, l.stream);
+      }
+    }
+    DSCPP_CHECK(d.D <= kGenMaxD, op, ": head dim D = ", d.D, " is not supported (at most ", kGenMaxD, ")");
+    const float scale = 1.0f / std::sqrt(float(d.D));
+    attn_bwd_dq_general_kernel<E><<<dim3(unsigned(ceil_div(d.T, kGenWarps)), d.H, d.B), 32 * kGenWarps, 0,
+                                    l.stream>>>(ptr<E>(dqkv), ptr<const E>(dout), ptr<const E>(qkv),
+                                                ptr<const float>(lse), ptr<const float>(Di), d.T, d.H, d.Hkv, d.D,
+                                                scale);
+    DSCPP_CUDA_CHECK_LAUNCH();
+    attn_bwd_dkdv_general_kernel<E><<<dim3(unsigned(ceil_div(d.T, kGenWarps)), d.Hkv, d.B), 32 * kGenWarps, 0,
+                                      l.stream>>>(ptr<E>(dqkv), ptr<const E>(dout), ptr<const E>(qkv),
+                                                  ptr<const float>(lse), ptr<const float>(Di), d.T, d.H, d.Hkv, d.D,
+                                                  scale);
+    DSCPP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace dscpp::cuda

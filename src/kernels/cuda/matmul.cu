@@ -1,0 +1,415 @@
+// Matrix multiplies through cuBLASLt: matmul_forward / matmul_backward / gemm of cuda_ops.h.
+//
+// Note [Row-major on cuBLASLt]: cuBLASLt is column-major. A row-major X[r, c] is the column-major X^T (c x r, ld c),
+// so the row-major c[M,N] = op(a)[M,K] @ op(b)[K,N] is computed as the column-major c^T = op(b)^T @ op(a)^T:
+// cuBLASLt's A is our b, its B is our a, m = N, n = M, k = K, ldc = N. Every op below is written as a row-major
+// RowGemm and mapped once, in lt_gemm().
+//
+// Precision: bf16/f16 inputs run with CUBLAS_COMPUTE_32F (f32 accumulation) and write f32 or 16-bit outputs; f32
+// inputs run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) unless set_matmul_allow_tf32(false).
+// The bias of matmul_forward is fused (CUBLASLT_EPILOGUE_BIAS) when its dtype equals the output's; dbias is a
+// deterministic column-sum kernel (+=) rather than the BGRADB epilogue, which overwrites instead of accumulating.
+//
+// Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, dtype and pointer alignment,
+// so a training step queries the heuristic only on its first pass. When cuBLASLt has no algorithm for a case
+// (odd leading dimensions, unusual dtype mixes), a plain tiled kernel computes it instead: slow, but never wrong.
+#include <cublasLt.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace dscpp::cuda {
+namespace {
+
+constexpr size_t kWorkspaceBytes = 32u << 20;
+std::atomic<bool> g_allow_tf32{true};
+
+cudaDataType_t cuda_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::bf16: return CUDA_R_16BF;
+    case DType::f16: return CUDA_R_16F;
+    default: DSCPP_FAIL("matmul: dtype ", dtype_name(t), " is not supported on CUDA (expected f32, bf16 or f16)");
+  }
+}
+
+// Largest power of two (<= 256) dividing the address: what the heuristic may assume about the pointer.
+uint32_t alignment_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t al = 256;
+  while (al > 1 && (a & (al - 1))) al >>= 1;
+  return al;
+}
+
+// ---- per-device handle and per-(device, stream) workspace ----
+struct LtState {
+  std::mutex mu;
+  std::map<int, cublasLtHandle_t> handles;
+  std::map<std::pair<int, cudaStream_t>, void*> workspaces;  // process lifetime, never freed
+};
+LtState& lt_state() {
+  static LtState* s = new LtState();  // leaked on purpose: no destruction order issues at exit
+  return *s;
+}
+
+// The caller holds lt_state().mu and has made `device` current.
+cublasLtHandle_t lt_handle(int device) {
+  auto& hs = lt_state().handles;
+  auto it = hs.find(device);
+  if (it != hs.end()) return it->second;
+  cublasLtHandle_t h = nullptr;
+  DSCPP_CUBLAS_CHECK(cublasLtCreate(&h));
+  hs[device] = h;
+  return h;
+}
+
+void* lt_workspace(int device, cudaStream_t stream) {
+  auto& ws = lt_state().workspaces;
+  auto key = std::make_pair(device, stream);
+  auto it = ws.find(key);
+  if (it != ws.end()) return it->second;
+  void* p = nullptr;
+  DSCPP_CUDA_CHECK(cudaMalloc(&p, kWorkspaceBytes));
+  ws[key] = p;
+  return p;
+}
+
+// ---- plan cache ----
+struct PlanKey {
+  int device;
+  bool trans_a, trans_b;
+  int64_t M, N, K;
+  DType ab_t, c_t, bias_t;
+  bool bias, tf32;
+  uint32_t al_a, al_b, al_c, al_bias;
+  bool operator==(const PlanKey&) const = default;
+};
+struct PlanKeyHash {
+  size_t operator()(const PlanKey& k) const {
+    size_t h = 1469598103934665603ull;
+    auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+    mix(uint64_t(k.device)), mix(k.trans_a), mix(k.trans_b), mix(uint64_t(k.M)), mix(uint64_t(k.N));
+    mix(uint64_t(k.K)), mix(uint64_t(k.ab_t)), mix(uint64_t(k.c_t)), mix(uint64_t(k.bias_t)), mix(k.bias);
+    mix(k.tf32), mix(k.al_a), mix(k.al_b), mix(k.al_c), mix(k.al_bias);
+    return h;
+  }
+};
+struct Plan {
+  bool ok = false;  // false: cuBLASLt has no algorithm for this case
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+};
+std::unordered_map<PlanKey, Plan, PlanKeyHash>& plan_cache() {
+  static auto* c = new std::unordered_map<PlanKey, Plan, PlanKeyHash>();  // leaked on purpose, as lt_state
+  return *c;
+}
+
+// Builds the cuBLASLt plan for a key (Note [Row-major on cuBLASLt]); ok = false when the heuristic finds nothing.
+Plan make_plan(cublasLtHandle_t handle, const PlanKey& k, const void* bias) {
+  Plan p;
+  const cublasComputeType_t compute =
+      k.ab_t == DType::f32 && k.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  DSCPP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F));
+  const cublasOperation_t op_a = k.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our b
+  const cublasOperation_t op_b = k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
+  DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+  DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+  if (k.bias) {
+    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    const int32_t bt = int32_t(cuda_type(k.bias_t));
+    DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+    DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
+    DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  const cudaDataType_t ab = cuda_type(k.ab_t), c = cuda_type(k.c_t);
+  // Stored (pre-op) shapes, column-major: our b is N x K (ld N) or, transposed, K x N (ld K); likewise a.
+  if (k.trans_b) DSCPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, ab, k.K, k.N, k.K));
+  else DSCPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.la, ab, k.N, k.K, k.N));
+  if (k.trans_a) DSCPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, ab, k.M, k.K, k.M));
+  else DSCPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lb, ab, k.K, k.M, k.K));
+  DSCPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.lc, c, k.N, k.M, k.N));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  DSCPP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  const size_t ws = kWorkspaceBytes;
+  DSCPP_CUBLAS_CHECK(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // cuBLASLt's A/B are our b/a; C and D are both our c.
+  const uint32_t al[4] = {k.al_b, k.al_a, k.al_c, k.al_c};
+  const cublasLtMatmulPreferenceAttributes_t which[4] = {
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+      CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+  for (int i = 0; i < 4; i++)
+    DSCPP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof(al[i])));
+  cublasLtMatmulHeuristicResult_t res{};
+  int n = 0;
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &res, &n);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st == CUBLAS_STATUS_SUCCESS && n > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
+    p.algo = res.algo;
+    p.ok = true;
+  }
+  return p;
+}
+
+// ---- fallback kernels ----
+// c[M,N] = alpha * op(a) @ op(b) + beta * c (+ bias[N]), 16x16 tiles through shared memory, f32 accumulation.
+template <typename TA, typename TC, typename TB>
+__global__ void gemm_fallback_kernel(TC* c, const TA* a, bool trans_a, const TA* b, bool trans_b, const TB* bias,
+                                     int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+  __shared__ float sa[16][17], sb[16][17];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t row = int64_t(blockIdx.y) * 16 + ty, col = int64_t(blockIdx.x) * 16 + tx;
+  float acc = 0.0f;
+  for (int64_t k0 = 0; k0 < K; k0 += 16) {
+    // sa[ty][tx] = op(a)[row, k0+tx]; sb[ty][tx] = op(b)[k0+ty, col]
+    const int64_t ka = k0 + tx, kb = k0 + ty;
+    float va = 0.0f, vb = 0.0f;
+    if (row < M && ka < K) va = to_f(trans_a ? a[ka * M + row] : a[row * K + ka]);
+    if (col < N && kb < K) vb = to_f(trans_b ? b[col * K + kb] : b[kb * N + col]);
+    sa[ty][tx] = va;
+    sb[ty][tx] = vb;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 16; k++) acc += sa[ty][k] * sb[k][tx];
+    __syncthreads();
+  }
+  if (row < M && col < N) {
+    float v = alpha * acc;
+    if (beta != 0.0f) v += beta * to_f(c[row * N + col]);  // beta == 0: c is not read (it may hold NaN)
+    if (bias) v += to_f(bias[col]);
+    c[row * N + col] = from_f<TC>(v);
+  }
+}
+
+// out[n, o] += bias[o]: the bias of matmul_forward when it cannot be fused.
+template <typename TC, typename TB>
+__global__ void add_bias_kernel(TC* out, const TB* bias, int64_t rows, int64_t cols) {
+  const int64_t total = rows * cols;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    out[i] = from_f<TC>(to_f(out[i]) + to_f(bias[i % cols]));
+}
+
+// dbias, stage 1: partial[s, o] = sum of dout[n, o] over the rows n of split s (kRowsPerSplit rows).
+// Block (32, 8): 32 columns, 8 row lanes summed in a fixed order, so the result does not depend on scheduling.
+constexpr int kRowsPerSplit = 256;
+template <typename T>
+__global__ void dbias_partial_kernel(float* partial, const T* dout, int64_t N, int64_t OC) {
+  __shared__ float red[8][33];
+  const int64_t o = int64_t(blockIdx.x) * 32 + threadIdx.x;
+  const int64_t n0 = int64_t(blockIdx.y) * kRowsPerSplit;
+  const int64_t n1 = n0 + kRowsPerSplit < N ? n0 + kRowsPerSplit : N;
+  float acc = 0.0f;
+  if (o < OC)
+    for (int64_t n = n0 + threadIdx.y; n < n1; n += 8) acc += to_f(dout[n * OC + o]);
+  red[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && o < OC) {
+    float s = 0.0f;
+#pragma unroll
+    for (int y = 0; y < 8; y++) s += red[y][threadIdx.x];
+    partial[int64_t(blockIdx.y) * OC + o] = s;
+  }
+}
+
+// dbias, stage 2: dbias[o] += sum over splits in order.
+template <typename TB>
+__global__ void dbias_finish_kernel(TB* dbias, const float* partial, int64_t splits, int64_t OC) {
+  const int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (o >= OC) return;
+  float s = 0.0f;
+  for (int64_t i = 0; i < splits; i++) s += partial[i * OC + o];
+  dbias[o] = from_f<TB>(to_f(dbias[o]) + s);
+}
+
+// ---- the one entry for every matrix multiply ----
+// Row-major c[M,N] = alpha * op(a)[M,K] @ op(b)[K,N] + beta * c (+ bias[N]); a and b share ab_t.
+struct RowGemm {
+  void* c;
+  DType c_t;
+  const void* a;
+  bool trans_a;
+  const void* b;
+  bool trans_b;
+  DType ab_t;
+  int64_t M, N, K;
+  float alpha, beta;
+  const void* bias = nullptr;
+  DType bias_t = DType::f32;
+};
+
+template <typename F>
+void dispatch3(DType ab, DType c, DType bias, F&& f) {
+  dispatch_float("matmul", ab, [&](auto* ta) {
+    dispatch_float("matmul", c, [&](auto* tc) {
+      dispatch_float("matmul", bias, [&](auto* tb) { f(ta, tc, tb); });
+    });
+  });
+}
+
+void gemm_fallback(const RowGemm& g, bool with_bias, cudaStream_t stream) {
+  dispatch3(g.ab_t, g.c_t, g.bias_t, [&](auto* ta, auto* tc, auto* tb) {
+    using TA = std::remove_pointer_t<decltype(ta)>;
+    using TC = std::remove_pointer_t<decltype(tc)>;
+    using TB = std::remove_pointer_t<decltype(tb)>;
+    const dim3 block(16, 16), grid(unsigned(ceil_div(g.N, 16)), unsigned(ceil_div(g.M, 16)));
+    DSCPP_CHECK(grid.y <= 65535u, "matmul fallback: M = ", g.M, " is too large");
+    gemm_fallback_kernel<TA, TC, TB><<<grid, block, 0, stream>>>(
+        static_cast<TC*>(g.c), static_cast<const TA*>(g.a), g.trans_a, static_cast<const TA*>(g.b), g.trans_b,
+        with_bias ? static_cast<const TB*>(g.bias) : nullptr, g.M, g.N, g.K, g.alpha, g.beta);
+    DSCPP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void add_bias(const RowGemm& g, cudaStream_t stream) {
+  dispatch3(g.ab_t, g.c_t, g.bias_t, [&](auto*, auto* tc, auto* tb) {
+    using TC = std::remove_pointer_t<decltype(tc)>;
+    using TB = std::remove_pointer_t<decltype(tb)>;
+    add_bias_kernel<TC, TB><<<grid_for(g.M * g.N, 256), 256, 0, stream>>>(
+        static_cast<TC*>(g.c), static_cast<const TB*>(g.bias), g.M, g.N);
+    DSCPP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void lt_gemm(int device, cudaStream_t stream, const RowGemm& g) {
+  if (g.M == 0 || g.N == 0) return;
+  if (g.K == 0) {  // c = beta * c (+ bias): the fallback kernel handles it without reading a or b
+    gemm_fallback(g, g.bias != nullptr, stream);
+    return;
+  }
+  // The bias is fused only when its dtype is the output's and its pointer is 16-byte aligned.
+  const bool fuse_bias = g.bias && g.bias_t == g.c_t && aligned16(g.bias);
+  PlanKey key{device, g.trans_a, g.trans_b, g.M, g.N, g.K, g.ab_t, g.c_t, fuse_bias ? g.bias_t : DType::f32,
+              fuse_bias, g.ab_t == DType::f32 && g_allow_tf32.load(), alignment_of(g.a), alignment_of(g.b),
+              alignment_of(g.c), fuse_bias ? alignment_of(g.bias) : 0u};
+  bool done = false;
+  {
+    std::lock_guard<std::mutex> lock(lt_state().mu);
+    cublasLtHandle_t handle = lt_handle(device);
+    void* ws = lt_workspace(device, stream);
+    auto& cache = plan_cache();
+    auto it = cache.find(key);
+    if (it == cache.end()) it = cache.emplace(key, make_plan(handle, key, g.bias)).first;
+    const Plan& p = it->second;
+    if (p.ok) {
+      if (fuse_bias)
+        DSCPP_CUBLAS_CHECK(
+            cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
+      // cuBLASLt's A is our b and its B our a (Note [Row-major on cuBLASLt]).
+      DSCPP_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.la, g.a, p.lb, &g.beta, g.c, p.lc, g.c, p.lc,
+                                        &p.algo, ws, kWorkspaceBytes, stream));
+      done = true;
+    }
+  }
+  if (!done) {
+    if (fuse_bias) {  // retry without the epilogue before giving up on cuBLASLt
+      RowGemm nb = g;
+      nb.bias = nullptr;
+      lt_gemm(device, stream, nb);
+      add_bias(g, stream);
+      return;
+    }
+    gemm_fallback(g, g.bias != nullptr, stream);
+    return;
+  }
+  if (g.bias && !fuse_bias) add_bias(g, stream);
+}
+
+void need_cuda_float(const char* op, const char* name, const Tensor& t) {
+  DSCPP_CHECK(t.defined(), op, ": ", name, " is undefined");
+  DSCPP_CHECK(t.device().is_cuda(), op, ": ", name, " is on ", t.device().str(), ", expected a CUDA device");
+  DSCPP_CHECK(t.dtype() == DType::f32 || t.dtype() == DType::bf16 || t.dtype() == DType::f16, op, ": ", name,
+              " has dtype ", dtype_name(t.dtype()), ", expected f32, bf16 or f16");
+}
+
+}  // namespace
+
+void set_matmul_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+  const char* op = "matmul_forward";
+  need_cuda_float(op, "inp", inp);
+  need_cuda_float(op, "weight", weight);
+  need_cuda_float(op, "out", out);
+  DSCPP_CHECK(weight.dim() == 2, op, ": weight has shape ", shape_str(weight.shape()), ", expected [OC, C]");
+  DSCPP_CHECK(weight.dtype() == inp.dtype(), op, ": weight dtype ", dtype_name(weight.dtype()), " != inp dtype ",
+              dtype_name(inp.dtype()));
+  const int64_t OC = weight.size(0), C = weight.size(1);
+  const int64_t N = C ? inp.numel() / C : 0;
+  OpLaunch l(out);
+  // out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias)
+  RowGemm g{out.raw(), out.dtype(), inp.raw(), false, weight.raw(), true, inp.dtype(), N, OC, C, 1.0f, 0.0f};
+  if (bias.defined()) {
+    need_cuda_float(op, "bias", bias);
+    g.bias = bias.raw();
+    g.bias_t = bias.dtype();
+  }
+  lt_gemm(out.device().index, l.stream, g);
+}
+
+void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
+                     const Tensor& inp, const Tensor& weight) {
+  const char* op = "matmul_backward";
+  need_cuda_float(op, "dout", dout);
+  need_cuda_float(op, "inp", inp);
+  need_cuda_float(op, "weight", weight);
+  DSCPP_CHECK(weight.dim() == 2, op, ": weight has shape ", shape_str(weight.shape()), ", expected [OC, C]");
+  DSCPP_CHECK(dout.dtype() == inp.dtype() && weight.dtype() == inp.dtype(), op, ": dout, inp and weight must share a ",
+              "dtype, got ", dtype_name(dout.dtype()), ", ", dtype_name(inp.dtype()), ", ", dtype_name(weight.dtype()));
+  const DType t = inp.dtype();
+  const int64_t OC = weight.size(0), C = weight.size(1);
+  const int64_t N = C ? inp.numel() / C : 0;
+  OpLaunch l(dout);
+  const int dev = dout.device().index;
+  if (dinp.defined()) {  // dinp[N,C] = dout[N,OC] @ weight[OC,C]
+    need_cuda_float(op, "dinp", dinp);
+    lt_gemm(dev, l.stream, RowGemm{dinp.raw(), dinp.dtype(), dout.raw(), false, weight.raw(), false, t, N, C, OC,
+                                   1.0f, 0.0f});
+  }
+  if (dweight.defined()) {  // dweight[OC,C] += dout^T @ inp   (dout[N,OC] is op(a) = a^T with a stored [K=N, M=OC])
+    need_cuda_float(op, "dweight", dweight);
+    lt_gemm(dev, l.stream, RowGemm{dweight.raw(), dweight.dtype(), dout.raw(), true, inp.raw(), false, t, OC, C, N,
+                                   1.0f, 1.0f});
+  }
+  if (dbias.defined() && OC > 0 && N > 0) {
+    need_cuda_float(op, "dbias", dbias);
+    const int64_t splits = ceil_div(N, kRowsPerSplit);
+    DSCPP_CHECK(splits <= 65535, op, ": N = ", N, " rows is too many for the dbias kernel");
+    Tensor partial = Tensor::empty({splits, OC}, DType::f32, dout.device());
+    dispatch_float(op, t, [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      dbias_partial_kernel<T><<<dim3(unsigned(ceil_div(OC, 32)), unsigned(splits)), dim3(32, 8), 0, l.stream>>>(
+          ptr<float>(partial), ptr<const T>(dout), N, OC);
+      DSCPP_CUDA_CHECK_LAUNCH();
+    });
+    dispatch_float(op, dbias.dtype(), [&](auto* tag) {
+      using TB = std::remove_pointer_t<decltype(tag)>;
+      dbias_finish_kernel<TB><<<unsigned(ceil_div(OC, 256)), 256, 0, l.stream>>>(ptr<TB>(dbias),
+                                                                                 ptr<const float>(partial), splits, OC);
+      DSCPP_CUDA_CHECK_LAUNCH();
+    });
+  }
+}
+
+void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta) {
+  const char* op = "gemm";
+  need_cuda_float(op, "c", c);
+  need_cuda_float(op, "a", a);
+  need_cuda_float(op, "b", b);
+  DSCPP_CHECK(c.dim() == 2 && a.dim() == 2 && b.dim() == 2, op, ": expected 2-D tensors");
+  DSCPP_CHECK(a.dtype() == b.dtype(), op, ": a and b must share a dtype");
+  const int64_t M = c.size(0), N = c.size(1), K = trans_a ? a.size(0) : a.size(1);
+  OpLaunch l(c);
+  lt_gemm(c.device().index, l.stream, RowGemm{c.raw(), c.dtype(), a.raw(), trans_a, b.raw(), trans_b, a.dtype(), M, N,
+                                              K, alpha, beta});
+}
+
+}  // namespace dscpp::cuda
