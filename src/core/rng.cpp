@@ -2,23 +2,13 @@
 
 #include <cmath>
 
+#include "dscpp/core/philox.h"
+
 namespace dscpp {
 
 std::array<uint32_t, 4> philox4x32(uint64_t seed, uint64_t hi, uint64_t lo) {
-  uint32_t c0 = uint32_t(lo), c1 = uint32_t(lo >> 32), c2 = uint32_t(hi), c3 = uint32_t(hi >> 32);
-  uint32_t k0 = uint32_t(seed), k1 = uint32_t(seed >> 32);
-  for (int r = 0; r < 10; r++) {
-    uint64_t p0 = uint64_t(0xD2511F53u) * c0;
-    uint64_t p1 = uint64_t(0xCD9E8D57u) * c2;
-    uint32_t n0 = uint32_t(p1 >> 32) ^ c1 ^ k0;
-    uint32_t n1 = uint32_t(p1);
-    uint32_t n2 = uint32_t(p0 >> 32) ^ c3 ^ k1;
-    uint32_t n3 = uint32_t(p0);
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return {c0, c1, c2, c3};
+  Philox4 r = philox4x32_10(seed, hi, lo);  // shared with the device code (dscpp/core/philox.h)
+  return {r.v[0], r.v[1], r.v[2], r.v[3]};
 }
 
 uint32_t Rng::next_u32() {
@@ -37,10 +27,10 @@ void Rng::set_state(RngState s) {
 
 uint64_t Rng::next_u64() { return (uint64_t(next_u32()) << 32) | next_u32(); }
 
-float Rng::uniform() { return float(next_u32() >> 8) * (1.0f / 16777216.0f); }
+float Rng::uniform() { return philox_uniform01(next_u32()); }
 
 float Rng::normal() {
-  float u1 = (float(next_u32() >> 8) + 1.0f) * (1.0f / 16777217.0f);  // (0, 1]
+  float u1 = philox_uniform01_open0(next_u32());  // (0, 1]
   float u2 = uniform();
   return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
 }

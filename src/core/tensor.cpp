@@ -3,6 +3,10 @@
 #include <cstring>
 #include <sstream>
 
+#ifdef DSCPP_WITH_CUDA
+#include "core/cuda/tensor_cuda.h"
+#endif
+
 namespace dscpp {
 
 int64_t shape_numel(const Shape& s) {
@@ -127,6 +131,9 @@ void convert_cpu(void* dst, DType dt, const void* src, DType st, int64_t n) {
 
 void Tensor::copy_from(const Tensor& src) {
   DSCPP_CHECK(src.numel() == numel_, "copy_from: ", src.str(), " into ", str());
+#ifdef DSCPP_WITH_CUDA
+  if (!device().is_cpu() || !src.device().is_cpu()) return cuda::tensor_copy(*this, src, /*synchronous=*/true);
+#endif
   DSCPP_CHECK(device().is_cpu() && src.device().is_cpu(), "copy_from between ", src.device().str(), " and ",
               device().str(), " needs the CUDA backend");
   convert_cpu(raw(), dtype_, src.raw(), src.dtype(), numel_);
@@ -152,11 +159,17 @@ Tensor Tensor::clone() const {
 }
 
 void Tensor::zero() {
+#ifdef DSCPP_WITH_CUDA
+  if (device().is_cuda()) return cuda::tensor_zero(*this);
+#endif
   DSCPP_CHECK(device().is_cpu(), "zero() on ", device().str(), " needs the CUDA backend");
   if (numel_) std::memset(raw(), 0, nbytes());
 }
 
 void Tensor::fill(float v) {
+#ifdef DSCPP_WITH_CUDA
+  if (device().is_cuda()) return cuda::tensor_fill(*this, v);
+#endif
   DSCPP_CHECK(device().is_cpu(), "fill() on ", device().str(), " needs the CUDA backend");
   for (int64_t i = 0; i < numel_; i++) store_from_float(*this, i, v);
 }

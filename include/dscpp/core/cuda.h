@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dscpp/core/allocator.h"
 
@@ -21,6 +22,7 @@ std::string cuda_device_name(int device);   // "NVIDIA H100 80GB HBM3"
 // Tensors from it are Device::cpu(). A freed block is reused only after the work queued on the current stream
 // at the time of the free has finished. In a CPU-only build this is cpu_allocator().
 Allocator& pinned_host_allocator();
+Tensor empty_pinned(const std::vector<int64_t>& shape, DType dtype);  // a Device::cpu() tensor in pinned memory
 
 // Enqueue a copy (with dtype conversion) on the current stream of the device tensor's device and return without
 // waiting: the caller synchronises (cuda_synchronize or a stream event) before reading a host destination or
