@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace dscpp {
 
@@ -110,6 +111,14 @@ struct OffloadParamConfig {              // "zero_optimization.offload_param" (s
   int64_t buffer_size = 100000000;       // elements per swap buffer (1e8)
   int64_t max_in_cpu = 1000000000;       // elements kept in CPU memory (1e9)
   bool pin_memory = false;               // page-locked host buffers
+};
+
+struct CommsLoggerConfig {               // "comms_logger" (deepspeed/comm/config.py)
+  bool enabled = false;                  // record every profiled collective (count, size, latency, bandwidth)
+  bool verbose = false;                  // also log each op as it completes
+  bool prof_all = true;                  // profile every op (else only prof_ops)
+  bool debug = false;                    // DeepSpeed: add the caller's name to each record; parsed
+  std::vector<std::string> prof_ops;     // op names profiled when prof_all is false, e.g. ["all_reduce"]
 };
 
 }  // namespace dscpp

@@ -1,0 +1,120 @@
+// ProcessGroup: collectives over flat (contiguous) tensors among a fixed set of ranks, each returning a Work handle
+// so communication can overlap compute. Backends: "gloo" (CPU tensors; Gloo's algorithms, one communication thread
+// per group running the queued ops in order) and "nccl" (CUDA tensors; a communication stream per group, events).
+// dtypes f32, bf16, f16, i32. avg needs a float dtype. On CPU, bf16/f16 reductions accumulate in f32.
+//
+// Failure behaviour: every op has the group's timeout. A timeout, a dead peer or a library error makes wait() throw
+// dscpp::Error naming the op, the group, this rank and (when the store knows) the failed rank; the failing rank
+// sets the store's abort key so the others stop promptly (Note [Store failure signalling], comm/store.h). After a
+// failure the group is broken: every later op throws at once.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dscpp/comm/comms_logger.h"
+#include "dscpp/comm/store.h"
+#include "dscpp/core/tensor.h"
+
+namespace dscpp {
+
+enum class ReduceOp { sum, avg, max, min };
+const char* reduce_op_name(ReduceOp op);
+
+enum class WorkStatus { pending, completed, failed };
+
+class Work {
+ public:
+  virtual ~Work() = default;
+  // gloo: blocks until the op is done. nccl: makes the current compute stream wait for the op's end event; the host
+  // does not block (DSCPP_NCCL_BLOCKING_WAIT=1 makes it block too). Throws dscpp::Error when the op failed.
+  virtual void wait() = 0;
+  virtual bool is_completed() = 0;  // non-blocking; true once finished, successfully or not
+  virtual WorkStatus status() = 0;   // non-blocking
+};
+using WorkPtr = std::shared_ptr<Work>;
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup();
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const std::string& name() const { return name_; }          // "world", "world/sub0", ...
+  virtual const char* backend() const = 0;                    // "gloo" or "nccl"
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  const std::shared_ptr<TcpStore>& store() const { return store_.store; }
+  int global_rank(int group_rank) const { return global_ranks_.at(size_t(group_rank)); }  // rank in the world
+
+  // In place on `t`; avg divides the sum by size().
+  WorkPtr all_reduce(Tensor& t, ReduceOp op = ReduceOp::sum);
+  // in: size() * n elements; out: n elements, the reduction of every rank's block rank().
+  WorkPtr reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum);
+  // in: n elements; out: size() * n elements, block r = rank r's in.
+  WorkPtr all_gather(Tensor& out, const Tensor& in);
+  WorkPtr broadcast(Tensor& t, int root);  // root is a rank of this group
+  WorkPtr barrier();
+  WorkPtr send(const Tensor& t, int dst);  // matched in order with dst's recv(…, src = this rank)
+  WorkPtr recv(Tensor& t, int src);
+
+  // Collective over this group: every member calls it with the same sorted ranks (of this group), in the same order
+  // as its other new_subgroup calls. Returns the sub-group on members, nullptr on the others.
+  std::unique_ptr<ProcessGroup> new_subgroup(const std::vector<int>& ranks);
+
+  // Ops finished from now on are recorded (when the logger is enabled); sub-groups made later share it.
+  void set_comms_logger(std::shared_ptr<CommsLogger> logger) { logger_ = std::move(logger); }
+  const std::shared_ptr<CommsLogger>& comms_logger() const { return logger_; }
+
+  // Marks the job as failed by this rank (first writer wins), so other ranks' waits stop. Never throws.
+  void abort(const std::string& reason);
+
+  // Used by the backends (public so their Work classes can call them).
+  // "all_reduce on group 'world' (rank 0 of 2, gloo) failed: <what>[; failed rank: <abort key>]"; also sets the
+  // abort key when no other rank did.
+  [[noreturn]] void fail_op(const std::string& op, const std::string& what);
+  void log_op(const std::string& op, size_t bytes, double seconds);  // to the comms logger, if any
+
+ protected:
+  ProcessGroup(std::string name, int rank, int size, std::vector<int> global_ranks, StoreHandle store,
+               std::chrono::milliseconds timeout);
+  virtual WorkPtr do_all_reduce(Tensor& t, ReduceOp op) = 0;
+  virtual WorkPtr do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) = 0;
+  virtual WorkPtr do_all_gather(Tensor& out, const Tensor& in) = 0;
+  virtual WorkPtr do_broadcast(Tensor& t, int root) = 0;
+  virtual WorkPtr do_barrier() = 0;
+  virtual WorkPtr do_send(const Tensor& t, int dst) = 0;
+  virtual WorkPtr do_recv(Tensor& t, int src) = 0;
+  // Members only: a group of the same backend named `name` over `ranks` (ranks of this group), my rank `sub_rank`.
+  virtual std::unique_ptr<ProcessGroup> make_subgroup(const std::string& name, int sub_rank,
+                                                      const std::vector<int>& ranks) = 0;
+  void check_tensor(const char* op, const Tensor& t) const;  // defined, dtype and device this backend handles
+  virtual bool device_ok(const Tensor& t) const = 0;
+
+  std::string name_;
+  int rank_, size_;
+  std::vector<int> global_ranks_;
+  StoreHandle store_;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<CommsLogger> logger_;
+  int subgroups_made_ = 0;
+  std::string broken_;  // set by fail_op: later ops throw with it
+};
+
+// The world group from the environment (comm/dist_env.h). backend "gloo", "nccl" or "auto" (nccl when this build has
+// it and a GPU is present, else gloo). timeout 0 = default_comm_timeout() (DEEPSPEED_TIMEOUT). Rank 0 hosts the
+// store on MASTER_PORT. Under nccl the current device is LOCAL_RANK % device count.
+std::unique_ptr<ProcessGroup> init_process_group(const std::string& backend = "auto",
+                                                 std::chrono::milliseconds timeout = {});
+// The same from explicit values (tests, tools): rank 0 hosts the store on `port`.
+std::unique_ptr<ProcessGroup> new_process_group(const std::string& backend, int rank, int size,
+                                                const std::string& master_addr, int port,
+                                                std::chrono::milliseconds timeout);
+bool gloo_available();  // this build has the Gloo backend
+bool nccl_available();  // this build has the NCCL backend
+
+// Start-up check that every rank runs the same config: exchanges `config_hash` through the store and throws
+// dscpp::Error listing the ranks whose hash differs from rank 0's (on every rank; sets the abort key).
+void check_same_config(ProcessGroup& pg, TcpStore& store, uint64_t config_hash);
+
+}  // namespace dscpp

@@ -1,0 +1,356 @@
+// The GPU backend on NCCL. Built only with DSCPP_WITH_NCCL (CUDA build with nccl.h and libnccl found).
+//
+// Note [NCCL streams and events]
+// Each group has its own communication stream. An op first makes that stream wait for an event recorded on the
+// caller's current compute stream (the inputs are ready), enqueues the NCCL call, and records an end event;
+// Work::wait() makes the current compute stream wait for the end event, so compute that does not need the result
+// overlaps the communication and no device synchronisation happens (habit 15). Keep the tensors alive and call wait()
+// before reusing their memory on the compute stream.
+//
+// Note [NCCL failures]
+// The communicator is non-blocking (config.blocking = 0) so that a call stuck on a missing peer can be abandoned.
+// A watchdog thread polls the pending ops' end events, ncclCommGetAsyncError and (once a second) the store's abort
+// key; on an async error, an op older than the timeout or another rank's abort it calls ncclCommAbort (which also
+// releases the kernels waiting on dead peers), fails every pending op and marks the group broken.
+// DSCPP_NCCL_BLOCKING_WAIT=1 (or NCCL_BLOCKING_WAIT=1) makes Work::wait() also block the host until the op ends.
+#include "comm/process_group_impl.h"
+
+#if DSCPP_WITH_NCCL
+#include <nccl.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "core/cuda/cuda_runtime.cuh"
+#endif
+
+namespace dscpp {
+
+#if !DSCPP_WITH_NCCL
+bool nccl_available() { return false; }
+namespace comm_detail {
+std::unique_ptr<ProcessGroup> make_nccl_group(GroupArgs) {
+  DSCPP_FAIL("the nccl backend is not in this build (needs -DDSCPP_CUDA=ON and NCCL's nccl.h/libnccl)");
+}
+}  // namespace comm_detail
+#else
+bool nccl_available() { return true; }
+
+namespace comm_detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_dtype(DType d) {
+  switch (d) {
+    case DType::f32: return ncclFloat32;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    case DType::i32: return ncclInt32;
+    default: DSCPP_FAIL("nccl: unsupported dtype ", dtype_name(d));
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v && std::string(v) != "0";
+}
+
+class NcclProcessGroup;
+
+class NcclWork : public Work {
+ public:
+  NcclWork(NcclProcessGroup* pg, std::string op, size_t bytes, int device, std::vector<Tensor> keep)
+      : pg_(pg), op_(std::move(op)), bytes_(bytes), device_(device), keep_(std::move(keep)), t0_(Clock::now()) {}
+  ~NcclWork() override {
+    if (end_) cudaEventDestroy(end_);
+    if (start_) cudaEventDestroy(start_);
+  }
+  void wait() override;
+  bool is_completed() override { return status() != WorkStatus::pending; }
+  WorkStatus status() override {
+    if (status_ == WorkStatus::pending && cudaEventQuery(end_) == cudaSuccess) status_ = WorkStatus::completed;
+    return status_;
+  }
+
+  NcclProcessGroup* pg_;
+  std::string op_;
+  size_t bytes_;
+  int device_;
+  std::vector<Tensor> keep_;          // inputs and outputs stay alive while the op may run
+  Clock::time_point t0_;
+  cudaEvent_t start_ = nullptr;       // timing event, only when the comms logger profiles this op
+  cudaEvent_t end_ = nullptr;
+  std::atomic<WorkStatus> status_{WorkStatus::pending};
+  std::string error_;                 // set (by the watchdog) before status_ becomes failed
+};
+
+class NcclProcessGroup : public ProcessGroup {
+ public:
+  explicit NcclProcessGroup(GroupArgs a)
+      : ProcessGroup(a.name, a.rank, a.size, a.global_ranks, a.store, a.timeout),
+        blocking_wait_(env_flag("DSCPP_NCCL_BLOCKING_WAIT") || env_flag("NCCL_BLOCKING_WAIT")) {
+    setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // NVLink multicast off unless the user asked for it
+    device_ = cuda::current_device();
+    ncclUniqueId id;
+    std::string key = group_key(name_, "nccl_id");
+    if (rank_ == 0) {
+      check(ncclGetUniqueId(&id), "ncclGetUniqueId");
+      store_.store->set(key, Bytes(reinterpret_cast<char*>(&id), reinterpret_cast<char*>(&id) + sizeof id));
+    } else {
+      Bytes b = store_.store->get(key, timeout_);
+      DSCPP_CHECK(b.size() == sizeof id, "nccl: the unique id in the store has ", b.size(), " bytes");
+      std::memcpy(&id, b.data(), sizeof id);
+    }
+    DSCPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    DSCPP_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;
+    ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
+    if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclCommInitRankConfig");
+    settle("ncclCommInitRankConfig");
+    watchdog_ = std::thread([this] { watch(); });
+  }
+
+  ~NcclProcessGroup() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();
+    if (comm_ && !aborted_) {
+      // Finish the queued ops; a communicator that cannot (a peer is gone) is aborted instead of hanging.
+      ncclResult_t r = ncclCommFinalize(comm_);
+      bool ok = r == ncclSuccess || r == ncclInProgress;
+      auto deadline = Clock::now() + timeout_;
+      ncclResult_t st = ncclInProgress;
+      while (ok && st == ncclInProgress && Clock::now() < deadline) {
+        ncclCommGetAsyncError(comm_, &st);
+        if (st == ncclInProgress) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      if (!ok || st != ncclSuccess) ncclCommAbort(comm_);
+      else ncclCommDestroy(comm_);
+    }
+    if (barrier_buf_) cudaFree(barrier_buf_);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  const char* backend() const override { return "nccl"; }
+  bool blocking_wait() const { return blocking_wait_; }
+  int device() const { return device_; }
+
+ protected:
+  bool device_ok(const Tensor& t) const override { return t.device().is_cuda() && t.device().index == device_; }
+
+  // Note [NCCL streams and events]
+  template <typename Call>
+  WorkPtr launch(const char* op, size_t bytes, std::vector<Tensor> keep, Call call) {
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    DSCPP_CHECK(!aborted_, op, " on group '", name_, "': the communicator was aborted: ", abort_error_);
+    cuda::DeviceGuard guard(device_);
+    auto work = std::make_shared<NcclWork>(this, op, bytes, device_, std::move(keep));
+    cudaEvent_t ready;
+    DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
+    DSCPP_CUDA_CHECK(cudaEventRecord(ready, cuda::current_stream(device_)));
+    DSCPP_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
+    DSCPP_CUDA_CHECK(cudaEventDestroy(ready));  // released once recorded work completes
+    bool timed = logger_ && logger_->should_profile(op);
+    if (timed) {
+      DSCPP_CUDA_CHECK(cudaEventCreate(&work->start_));
+      DSCPP_CUDA_CHECK(cudaEventRecord(work->start_, stream_));
+    }
+    ncclResult_t r = call(stream_);
+    if (r != ncclSuccess && r != ncclInProgress) check(r, op);
+    settle(op);
+    DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&work->end_, timed ? 0 : cudaEventDisableTiming));
+    DSCPP_CUDA_CHECK(cudaEventRecord(work->end_, stream_));
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      pending_.push_back(work);
+    }
+    cv_.notify_all();
+    return work;
+  }
+
+  WorkPtr do_all_reduce(Tensor& t, ReduceOp op) override {
+    return launch("all_reduce", t.nbytes(), {t}, [&](cudaStream_t s) {
+      return ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), nccl_dtype(t.dtype()), nccl_op(op), comm_, s);
+    });
+  }
+  WorkPtr do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) override {
+    return launch("reduce_scatter", in.nbytes(), {out, in}, [&](cudaStream_t s) {
+      return ncclReduceScatter(in.raw(), out.raw(), size_t(out.numel()), nccl_dtype(in.dtype()), nccl_op(op), comm_,
+                               s);
+    });
+  }
+  WorkPtr do_all_gather(Tensor& out, const Tensor& in) override {
+    return launch("all_gather", out.nbytes(), {out, in}, [&](cudaStream_t s) {
+      return ncclAllGather(in.raw(), out.raw(), size_t(in.numel()), nccl_dtype(in.dtype()), comm_, s);
+    });
+  }
+  WorkPtr do_broadcast(Tensor& t, int root) override {
+    return launch("broadcast", t.nbytes(), {t}, [&](cudaStream_t s) {
+      return ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), nccl_dtype(t.dtype()), root, comm_, s);
+    });
+  }
+  WorkPtr do_barrier() override {  // a one-element all-reduce, as PyTorch's NCCL barrier
+    return launch("barrier", 0, {}, [&](cudaStream_t s) {
+      return ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, s);
+    });
+  }
+  WorkPtr do_send(const Tensor& t, int dst) override {
+    return launch("send", t.nbytes(), {t}, [&](cudaStream_t s) {
+      return ncclSend(t.raw(), size_t(t.numel()), nccl_dtype(t.dtype()), dst, comm_, s);
+    });
+  }
+  WorkPtr do_recv(Tensor& t, int src) override {
+    return launch("recv", t.nbytes(), {t}, [&](cudaStream_t s) {
+      return ncclRecv(t.raw(), size_t(t.numel()), nccl_dtype(t.dtype()), src, comm_, s);
+    });
+  }
+
+  std::unique_ptr<ProcessGroup> make_subgroup(const std::string& name, int sub_rank,
+                                              const std::vector<int>& ranks) override {
+    GroupArgs a;
+    a.name = name;
+    a.rank = sub_rank;
+    a.size = int(ranks.size());
+    for (int r : ranks) a.global_ranks.push_back(global_rank(r));
+    a.store = store_;
+    a.timeout = timeout_;
+    cuda::DeviceGuard guard(device_);
+    return std::make_unique<NcclProcessGroup>(std::move(a));
+  }
+
+ private:
+  void check(ncclResult_t r, const std::string& what) {
+    if (r == ncclSuccess) return;
+    std::string msg = what + ": " + ncclGetErrorString(r);
+    if (comm_) {
+      const char* last = ncclGetLastError(comm_);
+      if (last && *last) msg += std::string(" (") + last + ")";
+    }
+    fail_op(what, "NCCL error " + msg);
+  }
+
+  // A non-blocking communicator may answer ncclInProgress: poll until the call has settled (bounded by timeout).
+  void settle(const std::string& what) {
+    auto deadline = Clock::now() + timeout_;
+    for (;;) {
+      ncclResult_t st = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &st);
+      if (st == ncclSuccess) return;
+      if (st != ncclInProgress) check(st, what);
+      if (Clock::now() > deadline) {
+        ncclCommAbort(comm_);
+        aborted_ = true;
+        abort_error_ = what + " did not complete within " + std::to_string(timeout_.count()) + " ms";
+        fail_op(what, abort_error_);
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+
+  // Note [NCCL failures]
+  void watch() {
+    cudaSetDevice(device_);
+    auto last_store_poll = Clock::now();
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!stop_) {
+      cv_.wait_for(lock, std::chrono::milliseconds(pending_.empty() ? 500 : 2));
+      std::string failure;
+      for (auto it = pending_.begin(); it != pending_.end();) {
+        NcclWork& w = **it;
+        if (cudaEventQuery(w.end_) == cudaSuccess) {
+          if (w.start_) {
+            float ms = 0;
+            cudaEventElapsedTime(&ms, w.start_, w.end_);
+            log_op(w.op_, w.bytes_, ms * 1e-3);
+          }
+          w.status_ = WorkStatus::completed;
+          it = pending_.erase(it);
+          continue;
+        }
+        if (failure.empty() && Clock::now() - w.t0_ > timeout_)
+          failure = w.op_ + " timed out after " + std::to_string(timeout_.count()) + " ms";
+        ++it;
+      }
+      if (failure.empty() && !pending_.empty()) {
+        ncclResult_t st = ncclSuccess;
+        ncclCommGetAsyncError(comm_, &st);
+        if (st != ncclSuccess && st != ncclInProgress) failure = std::string("NCCL async error: ") + ncclGetErrorString(st);
+        if (failure.empty() && Clock::now() - last_store_poll > std::chrono::seconds(1)) {
+          last_store_poll = Clock::now();
+          lock.unlock();
+          auto why = store_.store->abort_reason();
+          lock.lock();
+          if (why) failure = "the job was aborted (" + *why + ")";
+        }
+      }
+      if (failure.empty()) continue;
+      {
+        std::lock_guard<std::mutex> l(nccl_mu_);
+        if (!aborted_) ncclCommAbort(comm_);
+        aborted_ = true;
+        abort_error_ = failure;
+      }
+      for (auto& w : pending_) {
+        w->error_ = failure;
+        w->status_ = WorkStatus::failed;
+      }
+      pending_.clear();
+      store_.store->abort(global_rank(rank_), name_ + ": " + failure);
+    }
+  }
+
+  int device_ = 0;
+  bool blocking_wait_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t stream_ = nullptr;
+  float* barrier_buf_ = nullptr;
+  std::mutex nccl_mu_;                 // NCCL calls and abort
+  std::atomic<bool> aborted_{false};
+  std::string abort_error_;
+  std::mutex mu_;                      // pending_, stop_
+  std::condition_variable cv_;
+  std::list<std::shared_ptr<NcclWork>> pending_;
+  bool stop_ = false;
+  std::thread watchdog_;
+};
+
+void NcclWork::wait() {
+  auto* pg = static_cast<NcclProcessGroup*>(pg_);
+  if (pg->blocking_wait()) {
+    while (status() == WorkStatus::pending) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  if (status() == WorkStatus::failed) pg->fail_op(op_, error_);
+  cuda::DeviceGuard guard(device_);
+  DSCPP_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(device_), end_, 0));
+}
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> make_nccl_group(GroupArgs args) {
+  return std::make_unique<NcclProcessGroup>(std::move(args));
+}
+
+}  // namespace comm_detail
+#endif
+
+}  // namespace dscpp

@@ -1,0 +1,212 @@
+// ProcessGroup's backend-independent half: argument checks, error messages and abort, sub-group bookkeeping,
+// init_process_group from the environment, and the start-up config-hash check.
+#include "dscpp/comm/process_group.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <thread>
+
+#include "comm/process_group_impl.h"
+#include "dscpp/comm/dist_env.h"
+#include "dscpp/core/cuda.h"
+
+namespace dscpp {
+
+using namespace comm_detail;
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::max: return "max";
+    case ReduceOp::min: return "min";
+  }
+  return "?";
+}
+
+ProcessGroup::ProcessGroup(std::string name, int rank, int size, std::vector<int> global_ranks, StoreHandle store,
+                           std::chrono::milliseconds timeout)
+    : name_(std::move(name)), rank_(rank), size_(size), global_ranks_(std::move(global_ranks)),
+      store_(std::move(store)), timeout_(timeout) {
+  if (global_ranks_.empty())
+    for (int r = 0; r < size; ++r) global_ranks_.push_back(r);
+  DSCPP_CHECK(int(global_ranks_.size()) == size_ && rank_ >= 0 && rank_ < size_, "ProcessGroup '", name_,
+              "': rank ", rank_, " of ", size_, " with ", global_ranks_.size(), " global ranks");
+}
+
+ProcessGroup::~ProcessGroup() {
+  // Dying by an exception (stack unwinding) means this rank failed: tell the others rather than let them time out.
+  if (std::uncaught_exceptions() > 0 && name_ == "world") abort("exited with an exception");
+}
+
+void ProcessGroup::abort(const std::string& reason) {
+  if (store_.store) store_.store->abort(global_rank(rank_), reason);
+}
+
+void ProcessGroup::fail_op(const std::string& op, const std::string& what) {
+  std::string msg = op + " on group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
+                    std::to_string(size_) + ", " + backend() + ") failed: " + what;
+  std::optional<std::string> why;
+  if (store_.store) {
+    // A peer's death reaches us through the library and the store at about the same time: give the store (whose
+    // key names the root cause) a moment before blaming ourselves.
+    for (int i = 0; i < 20 && !(why = store_.store->abort_reason()); ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(25));
+    if (!why) store_.store->abort(global_rank(rank_), msg);
+    else msg += "; failed rank: " + *why;
+  }
+  if (broken_.empty()) broken_ = msg;
+  throw Error(msg);
+}
+
+void ProcessGroup::log_op(const std::string& op, size_t bytes, double seconds) {
+  if (logger_) logger_->record(op, bytes, size_, seconds);
+}
+
+void ProcessGroup::check_tensor(const char* op, const Tensor& t) const {
+  DSCPP_CHECK(broken_.empty(), op, " on group '", name_, "': the group is broken by an earlier failure: ", broken_);
+  DSCPP_CHECK(t.defined(), op, " on group '", name_, "': undefined tensor");
+  DType d = t.dtype();
+  DSCPP_CHECK(d == DType::f32 || d == DType::bf16 || d == DType::f16 || d == DType::i32, op, " on group '", name_,
+              "': dtype ", dtype_name(d), " is not supported (f32, bf16, f16, i32)");
+  DSCPP_CHECK(device_ok(t), op, " on group '", name_, "': ", backend(), " cannot use a tensor on ",
+              t.device().str());
+}
+
+WorkPtr ProcessGroup::all_reduce(Tensor& t, ReduceOp op) {
+  check_tensor("all_reduce", t);
+  DSCPP_CHECK(op != ReduceOp::avg || dtype_is_float(t.dtype()), "all_reduce avg needs a float dtype, got ",
+              dtype_name(t.dtype()));
+  return do_all_reduce(t, op);
+}
+
+WorkPtr ProcessGroup::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) {
+  check_tensor("reduce_scatter", out);
+  check_tensor("reduce_scatter", in);
+  DSCPP_CHECK(in.dtype() == out.dtype(), "reduce_scatter: dtypes differ (in ", dtype_name(in.dtype()), ", out ",
+              dtype_name(out.dtype()), ")");
+  DSCPP_CHECK(in.numel() == out.numel() * size_, "reduce_scatter on group '", name_, "': in has ", in.numel(),
+              " elements, expected out's ", out.numel(), " x ", size_, " ranks");
+  DSCPP_CHECK(op != ReduceOp::avg || dtype_is_float(in.dtype()), "reduce_scatter avg needs a float dtype");
+  return do_reduce_scatter(out, in, op);
+}
+
+WorkPtr ProcessGroup::all_gather(Tensor& out, const Tensor& in) {
+  check_tensor("all_gather", out);
+  check_tensor("all_gather", in);
+  DSCPP_CHECK(in.dtype() == out.dtype(), "all_gather: dtypes differ (in ", dtype_name(in.dtype()), ", out ",
+              dtype_name(out.dtype()), ")");
+  DSCPP_CHECK(out.numel() == in.numel() * size_, "all_gather on group '", name_, "': out has ", out.numel(),
+              " elements, expected in's ", in.numel(), " x ", size_, " ranks");
+  return do_all_gather(out, in);
+}
+
+WorkPtr ProcessGroup::broadcast(Tensor& t, int root) {
+  check_tensor("broadcast", t);
+  DSCPP_CHECK(root >= 0 && root < size_, "broadcast on group '", name_, "': root ", root, " is not in [0, ", size_,
+              ")");
+  return do_broadcast(t, root);
+}
+
+WorkPtr ProcessGroup::barrier() {
+  DSCPP_CHECK(broken_.empty(), "barrier on group '", name_, "': the group is broken by an earlier failure: ",
+              broken_);
+  return do_barrier();
+}
+
+WorkPtr ProcessGroup::send(const Tensor& t, int dst) {
+  check_tensor("send", t);
+  DSCPP_CHECK(dst >= 0 && dst < size_ && dst != rank_, "send on group '", name_, "' from rank ", rank_, ": dst ",
+              dst, " must be another rank of [0, ", size_, ")");
+  return do_send(t, dst);
+}
+
+WorkPtr ProcessGroup::recv(Tensor& t, int src) {
+  check_tensor("recv", t);
+  DSCPP_CHECK(src >= 0 && src < size_ && src != rank_, "recv on group '", name_, "' at rank ", rank_, ": src ",
+              src, " must be another rank of [0, ", size_, ")");
+  return do_recv(t, src);
+}
+
+std::unique_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>& ranks) {
+  DSCPP_CHECK(!ranks.empty(), "new_subgroup of '", name_, "': no ranks");
+  for (size_t i = 0; i < ranks.size(); ++i)
+    DSCPP_CHECK(ranks[i] >= 0 && ranks[i] < size_ && (i == 0 || ranks[i] > ranks[i - 1]), "new_subgroup of '",
+                name_, "': ranks must be sorted, distinct and in [0, ", size_, "); rank ", ranks[i], " at index ", i,
+                " is not");
+  std::string sub_name = name_ + "/sub" + std::to_string(subgroups_made_++);
+  auto it = std::find(ranks.begin(), ranks.end(), rank_);
+  if (it == ranks.end()) return nullptr;
+  auto sub = make_subgroup(sub_name, int(it - ranks.begin()), ranks);
+  sub->logger_ = logger_;
+  return sub;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+
+static std::unique_ptr<ProcessGroup> make_group(const std::string& backend, GroupArgs args) {
+  if (backend == "gloo") return make_gloo_group(std::move(args));
+  if (backend == "nccl") return make_nccl_group(std::move(args));
+  DSCPP_FAIL("unknown communication backend '", backend, "' (gloo, nccl or auto)");
+}
+
+static std::string resolve_backend(const std::string& backend) {
+  if (backend != "auto") return backend;
+  return nccl_available() && cuda_available() ? "nccl" : "gloo";
+}
+
+std::unique_ptr<ProcessGroup> new_process_group(const std::string& backend, int rank, int size,
+                                                const std::string& master_addr, int port,
+                                                std::chrono::milliseconds timeout) {
+  if (timeout.count() <= 0) timeout = default_comm_timeout();
+  DSCPP_CHECK(size >= 1 && rank >= 0 && rank < size, "new_process_group: rank ", rank, " of ", size);
+  std::string be = resolve_backend(backend);
+  if (be == "gloo" && !gloo_available())
+    DSCPP_FAIL("the gloo backend is not in this build (install libgloo-dev: scripts/install-deps.sh, and reconfigure)");
+  if (be == "nccl" && !nccl_available())
+    DSCPP_FAIL("the nccl backend is not in this build (needs -DDSCPP_CUDA=ON and NCCL's nccl.h/libnccl)");
+  GroupArgs a;
+  a.name = "world";
+  a.rank = rank;
+  a.size = size;
+  a.store = connect_store(master_addr, port, rank, rank == 0, timeout);
+  a.timeout = timeout;
+  // Every rank must agree on the world size: a stale launcher or a wrong WORLD_SIZE would otherwise hang.
+  if (rank == 0) a.store.store->set("dscpp/world_size_0", std::to_string(size));
+  std::string ws = a.store.store->get_string("dscpp/world_size_0", timeout);
+  DSCPP_CHECK(ws == std::to_string(size), "rank ", rank, " was started with WORLD_SIZE=", size,
+              " but rank 0 has WORLD_SIZE=", ws);
+  return make_group(be, std::move(a));
+}
+
+std::unique_ptr<ProcessGroup> init_process_group(const std::string& backend, std::chrono::milliseconds timeout) {
+  DistEnv e = read_dist_env();
+  std::string be = resolve_backend(backend);
+  if (be == "nccl") {
+    int n = cuda_device_count();
+    DSCPP_CHECK(n > 0, "init_process_group(nccl): no CUDA device");
+    cuda_set_device(e.local_rank % n);
+  }
+  return new_process_group(be, e.rank, e.world_size, e.master_addr, e.master_port, timeout);
+}
+
+void check_same_config(ProcessGroup& pg, TcpStore& store, uint64_t config_hash) {
+  std::string base = "pg/" + pg.name() + "/config_hash/";
+  store.set(base + std::to_string(pg.rank()), std::to_string(config_hash));
+  std::vector<std::string> keys;
+  for (int r = 0; r < pg.size(); ++r) keys.push_back(base + std::to_string(r));
+  store.wait(keys, pg.timeout());
+  std::string ref = store.get_string(keys[0]);
+  std::string differ;
+  for (int r = 1; r < pg.size(); ++r) {
+    std::string h = store.get_string(keys[size_t(r)]);
+    if (h != ref) differ += (differ.empty() ? "" : ", ") + std::to_string(r) + " (" + h + ")";
+  }
+  if (differ.empty()) return;
+  std::string msg = "config mismatch across ranks: rank 0 has config hash " + ref + ", ranks " + differ +
+                    " differ; every rank must run the same DeepSpeed config";
+  store.abort(pg.global_rank(pg.rank()), msg);
+  throw Error(msg);
+}
+
+}  // namespace dscpp

@@ -1,0 +1,270 @@
+// Process groups on the Gloo backend with real processes (2 and 4 ranks): every collective against a serial
+// computation on random data (all dtypes, odd sizes, sum/avg/max/min), async overlap, sub-groups, send/recv.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "dist/multiprocess.h"
+#include "dscpp/comm/process_group.h"
+#include "dscpp/core/rng.h"
+
+using namespace dscpp;
+using dscpp::test::expect_all_pass;
+using dscpp::test::run_ranks;
+
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(20);
+
+// Rank r's input for case `c`: deterministic, so every rank can compute the serial result of all ranks.
+// Integers in [-50, 50] for i32, else uniform in [-2, 2) rounded to the dtype (never zero-filled).
+std::vector<double> rank_input(int r, int c, int64_t n, DType dt) {
+  uint64_t s = 0x9E3779B97F4A7C15ull * uint64_t(r * 7919 + c * 104729 + 1);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& x : v) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    double u = double(s >> 11) / double(1ull << 53);
+    if (dt == DType::i32) x = std::floor(u * 101.0) - 50.0;
+    else x = u * 4.0 - 2.0;
+  }
+  return v;
+}
+
+Tensor make_tensor(const std::vector<double>& v, DType dt) {
+  Tensor t = Tensor::empty({int64_t(v.size())}, dt);
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (dt == DType::i32) t.data<int32_t>()[i] = int32_t(v[i]);
+    else store_from_float(t, int64_t(i), float(v[i]));
+  }
+  return t;
+}
+double load(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::i32 ? double(t.data<int32_t>()[i]) : double(load_as_float(t, i));
+}
+Tensor poisoned(int64_t n, DType dt) {  // NaN (or INT_MIN) everywhere: unwritten elements fail
+  Tensor t = Tensor::empty({n}, dt);
+  for (int64_t i = 0; i < n; ++i) {
+    if (dt == DType::i32) t.data<int32_t>()[i] = std::numeric_limits<int32_t>::min();
+    else store_from_float(t, i, std::nanf(""));
+  }
+  return t;
+}
+// The value rank inputs (already rounded to dt) reduce to.
+double reduce_ref(const std::vector<double>& xs, ReduceOp op) {
+  double acc = xs[0];
+  for (size_t i = 1; i < xs.size(); ++i) {
+    if (op == ReduceOp::max) acc = std::max(acc, xs[i]);
+    else if (op == ReduceOp::min) acc = std::min(acc, xs[i]);
+    else acc += xs[i];
+  }
+  return op == ReduceOp::avg ? acc / double(xs.size()) : acc;
+}
+double tolerance(DType dt, double ref) {  // one rounding of the f32 result to dt, plus f32 accumulation
+  switch (dt) {
+    case DType::bf16: return 1e-2 * std::max(1.0, std::fabs(ref));
+    case DType::f16: return 2e-3 * std::max(1.0, std::fabs(ref));
+    case DType::f32: return 1e-5 * std::max(1.0, std::fabs(ref));
+    default: return 0.0;
+  }
+}
+// Worst error over the tensor vs ref(i); fails with the index, values and dtype.
+template <typename Ref>
+void expect_matches(const Tensor& got, Ref ref, const std::string& what) {
+  double worst = -1;
+  int64_t at = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double g = load(got, i), r = ref(i);
+    double err = std::isnan(g) ? std::numeric_limits<double>::infinity() : std::fabs(g - r) - tolerance(got.dtype(), r);
+    if (err > worst) worst = err, at = i;
+  }
+  EXPECT_LE(worst, 0.0) << what << " (" << dtype_name(got.dtype()) << ", n=" << got.numel() << "): element " << at
+                        << " is " << load(got, at) << ", expected " << ref(at) << " (tol "
+                        << tolerance(got.dtype(), ref(at)) << ")";
+}
+
+std::vector<double> rounded(const std::vector<double>& v, DType dt) {  // as the tensor holds them
+  Tensor t = make_tensor(v, dt);
+  std::vector<double> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = load(t, int64_t(i));
+  return out;
+}
+
+const DType kDtypes[] = {DType::f32, DType::bf16, DType::f16, DType::i32};
+const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
+const int64_t kSizes[] = {1, 7, 1001};
+
+void check_collectives(int rank, int world, int port) {
+  auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
+  ASSERT_EQ(pg->rank(), rank);
+  ASSERT_EQ(pg->size(), world);
+  int c = 0;
+  for (DType dt : kDtypes)
+    for (int64_t n : kSizes) {
+      for (ReduceOp op : kOps) {
+        if (op == ReduceOp::avg && dt == DType::i32) continue;
+        ++c;
+        std::vector<std::vector<double>> in(static_cast<size_t>(world));
+        for (int r = 0; r < world; ++r) in[size_t(r)] = rounded(rank_input(r, c, n * world, dt), dt);
+        auto ref = [&](int64_t i) {
+          std::vector<double> xs;
+          for (int r = 0; r < world; ++r) xs.push_back(in[size_t(r)][size_t(i)]);
+          return reduce_ref(xs, op);
+        };
+        std::string tag = std::string("op ") + reduce_op_name(op);
+        // all_reduce (in place) on the whole n*world buffer
+        Tensor t = make_tensor(in[size_t(rank)], dt);
+        pg->all_reduce(t, op)->wait();
+        expect_matches(t, ref, "all_reduce " + tag);
+        // reduce_scatter: block `rank` of the reduction
+        Tensor src = make_tensor(in[size_t(rank)], dt), out = poisoned(n, dt);
+        pg->reduce_scatter(out, src, op)->wait();
+        expect_matches(out, [&](int64_t i) { return ref(rank * n + i); }, "reduce_scatter " + tag);
+      }
+      // all_gather: block r = rank r's first n inputs
+      ++c;
+      std::vector<std::vector<double>> in(static_cast<size_t>(world));
+      for (int r = 0; r < world; ++r) in[size_t(r)] = rounded(rank_input(r, c, n, dt), dt);
+      Tensor mine = make_tensor(in[size_t(rank)], dt), all = poisoned(n * world, dt);
+      pg->all_gather(all, mine)->wait();
+      expect_matches(all, [&](int64_t i) { return in[size_t(i / n)][size_t(i % n)]; }, "all_gather");
+      // broadcast from every root
+      for (int root = 0; root < world; ++root) {
+        Tensor b = rank == root ? make_tensor(in[size_t(root)], dt) : poisoned(n, dt);
+        pg->broadcast(b, root)->wait();
+        expect_matches(b, [&](int64_t i) { return in[size_t(root)][size_t(i)]; },
+                       "broadcast from " + std::to_string(root));
+      }
+    }
+  pg->barrier()->wait();
+}
+
+}  // namespace
+
+TEST(CommGloo, CollectivesMatchSerial2Ranks) {
+  expect_all_pass(run_ranks(2, [](int r, int port) { check_collectives(r, 2, port); }));
+}
+
+TEST(CommGloo, CollectivesMatchSerial4Ranks) {
+  expect_all_pass(run_ranks(4, [](int r, int port) { check_collectives(r, 4, port); }));
+}
+
+TEST(CommGloo, CollectivesMatchSerial3Ranks) {  // not a power of two: halving-doubling's other path
+  expect_all_pass(run_ranks(3, [](int r, int port) { check_collectives(r, 3, port); }));
+}
+
+TEST(CommGloo, AsyncOpsOverlapAndCompleteInOrder) {
+  expect_all_pass(run_ranks(2, [](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    const int64_t n = 100003;
+    auto va = rounded(rank_input(rank, 1, n, DType::f32), DType::f32);
+    auto vb = rounded(rank_input(rank, 2, n, DType::f32), DType::f32);
+    Tensor a = make_tensor(va, DType::f32), b = make_tensor(vb, DType::f32), g = poisoned(2 * n, DType::f32);
+    WorkPtr w1 = pg->all_reduce(a, ReduceOp::sum);
+    WorkPtr w2 = pg->all_gather(g, b);  // queued behind w1 without waiting
+    // Both returned at once; compute here would overlap. Then wait in reverse order.
+    w2->wait();
+    EXPECT_TRUE(w1->is_completed()) << "ops of one group run in submission order";
+    w1->wait();
+    EXPECT_EQ(w1->status(), WorkStatus::completed);
+    auto a0 = rounded(rank_input(0, 1, n, DType::f32), DType::f32), a1 = rounded(rank_input(1, 1, n, DType::f32), DType::f32);
+    auto b0 = rounded(rank_input(0, 2, n, DType::f32), DType::f32), b1 = rounded(rank_input(1, 2, n, DType::f32), DType::f32);
+    expect_matches(a, [&](int64_t i) { return a0[size_t(i)] + a1[size_t(i)]; }, "async all_reduce");
+    expect_matches(g, [&](int64_t i) { return i < n ? b0[size_t(i)] : b1[size_t(i - n)]; }, "async all_gather");
+  }));
+}
+
+TEST(CommGloo, SubGroups) {
+  expect_all_pass(run_ranks(4, [](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 4, "127.0.0.1", port, kTimeout);
+    // Every rank makes both pair groups (collective over the world), member of one.
+    auto even = pg->new_subgroup({0, 2});
+    auto odd = pg->new_subgroup({1, 3});
+    ProcessGroup* mine = rank % 2 == 0 ? even.get() : odd.get();
+    ASSERT_NE(mine, nullptr);
+    EXPECT_EQ(rank % 2 == 0 ? odd.get() : even.get(), nullptr);
+    EXPECT_EQ(mine->size(), 2);
+    EXPECT_EQ(mine->rank(), rank / 2);
+    EXPECT_EQ(mine->global_rank(1), rank % 2 + 2);
+    Tensor t = make_tensor({double(rank + 1), double(10 * rank)}, DType::f32);
+    mine->all_reduce(t)->wait();
+    double s0 = rank % 2 == 0 ? 1 + 3 : 2 + 4, s1 = rank % 2 == 0 ? 0 + 20 : 10 + 30;
+    EXPECT_EQ(load(t, 0), s0);
+    EXPECT_EQ(load(t, 1), s1);
+    // A group of three: rank 3 gets nullptr; the world keeps working alongside.
+    auto three = pg->new_subgroup({0, 1, 2});
+    EXPECT_EQ(three == nullptr, rank == 3);
+    if (three) {
+      Tensor u = make_tensor({double(rank)}, DType::i32);
+      three->all_reduce(u, ReduceOp::max)->wait();
+      EXPECT_EQ(load(u, 0), 2.0);
+    }
+    Tensor w = make_tensor({1.0}, DType::f32);
+    pg->all_reduce(w)->wait();
+    EXPECT_EQ(load(w, 0), 4.0);
+    EXPECT_THROW(pg->new_subgroup({2, 1}), Error);
+  }));
+}
+
+TEST(CommGloo, SendRecvRingInOrder) {
+  expect_all_pass(run_ranks(4, [](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 4, "127.0.0.1", port, kTimeout);
+    int next = (rank + 1) % 4, prev = (rank + 3) % 4;
+    std::vector<WorkPtr> sends;
+    std::vector<Tensor> keep;
+    for (int m = 0; m < 3; ++m) {  // three messages: matched in order
+      keep.push_back(make_tensor(rounded(rank_input(rank, 50 + m, 33, DType::bf16), DType::bf16), DType::bf16));
+      sends.push_back(pg->send(keep.back(), next));
+    }
+    for (int m = 0; m < 3; ++m) {
+      Tensor got = poisoned(33, DType::bf16);
+      pg->recv(got, prev)->wait();
+      auto want = rounded(rank_input(prev, 50 + m, 33, DType::bf16), DType::bf16);
+      expect_matches(got, [&](int64_t i) { return want[size_t(i)]; }, "recv message " + std::to_string(m));
+    }
+    for (auto& s : sends) s->wait();
+    EXPECT_THROW(pg->send(keep[0], rank), Error);  // not to itself
+  }));
+}
+
+TEST(CommGloo, ArgumentErrorsNameTheProblem) {
+  expect_all_pass(run_ranks(2, [](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    Tensor a = Tensor::zeros({6}, DType::f32), b = Tensor::zeros({4}, DType::f32), i = Tensor::zeros({2}, DType::i32);
+    try {
+      pg->reduce_scatter(b, a);
+      ADD_FAILURE() << "size mismatch accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected out's 4 x 2 ranks"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(pg->all_reduce(i, ReduceOp::avg), Error);
+    EXPECT_THROW(pg->broadcast(a, 2), Error);
+    Tensor i8 = Tensor::zeros({2}, DType::i8);
+    EXPECT_THROW(pg->all_reduce(i8), Error);
+    pg->barrier()->wait();
+  }));
+}
+
+TEST(CommGloo, WorldOfOneWithoutPeers) {
+  expect_all_pass(run_ranks(1, [](int rank, int port) {
+    auto pg = new_process_group("gloo", 0, 1, "127.0.0.1", port, kTimeout);
+    Tensor t = make_tensor({1.5, -2.0, 3.0}, DType::bf16), out = poisoned(3, DType::bf16);
+    pg->all_reduce(t, ReduceOp::avg)->wait();
+    EXPECT_EQ(load(t, 1), -2.0);
+    pg->reduce_scatter(out, t)->wait();
+    EXPECT_EQ(load(out, 2), 3.0);
+    pg->all_gather(out, t)->wait();
+    EXPECT_EQ(load(out, 0), 1.5);
+    pg->barrier()->wait();
+  }));
+}
+
+TEST(CommGloo, MissingBackendIsAClearError) {
+  if (nccl_available()) GTEST_SKIP() << "this build has NCCL";
+  try {
+    new_process_group("nccl", 0, 1, "127.0.0.1", dscpp::test::free_port(), kTimeout);
+    FAIL() << "nccl accepted in a build without it";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("nccl backend is not in this build"), std::string::npos) << e.what();
+  }
+}
