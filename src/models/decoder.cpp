@@ -17,23 +17,29 @@ DecoderLayers declare_layers(ParamSet& ps, const ModelConfig& cfg) {
 
 std::unique_ptr<Model> make_model(const ModelConfig& cfg, const ModelOptions& opts) {
   cfg.validate();
-  DSCPP_CHECK(opts.dtype == DType::f32, "make_model: model compute is f32 only for now, got ",
-              dtype_name(opts.dtype));
+  DSCPP_CHECK(opts.dtype == DType::f32 || opts.dtype == DType::bf16 || opts.dtype == DType::f16,
+              "make_model: model dtype must be f32, bf16 or f16, got ", dtype_name(opts.dtype));
+  DSCPP_CHECK(opts.dtype == DType::f32 || opts.device.is_cuda(), "make_model: a ", dtype_name(opts.dtype),
+              " model needs a CUDA device (the CPU kernels are f32 only); build it with dtype f32 on the CPU");
   return std::make_unique<Decoder>(cfg, opts);
 }
 
-Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts) : Model(cfg), device_(opts.device) {
+Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts)
+    : Model(cfg), device_(opts.device), act_(opts.dtype) {
   m_ = declare_layers(params_, cfg_);
-  params_.materialize(opts.dtype, opts.device, 16, opts.pad_multiple);
+  // Gradients accumulate in f32 whatever the parameter dtype (mixed precision: the optimizer steps f32 masters).
+  params_.materialize(opts.dtype, opts.device, 16, opts.pad_multiple, DType::f32);
 }
 
 // ---- initialisation ----
 
 namespace {
 // Each parameter draws from its own Philox stream (counter range id << 32), so its values do not depend on the
-// other parameters' sizes or on the order of initialisation.
+// other parameters' sizes or on the order of initialisation. Values are drawn in f32 on the host, rounded to the
+// parameter dtype there, then copied to the parameter's device: the same init on every device and dtype.
 void fill_param(const Tensor& t, uint64_t seed, int id, float std, float constant) {
-  Tensor host = t.device().is_cpu() ? t : Tensor::empty(t.shape(), t.dtype(), Device::cpu());
+  const bool direct = t.device().is_cpu() && t.dtype() == DType::f32;
+  Tensor host = direct ? t : Tensor::empty(t.shape(), DType::f32, Device::cpu());
   float* p = host.data<float>();
   if (std > 0) {
     Rng rng(RngState{seed, uint64_t(id) << 32, 4});
@@ -41,7 +47,9 @@ void fill_param(const Tensor& t, uint64_t seed, int id, float std, float constan
   } else {
     for (int64_t i = 0; i < host.numel(); i++) p[i] = constant;
   }
-  if (!t.device().is_cpu()) Tensor(t).copy_from(host);
+  if (direct) return;
+  Tensor typed = t.dtype() == DType::f32 ? host : host.to(t.dtype());  // host-side rounding
+  Tensor(t).copy_from(typed);
 }
 }  // namespace
 
@@ -103,11 +111,13 @@ SeqInfo Decoder::seq_for(const Tensor& tokens) {
   return s;
 }
 
+Tensor Decoder::on_device(const Tensor& t) const { return t.device() == device_ ? t : t.to(device_); }
+
 Tensor Decoder::embed(const Tensor& ids, const SeqInfo& s) {
-  Tensor x = Tensor::empty({s.N(), cfg_.n_embd}, DType::f32, device_);
+  Tensor x = Tensor::empty({s.N(), cfg_.n_embd}, act_, device_);
   m_.wte.forward(params_, x, ids);
   if (m_.wpe.defined()) {
-    Tensor p = Tensor::empty({s.N(), cfg_.n_embd}, DType::f32, device_);
+    Tensor p = Tensor::empty({s.N(), cfg_.n_embd}, act_, device_);
     m_.wpe.forward(params_, p, s.pos);
     ops::residual_forward(x, x, p);
   }
@@ -124,27 +134,27 @@ float Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   MemoryCategoryScope scope(MemoryCategory::activations);
   seq_ = seq_for(tokens);
   const int64_t N = seq_.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
-  ids_ = tokens.view({N});
-  targets_ = targets.view({N});
+  ids_ = on_device(tokens).view({N});  // the engine may pass host batches: one copy per step
+  targets_ = on_device(targets).view({N});
+  const Tensor host_targets = targets.device().is_cpu() ? targets.view({N}) : targets.to(Device::cpu()).view({N});
 
   x_.assign(size_t(L + 1), Tensor());
   x_[0] = embed(ids_, seq_);
   for (int64_t l = 0; l < L; l++) {
     bool checkpointed = !ckpt_.empty() && ckpt_[size_t(l)];
-    x_[size_t(l + 1)] = Tensor::empty({N, C}, DType::f32, device_);
+    x_[size_t(l + 1)] = Tensor::empty({N, C}, act_, device_);
     m_.blocks[size_t(l)].forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, !checkpointed);
   }
-  xf_ = Tensor::empty({N, C}, DType::f32, device_);
+  xf_ = Tensor::empty({N, C}, act_, device_);
   stf_ = m_.norm_f.forward(params_, xf_, x_[size_t(L)]);
-  logits_ = Tensor::empty({N, V}, DType::f32, device_);
+  logits_ = Tensor::empty({N, V}, act_, device_);  // compute dtype; the loss and its statistics are f32
   ops::matmul_forward(logits_, xf_, params_.param(m_.lm_head_id), Tensor());
 
   Tensor losses = Tensor::empty({N}, DType::f32, device_);
   ops::crossentropy_forward(losses, logits_, targets_);
   Tensor hl = device_.is_cpu() ? losses : losses.to(Device::cpu());
-  Tensor ht = device_.is_cpu() ? targets_ : targets_.to(Device::cpu());
   const float* lp = hl.data<float>();
-  const int32_t* tp = ht.data<int32_t>();
+  const int32_t* tp = host_targets.data<int32_t>();
   double sum = 0;
   num_valid_ = 0;
   for (int64_t i = 0; i < N; i++) {
@@ -163,10 +173,10 @@ void Decoder::backward(float dloss) {
 
   // Loss and lm head: the logits buffer becomes dlogits in place.
   ops::crossentropy_backward(logits_, logits_, targets_, scale);
-  Tensor dxf = Tensor::empty({N, C}, DType::f32, device_);
+  Tensor dxf = Tensor::empty({N, C}, act_, device_);
   ops::matmul_backward(dxf, params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, params_.param(m_.lm_head_id));
   logits_ = Tensor();
-  Tensor dres = Tensor::empty({N, C}, DType::f32, device_);  // d(residual stream), updated in place per block
+  Tensor dres = Tensor::empty({N, C}, act_, device_);  // d(residual stream), updated in place per block
   m_.norm_f.backward(params_, dres, dxf, x_[size_t(L)], stf_);
   dxf = xf_ = Tensor();
   stf_.release();
@@ -187,19 +197,19 @@ Tensor Decoder::logits(const Tensor& tokens) {
   MemoryCategoryScope scope(MemoryCategory::activations);
   SeqInfo s = seq_for(tokens);
   const int64_t N = s.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
-  Tensor x = embed(tokens.view({N}), s);
+  Tensor x = embed(on_device(tokens).view({N}), s);
   for (const Block& saved_block : m_.blocks) {
     Block b = saved_block;  // a copy, so a pending forward's saved activations survive
-    Tensor y = Tensor::empty({N, C}, DType::f32, device_);
+    Tensor y = Tensor::empty({N, C}, act_, device_);
     b.forward(params_, y, x, s, false);
     x = y;
   }
-  Tensor xf = Tensor::empty({N, C}, DType::f32, device_);
+  Tensor xf = Tensor::empty({N, C}, act_, device_);
   m_.norm_f.forward(params_, xf, x);
   x = Tensor();
-  Tensor out = Tensor::empty({s.B, s.T, V}, DType::f32, device_);
+  Tensor out = Tensor::empty({s.B, s.T, V}, act_, device_);
   ops::matmul_forward(out.view({N, V}), xf, params_.param(m_.lm_head_id), Tensor());
-  return out;
+  return act_ == DType::f32 ? out : out.to(DType::f32);  // the contract: f32 logits
 }
 
 void Decoder::release() {

@@ -38,10 +38,12 @@ class Decoder final : public Model {
  private:
   SeqInfo seq_for(const Tensor& tokens);
   Tensor embed(const Tensor& ids, const SeqInfo& s);
+  Tensor on_device(const Tensor& t) const;  // t, copied to the model's device when it lives elsewhere
   void release();
 
   DecoderLayers m_;
   Device device_;
+  DType act_ = DType::f32;        // activations and logits: the parameter dtype (f32, bf16 or f16)
   Tensor pos_;                    // cached positions: row b*T + t holds t, i32 [B*T]
   int64_t pos_T_ = 0;
   std::vector<Tensor> x_;         // residual stream x_0..x_L, [N, C]

@@ -8,10 +8,10 @@ void CausalSelfAttention::forward(const ParamSet& ps, const Tensor& out, const T
   MemoryCategoryScope scope(MemoryCategory::activations);
   const int64_t H = n_head, Hkv = n_kv_head, D = head_dim, N = s.N();
   Device dev = out.device();
-  qkv_out_ = Tensor::empty({N, (H + 2 * Hkv) * D}, DType::f32, dev);
+  qkv_out_ = Tensor::empty({N, (H + 2 * Hkv) * D}, inp.dtype(), dev);  // activations: the compute dtype
   qkv.forward(ps, qkv_out_, inp);
   if (rope) ops::rope_forward(qkv_out_, s.pos, H, Hkv, D, rope_theta);
-  att_ = Tensor::empty({N, H * D}, DType::f32, dev);
+  att_ = Tensor::empty({N, H * D}, inp.dtype(), dev);
   lse_ = Tensor::empty({s.B, H, s.T}, DType::f32, dev);
   ops::attention_forward(att_, lse_, qkv_out_, s.B, s.T, H, Hkv, D);
   proj.forward(ps, out, att_);
@@ -22,9 +22,9 @@ void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const
   DSCPP_CHECK(att_.defined(), "attention backward without a saved forward");
   MemoryCategoryScope scope(MemoryCategory::activations);
   const int64_t H = n_head, Hkv = n_kv_head, D = head_dim, N = s.N();
-  Tensor datt = Tensor::empty({N, H * D}, DType::f32, dout.device());
+  Tensor datt = Tensor::empty({N, H * D}, dout.dtype(), dout.device());
   proj.backward(ps, datt, dout, att_);
-  Tensor dqkv = Tensor::empty(qkv_out_.shape(), DType::f32, dout.device());
+  Tensor dqkv = Tensor::empty(qkv_out_.shape(), dout.dtype(), dout.device());
   ops::attention_backward(dqkv, datt, qkv_out_, att_, lse_, s.B, s.T, H, Hkv, D);
   datt = Tensor();
   if (rope) ops::rope_backward(dqkv, s.pos, H, Hkv, D, rope_theta);

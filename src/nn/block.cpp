@@ -8,12 +8,13 @@ void Block::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, co
   MemoryCategoryScope scope(MemoryCategory::activations);
   Device dev = out.device();
   Shape nc = inp.shape();
-  ln1_ = Tensor::empty(nc, DType::f32, dev);
+  const DType act = inp.dtype();  // activations in the compute dtype (f32, or bf16/f16 under mixed precision)
+  ln1_ = Tensor::empty(nc, act, dev);
   st1_ = norm1.forward(ps, ln1_, inp);
-  x1_ = Tensor::empty(nc, DType::f32, dev);
+  x1_ = Tensor::empty(nc, act, dev);
   attn.forward(ps, x1_, ln1_, s);
   ops::residual_forward(x1_, x1_, inp);
-  ln2_ = Tensor::empty(nc, DType::f32, dev);
+  ln2_ = Tensor::empty(nc, act, dev);
   st2_ = norm2.forward(ps, ln2_, x1_);
   mlp.forward(ps, out, ln2_);
   ops::residual_forward(out, out, x1_);
@@ -23,8 +24,8 @@ void Block::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, co
 void Block::backward(const ParamSet& ps, const Tensor& dres, const Tensor& inp, const SeqInfo& s) {
   DSCPP_CHECK(saved(), "block backward without a saved forward (recompute it first)");
   MemoryCategoryScope scope(MemoryCategory::activations);
-  Tensor dnorm = Tensor::empty(dres.shape(), DType::f32, dres.device());  // d(norm output)
-  Tensor dbranch = Tensor::empty(dres.shape(), DType::f32, dres.device());  // d(norm input) through the branch
+  Tensor dnorm = Tensor::empty(dres.shape(), dres.dtype(), dres.device());  // d(norm output)
+  Tensor dbranch = Tensor::empty(dres.shape(), dres.dtype(), dres.device());  // d(norm input) through the branch
   mlp.backward(ps, dnorm, dres, ln2_);
   mlp.release();
   norm2.backward(ps, dbranch, dnorm, x1_, st2_);

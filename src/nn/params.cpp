@@ -27,7 +27,8 @@ int ParamSet::add_fused(const std::vector<std::pair<std::string, Shape>>& member
   return first;
 }
 
-void ParamSet::materialize(DType dtype, Device device, int64_t align, int64_t pad_multiple) {
+void ParamSet::materialize(DType dtype, Device device, int64_t align, int64_t pad_multiple,
+                           std::optional<DType> grad_dtype) {
   DSCPP_CHECK(!materialized(), "materialize() called twice");
   DSCPP_CHECK(align >= 1 && pad_multiple >= 1, "bad alignment");
   int64_t off = 0;
@@ -43,7 +44,7 @@ void ParamSet::materialize(DType dtype, Device device, int64_t align, int64_t pa
   }
   {
     MemoryCategoryScope s(MemoryCategory::gradients);
-    grads_ = Tensor::zeros({flat_numel_}, dtype, device);
+    grads_ = Tensor::zeros({flat_numel_}, grad_dtype.value_or(dtype), device);
   }
 }
 

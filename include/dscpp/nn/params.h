@@ -7,6 +7,7 @@
 // adjacent so that one GEMM serves them (q/k/v projections, gate/up projections). The total is padded to a multiple
 // of `pad_multiple` (alignment x world size, so every rank's partition has the same size).
 #pragma once
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -30,9 +31,10 @@ class ParamSet {
   // Members are laid out back to back with no padding; returns the first member's id (the others follow).
   int add_fused(const std::vector<std::pair<std::string, Shape>>& members, bool weight_decay);
 
-  // Allocates the parameter and gradient buffers (gradients zeroed). Call once, after all add()s.
+  // Allocates the parameter and gradient buffers (gradients zeroed). Call once, after all add()s. The gradients
+  // take `grad_dtype` when given (mixed precision: 16-bit parameters, f32 gradient accumulation), else `dtype`.
   void materialize(DType dtype = DType::f32, Device device = Device::cpu(), int64_t align = 16,
-                   int64_t pad_multiple = 16);
+                   int64_t pad_multiple = 16, std::optional<DType> grad_dtype = std::nullopt);
   bool materialized() const { return params_.defined(); }
 
   int size() const { return int(infos_.size()); }

@@ -5,7 +5,11 @@
 //   backward() scales the loss by 1 / gradient_accumulation_steps
 //   step() at the boundary: clip by the global norm (gradient_clipping), optimizer step, LR schedule step, zero the
 //          gradients, global_steps += 1, global_samples += train_batch_size; micro_steps += 1 on every call.
-// Data parallelism, ZeRO partitioning and mixed precision plug in behind the same calls (later issues).
+// Mixed precision (bf16 / fp16 sections; see Note [Mixed precision step] in engine.cpp): the model's parameters are
+// 16-bit, its gradients f32; the engine owns f32 master weights, scales the loss (fp16: DeepSpeed's loss scaler),
+// and at the boundary skips the step on a non-finite gradient (skipped_steps += 1, no LR step, gradients zeroed,
+// global_steps += 1 anyway), else unscales + clips, steps the masters and casts them back into the parameters.
+// Data parallelism and ZeRO partitioning plug in behind the same calls (later issues).
 #pragma once
 #include <chrono>
 #include <memory>
@@ -17,6 +21,7 @@
 #include "dscpp/core/rng.h"
 #include "dscpp/models/model.h"
 #include "dscpp/runtime/config.h"
+#include "dscpp/runtime/loss_scaler.h"
 #include "dscpp/runtime/lr_schedule.h"
 #include "dscpp/runtime/optimizer.h"
 
@@ -27,9 +32,18 @@ struct StepTimes {  // wall_clock_breakdown: milliseconds summed since the last 
   int64_t micro_steps = 0, steps = 0;
 };
 
+// The parameter dtype a model needs for this config: bf16 (bf16.enabled), f16 (fp16.enabled) or f32.
+DType model_dtype(const DeepSpeedConfig& config);
+
+struct EngineOptions {
+  // Tests only: run the fp16/bf16 engine path (loss scaling, overflow skip, f32 master copy) on an f32 model, so it
+  // can be exercised on the CPU. Production code leaves it off: mixed precision then needs a 16-bit CUDA model.
+  bool mixed_precision_on_f32_model = false;
+};
+
 class Engine {
  public:
-  Engine(std::unique_ptr<Model> model, DeepSpeedConfig config);
+  Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptions options = {});
 
   // tokens, targets: i32 [micro_batch, T]. Returns the mean loss of this micro-batch (unscaled).
   float forward(const Tensor& tokens, const Tensor& targets);
@@ -44,6 +58,11 @@ class Engine {
   double get_lr() const;                         // lr of the next optimizer step
   double last_grad_norm() const { return last_grad_norm_; }  // global norm before clipping, at the last boundary
   float last_loss() const { return last_loss_; }  // mean over the last boundary's micro-batches
+  bool mixed_precision() const { return mixed_; }   // bf16 or fp16 enabled
+  double loss_scale() const { return scaler_.loss_scale(); }  // multiplies the loss in backward (1 unless fp16)
+  const LossScaler& loss_scaler() const { return scaler_; }
+  bool last_step_skipped() const { return last_skipped_; }   // the last boundary overflowed and was skipped
+  const Tensor& master_params() const { return master_; }    // f32 masters of the owned range (mixed only)
 
   Model& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -60,8 +79,16 @@ class Engine {
   nlohmann::json load_checkpoint(const std::string& load_dir, const std::string& tag = "");
 
  private:
+  bool mixed_step(ParamSet& ps);  // the boundary under mixed precision; false when it was skipped
+  void refresh_master();          // master <- parameters (after init or a checkpoint without masters)
+  void set_scheduled_betas();     // OneCycle momentum cycling
+
   std::unique_ptr<Model> model_;
   DeepSpeedConfig cfg_;
+  bool mixed_ = false;
+  LossScaler scaler_;
+  Tensor master_;  // f32 [owned_end - owned_begin] (MemoryCategory::optimizer); undefined in f32 mode
+  bool last_skipped_ = false;
   std::unique_ptr<Optimizer> optimizer_;
   LRScheduler scheduler_;
   Rng rng_;
@@ -74,7 +101,8 @@ class Engine {
 };
 
 // deepspeed.initialize(): validates that the config and model agree, then builds the engine.
-std::unique_ptr<Engine> initialize(std::unique_ptr<Model> model, const DeepSpeedConfig& config);
+std::unique_ptr<Engine> initialize(std::unique_ptr<Model> model, const DeepSpeedConfig& config,
+                                   EngineOptions options = {});
 
 // Reads the model config stored in a checkpoint tag (so generate/resume can rebuild the model first).
 ModelConfig read_checkpoint_model_config(const std::string& load_dir, const std::string& tag = "");

@@ -1,6 +1,20 @@
+// Note [Mixed precision step]: with bf16 or fp16 enabled the model holds 16-bit parameters and f32 gradients
+// (ParamSet grad dtype f32), and the engine owns f32 master weights of the optimizer's owned range. backward()
+// multiplies dloss by loss_scale / gradient_accumulation_steps. At the boundary:
+//   1. sum of squares of the (scaled) f32 gradients; non-finite = overflow (DeepSpeed's inf/nan check).
+//   2. loss_scaler.update_scale(overflow) (fp16 dynamic: halve / hysteresis / double; may throw at min scale).
+//   3. overflow: skip the optimizer step and the LR step, zero the gradients, skipped_steps += 1, and, as DeepSpeed's
+//      _take_model_step, global_steps += 1 and global_samples += train_batch_size anyway.
+//   4. else: norm = sqrt(sum) / scale; DeepSpeed's unscale_and_clip_grads factor combined = scale *
+//      max(1, (norm + 1e-6) / clip); the optimizer steps the masters with grad_scale = 1 / combined; the masters are
+//      cast into the 16-bit parameters.
+// `scale` is the scale the gradients were produced with. DeepSpeed's FP16_Optimizer updates the scale before it
+// unscales, so on a doubling step it divides by the new (doubled) scale; we divide by the one actually applied.
+// bf16 runs the same path with a static scale of 1 (DeepSpeed's ZeRO bf16 path also skips overflowing steps).
 #include "dscpp/runtime/engine.h"
 
 #include <cmath>
+#include <iostream>
 
 #include "dscpp/kernels/ops.h"
 #include "dscpp/runtime/grad_clip.h"
@@ -23,7 +37,11 @@ OptimizerConfig resolved_optimizer(const DeepSpeedConfig& cfg) {
 }
 }  // namespace
 
-Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config)
+DType model_dtype(const DeepSpeedConfig& c) {
+  return c.bf16.enabled ? DType::bf16 : c.fp16.enabled ? DType::f16 : DType::f32;
+}
+
+Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptions options)
     : model_(std::move(model)),
       cfg_(std::move(config)),
       scheduler_(make_lr_scheduler(cfg_.scheduler, resolved_optimizer(cfg_).lr())),
@@ -31,13 +49,32 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config)
   DSCPP_CHECK(model_ != nullptr, "initialize: no model");
   DSCPP_CHECK(model_->params().materialized(), "initialize: model parameters are not materialized");
   DSCPP_CHECK(cfg_.gradient_accumulation_steps >= 1, "initialize: gradient_accumulation_steps unresolved");
-  if (cfg_.fp16.enabled || cfg_.bf16.enabled)
-    DSCPP_FAIL("fp16/bf16 mixed precision needs the CUDA backend (not built in this version); "
-               "set \"fp16\": {\"enabled\": false} and \"bf16\": {\"enabled\": false} to train in f32 on the CPU");
+  const ParamSet& ps = model_->params();
+  const DType pdt = ps.flat_params().dtype(), want = model_dtype(cfg_);
+  const Device dev = ps.flat_params().device();
+  mixed_ = cfg_.fp16.enabled || cfg_.bf16.enabled;
+  if (mixed_) {
+    const char* sec = cfg_.fp16.enabled ? "fp16" : "bf16";
+    if (pdt != want && !(pdt == DType::f32 && options.mixed_precision_on_f32_model)) {
+      if (dev.is_cpu())
+        DSCPP_FAIL(sec, ".enabled: mixed precision needs a model on a CUDA device (the CPU kernels are f32 only); "
+                   "set \"", sec, "\": {\"enabled\": false} to train in f32 on the CPU");
+      DSCPP_FAIL(sec, ".enabled: the model's parameters are ", dtype_name(pdt), ", expected ", dtype_name(want),
+                 " (build the model with make_model(cfg, {model_dtype(config), device}))");
+    }
+    DSCPP_CHECK(ps.flat_grads().dtype() == DType::f32, sec, ".enabled: gradients must accumulate in f32, the model's are ",
+                dtype_name(ps.flat_grads().dtype()));
+    scaler_ = LossScaler(loss_scaler_args(cfg_.fp16, cfg_.zero_optimization.stage, resolved_optimizer(cfg_).is_adam()));
+  } else {
+    DSCPP_CHECK(pdt == DType::f32 && ps.flat_grads().dtype() == DType::f32, "the model's parameters are ",
+                dtype_name(pdt), " but neither bf16 nor fp16 is enabled in the config: enable the matching section "
+                "or build the model in f32");
+  }
   if (cfg_.zero_optimization.stage > 0 && cfg_.dp_world_size > 1)
     DSCPP_FAIL("zero_optimization.stage ", cfg_.zero_optimization.stage,
                " across ranks is not available yet in this version");
   optimizer_ = make_optimizer(resolved_optimizer(cfg_), model_->params());
+  if (mixed_) refresh_master();
   const auto& ac = cfg_.activation_checkpointing;
   if (ac.number_checkpoints)
     model_->set_checkpoint_policy(checkpoint_every(model_->config().n_layer, *ac.number_checkpoints));
@@ -53,7 +90,8 @@ float Engine::forward(const Tensor& tokens, const Tensor& targets) {
   auto t0 = Clock::now();
   float loss = model_->forward(tokens, targets);
   times_.forward_ms += ms_since(t0);
-  DSCPP_CHECK(std::isfinite(loss), "loss is ", loss, " at global step ", global_steps_,
+  // fp16 may overflow in the forward pass: the gradients then overflow too and the step is skipped.
+  DSCPP_CHECK(std::isfinite(loss) || cfg_.fp16.enabled, "loss is ", loss, " at global step ", global_steps_,
               " (diverged: lower the learning rate or enable gradient_clipping)");
   loss_sum_ += loss;
   loss_count_++;
@@ -62,7 +100,8 @@ float Engine::forward(const Tensor& tokens, const Tensor& targets) {
 
 void Engine::backward() {
   auto t0 = Clock::now();
-  model_->backward(1.0f / float(cfg_.gradient_accumulation_steps));  // DeepSpeed's scale_wrt_gas
+  const float gas = float(cfg_.gradient_accumulation_steps);  // DeepSpeed's scale_wrt_gas, times the loss scale
+  model_->backward(mixed_ ? float(scaler_.loss_scale() / double(gas)) : 1.0f / gas);
   times_.backward_ms += ms_since(t0);
   times_.micro_steps++;
 }
@@ -71,13 +110,19 @@ void Engine::step() {
   auto t0 = Clock::now();
   if (is_gradient_accumulation_boundary()) {
     ParamSet& ps = model_->params();
-    last_grad_norm_ = std::sqrt(grad_sum_squares(ps.flat_grads()));
-    float scale = 1.0f;
-    if (cfg_.gradient_clipping > 0.0) scale = clip_coefficient(last_grad_norm_, cfg_.gradient_clipping);
-    if (auto betas = scheduler_.betas_at(scheduler_.last_batch_iteration()); betas && optimizer_->name()[0] == 'a')
-      optimizer_->set_betas((*betas)[0], (*betas)[1]);
-    optimizer_->step(float(scheduler_.get_lr()), scale);
-    scheduler_.step();
+    bool applied = true;
+    if (mixed_) {
+      applied = mixed_step(ps);
+    } else {
+      last_grad_norm_ = std::sqrt(grad_sum_squares(ps.flat_grads()));
+      float scale = 1.0f;
+      if (cfg_.gradient_clipping > 0.0) scale = clip_coefficient(last_grad_norm_, cfg_.gradient_clipping);
+      set_scheduled_betas();
+      optimizer_->step(float(scheduler_.get_lr()), scale);
+    }
+    last_skipped_ = !applied;
+    if (applied) scheduler_.step();
+    else skipped_steps_++;
     ps.zero_grads();
     global_steps_++;
     global_samples_ += cfg_.train_batch_size;
@@ -90,14 +135,56 @@ void Engine::step() {
   times_.step_ms += ms_since(t0);
 }
 
+void Engine::set_scheduled_betas() {
+  if (auto betas = scheduler_.betas_at(scheduler_.last_batch_iteration()); betas && optimizer_->name()[0] == 'a')
+    optimizer_->set_betas((*betas)[0], (*betas)[1]);
+}
+
+bool Engine::mixed_step(ParamSet& ps) {
+  const double scale = scaler_.loss_scale();  // the scale these gradients carry
+  const double sumsq = grad_sum_squares(ps.flat_grads());
+  const bool overflow = !std::isfinite(sumsq);
+  std::string msg = scaler_.update_scale(overflow);  // throws at the minimum scale, before anything changes
+  if (overflow && msg.empty() && cfg_.bf16.enabled) msg = "[deepspeed] OVERFLOW! Rank 0 Skipping step.";
+  if (!msg.empty()) std::cerr << msg << std::endl;
+  if (overflow) {
+    last_grad_norm_ = std::sqrt(sumsq);  // inf or nan: visible in the progress line
+    return false;
+  }
+  last_grad_norm_ = std::sqrt(sumsq) / scale;
+  double combined = scale;  // DeepSpeed's unscale_and_clip_grads
+  if (cfg_.gradient_clipping > 0.0) {
+    double clip = (last_grad_norm_ + 1e-6) / cfg_.gradient_clipping;
+    if (clip > 1.0) combined = clip * scale;
+  }
+  set_scheduled_betas();
+  const int64_t b = optimizer_->owned_begin(), n = optimizer_->owned_end() - b;
+  optimizer_->begin_step();
+  optimizer_->update_range(b, b + n, master_, ps.flat_grads().slice(b, n), float(scheduler_.get_lr()),
+                           float(1.0 / combined));
+  Tensor(ps.flat_params().slice(b, n)).copy_from(master_);  // cast f32 -> the parameter dtype
+  return true;
+}
+
+void Engine::refresh_master() {
+  const Tensor& p = model_->params().flat_params();
+  const int64_t b = optimizer_->owned_begin(), n = optimizer_->owned_end() - b;
+  if (!master_.defined()) {
+    MemoryCategoryScope scope(MemoryCategory::optimizer);
+    master_ = Tensor::empty({n}, DType::f32, p.device());
+  }
+  master_.copy_from(p.slice(b, n));
+}
+
 StepTimes Engine::take_step_times() {
   StepTimes t = times_;
   times_ = {};
   return t;
 }
 
-std::unique_ptr<Engine> initialize(std::unique_ptr<Model> model, const DeepSpeedConfig& config) {
-  return std::make_unique<Engine>(std::move(model), config);
+std::unique_ptr<Engine> initialize(std::unique_ptr<Model> model, const DeepSpeedConfig& config,
+                                   EngineOptions options) {
+  return std::make_unique<Engine>(std::move(model), config, options);
 }
 
 }  // namespace dscpp

@@ -1,8 +1,10 @@
 // Engine checkpoints. A tag directory holds (see checkpoint_io.h for the commit protocol and manifest):
-//   model_states.safetensors   every parameter by its Hugging Face name, in our [out, in] layout (f32)
-//   optim_states.safetensors   the optimizer's flat state buffers (exp_avg, exp_avg_sq / momentum_buffer)
-//   engine_state.json          counters, LR schedule, optimizer meta, RNG, DeepSpeed config, model config,
-//                              the flat layout, and the caller's client_state (e.g. the data loader position)
+//   model_states.safetensors   every parameter by its Hugging Face name, in our [out, in] layout, in the model's
+//                              dtype (f32, or bf16/f16 under mixed precision)
+//   optim_states.safetensors   the optimizer's flat state buffers (exp_avg, exp_avg_sq / momentum_buffer) and,
+//                              under mixed precision, the f32 master weights of the owned range ("fp32_master")
+//   engine_state.json          counters, LR schedule, optimizer meta, loss scaler, RNG, DeepSpeed config, model
+//                              config, the flat layout, and the caller's client_state (e.g. the data loader position)
 //   extra files given by the caller (the trainer stores tokenizer.json)
 #include <fstream>
 
@@ -15,6 +17,7 @@ namespace {
 constexpr const char* kModelFile = "model_states.safetensors";
 constexpr const char* kOptimFile = "optim_states.safetensors";
 constexpr const char* kStateFile = "engine_state.json";
+constexpr const char* kMasterName = "fp32_master";
 
 nlohmann::json layout_json(const ParamSet& ps) {
   nlohmann::json a = nlohmann::json::array();
@@ -37,7 +40,9 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
   NamedTensors params;
   for (int i = 0; i < ps.size(); i++) params.emplace_back(ps.info(i).name, ps.param(i));
   w.add_tensors(kModelFile, params, {{"format", "dscpp"}, {"arch", model_->config().arch}});
-  w.add_tensors(kOptimFile, optimizer_->state_tensors(), {{"optimizer", optimizer_->name()}});
+  NamedTensors optim = optimizer_->state_tensors();
+  if (mixed_) optim.emplace_back(kMasterName, master_);
+  w.add_tensors(kOptimFile, optim, {{"optimizer", optimizer_->name()}});
   RngState rs = rng_.state();
   nlohmann::json st = {
       {"global_steps", global_steps_},
@@ -46,6 +51,8 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
       {"skipped_steps", skipped_steps_},
       {"lr_scheduler", scheduler_.state_json()},
       {"optimizer", optimizer_->state_json()},
+      {"precision", dtype_name(model_dtype(cfg_))},
+      {"loss_scaler", scaler_.state_json()},
       {"rng", {{"seed", rs.seed}, {"offset", rs.offset}, {"used", rs.used}}},
       {"ds_config", cfg_.to_json()},
       {"model_config", model_config_json(model_->config())},
@@ -88,12 +95,27 @@ nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::s
 
   // Read optimizer states into temporaries first (validated), then params straight into the flat buffer.
   std::map<std::string, Tensor> opt_states = r.read_tensors(kOptimFile);
+  Tensor saved_master;
+  if (auto it = opt_states.find(kMasterName); it != opt_states.end()) {
+    saved_master = it->second;
+    opt_states.erase(it);
+    if (mixed_ && saved_master.numel() != master_.numel())
+      checkpoint_fail(CheckpointErrorKind::mismatch, where, ": fp32 master weights have ", saved_master.numel(),
+                      " elements, this run's owned range has ", master_.numel());
+  }
   ParamSet& ps = model_->params();
   NamedTensors dsts;
   for (int i = 0; i < ps.size(); i++) dsts.emplace_back(ps.info(i).name, ps.param(i));
   r.read_into(kModelFile, dsts, /*strict=*/true);
   std::vector<std::pair<std::string, Tensor>> opt(opt_states.begin(), opt_states.end());
   optimizer_->load_state(om, opt);
+  if (mixed_) {
+    // Masters saved by a mixed-precision run carry the f32 bits; otherwise start them from the loaded parameters.
+    if (saved_master.defined()) master_.copy_from(saved_master.to(master_.device()));
+    else refresh_master();
+    if (st.contains("loss_scaler")) scaler_.load_state(st.at("loss_scaler"));
+  }
+  last_skipped_ = false;
   scheduler_.load_state(st.at("lr_scheduler"));
   global_steps_ = st.at("global_steps").get<int64_t>();
   global_samples_ = st.at("global_samples").get<int64_t>();
