@@ -1,7 +1,10 @@
 // Checked entry points of the op contracts (include/dscpp/kernels/ops.h). Each validates dtype, shape and device,
 // naming the op and the argument with expected vs got, then dispatches on the device of its tensors:
-//   if (on_cuda(op, {...})) return no_cuda(op);     <- the CUDA backend replaces this one line per op
-//   cpu::<op>(raw pointers, sizes);
+//   if (cuda) CUDA_DISPATCH(op, <op>, tensors...);   <- dscpp::cuda::<op> (src/kernels/cuda/), or an error when the
+//   cpu::<op>(raw pointers, sizes);                     CUDA backend is not built
+// Dtypes: the CPU path is f32 (matmul_forward also takes bf16/f16). CUDA tensors may be f32, bf16 or f16
+// activations (one dtype per op call), with parameter-side tensors (weights, biases and their gradients, embedding
+// tables' gradients) f32 or the activations' dtype, for f32 master weights and f32 gradient accumulation.
 // Index arguments (ids, targets) are range-checked on the CPU path, where reading them is free.
 #include "dscpp/kernels/ops.h"
 
@@ -9,6 +12,13 @@
 #include <string>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/optim.h"
+#ifdef DSCPP_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#define CUDA_DISPATCH(op, fn, ...) return ::dscpp::cuda::fn(__VA_ARGS__)
+#else
+#define CUDA_DISPATCH(op, fn, ...) no_cuda(op)
+#endif
 
 namespace dscpp::ops {
 namespace {
@@ -66,7 +76,26 @@ bool on_cuda(const char* op, std::initializer_list<Arg> args) {
   return first && first->t.device().is_cuda();
 }
 
+#ifndef DSCPP_WITH_CUDA
 [[noreturn]] void no_cuda(const char* op) { fail(op, "CUDA backend not built"); }
+#endif
+
+// An activation-side float tensor: f32 on the CPU; f32, bf16 or f16 on CUDA. Returns its dtype.
+DType need_act(const char* op, const Arg& a, bool cuda) {
+  need_defined(op, a);
+  const DType t = a.t.dtype();
+  if (t == DType::f32 || (cuda && is_float16(t))) return t;
+  fail(op, a.name, " has dtype ", dtype_name(t), ", expected ", cuda ? "f32, bf16 or f16" : "f32 (bf16/f16 need CUDA tensors)");
+}
+
+// A parameter-side tensor (weight, bias, their gradients): f32, or on CUDA also the activations' dtype `t`.
+void need_param(const char* op, const Arg& a, DType t, bool cuda) {
+  need_defined(op, a);
+  const DType p = a.t.dtype();
+  if (p == DType::f32 || (cuda && p == t)) return;
+  fail(op, a.name, " has dtype ", dtype_name(p), ", expected f32", cuda && t != DType::f32 ? " or " : "",
+       cuda && t != DType::f32 ? dtype_name(t) : "", " (activations are ", dtype_name(t), ")");
+}
 
 float* f32_or_null(const Tensor& t) { return t.defined() ? t.data<float>() : nullptr; }
 
@@ -80,26 +109,28 @@ void need_indices(const char* op, const char* name, const int32_t* idx, int64_t 
 // ---- embedding ----
 void embedding_forward(const Tensor& out, const Tensor& ids, const Tensor& table) {
   const char* op = "embedding_forward";
+  const bool cuda = on_cuda(op, {{"out", out}, {"ids", ids}, {"table", table}});
   need_dtype(op, {"ids", ids}, DType::i32);
-  need_dtype(op, {"table", table}, DType::f32);
-  need_dtype(op, {"out", out}, DType::f32);
+  const DType t = need_act(op, {"table", table}, cuda);
+  need_dtype(op, {"out", out}, t);
   if (table.dim() != 2) fail(op, "table has shape ", shape_str(table.shape()), ", expected [V, C]");
   const int64_t V = table.size(0), C = table.size(1), N = ids.numel();
   need_rows(op, {"out", out}, N, C);
-  if (on_cuda(op, {{"out", out}, {"ids", ids}, {"table", table}})) return no_cuda(op);
+  if (cuda) CUDA_DISPATCH(op, embedding_forward, out, ids, table);
   need_indices(op, "ids", ids.data<int32_t>(), N, 0, V);
   cpu::embedding_forward(out.data<float>(), ids.data<int32_t>(), table.data<float>(), N, C);
 }
 
 void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
   const char* op = "embedding_backward";
+  const bool cuda = on_cuda(op, {{"dtable", dtable}, {"dout", dout}, {"ids", ids}});
   need_dtype(op, {"ids", ids}, DType::i32);
-  need_dtype(op, {"dtable", dtable}, DType::f32);
-  need_dtype(op, {"dout", dout}, DType::f32);
+  const DType t = need_act(op, {"dout", dout}, cuda);
+  need_param(op, {"dtable", dtable}, t, cuda);
   if (dtable.dim() != 2) fail(op, "dtable has shape ", shape_str(dtable.shape()), ", expected [V, C]");
   const int64_t V = dtable.size(0), C = dtable.size(1), N = ids.numel();
   need_rows(op, {"dout", dout}, N, C);
-  if (on_cuda(op, {{"dtable", dtable}, {"dout", dout}, {"ids", ids}})) return no_cuda(op);
+  if (cuda) CUDA_DISPATCH(op, embedding_backward, dtable, dout, ids);
   need_indices(op, "ids", ids.data<int32_t>(), N, 0, V);
   cpu::embedding_backward(dtable.data<float>(), dout.data<float>(), ids.data<int32_t>(), N, C);
 }
@@ -107,6 +138,7 @@ void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& 
 // ---- matmul ----
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
   const char* op = "matmul_forward";
+  const bool cuda = on_cuda(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}});
   need_defined(op, {"inp", inp});
   const DType t = inp.dtype();
   if (t != DType::f32 && !is_float16(t)) fail(op, "inp has dtype ", dtype_name(t), ", expected f32, bf16 or f16");
@@ -123,7 +155,7 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
     if (bias.dtype() != DType::f32 && bias.dtype() != t)
       fail(op, "bias has dtype ", dtype_name(bias.dtype()), ", expected f32 or ", dtype_name(t));
   }
-  if (on_cuda(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}})) return no_cuda(op);
+  if (cuda) CUDA_DISPATCH(op, matmul_forward, out, inp, weight, bias);
   if (N == 0 || OC == 0) return;
   if (t == DType::f32 && out.dtype() == DType::f32 && (!bias.defined() || bias.dtype() == DType::f32))
     return cpu::matmul_forward(out.data<float>(), inp.data<float>(), weight.data<float>(), f32_or_null(bias), N, C,
@@ -135,28 +167,29 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight) {
   const char* op = "matmul_backward";
-  need_dtype(op, {"weight", weight}, DType::f32);  // bf16/f16 backward is not implemented on CPU
-  need_dtype(op, {"inp", inp}, DType::f32);
-  need_dtype(op, {"dout", dout}, DType::f32);
+  const bool cuda = on_cuda(op, {{"dinp", dinp}, {"dweight", dweight}, {"dbias", dbias}, {"dout", dout},
+                                 {"inp", inp}, {"weight", weight}});
+  // CPU: f32 only. CUDA: inp, weight, dout (and dinp) share one dtype; dweight/dbias f32 or that dtype.
+  const DType t = need_act(op, {"inp", inp}, cuda);
+  need_dtype(op, {"weight", weight}, t);
+  need_dtype(op, {"dout", dout}, t);
   if (weight.dim() != 2) fail(op, "weight has shape ", shape_str(weight.shape()), ", expected [OC, C]");
   const int64_t OC = weight.size(0), C = weight.size(1), N = inp.numel() / (C ? C : 1);
   need_rows(op, {"inp", inp}, N, C);
   need_rows(op, {"dout", dout}, N, OC);
   if (dinp.defined()) {
-    need_dtype(op, {"dinp", dinp}, DType::f32);
+    need_dtype(op, {"dinp", dinp}, t);
     need_rows(op, {"dinp", dinp}, N, C);
   }
   if (dweight.defined()) {
-    need_dtype(op, {"dweight", dweight}, DType::f32);
+    need_param(op, {"dweight", dweight}, t, cuda);
     need_shape(op, {"dweight", dweight}, {OC, C});
   }
   if (dbias.defined()) {
-    need_dtype(op, {"dbias", dbias}, DType::f32);
+    need_param(op, {"dbias", dbias}, t, cuda);
     need_shape(op, {"dbias", dbias}, {OC});
   }
-  if (on_cuda(op, {{"dinp", dinp}, {"dweight", dweight}, {"dbias", dbias}, {"dout", dout}, {"inp", inp},
-                   {"weight", weight}}))
-    return no_cuda(op);
+  if (cuda) CUDA_DISPATCH(op, matmul_backward, dinp, dweight, dbias, dout, inp, weight);
   if (N == 0 || OC == 0 || C == 0) return;
   cpu::matmul_backward(f32_or_null(dinp), f32_or_null(dweight), f32_or_null(dbias), dout.data<float>(),
                        inp.data<float>(), weight.data<float>(), N, C, OC);
@@ -164,42 +197,51 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
 
 void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta) {
   const char* op = "gemm";
-  need_dtype(op, {"c", c}, DType::f32);
-  need_dtype(op, {"a", a}, DType::f32);
-  need_dtype(op, {"b", b}, DType::f32);
+  const bool cuda = on_cuda(op, {{"c", c}, {"a", a}, {"b", b}});
+  // CPU: f32. CUDA: a and b share one dtype; c is f32 or that dtype.
+  const DType t = need_act(op, {"a", a}, cuda);
+  need_dtype(op, {"b", b}, t);
+  need_param(op, {"c", c}, t, cuda);
   if (c.dim() != 2 || a.dim() != 2 || b.dim() != 2)
     fail(op, "expected 2-D tensors, got c ", shape_str(c.shape()), ", a ", shape_str(a.shape()), ", b ",
          shape_str(b.shape()));
   const int64_t M = c.size(0), N = c.size(1), K = trans_a ? a.size(0) : a.size(1);
   need_shape(op, {"a", a}, trans_a ? Shape{K, M} : Shape{M, K});
   need_shape(op, {"b", b}, trans_b ? Shape{N, K} : Shape{K, N});
-  if (on_cuda(op, {{"c", c}, {"a", a}, {"b", b}})) return no_cuda(op);
+  if (cuda) CUDA_DISPATCH(op, gemm, c, a, trans_a, b, trans_b, alpha, beta);
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_inplace(c, beta);
   cpu::gemm(c.data<float>(), a.data<float>(), trans_a, b.data<float>(), trans_b, M, N, K, alpha, beta);
 }
 
 // ---- normalisation ----
+namespace {
+void need_stats(const char* op, std::initializer_list<Arg> args, int64_t N, bool required) {
+  for (const Arg& a : args) {
+    if (!required && !a.t.defined()) continue;
+    need_dtype(op, a, DType::f32);
+    need_numel(op, a, N, "N");
+  }
+}
+}  // namespace
+
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias, float eps) {
   const char* op = "layernorm_forward";
-  need_dtype(op, {"inp", inp}, DType::f32);
+  const bool cuda =
+      on_cuda(op, {{"out", out}, {"mean", mean}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}, {"bias", bias}});
+  const DType t = need_act(op, {"inp", inp}, cuda);
   const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
-  need_dtype(op, {"out", out}, DType::f32);
+  need_dtype(op, {"out", out}, t);
   need_rows(op, {"out", out}, N, C);
-  need_dtype(op, {"weight", weight}, DType::f32);
+  need_param(op, {"weight", weight}, t, cuda);
   need_shape(op, {"weight", weight}, {C});
   if (bias.defined()) {
-    need_dtype(op, {"bias", bias}, DType::f32);
+    need_dtype(op, {"bias", bias}, weight.dtype());
     need_shape(op, {"bias", bias}, {C});
   }
-  for (const Arg& a : {Arg{"mean", mean}, Arg{"rstd", rstd}})
-    if (a.t.defined()) {
-      need_dtype(op, a, DType::f32);
-      need_numel(op, a, N, "N");
-    }
-  if (on_cuda(op, {{"out", out}, {"mean", mean}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}, {"bias", bias}}))
-    return no_cuda(op);
+  need_stats(op, {{"mean", mean}, {"rstd", rstd}}, N, false);
+  if (cuda) CUDA_DISPATCH(op, layernorm_forward, out, mean, rstd, inp, weight, bias, eps);
   cpu::layernorm_forward(out.data<float>(), f32_or_null(mean), f32_or_null(rstd), inp.data<float>(),
                          weight.data<float>(), f32_or_null(bias), N, C, eps);
 }
@@ -207,164 +249,174 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                         const Tensor& inp, const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
   const char* op = "layernorm_backward";
-  need_dtype(op, {"inp", inp}, DType::f32);
+  const bool cuda = on_cuda(op, {{"dinp", dinp}, {"dweight", dweight}, {"dbias", dbias}, {"dout", dout},
+                                 {"inp", inp}, {"weight", weight}, {"mean", mean}, {"rstd", rstd}});
+  const DType t = need_act(op, {"inp", inp}, cuda);
   const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
   for (const Arg& a : {Arg{"dinp", dinp}, Arg{"dout", dout}}) {
-    need_dtype(op, a, DType::f32);
+    need_dtype(op, a, t);
     need_rows(op, a, N, C);
   }
-  need_dtype(op, {"weight", weight}, DType::f32);
+  need_param(op, {"weight", weight}, t, cuda);
   need_shape(op, {"weight", weight}, {C});
   for (const Arg& a : {Arg{"dweight", dweight}, Arg{"dbias", dbias}})
     if (a.t.defined()) {
-      need_dtype(op, a, DType::f32);
+      need_param(op, a, t, cuda);
       need_shape(op, a, {C});
     }
-  for (const Arg& a : {Arg{"mean", mean}, Arg{"rstd", rstd}}) {
-    need_dtype(op, a, DType::f32);
-    need_numel(op, a, N, "N");
-  }
-  if (on_cuda(op, {{"dinp", dinp}, {"dweight", dweight}, {"dbias", dbias}, {"dout", dout}, {"inp", inp},
-                   {"weight", weight}, {"mean", mean}, {"rstd", rstd}}))
-    return no_cuda(op);
+  if (dweight.defined() && dbias.defined() && dweight.dtype() != dbias.dtype())
+    fail(op, "dweight is ", dtype_name(dweight.dtype()), " but dbias is ", dtype_name(dbias.dtype()),
+         ", expected one dtype");
+  need_stats(op, {{"mean", mean}, {"rstd", rstd}}, N, true);
+  if (cuda) CUDA_DISPATCH(op, layernorm_backward, dinp, dweight, dbias, dout, inp, weight, mean, rstd);
   cpu::layernorm_backward(dinp.data<float>(), f32_or_null(dweight), f32_or_null(dbias), dout.data<float>(),
                           inp.data<float>(), weight.data<float>(), mean.data<float>(), rstd.data<float>(), N, C);
 }
 
 void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps) {
   const char* op = "rmsnorm_forward";
-  need_dtype(op, {"inp", inp}, DType::f32);
+  const bool cuda = on_cuda(op, {{"out", out}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}});
+  const DType t = need_act(op, {"inp", inp}, cuda);
   const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
-  need_dtype(op, {"out", out}, DType::f32);
+  need_dtype(op, {"out", out}, t);
   need_rows(op, {"out", out}, N, C);
-  need_dtype(op, {"weight", weight}, DType::f32);
+  need_param(op, {"weight", weight}, t, cuda);
   need_shape(op, {"weight", weight}, {C});
-  if (rstd.defined()) {
-    need_dtype(op, {"rstd", rstd}, DType::f32);
-    need_numel(op, {"rstd", rstd}, N, "N");
-  }
-  if (on_cuda(op, {{"out", out}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}})) return no_cuda(op);
+  need_stats(op, {{"rstd", rstd}}, N, false);
+  if (cuda) CUDA_DISPATCH(op, rmsnorm_forward, out, rstd, inp, weight, eps);
   cpu::rmsnorm_forward(out.data<float>(), f32_or_null(rstd), inp.data<float>(), weight.data<float>(), N, C, eps);
 }
 
 void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd) {
   const char* op = "rmsnorm_backward";
-  need_dtype(op, {"inp", inp}, DType::f32);
+  const bool cuda = on_cuda(op, {{"dinp", dinp}, {"dweight", dweight}, {"dout", dout}, {"inp", inp},
+                                 {"weight", weight}, {"rstd", rstd}});
+  const DType t = need_act(op, {"inp", inp}, cuda);
   const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
   for (const Arg& a : {Arg{"dinp", dinp}, Arg{"dout", dout}}) {
-    need_dtype(op, a, DType::f32);
+    need_dtype(op, a, t);
     need_rows(op, a, N, C);
   }
-  need_dtype(op, {"weight", weight}, DType::f32);
+  need_param(op, {"weight", weight}, t, cuda);
   need_shape(op, {"weight", weight}, {C});
   if (dweight.defined()) {
-    need_dtype(op, {"dweight", dweight}, DType::f32);
+    need_param(op, {"dweight", dweight}, t, cuda);
     need_shape(op, {"dweight", dweight}, {C});
   }
-  need_dtype(op, {"rstd", rstd}, DType::f32);
-  need_numel(op, {"rstd", rstd}, N, "N");
-  if (on_cuda(op, {{"dinp", dinp}, {"dweight", dweight}, {"dout", dout}, {"inp", inp}, {"weight", weight},
-                   {"rstd", rstd}}))
-    return no_cuda(op);
+  need_stats(op, {{"rstd", rstd}}, N, true);
+  if (cuda) CUDA_DISPATCH(op, rmsnorm_backward, dinp, dweight, dout, inp, weight, rstd);
   cpu::rmsnorm_backward(dinp.data<float>(), f32_or_null(dweight), dout.data<float>(), inp.data<float>(),
                         weight.data<float>(), rstd.data<float>(), N, C);
 }
 
 // ---- activations ----
 namespace {
-// Elementwise f32 ops: every argument has the numel of the first.
-void need_same_f32(const char* op, std::initializer_list<Arg> args) {
+// Elementwise ops: every argument has the dtype (f32 on the CPU) and numel of the first.
+bool need_same(const char* op, std::initializer_list<Arg> args) {
+  const bool cuda = on_cuda(op, args);
   const Arg& first = *args.begin();
+  const DType t = need_act(op, first, cuda);
   for (const Arg& a : args) {
-    need_dtype(op, a, DType::f32);
+    need_dtype(op, a, t);
     if (a.t.numel() != first.t.numel())
       fail(op, a.name, " has shape ", shape_str(a.t.shape()), ", expected ", first.t.numel(), " elements (as ",
            first.name, " ", shape_str(first.t.shape()), ")");
   }
+  return cuda;
 }
 }  // namespace
 
 void gelu_forward(const Tensor& out, const Tensor& inp) {
   const char* op = "gelu_forward";
-  need_same_f32(op, {{"inp", inp}, {"out", out}});
-  if (on_cuda(op, {{"out", out}, {"inp", inp}})) return no_cuda(op);
+  if (need_same(op, {{"inp", inp}, {"out", out}})) CUDA_DISPATCH(op, gelu_forward, out, inp);
   cpu::gelu_forward(out.data<float>(), inp.data<float>(), inp.numel());
 }
 
 void gelu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   const char* op = "gelu_backward";
-  need_same_f32(op, {{"inp", inp}, {"dinp", dinp}, {"dout", dout}});
-  if (on_cuda(op, {{"dinp", dinp}, {"dout", dout}, {"inp", inp}})) return no_cuda(op);
+  if (need_same(op, {{"inp", inp}, {"dinp", dinp}, {"dout", dout}})) CUDA_DISPATCH(op, gelu_backward, dinp, dout, inp);
   cpu::gelu_backward(dinp.data<float>(), dout.data<float>(), inp.data<float>(), inp.numel());
 }
 
 void silu_forward(const Tensor& out, const Tensor& inp) {
   const char* op = "silu_forward";
-  need_same_f32(op, {{"inp", inp}, {"out", out}});
-  if (on_cuda(op, {{"out", out}, {"inp", inp}})) return no_cuda(op);
+  if (need_same(op, {{"inp", inp}, {"out", out}})) CUDA_DISPATCH(op, silu_forward, out, inp);
   cpu::silu_forward(out.data<float>(), inp.data<float>(), inp.numel());
 }
 
 void silu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   const char* op = "silu_backward";
-  need_same_f32(op, {{"inp", inp}, {"dinp", dinp}, {"dout", dout}});
-  if (on_cuda(op, {{"dinp", dinp}, {"dout", dout}, {"inp", inp}})) return no_cuda(op);
+  if (need_same(op, {{"inp", inp}, {"dinp", dinp}, {"dout", dout}})) CUDA_DISPATCH(op, silu_backward, dinp, dout, inp);
   cpu::silu_backward(dinp.data<float>(), dout.data<float>(), inp.data<float>(), inp.numel());
 }
 
-void swiglu_forward(const Tensor& out, const Tensor& gate_up) {
-  const char* op = "swiglu_forward";
-  need_dtype(op, {"gate_up", gate_up}, DType::f32);
+namespace {
+// gate_up[N, 2F]: returns F (N = numel / 2F).
+int64_t swiglu_width(const char* op, const Tensor& gate_up) {
   const int64_t F2 = last_dim(op, {"gate_up", gate_up});
   if (F2 % 2) fail(op, "gate_up has shape ", shape_str(gate_up.shape()), ", expected an even last dim [N, 2F]");
-  const int64_t F = F2 / 2, N = gate_up.numel() / F2;
-  need_dtype(op, {"out", out}, DType::f32);
+  return F2 / 2;
+}
+}  // namespace
+
+void swiglu_forward(const Tensor& out, const Tensor& gate_up) {
+  const char* op = "swiglu_forward";
+  const bool cuda = on_cuda(op, {{"out", out}, {"gate_up", gate_up}});
+  const DType t = need_act(op, {"gate_up", gate_up}, cuda);
+  const int64_t F = swiglu_width(op, gate_up), N = gate_up.numel() / (2 * F);
+  need_dtype(op, {"out", out}, t);
   need_rows(op, {"out", out}, N, F);
-  if (on_cuda(op, {{"out", out}, {"gate_up", gate_up}})) return no_cuda(op);
+  if (cuda) CUDA_DISPATCH(op, swiglu_forward, out, gate_up);
   cpu::swiglu_forward(out.data<float>(), gate_up.data<float>(), N, F);
 }
 
 void swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) {
   const char* op = "swiglu_backward";
-  need_dtype(op, {"gate_up", gate_up}, DType::f32);
-  const int64_t F2 = last_dim(op, {"gate_up", gate_up});
-  if (F2 % 2) fail(op, "gate_up has shape ", shape_str(gate_up.shape()), ", expected an even last dim [N, 2F]");
-  const int64_t F = F2 / 2, N = gate_up.numel() / F2;
-  need_dtype(op, {"dout", dout}, DType::f32);
+  const bool cuda = on_cuda(op, {{"dgate_up", dgate_up}, {"dout", dout}, {"gate_up", gate_up}});
+  const DType t = need_act(op, {"gate_up", gate_up}, cuda);
+  const int64_t F = swiglu_width(op, gate_up), N = gate_up.numel() / (2 * F);
+  need_dtype(op, {"dout", dout}, t);
   need_rows(op, {"dout", dout}, N, F);
-  need_dtype(op, {"dgate_up", dgate_up}, DType::f32);
-  need_rows(op, {"dgate_up", dgate_up}, N, F2);
-  if (on_cuda(op, {{"dgate_up", dgate_up}, {"dout", dout}, {"gate_up", gate_up}})) return no_cuda(op);
+  need_dtype(op, {"dgate_up", dgate_up}, t);
+  need_rows(op, {"dgate_up", dgate_up}, N, 2 * F);
+  if (cuda) CUDA_DISPATCH(op, swiglu_backward, dgate_up, dout, gate_up);
   cpu::swiglu_backward(dgate_up.data<float>(), dout.data<float>(), gate_up.data<float>(), N, F);
 }
 
 // ---- elementwise ----
 void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
   const char* op = "residual_forward";
-  need_same_f32(op, {{"a", a}, {"b", b}, {"out", out}});
-  if (on_cuda(op, {{"out", out}, {"a", a}, {"b", b}})) return no_cuda(op);
+  if (need_same(op, {{"a", a}, {"b", b}, {"out", out}})) CUDA_DISPATCH(op, residual_forward, out, a, b);
   cpu::residual_forward(out.data<float>(), a.data<float>(), b.data<float>(), a.numel());
 }
 
 void add_inplace(const Tensor& acc, const Tensor& x) {
   const char* op = "add_inplace";
-  need_same_f32(op, {{"acc", acc}, {"x", x}});
-  if (on_cuda(op, {{"acc", acc}, {"x", x}})) return no_cuda(op);
+  const bool cuda = on_cuda(op, {{"acc", acc}, {"x", x}});
+  // CUDA: acc may be f32 while x is bf16/f16 (f32 accumulation of low-precision gradients).
+  const DType t = need_act(op, {"x", x}, cuda);
+  need_param(op, {"acc", acc}, t, cuda);
+  if (x.numel() != acc.numel())
+    fail(op, "x has shape ", shape_str(x.shape()), ", expected ", acc.numel(), " elements (as acc ",
+         shape_str(acc.shape()), ")");
+  if (cuda) CUDA_DISPATCH(op, add_inplace, acc, x);
   cpu::add_inplace(acc.data<float>(), x.data<float>(), acc.numel());
 }
 
 void scale_inplace(const Tensor& x, float s) {
   const char* op = "scale_inplace";
-  need_dtype(op, {"x", x}, DType::f32);
-  if (on_cuda(op, {{"x", x}})) return no_cuda(op);
+  const bool cuda = on_cuda(op, {{"x", x}});
+  need_act(op, {"x", x}, cuda);
+  if (cuda) CUDA_DISPATCH(op, scale_inplace, x, s);
   cpu::scale_inplace(x.data<float>(), s, x.numel());
 }
 
 double sum_squares(const Tensor& x) {
   const char* op = "sum_squares";
-  need_dtype(op, {"x", x}, DType::f32);
-  if (on_cuda(op, {{"x", x}})) no_cuda(op);
+  const bool cuda = on_cuda(op, {{"x", x}});
+  need_act(op, {"x", x}, cuda);
+  if (cuda) CUDA_DISPATCH(op, sum_squares, x);
   return cpu::sum_squares(x.data<float>(), x.numel());
 }
 
@@ -374,22 +426,26 @@ void need_heads(const char* op, int64_t H, int64_t Hkv, int64_t D) {
   if (H <= 0 || Hkv <= 0 || D <= 0) fail(op, "expected positive H, Hkv, D, got ", H, ", ", Hkv, ", ", D);
   if (H % Hkv) fail(op, "H = ", H, " is not a multiple of Hkv = ", Hkv);
 }
-}  // namespace
 
-static void rope_checked(const char* op, const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D,
-                         float theta, bool forward) {
+void rope_checked(const char* op, const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D,
+                  float theta, bool forward) {
   need_heads(op, H, Hkv, D);
   if (D % 2 || D > 1024) fail(op, "head dim D = ", D, ", expected even and <= 1024");
   const char* qname = forward ? "qkv" : "dqkv";
-  need_dtype(op, {qname, qkv}, DType::f32);
+  const bool cuda = on_cuda(op, {{qname, qkv}, {"pos", pos}});
+  need_act(op, {qname, qkv}, cuda);
   const int64_t row = (H + 2 * Hkv) * D;
   if (qkv.numel() % row) fail(op, qname, " has shape ", shape_str(qkv.shape()), ", expected a multiple of (H+2Hkv)*D = ", row, " elements");
   const int64_t N = qkv.numel() / row;
   need_dtype(op, {"pos", pos}, DType::i32);
   need_numel(op, {"pos", pos}, N, "B*T");
-  if (on_cuda(op, {{qname, qkv}, {"pos", pos}})) return no_cuda(op);
+  if (cuda) {
+    if (forward) CUDA_DISPATCH(op, rope_forward, qkv, pos, H, Hkv, D, theta);
+    CUDA_DISPATCH(op, rope_backward, qkv, pos, H, Hkv, D, theta);
+  }
   (forward ? cpu::rope_forward : cpu::rope_backward)(qkv.data<float>(), pos.data<int32_t>(), N, H, Hkv, D, theta);
 }
+}  // namespace
 
 void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta) {
   rope_checked("rope_forward", qkv, pos, H, Hkv, D, theta, true);
@@ -403,13 +459,14 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, 
                        int64_t Hkv, int64_t D) {
   const char* op = "attention_forward";
   need_heads(op, H, Hkv, D);
-  need_dtype(op, {"qkv", qkv}, DType::f32);
+  const bool cuda = on_cuda(op, {{"out", out}, {"lse", lse}, {"qkv", qkv}});
+  const DType t = need_act(op, {"qkv", qkv}, cuda);
   need_numel(op, {"qkv", qkv}, B * T * (H + 2 * Hkv) * D, "B*T*(H+2Hkv)*D");
-  need_dtype(op, {"out", out}, DType::f32);
+  need_dtype(op, {"out", out}, t);
   need_numel(op, {"out", out}, B * T * H * D, "B*T*H*D");
   need_dtype(op, {"lse", lse}, DType::f32);
   need_numel(op, {"lse", lse}, B * H * T, "B*H*T");
-  if (on_cuda(op, {{"out", out}, {"lse", lse}, {"qkv", qkv}})) return no_cuda(op);
+  if (cuda) CUDA_DISPATCH(op, attention_forward, out, lse, qkv, B, T, H, Hkv, D);
   cpu::attention_forward(out.data<float>(), lse.data<float>(), qkv.data<float>(), B, T, H, Hkv, D);
 }
 
@@ -417,29 +474,31 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
                         const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
   const char* op = "attention_backward";
   need_heads(op, H, Hkv, D);
+  const bool cuda = on_cuda(op, {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"lse", lse}});
+  const DType t = need_act(op, {"qkv", qkv}, cuda);
   for (const Arg& a : {Arg{"dqkv", dqkv}, Arg{"qkv", qkv}}) {
-    need_dtype(op, a, DType::f32);
+    need_dtype(op, a, t);
     need_numel(op, a, B * T * (H + 2 * Hkv) * D, "B*T*(H+2Hkv)*D");
   }
   for (const Arg& a : {Arg{"dout", dout}, Arg{"out", out}}) {
-    need_dtype(op, a, DType::f32);
+    need_dtype(op, a, t);
     need_numel(op, a, B * T * H * D, "B*T*H*D");
   }
   need_dtype(op, {"lse", lse}, DType::f32);
   need_numel(op, {"lse", lse}, B * H * T, "B*H*T");
-  if (on_cuda(op, {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"lse", lse}})) return no_cuda(op);
+  if (cuda) CUDA_DISPATCH(op, attention_backward, dqkv, dout, qkv, out, lse, B, T, H, Hkv, D);
   cpu::attention_backward(dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
                           lse.data<float>(), B, T, H, Hkv, D);
 }
 
 // ---- loss ----
 namespace {
-// Validates the shared arguments; returns {N, V, Vp}.
 struct CeDims {
   int64_t N, V, Vp;
 };
-CeDims ce_checked(const char* op, const Tensor& logits, const Tensor& targets, int64_t V) {
-  need_dtype(op, {"logits", logits}, DType::f32);
+// Validates the shared arguments; returns {N, V, Vp} with V resolved (0 means Vp).
+CeDims ce_checked(const char* op, const Tensor& logits, const Tensor& targets, int64_t V, bool cuda) {
+  need_act(op, {"logits", logits}, cuda);
   const int64_t Vp = last_dim(op, {"logits", logits}), N = logits.numel() / Vp;
   if (V == 0) V = Vp;
   if (V < 0 || V > Vp) fail(op, "V = ", V, " is outside [1, Vp = ", Vp, "] (Vp is logits' last dim)");
@@ -451,10 +510,11 @@ CeDims ce_checked(const char* op, const Tensor& logits, const Tensor& targets, i
 
 void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V) {
   const char* op = "crossentropy_forward";
-  const CeDims d = ce_checked(op, logits, targets, V);
+  const bool cuda = on_cuda(op, {{"losses", losses}, {"logits", logits}, {"targets", targets}});
+  const CeDims d = ce_checked(op, logits, targets, V, cuda);
   need_dtype(op, {"losses", losses}, DType::f32);
   need_numel(op, {"losses", losses}, d.N, "N");
-  if (on_cuda(op, {{"losses", losses}, {"logits", logits}, {"targets", targets}})) return no_cuda(op);
+  if (cuda) CUDA_DISPATCH(op, crossentropy_forward, losses, logits, targets, d.V);
   need_indices(op, "targets", targets.data<int32_t>(), d.N, INT32_MIN, d.V);
   cpu::crossentropy_forward(losses.data<float>(), logits.data<float>(), targets.data<int32_t>(), d.N, d.V, d.Vp);
 }
@@ -462,13 +522,35 @@ void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tens
 void crossentropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
                            int64_t V) {
   const char* op = "crossentropy_backward";
-  const CeDims d = ce_checked(op, logits, targets, V);
-  need_dtype(op, {"dlogits", dlogits}, DType::f32);
+  const bool cuda = on_cuda(op, {{"dlogits", dlogits}, {"logits", logits}, {"targets", targets}});
+  const CeDims d = ce_checked(op, logits, targets, V, cuda);
+  need_dtype(op, {"dlogits", dlogits}, logits.dtype());
   need_rows(op, {"dlogits", dlogits}, d.N, d.Vp);
-  if (on_cuda(op, {{"dlogits", dlogits}, {"logits", logits}, {"targets", targets}})) return no_cuda(op);
+  if (cuda) CUDA_DISPATCH(op, crossentropy_backward, dlogits, logits, targets, dloss, d.V);
   need_indices(op, "targets", targets.data<int32_t>(), d.N, INT32_MIN, d.V);
   cpu::crossentropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(), dloss, d.N, d.V,
                              d.Vp);
+}
+
+// ---- optimizers (adam_update and sgd_update are in kernels/cpu/optim.cpp) ----
+void adam_update_with_copy(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                           const Tensor& param_lowp, const AdamParams& p) {
+  const char* op = "adam_update_with_copy";
+  const bool cuda = on_cuda(op, {{"param", param}, {"grad", grad}, {"exp_avg", exp_avg}, {"exp_avg_sq", exp_avg_sq},
+                                 {"param_lowp", param_lowp}});
+  for (const Arg& a : {Arg{"param", param}, Arg{"grad", grad}, Arg{"exp_avg", exp_avg}, Arg{"exp_avg_sq", exp_avg_sq}}) {
+    need_dtype(op, a, DType::f32);
+    need_numel(op, a, param.numel(), "param's numel");
+  }
+  need_defined(op, {"param_lowp", param_lowp});
+  if (!is_float16(param_lowp.dtype()))
+    fail(op, "param_lowp has dtype ", dtype_name(param_lowp.dtype()), ", expected bf16 or f16");
+  need_numel(op, {"param_lowp", param_lowp}, param.numel(), "param's numel");
+  if (p.step < 1) fail(op, "step must be >= 1 (1-based count after this update), got ", p.step);
+  if (cuda) CUDA_DISPATCH(op, adam_update_with_copy, param, grad, exp_avg, exp_avg_sq, param_lowp, p);
+  cpu::adam_update(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
+                   param.numel(), p);
+  cpu::convert_from_f32(param_lowp.raw(), param_lowp.dtype(), param.data<float>(), param.numel());
 }
 
 }  // namespace dscpp::ops

@@ -3,6 +3,10 @@
 
 #include <cmath>
 
+#ifdef DSCPP_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
+
 namespace dscpp::cpu {
 
 void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
@@ -66,7 +70,13 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   check_flat_f32(op, "exp_avg", exp_avg, param);
   check_flat_f32(op, "exp_avg_sq", exp_avg_sq, param);
   DSCPP_CHECK(p.step >= 1, op, ": step must be >= 1 (1-based count after this update), got ", p.step);
-  if (!param.device().is_cpu()) DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
+  if (!param.device().is_cpu()) {
+#ifdef DSCPP_WITH_CUDA
+    return cuda::adam_update(param, grad, exp_avg, exp_avg_sq, p);
+#else
+    DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
+#endif
+  }
   cpu::adam_update(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
                    param.numel(), p);
 }
@@ -76,7 +86,13 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
   check_flat_f32(op, "param", param, param);
   check_flat_f32(op, "grad", grad, param);
   if (p.momentum != 0.0f) check_flat_f32(op, "momentum_buf", momentum_buf, param);
-  if (!param.device().is_cpu()) DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
+  if (!param.device().is_cpu()) {
+#ifdef DSCPP_WITH_CUDA
+    return cuda::sgd_update(param, grad, momentum_buf, p);
+#else
+    DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
+#endif
+  }
   cpu::sgd_update(param.data<float>(), grad.data<float>(),
                   p.momentum != 0.0f ? momentum_buf.data<float>() : nullptr, param.numel(), p);
 }
