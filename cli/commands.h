@@ -15,9 +15,12 @@ using Commands = std::vector<Command>;
 Command register_train(CLI::App& app);
 Command register_generate(CLI::App& app);
 Command register_tokenize(CLI::App& app);
+Command register_launch(CLI::App& app);
+Command register_profile(CLI::App& app);
 
 inline Commands register_all(CLI::App& app) {
-  return {register_train(app), register_generate(app), register_tokenize(app)};
+  return {register_train(app), register_generate(app), register_tokenize(app), register_launch(app),
+          register_profile(app)};
 }
 
 }  // namespace dscpp::cli
