@@ -187,13 +187,13 @@ TEST(Config, UnknownNestedKeyIsAnErrorWithDidYouMean) {
 
 TEST(Config, UnknownTopLevelKeyIsAWarningWithDidYouMean) {
   std::vector<std::string> w;
-  auto c = DeepSpeedConfig::from_string(with_batch(R"("gradient_cliping": 1.0, "flops_profiler": {}, "zzz": 1)"),
+  auto c = DeepSpeedConfig::from_string(with_batch(R"("gradient_cliping": 1.0, "tensorboard": {}, "zzz": 1)"),
                                         1, &w);
   EXPECT_EQ(c.gradient_clipping, 0.0);
   ASSERT_EQ(w.size(), 3u);
   std::string all = w[0] + "|" + w[1] + "|" + w[2];
   EXPECT_NE(all.find("'gradient_cliping' ignored (did you mean 'gradient_clipping'?)"), std::string::npos) << all;
-  EXPECT_NE(all.find("'flops_profiler' is not implemented by DeepSpeed.cpp yet"), std::string::npos) << all;
+  EXPECT_NE(all.find("'tensorboard' is not implemented by DeepSpeed.cpp yet"), std::string::npos) << all;
   EXPECT_NE(all.find("'zzz' ignored"), std::string::npos) << all;
   EXPECT_EQ(all.find("'zzz' ignored (did you mean"), std::string::npos) << all;
 }
@@ -336,4 +336,44 @@ TEST(Config, FromFile) {
   EXPECT_EQ(c.zero_optimization.stage, 2);
   std::remove(path.c_str());
   EXPECT_THROW(DeepSpeedConfig::from_file(path), ConfigError);
+}
+
+TEST(Config, FlopsProfiler) {
+  auto d = DeepSpeedConfig::from_string(R"({"train_batch_size": 8})");
+  EXPECT_FALSE(d.flops_profiler.enabled);
+  EXPECT_EQ(d.flops_profiler.recompute_fwd_factor, 0.0);
+  EXPECT_EQ(d.flops_profiler.profile_step, 1);
+  EXPECT_EQ(d.flops_profiler.module_depth, -1);
+  EXPECT_EQ(d.flops_profiler.top_modules, 1);
+  EXPECT_TRUE(d.flops_profiler.detailed);
+  EXPECT_FALSE(d.flops_profiler.output_file.has_value());
+  EXPECT_FALSE(d.wall_clock_breakdown);
+
+  std::vector<std::string> w;
+  auto c = DeepSpeedConfig::from_string(
+      with_batch(R"("flops_profiler": {"enabled": true, "recompute_fwd_factor": 1.0, "profile_step": 3,
+                    "module_depth": 2, "top_modules": 4, "detailed": false, "output_file": "prof.txt"})"),
+      1, &w);
+  EXPECT_TRUE(w.empty()) << w[0];
+  EXPECT_TRUE(c.flops_profiler.enabled);
+  EXPECT_TRUE(c.wall_clock_breakdown);  // enabling the flops profiler enables the breakdown, as DeepSpeed
+  EXPECT_EQ(c.flops_profiler.recompute_fwd_factor, 1.0);
+  EXPECT_EQ(c.flops_profiler.profile_step, 3);
+  EXPECT_EQ(c.flops_profiler.module_depth, 2);
+  EXPECT_EQ(c.flops_profiler.top_modules, 4);
+  EXPECT_FALSE(c.flops_profiler.detailed);
+  EXPECT_EQ(c.flops_profiler.output_file.value(), "prof.txt");
+  auto b = DeepSpeedConfig::parse(c.to_json());
+  EXPECT_EQ(b.canonical_dump(), c.canonical_dump());
+  auto off = DeepSpeedConfig::from_string(with_batch(R"("flops_profiler": {"enabled": false, "output_file": null})"));
+  EXPECT_FALSE(off.wall_clock_breakdown);
+
+  expect_error(with_batch(R"("flops_profiler": {"module_depth": -2})"), "flops_profiler.module_depth", {"-2"});
+  expect_error(with_batch(R"("flops_profiler": {"top_modules": 0})"), "flops_profiler.top_modules", {});
+  expect_error(with_batch(R"("flops_profiler": {"profile_step": -1})"), "flops_profiler.profile_step", {});
+  expect_error(with_batch(R"("flops_profiler": {"recompute_fwd_factor": -0.5})"),
+               "flops_profiler.recompute_fwd_factor", {});
+  expect_error(with_batch(R"("flops_profiler": {"enabled": "yes"})"), "flops_profiler.enabled", {});
+  expect_error(with_batch(R"("flops_profiler": {"top_module": 2})"), "flops_profiler.top_module",
+               {"did you mean 'top_modules'"});
 }

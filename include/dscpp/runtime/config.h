@@ -73,6 +73,7 @@ struct DeepSpeedConfig {
   // default, the documented value; 0 disables printing.
   int64_t steps_per_print = 10;
   bool wall_clock_breakdown = false;     // time forward/backward/step and print them
+  FlopsProfilerConfig flops_profiler;    // flops_profiler.enabled also turns wall_clock_breakdown on
   ActivationCheckpointingConfig activation_checkpointing;
   Fp16Config fp16;
   Bf16Config bf16;

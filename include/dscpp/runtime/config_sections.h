@@ -93,6 +93,16 @@ struct ActivationCheckpointingConfig {   // "activation_checkpointing"
   bool profile = false;                  // log forward/backward time per checkpoint
 };
 
+struct FlopsProfilerConfig {             // "flops_profiler" (profiling/config.py); enabling it enables wall_clock_breakdown
+  bool enabled = false;                  // profile one step and print the report
+  double recompute_fwd_factor = 0.0;     // extra forwards in backward (activation checkpointing), for bwd FLOPS
+  int64_t profile_step = 1;              // the global step to profile (warm-up matters)
+  int64_t module_depth = -1;             // deepest module depth printed; -1 = all
+  int64_t top_modules = 1;               // top modules per metric and depth in the aggregated profile
+  bool detailed = true;                  // print the detailed module tree
+  std::optional<std::string> output_file;  // write the report there instead of stdout (null = stdout)
+};
+
 struct OffloadOptimizerConfig {          // "zero_optimization.offload_optimizer"
   std::string device = "none";           // "none", "cpu", "nvme" (doc says "cpu"; code "none")
   std::optional<std::string> nvme_path;  // folder for nvme swap files

@@ -170,6 +170,11 @@ json DeepSpeedConfig::to_json() const {
     f["min_loss_scale"] = fp16.min_loss_scale;
   }
   j["fp16"] = f;
+  const auto& fp = flops_profiler;
+  j["flops_profiler"] = {{"enabled", fp.enabled}, {"recompute_fwd_factor", fp.recompute_fwd_factor},
+                         {"profile_step", fp.profile_step}, {"module_depth", fp.module_depth},
+                         {"top_modules", fp.top_modules}, {"detailed", fp.detailed},
+                         {"output_file", opt(fp.output_file)}};
   j["bf16"] = {{"enabled", bf16.enabled}, {"immediate_grad_update", bf16.immediate_grad_update}};
   j["zero_optimization"] = zero_json(zero_optimization);
   j["seed"] = seed;

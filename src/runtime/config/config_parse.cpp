@@ -22,7 +22,7 @@ void warn(std::vector<std::string>* warnings, const std::string& msg) {
 // Top-level keys DeepSpeed knows but DeepSpeed.cpp does not read (yet): ignored with a softer warning.
 static const std::vector<std::string> kDeepSpeedOnlyKeys = {
     "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "amp", "zero_allow_untested_optimizer",
-    "zero_force_ds_cpu_optimizer", "memory_breakdown", "dump_state", "dataloader_drop_last", "flops_profiler",
+    "zero_force_ds_cpu_optimizer", "memory_breakdown", "dump_state", "dataloader_drop_last",
     "comms_logger", "tensorboard", "wandb", "csv_monitor", "communication_data_type", "data_types", "elasticity",
     "autotuning", "checkpoint", "aio", "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
     "vocabulary_size", "graph_harvesting", "sparse_attention", "nebula", "compile", "timers", "hybrid_engine",
@@ -32,7 +32,7 @@ static const std::vector<std::string> kDeepSpeedOnlyKeys = {
 static const std::vector<std::string> kTopLevelKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
     "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "activation_checkpointing", "fp16", "bf16",
-    "bfloat16", "zero_optimization", "allgather_size", "seed"};
+    "bfloat16", "zero_optimization", "allgather_size", "seed", "flops_profiler"};
 
 static void parse_fp16(const json& j, Fp16Config& f) {
   SectionReader r(j, "fp16");
@@ -77,6 +77,18 @@ static void parse_activation_checkpointing(const json& j, ActivationCheckpointin
          "Contiguous Checkpointing is only available with partitioned activations (set partition_activations)");
 }
 
+static void parse_flops_profiler(const json& j, FlopsProfilerConfig& f) {
+  SectionReader r(j, "flops_profiler");
+  r.get("enabled", f.enabled);
+  r.get("recompute_fwd_factor", f.recompute_fwd_factor, 0.0, 1e6);
+  r.get("profile_step", f.profile_step, 0);  // compared with the global step, which starts at 0
+  r.get("module_depth", f.module_depth, -1);
+  r.get("top_modules", f.top_modules, 1);
+  r.get("detailed", f.detailed);
+  r.get("output_file", f.output_file);
+  r.finish();
+}
+
 static void check_top_level_keys(const json& root, std::vector<std::string>* warnings) {
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string& k = it.key();
@@ -112,6 +124,8 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
   top.get("wall_clock_breakdown", c.wall_clock_breakdown);
   if (const json* j = section("activation_checkpointing")) parse_activation_checkpointing(*j, c.activation_checkpointing);
   if (const json* j = section("fp16")) parse_fp16(*j, c.fp16);
+  if (const json* j = section("flops_profiler")) parse_flops_profiler(*j, c.flops_profiler);
+  if (c.flops_profiler.enabled) c.wall_clock_breakdown = true;  // as DeepSpeed's wall_clock_breakdown()
   parse_bf16(root, c.bf16);
   parse_zero(root, c.zero_optimization, warnings);
   int64_t seed = int64_t(c.seed);
