@@ -15,7 +15,6 @@ using Commands = std::vector<Command>;
 Command register_train(CLI::App& app);
 Command register_generate(CLI::App& app);
 Command register_tokenize(CLI::App& app);
-Command register_profile(CLI::App& app);
 Command register_launch(CLI::App& app);
 Command register_profile(CLI::App& app);
 
