@@ -669,3 +669,41 @@ TEST(LaunchCli, SubcommandRunsSameBinaryAndStdinEofStops) {
   EXPECT_EQ(WEXITSTATUS(st), 128 + SIGTERM);
   EXPECT_LT(s, 2.0);
 }
+
+// The ssh flow end to end, with a stand-in `ssh` on PATH that runs the remote command here: the top launcher
+// starts one node launcher per host (--world_info), ranks get global numbering, and a failing rank on one node
+// stops the job on every node.
+TEST(LaunchCli, SshFlowWithStandInSsh) {
+  if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
+  TempDir d;
+  std::string fake = d.write("ssh", "#!/bin/sh\n"
+                                    "while [ $# -gt 1 ]; do case $1 in -o|-p) shift 2;; *) shift; break;; esac; done\n"
+                                    "exec sh -c \"$1\"\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  std::string old_path = getenv("PATH");
+  setenv("PATH", (d.path.string() + ":" + old_path).c_str(), 1);
+  LaunchOptions o;
+  o.hostfile = d.write("hf", "nodeA slots=2\nnodeB slots=1\n");
+  o.cpu = true;
+  o.self_exe = fs::canonical(dscpp_binary()).string();
+  o.kill_grace_s = 2.0;
+  o.program = {"sh", "-c", "echo $RANK $LOCAL_RANK $CROSS_RANK $WORLD_SIZE $MASTER_ADDR"};
+  Captured ok = run_launch(o);
+  EXPECT_EQ(ok.code, 0) << ok.err;
+  for (auto want : {"[rank 0] 0 0 0 3 nodeA\n", "[rank 1] 1 1 0 3 nodeA\n", "[rank 2] 2 0 1 3 nodeA\n"})
+    EXPECT_NE(ok.out.find(want), std::string::npos) << ok.out << ok.err;
+
+  o.program = {"sh", "-c", "echo $$ > " + d.path.string() + "/pid$RANK; [ $RANK = 2 ] && sleep 0.3 && exit 4; "
+                           "exec sleep 1000"};
+  Captured bad = run_launch(o);
+  setenv("PATH", old_path.c_str(), 1);
+  EXPECT_EQ(bad.code, 4) << bad.err;
+  EXPECT_LT(bad.seconds, 4.0) << bad.err;
+  EXPECT_NE(bad.err.find("rank 2 (pid "), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("node nodeB (ssh)"), std::string::npos) << bad.err;
+  for (int r = 0; r < 2; r++) {
+    pid_t pid = read_pid(d.path / ("pid" + std::to_string(r)));
+    for (int i = 0; i < 100 && !process_gone(pid); i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_TRUE(process_gone(pid)) << "rank " << r << " on nodeA survived";
+  }
+}
