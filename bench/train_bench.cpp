@@ -1,0 +1,181 @@
+// Training throughput of our engine on one GPU: GPT-2 124M (vocab padded to 50304), GPT-2 350M and Llama ~1B on
+// random tokens, bf16 with f32 master weights, AdamW, gradient clipping 1.0 (the settings of bench/train_torch.py).
+//   train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024] [--steps 10] [--warmup 3]
+//               [--gemm-tflops 678] [--dtype bf16|fp16|f32]
+// Prints one line per model, tab-separated and prefixed "RESULT" (bench/run_train_bench.sh collects them):
+//   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
+// tokens/s = B*T / median step time (forward + backward + step, synchronised) over --steps steps after --warmup;
+// MFU = tokens/s * ModelConfig::train_flops_per_token(T) / 989.4e12 (H100 SXM dense bf16), and the same against
+// the measured GEMM ceiling --gemm-tflops. Peak memory: the CUDA allocator's peak live bytes (PyTorch's
+// max_memory_allocated counterpart). An out-of-memory model prints "OOM" in the numeric columns and the run goes on.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dscpp/core/allocator.h"
+#include "dscpp/core/cuda.h"
+#include "dscpp/core/rng.h"
+#include "dscpp/runtime/engine.h"
+
+using namespace dscpp;
+
+namespace {
+
+constexpr double kPeakBf16Flops = 989.4e12;  // H100 SXM dense bf16
+
+struct Args {
+  std::vector<std::string> models{"gpt2", "gpt2-medium", "llama-1b"};
+  int64_t batch = 32, seq = 1024, steps = 10, warmup = 3;
+  double gemm_tflops = 0;  // 0: column printed as "-"
+  std::string dtype = "bf16";
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "train_bench: %s\nusage: train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024]\n"
+               "                   [--steps 10] [--warmup 3] [--gemm-tflops 678] [--dtype bf16|fp16|f32]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+int64_t to_int(const std::string& k, const std::string& v) {
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || x <= 0) usage("--" + k + " needs a positive integer, got '" + v + "'");
+  return x;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; i++) {
+    std::string k = argv[i], v;
+    if (k == "-h" || k == "--help") usage("help");
+    if (k.rfind("--", 0) != 0) usage("unexpected argument '" + k + "'");
+    k = k.substr(2);
+    if (size_t eq = k.find('='); eq != std::string::npos) {
+      v = k.substr(eq + 1);
+      k = k.substr(0, eq);
+    } else {
+      if (i + 1 >= argc) usage("--" + k + " needs a value");
+      v = argv[++i];
+    }
+    if (k == "models") {
+      a.models.clear();
+      std::stringstream ss(v);
+      for (std::string m; std::getline(ss, m, ',');)
+        if (!m.empty()) a.models.push_back(m);
+    } else if (k == "batch") a.batch = to_int(k, v);
+    else if (k == "seq") a.seq = to_int(k, v);
+    else if (k == "steps") a.steps = to_int(k, v);
+    else if (k == "warmup") a.warmup = to_int(k, v);
+    else if (k == "gemm-tflops") a.gemm_tflops = std::atof(v.c_str());
+    else if (k == "dtype") a.dtype = v;
+    else usage("unknown option --" + k);
+  }
+  if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "f32") usage("--dtype must be bf16, fp16 or f32");
+  return a;
+}
+
+ModelConfig bench_model(const std::string& name, int64_t T) {
+  ModelConfig c = ModelConfig::preset(name);
+  if (c.arch == "gpt2") c.vocab_size = 50304;  // padded to a multiple of 128, as llm.c and the torch script
+  c.max_seq_len = std::max(c.max_seq_len, T);
+  return c;
+}
+
+DeepSpeedConfig bench_config(const Args& a) {
+  std::string prec = a.dtype == "bf16"   ? R"(, "bf16": {"enabled": true})"
+                     : a.dtype == "fp16" ? R"(, "fp16": {"enabled": true, "initial_scale_power": 12})"
+                                         : "";
+  return DeepSpeedConfig::from_string(
+      R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.batch) +
+      R"(, "gradient_accumulation_steps": 1,
+          "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
+                                                    "weight_decay": 0.1}},
+          "gradient_clipping": 1.0)" + prec + "}");
+}
+
+bool is_oom(const std::string& what) {
+  std::string w = what;
+  std::transform(w.begin(), w.end(), w.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  return w.find("out of memory") != std::string::npos;
+}
+
+void print_row(const std::string& model, const Args& a, const std::string& tps, const std::string& ms,
+               const std::string& mfu, const std::string& mfu_gemm, const std::string& mem) {
+  std::printf("RESULT\tdscpp-%s\t%s\t%lld\t%lld\t%s\t%s\t%s\t%s\t%s\n", a.dtype.c_str(), model.c_str(),
+              (long long)a.batch, (long long)a.seq, tps.c_str(), ms.c_str(), mfu.c_str(), mfu_gemm.c_str(),
+              mem.c_str());
+  std::fflush(stdout);
+}
+
+std::string fmt(double v, int prec) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", prec, v);
+  return b;
+}
+
+// Trains `name` for warmup + steps steps; prints its RESULT row (or OOM / an error) and frees everything.
+void bench_one(const std::string& name, const Args& a) {
+  Allocator& dev_alloc = allocator_for(Device::cuda(0));
+  try {
+    const ModelConfig mc = bench_model(name, a.seq);
+    const DeepSpeedConfig cfg = bench_config(a);
+    auto model = make_model(mc, {model_dtype(cfg), Device::cuda(0)});
+    model->init_weights(1234);
+    auto engine = initialize(std::move(model), cfg);
+
+    Tensor x = Tensor::empty({a.batch, a.seq}, DType::i32), y = Tensor::empty({a.batch, a.seq}, DType::i32);
+    Rng rng(42);
+    std::vector<double> ms;
+    for (int64_t s = 0; s < a.warmup + a.steps; s++) {
+      for (int64_t i = 0; i < x.numel(); i++) {
+        x.data<int32_t>()[i] = int32_t(rng.below(uint32_t(mc.vocab_size)));
+        y.data<int32_t>()[i] = int32_t(rng.below(uint32_t(mc.vocab_size)));
+      }
+      cuda_synchronize(0);
+      auto t0 = std::chrono::steady_clock::now();
+      engine->forward(x, y);
+      engine->backward();
+      engine->step();
+      cuda_synchronize(0);
+      double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (s >= a.warmup) ms.push_back(dt);
+      std::fprintf(stderr, "  %s step %lld: %.1f ms, loss %.4f\n", name.c_str(), (long long)s, dt,
+                   engine->last_loss());
+    }
+    std::sort(ms.begin(), ms.end());
+    const double med = ms[ms.size() / 2];
+    const double tps = double(a.batch * a.seq) / (med / 1e3);
+    const double flops = tps * mc.train_flops_per_token(a.seq);
+    const double peak = double(dev_alloc.stats().peak_bytes) / double(1ull << 30);
+    print_row(name, a, fmt(tps, 0), fmt(med, 1), fmt(100.0 * flops / kPeakBf16Flops, 1),
+              a.gemm_tflops > 0 ? fmt(100.0 * flops / (a.gemm_tflops * 1e12), 1) : "-", fmt(peak, 2));
+  } catch (const std::exception& e) {
+    const bool oom = is_oom(e.what());
+    std::fprintf(stderr, "train_bench: %s: %s\n", name.c_str(), e.what());
+    const std::string tag = oom ? "OOM" : "ERROR";
+    print_row(name, a, tag, tag, tag, tag, tag);
+  }
+  dev_alloc.empty_cache();
+  dev_alloc.reset_peak();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  if (!cuda_available()) {
+    std::fprintf(stderr, "train_bench: no CUDA device (or a CPU-only build); nothing to measure\n");
+    return 1;
+  }
+  std::fprintf(stderr, "train_bench on %s: B=%lld T=%lld %s, %lld warm-up + %lld timed steps\n",
+               cuda_device_name(0).c_str(), (long long)a.batch, (long long)a.seq, a.dtype.c_str(),
+               (long long)a.warmup, (long long)a.steps);
+  for (const std::string& m : a.models) bench_one(m, a);
+  return 0;
+}
