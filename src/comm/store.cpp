@@ -89,6 +89,8 @@ struct TcpStoreServer::State {
     bool said_bye = false;
   };
   std::map<int, Client> clients;
+  std::atomic<int> n_clients{0};        // for the destructor's linger (Note [Store failure signalling])
+  std::atomic<bool> aborted{false};
 
   void serve();
   bool handle(int fd, Client& c);  // false: drop the client
@@ -134,6 +136,10 @@ TcpStoreServer::TcpStoreServer(int port) : s_(std::make_unique<State>()) {
 }
 
 TcpStoreServer::~TcpStoreServer() {
+  // After a failure the other ranks still need to read the abort key to name the failed rank: keep serving while
+  // they are connected, for a few seconds at most, rather than vanish with this process.
+  for (int i = 0; i < 300 && s_->aborted && s_->n_clients > 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   char c = 'x';
   (void)!::write(s_->wake[1], &c, 1);
   if (s_->thread.joinable()) s_->thread.join();
@@ -149,9 +155,11 @@ void TcpStoreServer::State::drop(int fd) {
     std::string msg = "rank " + std::to_string(c.rank) + ": disconnected from the store without shutting down " +
                       "(process exited or crashed)";
     data.emplace(kAbortKey, Bytes(msg.begin(), msg.end()));  // first writer wins
+    aborted = true;
   }
   ::close(fd);
   clients.erase(fd);
+  n_clients = int(clients.size());
 }
 
 void TcpStoreServer::State::serve() {
@@ -170,6 +178,7 @@ void TcpStoreServer::State::serve() {
         int one = 1;
         ::setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         clients[cfd] = Client{};
+        n_clients = int(clients.size());
       }
     }
     for (size_t i = 2; i < fds.size(); ++i) {
@@ -236,6 +245,7 @@ bool TcpStoreServer::State::handle(int fd, Client& c) {
       case kErase: data.erase(key); break;
       default: return false;  // not our protocol
     }
+    if (key == kAbortKey && (cmd == kSet || cmd == kSetNx)) aborted = true;
     Bytes resp;
     resp.push_back(char(status));
     put_u32(resp, uint32_t(out.size()));

@@ -18,6 +18,7 @@
 #include <gloo/reduce_scatter.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <condition_variable>
@@ -215,6 +216,10 @@ class GlooProcessGroup : public ProcessGroup {
   GlooProcessGroup(GroupArgs a, std::shared_ptr<gloo::transport::Device> device)
       : ProcessGroup(a.name, a.rank, a.size, a.global_ranks, a.store, a.timeout), device_(std::move(device)),
         send_seq_(size_t(a.size), 0), recv_seq_(size_t(a.size), 0) {
+    // Gloo writes to peers' sockets without MSG_NOSIGNAL: a dead peer would kill this process with SIGPIPE instead
+    // of letting Gloo report the error. Ignore SIGPIPE unless the program installed its own handler.
+    struct sigaction old{};
+    if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
     if (!device_) device_ = make_device(store_.store->host());
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     ctx->setTimeout(timeout_);

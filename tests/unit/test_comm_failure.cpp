@@ -1,0 +1,147 @@
+// Failure behaviour with real processes: a rank that dies mid-collective, a rank that never joins (timeout), a rank
+// that aborts, mismatched config hashes. Every survivor must throw dscpp::Error naming the op and the failed rank,
+// within the timeout; never hang.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "dist/multiprocess.h"
+#include "dscpp/comm/process_group.h"
+
+using namespace dscpp;
+using dscpp::test::expect_all_pass;
+using dscpp::test::run_ranks;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+void expect_contains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// The last rank exits (process death, no goodbye) instead of entering the all_reduce; survivors must throw.
+void dead_rank_case(int world) {
+  auto results = run_ranks(world, [world](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, std::chrono::seconds(3));
+    pg->barrier()->wait();
+    Tensor t = Tensor::zeros({1000}, DType::f32);
+    t.fill(1.0f);
+    if (rank == world - 1) ::_exit(0);  // dies without destructors: sockets close, no goodbye to the store
+    auto t0 = Clock::now();
+    try {
+      pg->all_reduce(t)->wait();
+      ADD_FAILURE() << "all_reduce succeeded without rank " << world - 1;
+    } catch (const Error& e) {
+      EXPECT_LT(seconds_since(t0), 3.0 + 2.0) << "took too long to notice";
+      expect_contains(e.what(), "all_reduce on group 'world'");
+      expect_contains(e.what(), "rank " + std::to_string(rank) + " of " + std::to_string(world));
+      expect_contains(e.what(), "failed rank: rank " + std::to_string(world - 1));
+    }
+    // The group is broken now: later ops throw at once instead of hanging.
+    EXPECT_THROW(pg->barrier(), Error);
+  });
+  for (int r = 0; r < world; ++r) EXPECT_TRUE(results[size_t(r)].passed) << "rank " << r << ": " << results[size_t(r)].message;
+}
+
+}  // namespace
+
+TEST(CommFailure, DeadRankMakesOthersThrow2Ranks) { dead_rank_case(2); }
+TEST(CommFailure, DeadRankMakesOthersThrow4Ranks) { dead_rank_case(4); }
+
+TEST(CommFailure, TimeoutNamesTheOp) {
+  // Rank 1 stays alive but never joins the all_gather: rank 0 must time out after ~2 s and set the abort key.
+  expect_all_pass(run_ranks(2, [](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(2));
+    pg->barrier()->wait();
+    if (rank == 1) {
+      auto t0 = Clock::now();
+      while (!pg->store()->abort_reason() && seconds_since(t0) < 10) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      auto why = pg->store()->abort_reason();
+      ASSERT_TRUE(why.has_value()) << "rank 0 did not set the abort key";
+      expect_contains(*why, "rank 0: all_gather");
+      pg->store()->set("seen", std::string("1"));  // rank 0 hosts the store: keep it up until we have read it
+      return;
+    }
+    Tensor in = Tensor::zeros({10}, DType::f32), out = Tensor::zeros({20}, DType::f32);
+    auto t0 = Clock::now();
+    try {
+      pg->all_gather(out, in)->wait();
+      ADD_FAILURE() << "all_gather completed without rank 1";
+    } catch (const Error& e) {
+      double s = seconds_since(t0);
+      EXPECT_GE(s, 1.5);
+      EXPECT_LT(s, 4.5);
+      expect_contains(e.what(), "all_gather on group 'world' (rank 0 of 2, gloo) failed");
+      expect_contains(e.what(), "timed out");
+    }
+    for (int i = 0; i < 500 && !pg->store()->try_get("seen"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }));
+}
+
+TEST(CommFailure, AbortStopsOthersPromptly) {
+  // Rank 1 aborts (alive, sockets open) while ranks 0 and 2 sit in an all_reduce with a long timeout.
+  expect_all_pass(run_ranks(3, [](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 3, "127.0.0.1", port, std::chrono::seconds(30));
+    pg->barrier()->wait();
+    if (rank == 1) {
+      pg->abort("simulated failure");
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      ::_exit(0);  // its peers' comm threads are released by the closed sockets
+    }
+    Tensor t = Tensor::zeros({5}, DType::f32);
+    auto t0 = Clock::now();
+    try {
+      pg->all_reduce(t)->wait();
+      ADD_FAILURE() << "all_reduce succeeded";
+    } catch (const Error& e) {
+      EXPECT_LT(seconds_since(t0), 1.5) << "the abort key was not noticed promptly";
+      expect_contains(e.what(), "all_reduce on group 'world'");
+      expect_contains(e.what(), "rank 1: simulated failure");
+    }
+  }));
+}
+
+TEST(CommFailure, MismatchedConfigHashIsReported) {
+  auto results = run_ranks(4, [](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 4, "127.0.0.1", port, std::chrono::seconds(10));
+    uint64_t hash = rank == 2 ? 0xBADull : 0x1234ull;
+    try {
+      check_same_config(*pg, *pg->store(), hash);
+      ADD_FAILURE() << "mismatch not detected";
+    } catch (const Error& e) {
+      expect_contains(e.what(), "config mismatch");
+      expect_contains(e.what(), "rank 0 has config hash " + std::to_string(0x1234));
+      expect_contains(e.what(), "ranks 2 (" + std::to_string(0xBAD) + ") differ");
+    }
+  });
+  expect_all_pass(results);
+}
+
+TEST(CommFailure, SameConfigHashPasses) {
+  expect_all_pass(run_ranks(2, [](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(10));
+    check_same_config(*pg, *pg->store(), 42);
+    EXPECT_FALSE(pg->store()->abort_reason().has_value());
+    pg->barrier()->wait();
+  }));
+}
+
+TEST(CommFailure, WrongWorldSizeIsReported) {
+  auto results = run_ranks(2, [](int rank, int port) {
+    if (rank == 0) {
+      auto pg = new_process_group("gloo", 0, 2, "127.0.0.1", port, std::chrono::seconds(3));
+      return;  // never completes Gloo's rendezvous: throws from the constructor, caught below by the helper
+    }
+    try {
+      new_process_group("gloo", 1, 3, "127.0.0.1", port, std::chrono::seconds(3));
+      ADD_FAILURE() << "WORLD_SIZE mismatch accepted";
+    } catch (const Error& e) {
+      expect_contains(e.what(), "WORLD_SIZE=3 but rank 0 has WORLD_SIZE=2");
+    }
+  });
+  EXPECT_TRUE(results[1].passed) << results[1].message;
+  EXPECT_FALSE(results[0].passed) << "rank 0 cannot complete a world whose rank 1 left";
+}
