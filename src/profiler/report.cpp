@@ -55,6 +55,7 @@ std::string format_si(double v, const std::string& unit, int precision) {
     v *= 1000.0;
   }
   char buf[64];
+  if (*prefix == 0 && v == std::floor(v)) precision = 0;  // "256 params", "0 MACs"
   std::snprintf(buf, sizeof buf, "%.*f %s%s", precision, v, prefix, unit.c_str());
   return buf;
 }
@@ -120,6 +121,7 @@ void per_depth(std::string& s, const ModuleNode& root, const ModuleTimeMap& time
                                   [](const Agg& a) { return format_si(double(a.params), ""); }) + "\n";
     s += "    MACs        - " + top(depths[d], [](const Agg& a) { return a.macs; },
                                   [](const Agg& a) { return format_si(a.macs, "MACs"); }) + "\n";
+    if (times.empty()) continue;  // analytic profile: nothing measured
     s += "    fwd latency - " + top(depths[d], [](const Agg& a) { return a.fwd_ms; },
                                   [](const Agg& a) { return ms_str(a.fwd_ms); }) + "\n";
     s += "    bwd latency - " + top(depths[d], [](const Agg& a) { return a.bwd_ms; },
@@ -137,11 +139,13 @@ void detailed(std::string& s, const ModuleNode& n, const ModuleNode& root, const
   const double fwd = t ? t->fwd_ms : 0, bwd = t ? t->bwd_ms : 0;
   std::string indent(size_t(2 * n.depth), ' ');
   s += indent + n.name + " (" + n.kind + (n.checkpointed ? ", checkpointed" : "") + "): " +
-       format_si(double(n.params), "") + " params (" + pct(double(n.params), double(root.params)) + "), " +
+       format_si(double(n.params), "params") + " (" + pct(double(n.params), double(root.params)) + "), " +
        format_si(n.cost.macs, "MACs") + " (" + pct(n.cost.macs, root.cost.macs) + "), fwd " +
-       format_si(n.fwd_flops(), "FLOPs") + ", fwd " + ms_str(fwd) + " (" + pct(fwd, rt ? rt->fwd_ms : 0) + ") " +
-       rate_str(n.fwd_flops(), fwd) + ", bwd " + ms_str(bwd) + " (" + pct(bwd, rt ? rt->bwd_ms : 0) + ") " +
-       rate_str(n.bwd_flops(), bwd) + "\n";
+       format_si(n.fwd_flops(), "FLOPs");
+  if (!times.empty())
+    s += ", fwd " + ms_str(fwd) + " (" + pct(fwd, rt ? rt->fwd_ms : 0) + ") " + rate_str(n.fwd_flops(), fwd) +
+         ", bwd " + ms_str(bwd) + " (" + pct(bwd, rt ? rt->bwd_ms : 0) + ") " + rate_str(n.bwd_flops(), bwd);
+  s += "\n";
   for (const ModuleNode& c : n.children) detailed(s, c, root, times, o);
 }
 

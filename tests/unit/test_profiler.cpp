@@ -245,3 +245,37 @@ TEST(ProfilerWallClock, MeansAndLine) {
   EXPECT_GE(w.mean_ms(WallTimer::forward), 0.1);
   EXPECT_DOUBLE_EQ(w.mean_ms(WallTimer::comm), 2.0);
 }
+
+// CUDA-event ranges: resolved after the step, placed on the host timeline, one trace track per stream.
+TEST(ProfilerGpu, EventRangesResolveAfterTheStep) {
+  DSCPP_REQUIRE_GPU();
+  Profiler::Options o;
+  o.enabled = true;
+  o.cuda_events = true;
+  Profiler p(o);
+  p.set_phase(Phase::forward);
+  for (int step = 0; step < 2; step++) {
+    p.begin_step(step);
+    ProfileRange f(&p, "forward");
+    for (int l = 0; l < 3; l++) {
+      ProfileRange b(&p, "model.blocks.*", l);
+      Tensor t = Tensor::zeros({1 << 22}, DType::f32, Device::cuda(0));  // some device work
+    }
+  }
+  const auto& rs = p.ranges();  // waits for the events here, after the step
+  ASSERT_EQ(rs.size(), 8u);
+  for (size_t i = 0; i < rs.size(); i++) {
+    EXPECT_GE(rs[i].gpu_begin_ns, 0) << rs[i].path();
+    EXPECT_GE(rs[i].gpu_end_ns, rs[i].gpu_begin_ns) << rs[i].path();
+    EXPECT_EQ(rs[i].stream, 0);
+    if (rs[i].depth == 1 && i + 1 < rs.size() && rs[i + 1].depth == 1) {
+      EXPECT_LE(rs[i].gpu_end_ns, rs[i + 1].gpu_begin_ns) << "stream order";  // same stream: in order
+    }
+  }
+  EXPECT_GE(rs[0].gpu_end_ns - rs[0].gpu_begin_ns, rs[1].gpu_end_ns - rs[1].gpu_begin_ns);  // encloses
+  TraceWriter w;
+  p.export_trace(w, 0);
+  json j = w.to_json();
+  EXPECT_EQ(validate_chrome_trace(j), "");
+  EXPECT_NE(j.dump().find("cuda stream 0"), std::string::npos);
+}
