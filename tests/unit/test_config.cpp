@@ -377,3 +377,33 @@ TEST(Config, FlopsProfiler) {
   expect_error(with_batch(R"("flops_profiler": {"top_module": 2})"), "flops_profiler.top_module",
                {"did you mean 'top_modules'"});
 }
+
+TEST(Config, CommsLogger) {
+  auto d = DeepSpeedConfig::from_string(R"({"train_batch_size": 8})");  // DeepSpeed's defaults
+  EXPECT_FALSE(d.comms_logger.enabled);
+  EXPECT_FALSE(d.comms_logger.verbose);
+  EXPECT_TRUE(d.comms_logger.prof_all);
+  EXPECT_FALSE(d.comms_logger.debug);
+  EXPECT_TRUE(d.comms_logger.prof_ops.empty());
+
+  std::vector<std::string> w;
+  auto c = DeepSpeedConfig::from_string(
+      with_batch(R"("comms_logger": {"enabled": true, "verbose": true, "prof_all": false, "debug": true,
+                    "prof_ops": ["all_reduce", "all_gather"]})"),
+      1, &w);
+  EXPECT_TRUE(w.empty()) << w[0];  // no longer "not implemented"
+  EXPECT_TRUE(c.comms_logger.enabled);
+  EXPECT_TRUE(c.comms_logger.verbose);
+  EXPECT_FALSE(c.comms_logger.prof_all);
+  EXPECT_TRUE(c.comms_logger.debug);
+  EXPECT_EQ(c.comms_logger.prof_ops, (std::vector<std::string>{"all_reduce", "all_gather"}));
+  auto b = DeepSpeedConfig::parse(c.to_json());
+  EXPECT_EQ(b.canonical_dump(), c.canonical_dump());
+  EXPECT_NE(b.hash(), d.hash());
+
+  expect_error(with_batch(R"("comms_logger": {"enabled": 1})"), "comms_logger.enabled", {});
+  expect_error(with_batch(R"("comms_logger": {"prof_ops": "all_reduce"})"), "comms_logger.prof_ops",
+               {"list of op names"});
+  expect_error(with_batch(R"("comms_logger": {"prof_ops": [1]})"), "comms_logger.prof_ops", {"list of op names"});
+  expect_error(with_batch(R"("comms_logger": {"verbos": true})"), "comms_logger.verbos", {"did you mean 'verbose'"});
+}

@@ -175,6 +175,9 @@ json DeepSpeedConfig::to_json() const {
                          {"profile_step", fp.profile_step}, {"module_depth", fp.module_depth},
                          {"top_modules", fp.top_modules}, {"detailed", fp.detailed},
                          {"output_file", opt(fp.output_file)}};
+  const auto& cl = comms_logger;
+  j["comms_logger"] = {{"enabled", cl.enabled}, {"verbose", cl.verbose}, {"prof_all", cl.prof_all},
+                       {"debug", cl.debug}, {"prof_ops", cl.prof_ops}};
   j["bf16"] = {{"enabled", bf16.enabled}, {"immediate_grad_update", bf16.immediate_grad_update}};
   j["zero_optimization"] = zero_json(zero_optimization);
   j["seed"] = seed;

@@ -23,7 +23,7 @@ void warn(std::vector<std::string>* warnings, const std::string& msg) {
 static const std::vector<std::string> kDeepSpeedOnlyKeys = {
     "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "amp", "zero_allow_untested_optimizer",
     "zero_force_ds_cpu_optimizer", "memory_breakdown", "dump_state", "dataloader_drop_last",
-    "comms_logger", "tensorboard", "wandb", "csv_monitor", "communication_data_type", "data_types", "elasticity",
+    "tensorboard", "wandb", "csv_monitor", "communication_data_type", "data_types", "elasticity",
     "autotuning", "checkpoint", "aio", "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
     "vocabulary_size", "graph_harvesting", "sparse_attention", "nebula", "compile", "timers", "hybrid_engine",
     "seq_parallel_communication_data_type", "eigenvalue", "progressive_layer_drop", "quantize_training",
@@ -32,7 +32,8 @@ static const std::vector<std::string> kDeepSpeedOnlyKeys = {
 static const std::vector<std::string> kTopLevelKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
     "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "activation_checkpointing", "fp16", "bf16",
-    "bfloat16", "zero_optimization", "allgather_size", "seed", "flops_profiler"};
+    "bfloat16", "zero_optimization", "allgather_size", "seed", "flops_profiler",
+    "comms_logger"};
 
 static void parse_fp16(const json& j, Fp16Config& f) {
   SectionReader r(j, "fp16");
@@ -89,6 +90,23 @@ static void parse_flops_profiler(const json& j, FlopsProfilerConfig& f) {
   r.finish();
 }
 
+static void parse_comms_logger(const json& j, CommsLoggerConfig& c) {
+  SectionReader r(j, "comms_logger");
+  r.get("enabled", c.enabled);
+  r.get("verbose", c.verbose);
+  r.get("prof_all", c.prof_all);
+  r.get("debug", c.debug);
+  if (const json* ops = r.raw("prof_ops")) {
+    if (!ops->is_array()) fail(r.path("prof_ops"), *ops, "expected a list of op names");
+    c.prof_ops.clear();
+    for (const auto& op : *ops) {
+      if (!op.is_string()) fail(r.path("prof_ops"), *ops, "expected a list of op names");
+      c.prof_ops.push_back(op.get<std::string>());
+    }
+  }
+  r.finish();
+}
+
 static void check_top_level_keys(const json& root, std::vector<std::string>* warnings) {
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string& k = it.key();
@@ -125,6 +143,7 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
   if (const json* j = section("activation_checkpointing")) parse_activation_checkpointing(*j, c.activation_checkpointing);
   if (const json* j = section("fp16")) parse_fp16(*j, c.fp16);
   if (const json* j = section("flops_profiler")) parse_flops_profiler(*j, c.flops_profiler);
+  if (const json* j = section("comms_logger")) parse_comms_logger(*j, c.comms_logger);
   if (c.flops_profiler.enabled) c.wall_clock_breakdown = true;  // as DeepSpeed's wall_clock_breakdown()
   parse_bf16(root, c.bf16);
   parse_zero(root, c.zero_optimization, warnings);
