@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "dist/comm_reference.h"
 #include "dist/multiprocess.h"
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/rng.h"
@@ -12,83 +13,11 @@
 using namespace dscpp;
 using dscpp::test::expect_all_pass;
 using dscpp::test::run_ranks;
+using namespace dscpp::test;
 
 namespace {
 
 constexpr auto kTimeout = std::chrono::seconds(20);
-
-// Rank r's input for case `c`: deterministic, so every rank can compute the serial result of all ranks.
-// Integers in [-50, 50] for i32, else uniform in [-2, 2) rounded to the dtype (never zero-filled).
-std::vector<double> rank_input(int r, int c, int64_t n, DType dt) {
-  uint64_t s = 0x9E3779B97F4A7C15ull * uint64_t(r * 7919 + c * 104729 + 1);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (auto& x : v) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    double u = double(s >> 11) / double(1ull << 53);
-    if (dt == DType::i32) x = std::floor(u * 101.0) - 50.0;
-    else x = u * 4.0 - 2.0;
-  }
-  return v;
-}
-
-Tensor make_tensor(const std::vector<double>& v, DType dt) {
-  Tensor t = Tensor::empty({int64_t(v.size())}, dt);
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (dt == DType::i32) t.data<int32_t>()[i] = int32_t(v[i]);
-    else store_from_float(t, int64_t(i), float(v[i]));
-  }
-  return t;
-}
-double load(const Tensor& t, int64_t i) {
-  return t.dtype() == DType::i32 ? double(t.data<int32_t>()[i]) : double(load_as_float(t, i));
-}
-Tensor poisoned(int64_t n, DType dt) {  // NaN (or INT_MIN) everywhere: unwritten elements fail
-  Tensor t = Tensor::empty({n}, dt);
-  for (int64_t i = 0; i < n; ++i) {
-    if (dt == DType::i32) t.data<int32_t>()[i] = std::numeric_limits<int32_t>::min();
-    else store_from_float(t, i, std::nanf(""));
-  }
-  return t;
-}
-// The value rank inputs (already rounded to dt) reduce to.
-double reduce_ref(const std::vector<double>& xs, ReduceOp op) {
-  double acc = xs[0];
-  for (size_t i = 1; i < xs.size(); ++i) {
-    if (op == ReduceOp::max) acc = std::max(acc, xs[i]);
-    else if (op == ReduceOp::min) acc = std::min(acc, xs[i]);
-    else acc += xs[i];
-  }
-  return op == ReduceOp::avg ? acc / double(xs.size()) : acc;
-}
-double tolerance(DType dt, double ref) {  // one rounding of the f32 result to dt, plus f32 accumulation
-  switch (dt) {
-    case DType::bf16: return 1e-2 * std::max(1.0, std::fabs(ref));
-    case DType::f16: return 2e-3 * std::max(1.0, std::fabs(ref));
-    case DType::f32: return 1e-5 * std::max(1.0, std::fabs(ref));
-    default: return 0.0;
-  }
-}
-// Worst error over the tensor vs ref(i); fails with the index, values and dtype.
-template <typename Ref>
-void expect_matches(const Tensor& got, Ref ref, const std::string& what) {
-  double worst = -1;
-  int64_t at = 0;
-  for (int64_t i = 0; i < got.numel(); ++i) {
-    double g = load(got, i), r = ref(i);
-    double err = std::isnan(g) ? std::numeric_limits<double>::infinity() : std::fabs(g - r) - tolerance(got.dtype(), r);
-    if (err > worst) worst = err, at = i;
-  }
-  EXPECT_LE(worst, 0.0) << what << " (" << dtype_name(got.dtype()) << ", n=" << got.numel() << "): element " << at
-                        << " is " << load(got, at) << ", expected " << ref(at) << " (tol "
-                        << tolerance(got.dtype(), ref(at)) << ")";
-}
-
-std::vector<double> rounded(const std::vector<double>& v, DType dt) {  // as the tensor holds them
-  Tensor t = make_tensor(v, dt);
-  std::vector<double> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = load(t, int64_t(i));
-  return out;
-}
 
 const DType kDtypes[] = {DType::f32, DType::bf16, DType::f16, DType::i32};
 const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min};
@@ -171,6 +100,20 @@ TEST(CommGloo, AsyncOpsOverlapAndCompleteInOrder) {
     auto b0 = rounded(rank_input(0, 2, n, DType::f32), DType::f32), b1 = rounded(rank_input(1, 2, n, DType::f32), DType::f32);
     expect_matches(a, [&](int64_t i) { return a0[size_t(i)] + a1[size_t(i)]; }, "async all_reduce");
     expect_matches(g, [&](int64_t i) { return i < n ? b0[size_t(i)] : b1[size_t(i - n)]; }, "async all_gather");
+  }));
+}
+
+TEST(CommGloo, InPlaceAllGatherOfPartitions) {  // ZeRO's pattern: each rank's partition is a view of the buffer
+  expect_all_pass(run_ranks(3, [](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 3, "127.0.0.1", port, kTimeout);
+    const int64_t n = 5;
+    Tensor full = poisoned(3 * n, DType::bf16);
+    auto mine = rounded(rank_input(rank, 7, n, DType::bf16), DType::bf16);
+    Tensor part = full.slice(rank * n, n);
+    part.copy_from(make_tensor(mine, DType::bf16));
+    pg->all_gather(full, part)->wait();
+    expect_matches(full, [&](int64_t i) { return rounded(rank_input(int(i / n), 7, n, DType::bf16), DType::bf16)[size_t(i % n)]; },
+                   "in-place all_gather");
   }));
 }
 

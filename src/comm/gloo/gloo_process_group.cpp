@@ -1,5 +1,9 @@
 // The CPU backend on Gloo (Debian libgloo-dev): Gloo's TCP transport and its algorithms (ring allreduce,
 // halving-doubling reduce-scatter, allgather, broadcast, barrier, tagged send/recv); nothing home-made.
+// Why Gloo rather than MPI: Gloo rendezvous through any key-value store, so our own TcpStore and launcher suffice
+// (no mpirun, no MPI runtime on the machines, a job under mpirun/srun still works from their env variables); it is
+// what PyTorch uses for CPU tensors; and a failed peer surfaces as an exception we can report, where MPI's default
+// error handler aborts the job.
 //
 // Note [Gloo comm thread]
 // Each group owns one thread that runs queued ops in submission order, so every op returns a Work at once and the
@@ -302,7 +306,9 @@ class GlooProcessGroup : public ProcessGroup {
       gloo::AllgatherOptions o(ctx_);
       o.setTag(tag);
       o.setTimeout(timeout_);
-      o.setInput(static_cast<char*>(in.raw()), in.nbytes());
+      // In place (in is this rank's block of out, as a ZeRO partition): Gloo then takes the input from out.
+      bool in_place = in.raw() == static_cast<char*>(out.raw()) + size_t(rank_) * in.nbytes();
+      if (!in_place) o.setInput(static_cast<char*>(in.raw()), in.nbytes());
       o.setOutput(static_cast<char*>(out.raw()), out.nbytes());
       gloo::allgather(o);
     });

@@ -1,0 +1,147 @@
+// NCCL process groups on real GPUs (one process per GPU, 2 and 4 ranks when that many GPUs exist): every collective
+// against the serial computation, async handles, sub-groups, send/recv, the comms logger. Skips without GPUs.
+//
+// The parent process must not initialise CUDA before forking the ranks (a CUDA context does not survive fork), so
+// the device count is asked in a throwaway child.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dist/comm_reference.h"
+#include "dist/multiprocess.h"
+#include "dscpp/comm/process_group.h"
+#include "dscpp/core/cuda.h"
+
+using namespace dscpp;
+using namespace dscpp::test;
+
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(60);
+
+int gpu_count_without_touching_cuda_here() {
+  pid_t pid = ::fork();
+  if (pid == 0) ::_exit(std::min(cuda_device_count(), 100));
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
+Tensor on_gpu(const Tensor& t, int rank) { return t.to(Device::cuda(rank)); }
+Tensor on_cpu(const Tensor& t) { return t.to(Device::cpu()); }
+
+void check_nccl_collectives(int rank, int world, int port) {
+  cuda_set_device(rank);
+  auto pg = new_process_group("nccl", rank, world, "127.0.0.1", port, kTimeout);
+  ASSERT_STREQ(pg->backend(), "nccl");
+  int c = 0;
+  for (DType dt : {DType::f32, DType::bf16, DType::f16, DType::i32})
+    for (int64_t n : {int64_t(1), int64_t(7), int64_t(100003)}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max, ReduceOp::min}) {
+        if (op == ReduceOp::avg && dt == DType::i32) continue;
+        ++c;
+        std::vector<std::vector<double>> in(static_cast<size_t>(world));
+        for (int r = 0; r < world; ++r) in[size_t(r)] = rounded(rank_input(r, c, n * world, dt), dt);
+        auto ref = [&](int64_t i) {
+          std::vector<double> xs;
+          for (int r = 0; r < world; ++r) xs.push_back(in[size_t(r)][size_t(i)]);
+          return reduce_ref(xs, op);
+        };
+        std::string tag = std::string("nccl op ") + reduce_op_name(op);
+        Tensor t = on_gpu(make_tensor(in[size_t(rank)], dt), rank);
+        pg->all_reduce(t, op)->wait();
+        expect_matches(on_cpu(t), ref, "all_reduce " + tag);
+        Tensor src = on_gpu(make_tensor(in[size_t(rank)], dt), rank), out = on_gpu(poisoned(n, dt), rank);
+        pg->reduce_scatter(out, src, op)->wait();
+        expect_matches(on_cpu(out), [&](int64_t i) { return ref(rank * n + i); }, "reduce_scatter " + tag);
+      }
+      ++c;
+      std::vector<std::vector<double>> in(static_cast<size_t>(world));
+      for (int r = 0; r < world; ++r) in[size_t(r)] = rounded(rank_input(r, c, n, dt), dt);
+      Tensor mine = on_gpu(make_tensor(in[size_t(rank)], dt), rank), all = on_gpu(poisoned(n * world, dt), rank);
+      pg->all_gather(all, mine)->wait();
+      expect_matches(on_cpu(all), [&](int64_t i) { return in[size_t(i / n)][size_t(i % n)]; }, "nccl all_gather");
+      for (int root = 0; root < world; ++root) {
+        Tensor b = on_gpu(rank == root ? make_tensor(in[size_t(root)], dt) : poisoned(n, dt), rank);
+        pg->broadcast(b, root)->wait();
+        expect_matches(on_cpu(b), [&](int64_t i) { return in[size_t(root)][size_t(i)]; }, "nccl broadcast");
+      }
+    }
+  // send/recv around a ring, then a sub-group of the even ranks, then the logger's numbers.
+  int next = (rank + 1) % world, prev = (rank + world - 1) % world;
+  Tensor s = on_gpu(make_tensor(rank_input(rank, 999, 33, DType::f32), DType::f32), rank);
+  Tensor r = on_gpu(poisoned(33, DType::f32), rank);
+  WorkPtr ws, wr;
+  if (rank % 2 == 0) ws = pg->send(s, next), wr = pg->recv(r, prev);
+  else wr = pg->recv(r, prev), ws = pg->send(s, next);
+  ws->wait();
+  wr->wait();
+  auto want = rounded(rank_input(prev, 999, 33, DType::f32), DType::f32);
+  expect_matches(on_cpu(r), [&](int64_t i) { return want[size_t(i)]; }, "nccl recv");
+
+  std::vector<int> evens;
+  for (int x = 0; x < world; x += 2) evens.push_back(x);
+  auto sub = pg->new_subgroup(evens);
+  EXPECT_EQ(sub != nullptr, rank % 2 == 0);
+  if (sub) {
+    Tensor one = on_gpu(make_tensor({1.0}, DType::f32), rank);
+    sub->all_reduce(one)->wait();
+    EXPECT_EQ(load(on_cpu(one), 0), double(evens.size()));
+  }
+
+  CommsLoggerConfig cfg;
+  cfg.enabled = true;
+  auto log = std::make_shared<CommsLogger>(cfg, rank);
+  pg->set_comms_logger(log);
+  Tensor big = on_gpu(make_tensor(rank_input(rank, 1234, 1 << 20, DType::f32), DType::f32), rank);
+  WorkPtr last;
+  for (int i = 0; i < 5; ++i) last = pg->all_reduce(big);
+  last->wait();
+  cuda_synchronize();
+  for (int i = 0; i < 200 && (log->records().empty() || log->records()[0].count < 5); ++i)
+    ::usleep(10000);  // the watchdog records completed ops
+  auto rows = log->records();
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].count, 5);
+  EXPECT_EQ(rows[0].bytes, size_t(4) << 20);
+  EXPECT_GT(rows[0].busbw_gbps(), 0.0);
+  if (rank == 0) std::printf("%s", log->summary().c_str());
+  pg->barrier()->wait();
+  cuda_synchronize();
+}
+
+}  // namespace
+
+TEST(CommNccl, CollectivesMatchSerial2Gpus) {
+  if (!nccl_available()) GTEST_SKIP() << "no NCCL in this build";
+  if (gpu_count_without_touching_cuda_here() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  expect_all_pass(run_ranks(2, [](int r, int port) { check_nccl_collectives(r, 2, port); }, std::chrono::seconds(300)));
+}
+
+TEST(CommNccl, CollectivesMatchSerial4Gpus) {
+  if (!nccl_available()) GTEST_SKIP() << "no NCCL in this build";
+  if (gpu_count_without_touching_cuda_here() < 4) GTEST_SKIP() << "needs 4 GPUs";
+  expect_all_pass(run_ranks(4, [](int r, int port) { check_nccl_collectives(r, 4, port); }, std::chrono::seconds(300)));
+}
+
+TEST(CommNccl, DeadRankMakesOthersThrow) {
+  if (!nccl_available()) GTEST_SKIP() << "no NCCL in this build";
+  if (gpu_count_without_touching_cuda_here() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  auto results = run_ranks(2, [](int rank, int port) {
+    cuda_set_device(rank);
+    auto pg = new_process_group("nccl", rank, 2, "127.0.0.1", port, std::chrono::seconds(5));
+    pg->barrier()->wait();
+    cuda_synchronize();
+    if (rank == 1) ::_exit(0);
+    Tensor t = on_gpu(make_tensor(rank_input(0, 1, 1000, DType::f32), DType::f32), 0);
+    try {
+      WorkPtr w = pg->all_reduce(t);
+      while (!w->is_completed()) ::usleep(1000);  // the watchdog aborts within the timeout
+      w->wait();
+      ADD_FAILURE() << "all_reduce completed without rank 1";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("all_reduce"), std::string::npos) << e.what();
+    }
+  }, std::chrono::seconds(60));
+  EXPECT_TRUE(results[0].passed) << results[0].message;
+}
