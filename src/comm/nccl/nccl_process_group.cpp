@@ -84,7 +84,11 @@ class NcclWork : public Work {
   void wait() override;
   bool is_completed() override { return status() != WorkStatus::pending; }
   WorkStatus status() override {
-    if (status_ == WorkStatus::pending && cudaEventQuery(end_) == cudaSuccess) status_ = WorkStatus::completed;
+    // pending -> completed only; a failure recorded by the watchdog (before it aborts the communicator, which also
+    // completes the events) stays a failure.
+    WorkStatus expected = WorkStatus::pending;
+    if (status_ == WorkStatus::pending && cudaEventQuery(end_) == cudaSuccess)
+      status_.compare_exchange_strong(expected, WorkStatus::completed);
     return status_;
   }
 
@@ -98,6 +102,7 @@ class NcclWork : public Work {
   cudaEvent_t end_ = nullptr;
   std::atomic<WorkStatus> status_{WorkStatus::pending};
   std::string error_;                 // set (by the watchdog) before status_ becomes failed
+  bool block_host = false;            // barrier: wait() blocks the host too
 };
 
 class NcclProcessGroup : public ProcessGroup {
@@ -160,11 +165,12 @@ class NcclProcessGroup : public ProcessGroup {
 
   // Note [NCCL streams and events]
   template <typename Call>
-  WorkPtr launch(const char* op, size_t bytes, std::vector<Tensor> keep, Call call) {
+  WorkPtr launch(const char* op, size_t bytes, std::vector<Tensor> keep, Call call, bool block_host = false) {
     std::lock_guard<std::mutex> lock(nccl_mu_);
     DSCPP_CHECK(!aborted_, op, " on group '", name_, "': the communicator was aborted: ", abort_error_);
     cuda::DeviceGuard guard(device_);
     auto work = std::make_shared<NcclWork>(this, op, bytes, device_, std::move(keep));
+    work->block_host = block_host;
     cudaEvent_t ready;
     DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
     DSCPP_CUDA_CHECK(cudaEventRecord(ready, cuda::current_stream(device_)));
@@ -212,7 +218,7 @@ class NcclProcessGroup : public ProcessGroup {
   WorkPtr do_barrier() override {  // a one-element all-reduce, as PyTorch's NCCL barrier
     return launch("barrier", 0, {}, [&](cudaStream_t s) {
       return ncclAllReduce(barrier_buf_, barrier_buf_, 1, ncclFloat32, ncclSum, comm_, s);
-    });
+    }, /*block_host=*/true);
   }
   WorkPtr do_send(const Tensor& t, int dst) override {
     return launch("send", t.nbytes(), {t}, [&](cudaStream_t s) {
@@ -258,9 +264,9 @@ class NcclProcessGroup : public ProcessGroup {
       if (st == ncclSuccess) return;
       if (st != ncclInProgress) check(st, what);
       if (Clock::now() > deadline) {
+        abort_error_ = what + " did not complete within " + std::to_string(timeout_.count()) + " ms";
         ncclCommAbort(comm_);
         aborted_ = true;
-        abort_error_ = what + " did not complete within " + std::to_string(timeout_.count()) + " ms";
         fail_op(what, abort_error_);
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
@@ -274,6 +280,22 @@ class NcclProcessGroup : public ProcessGroup {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stop_) {
       cv_.wait_for(lock, std::chrono::milliseconds(pending_.empty() ? 500 : 2));
+      if (aborted_) {  // settle() gave up on a call: the communicator is gone, fail what is left
+        std::string why;
+        {
+          lock.unlock();
+          std::lock_guard<std::mutex> l(nccl_mu_);
+          why = abort_error_;
+        }
+        lock.lock();
+        for (auto& w : pending_) {
+          w->error_ = why;
+          WorkStatus expected = WorkStatus::pending;
+          w->status_.compare_exchange_strong(expected, WorkStatus::failed);
+        }
+        pending_.clear();
+        continue;
+      }
       std::string failure;
       for (auto it = pending_.begin(); it != pending_.end();) {
         NcclWork& w = **it;
@@ -304,18 +326,37 @@ class NcclProcessGroup : public ProcessGroup {
         }
       }
       if (failure.empty()) continue;
+      // Mark the unfinished ops failed before the abort completes their events (NcclWork::status), and never hold
+      // mu_ while taking nccl_mu_ (launch takes them in the other order).
+      std::list<std::shared_ptr<NcclWork>> doomed;
+      doomed.swap(pending_);
+      lock.unlock();
+      for (auto& w : doomed) {
+        WorkStatus expected = WorkStatus::pending;
+        if (cudaEventQuery(w->end_) == cudaSuccess) {  // finished before the failure: a success
+          w->status_.compare_exchange_strong(expected, WorkStatus::completed);
+          continue;
+        }
+        w->error_ = failure;
+        w->status_.compare_exchange_strong(expected, WorkStatus::failed);
+      }
       {
         std::lock_guard<std::mutex> l(nccl_mu_);
+        abort_error_ = failure;
         if (!aborted_) ncclCommAbort(comm_);
         aborted_ = true;
-        abort_error_ = failure;
       }
+      store_.store->abort(global_rank(rank_), name_ + ": " + failure);
+      doomed.clear();
+      lock.lock();
+      // Ops launched meanwhile cannot exist (launch checks aborted_ under nccl_mu_) except those pushed before the
+      // abort: fail them too.
       for (auto& w : pending_) {
         w->error_ = failure;
-        w->status_ = WorkStatus::failed;
+        WorkStatus expected = WorkStatus::pending;
+        w->status_.compare_exchange_strong(expected, WorkStatus::failed);
       }
       pending_.clear();
-      store_.store->abort(global_rank(rank_), name_ + ": " + failure);
     }
   }
 
@@ -336,7 +377,7 @@ class NcclProcessGroup : public ProcessGroup {
 
 void NcclWork::wait() {
   auto* pg = static_cast<NcclProcessGroup*>(pg_);
-  if (pg->blocking_wait()) {
+  if (pg->blocking_wait() || block_host) {
     while (status() == WorkStatus::pending) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   if (status() == WorkStatus::failed) pg->fail_op(op_, error_);
