@@ -23,7 +23,7 @@ __global__ void fill_kernel(T* __restrict__ dst, T value, int64_t n) {
 
 template <typename D, typename S>
 void run_convert(void* dst, const void* src, int64_t n, cudaStream_t stream) {
-  convert_kernel<D, S><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<D*>(dst),
+  convert_kernel<D, S><<<core_grid(n, kThreads), kThreads, 0, stream>>>(static_cast<D*>(dst),
                                                                         static_cast<const S*>(src), n);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
@@ -57,9 +57,9 @@ void launch_convert(void* dst, DType dt, const void* src, DType st, int64_t n, c
 void launch_fill_pattern(void* dst, int elem_size, uint32_t pattern, int64_t n, cudaStream_t stream) {
   if (n == 0) return;
   if (elem_size == 4) {
-    fill_kernel<uint32_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<uint32_t*>(dst), pattern, n);
+    fill_kernel<uint32_t><<<core_grid(n, kThreads), kThreads, 0, stream>>>(static_cast<uint32_t*>(dst), pattern, n);
   } else if (elem_size == 2) {
-    fill_kernel<uint16_t><<<grid_for(n, kThreads), kThreads, 0, stream>>>(static_cast<uint16_t*>(dst),
+    fill_kernel<uint16_t><<<core_grid(n, kThreads), kThreads, 0, stream>>>(static_cast<uint16_t*>(dst),
                                                                          uint16_t(pattern), n);
   } else {
     DSCPP_FAIL("launch_fill_pattern: element size ", elem_size, " (2 or 4 expected)");

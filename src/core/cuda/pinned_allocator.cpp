@@ -53,13 +53,24 @@ class PinnedAllocator final : public Allocator {
     Live l = it->second;
     live_.erase(it);
     counter_.on_free(int64_t(l.requested), l.category);
+    // Called from Storage destructors, so it must not throw. If no event can be recorded (the runtime is shutting
+    // down) the block is not cached at all.
     cudaEvent_t ev = nullptr;
-    int dev = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess) {
-      DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-      DSCPP_CUDA_CHECK(cudaEventRecord(ev, cuda::current_stream(dev)));
+    bool recorded = false;
+    try {
+      int dev = cuda::current_device();
+      if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess)
+        recorded = cudaEventRecord(ev, cuda::current_stream(dev)) == cudaSuccess;
+    } catch (const Error&) {
     }
-    free_.insert({l.size, {p, ev}});
+    if (recorded) {
+      free_.insert({l.size, {p, ev}});
+      return;
+    }
+    (void)cudaGetLastError();
+    if (ev) (void)cudaEventDestroy(ev);
+    if (cudaFreeHost(p) == cudaSuccess) reserved_ -= int64_t(l.size);
+    counter_.set_reserved(reserved_);
   }
 
   Device device() const override { return Device::cpu(); }

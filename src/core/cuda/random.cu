@@ -54,9 +54,9 @@ void run(void* dst, int64_t n, RandomKind kind, uint64_t seed, uint64_t offset, 
          cudaStream_t stream) {
   int64_t blocks = kind == RandomKind::normal ? (n + 1) / 2 : (n + 3) / 4;
   if (kind == RandomKind::normal)
-    normal_kernel<D><<<grid_for(blocks, kThreads), kThreads, 0, stream>>>(static_cast<D*>(dst), n, seed, offset, a, b);
+    normal_kernel<D><<<core_grid(blocks, kThreads), kThreads, 0, stream>>>(static_cast<D*>(dst), n, seed, offset, a, b);
   else
-    uniform_kernel<D><<<grid_for(blocks, kThreads), kThreads, 0, stream>>>(static_cast<D*>(dst), n, seed, offset, a, b);
+    uniform_kernel<D><<<core_grid(blocks, kThreads), kThreads, 0, stream>>>(static_cast<D*>(dst), n, seed, offset, a, b);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
@@ -67,7 +67,7 @@ void launch_random(void* dst, DType dt, int64_t n, RandomKind kind, uint64_t see
   if (n == 0) return;
   if (kind == RandomKind::bits) {
     DSCPP_CHECK(dt == DType::i32, "random bits need an i32 tensor, got ", dtype_name(dt));
-    bits_kernel<<<grid_for((n + 3) / 4, kThreads), kThreads, 0, stream>>>(static_cast<uint32_t*>(dst), n, seed,
+    bits_kernel<<<core_grid((n + 3) / 4, kThreads), kThreads, 0, stream>>>(static_cast<uint32_t*>(dst), n, seed,
                                                                          offset);
     DSCPP_CUDA_CHECK_LAUNCH();
     return;

@@ -18,8 +18,8 @@ void launch_fill_pattern(void* dst, int elem_size, uint32_t pattern, int64_t n, 
 void launch_random(void* dst, DType dt, int64_t n, RandomKind kind, uint64_t seed, uint64_t offset, float a,
                    float b, cudaStream_t stream);
 
-// Grid for grid-stride loops over n items: enough blocks to fill the device, never more than needed.
-inline unsigned grid_for(int64_t n, int threads) {
+// Grid for grid-stride loops over n items, at most 65536 blocks (core kernels only; ops use common.cuh).
+inline unsigned core_grid(int64_t n, int threads) {
   int64_t blocks = (n + threads - 1) / threads;
   if (blocks > 65536) blocks = 65536;
   return unsigned(blocks < 1 ? 1 : blocks);
