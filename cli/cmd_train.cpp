@@ -39,6 +39,7 @@ Command register_train(CLI::App& app) {
       ->capture_default_str();
   c.app->add_option("--samples", o->num_samples, "Samples to print at the end")->capture_default_str();
   c.app->add_option("--seed", o->seed, "Seed (default: the config's seed)");
+  c.app->add_option("--device", o->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   c.run = [o] {
     run_training(*o, std::cout);
     return 0;

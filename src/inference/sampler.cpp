@@ -47,6 +47,7 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int64_t
     Tensor in = Tensor::empty({1, T}, DType::i32);
     std::copy(tokens.end() - T, tokens.end(), in.data<int32_t>());
     Tensor logits = model.logits(in);
+    if (!logits.device().is_cpu()) logits = logits.to(Device::cpu());
     int32_t next = sample_token(logits.data<float>() + (T - 1) * V, V, p, rng);
     tokens.push_back(next);
     if (on_token) on_token(next, user);

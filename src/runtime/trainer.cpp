@@ -196,7 +196,11 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   DataLoader val(dc);
 
   // 3. Model and engine.
-  auto model = make_model(mcfg);
+  ModelOptions mopts;
+  mopts.device = o.device == "cuda" ? Device::cuda(0) : Device::cpu();
+  DSCPP_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda (got '", o.device, "')");
+  mopts.dtype = model_dtype(cfg);
+  auto model = make_model(mcfg, mopts);
   model->init_weights(cfg.seed);
   if (o.activation_checkpointing && !cfg.activation_checkpointing.number_checkpoints)
     model->set_checkpoint_policy(CheckpointPolicy(size_t(mcfg.n_layer), true));
@@ -232,7 +236,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   res.first_val_loss = evaluate(m, val, o.eval_batches, B, T);
   if (!o.quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;
 
-  cpu_allocator().reset_peak();
+  Allocator& device_alloc = allocator_for(mopts.device);
+  device_alloc.reset_peak();
   Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
   const int64_t start_step = engine->global_steps();
   const int64_t print_every = cfg.steps_per_print > 0 ? cfg.steps_per_print : 0;
@@ -282,7 +287,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   }
   int64_t steps_run = engine->global_steps() - start_step;
   res.tokens_per_second = steps_run ? double(steps_run * B * T * gas) / train_seconds : 0.0;
-  res.peak_tensor_bytes = cpu_allocator().stats().peak_bytes;
+  res.peak_tensor_bytes = device_alloc.stats().peak_bytes;
   res.peak_rss_bytes = peak_rss_bytes();
   res.global_steps = engine->global_steps();
   res.final_val_loss = evaluate(m, val, o.eval_batches, B, T);

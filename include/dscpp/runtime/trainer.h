@@ -28,6 +28,7 @@ struct TrainOptions {
   int64_t sample_tokens = 80;
   uint64_t seed = 0;                  // 0 = the config's seed
   bool quiet = false;                 // no progress lines (tests)
+  std::string device = "cpu";         // "cpu" or "cuda" (bf16/fp16 from the config need cuda)
 };
 
 struct TrainResult {

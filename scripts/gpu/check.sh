@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# On a GPU machine (H100/H200): build for sm_90a, then run the op harness, the GPU unit tests and the kernel
+# self-checks/benchmarks. Logs go to $OUT (or ./gpu-out). Extra libraries the image lacks (ICU) may be unpacked under
+# .carry/root (see docs/GPU.md). Usage: scripts/gpu/check.sh [build|ops|unit|kernels|train|all]...
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+carry=$PWD/.carry/root/usr
+if [ -d "$carry" ]; then
+  export LD_LIBRARY_PATH=$carry/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+  icu=(-DICU_ROOT="$carry")
+else
+  icu=()
+fi
+export NCCL_NVLS_ENABLE=0
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(all)
+want() { for s in "${steps[@]}"; do [ "$s" = all ] || [ "$s" = "$1" ] && return 0; done; return 1; }
+summary=()
+
+if want build; then
+  t0=$(date +%s)
+  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSCPP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+    "${icu[@]}" >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
+  if ! ninja -C build-gpu -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+    grep -E "error|Error" "$OUT/build.log" | head -60
+    exit 1
+  fi
+  summary+=("build: ok in $(( $(date +%s) - t0 )) s")
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+
+if want ops; then
+  timeout 400 ./build-gpu/tests/test_ops >"$OUT/test_ops.log" 2>&1
+  rc=$?
+  grep -E "FAIL" "$OUT/test_ops.log" | head -40
+  summary+=("test_ops rc=$rc: $(grep -E 'passed.*failed' "$OUT/test_ops.log" | tail -1)")
+fi
+if want unit; then
+  (cd build-gpu && timeout 500 ctest --output-on-failure -j 4 -R "Cuda|Gpu|GPU|Mixed|Nccl|NCCL|Profiler" ) >"$OUT/ctest_gpu.log" 2>&1
+  rc=$?
+  grep -E "Failed|FAILED|\*\*\*" "$OUT/ctest_gpu.log" | head -30
+  summary+=("gpu ctest rc=$rc: $(grep -E 'tests passed' "$OUT/ctest_gpu.log" | tail -1)")
+fi
+if want kernels; then
+  timeout 200 ./build-gpu/bench/gemm_bench >"$OUT/gemm_bench.log" 2>&1; r1=$?
+  timeout 200 ./build-gpu/bench/attention_bench >"$OUT/attention_bench.log" 2>&1; r2=$?
+  tail -25 "$OUT/gemm_bench.log"; tail -25 "$OUT/attention_bench.log"
+  summary+=("gemm_bench rc=$r1, attention_bench rc=$r2")
+fi
+if want train; then
+  timeout 560 bash bench/run_train_bench.sh --build build-gpu --steps 12 --warmup 3 --gemm-tflops 678 \
+    >"$OUT/train_bench.log" 2>&1
+  summary+=("train bench rc=$?")
+  tail -20 "$OUT/train_bench.log"
+fi
+printf '%s\n' "== summary" "${summary[@]}"
