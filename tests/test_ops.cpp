@@ -8,7 +8,7 @@
 //     attention); NaN/Inf where the reference has none (or the reverse) fails;
 //   - one line per case: PASS/FAIL, op, dtype, shape, worst error and its share of the threshold, the seed; then a
 //     summary per op and "N passed, M failed". Exit status 1 on any failure.
-// Usage: test_ops [--op NAME] [--perf] [--seed S]     (env: TEST_OPS_OP, TEST_OPS_PERF=1, TEST_OPS_SEED)
+// Usage: test_ops [--op NAME] [--perf] [--seed S] [--list]   (env: TEST_OPS_OP, TEST_OPS_PERF=1, TEST_OPS_SEED)
 //   --op NAME  only ops whose name contains NAME;  --perf  also time each case with CUDA events (median of 20
 //   runs) and report GB/s (bytes of all the case's device buffers / time) against the 3.0 TB/s copy ceiling.
 // Without a GPU (or in a CPU-only build) the GPU cases are skipped and only the CPU self-checks run (exit 0).
@@ -266,7 +266,10 @@ void add(const std::string& op, DType dt, const std::string& shape, std::functio
 
 std::string dims(std::initializer_list<std::pair<const char*, int64_t>> d) {
   std::string s;
-  for (auto& [k, v] : d) s += (s.empty() ? "" : " ") + std::string(k) + "=" + std::to_string(v);
+  for (const auto& kv : d) {
+    if (!s.empty()) s += ' ';
+    s.append(kv.first).append("=").append(std::to_string(kv.second));
+  }
   return s;
 }
 
@@ -731,15 +734,37 @@ int main(int argc, char** argv) {
   std::string filter = std::getenv("TEST_OPS_OP") ? std::getenv("TEST_OPS_OP") : "";
   bool perf = std::getenv("TEST_OPS_PERF") && std::string(std::getenv("TEST_OPS_PERF")) == "1";
   uint64_t seed = std::getenv("TEST_OPS_SEED") ? std::strtoull(std::getenv("TEST_OPS_SEED"), nullptr, 10) : 1234;
+  bool list = false;
   for (int i = 1; i < argc; i++) {
     const std::string a = argv[i];
     if (a == "--op" && i + 1 < argc) filter = argv[++i];
     else if (a == "--perf") perf = true;
     else if (a == "--seed" && i + 1 < argc) seed = std::strtoull(argv[++i], nullptr, 10);
+    else if (a == "--list") list = true;
     else {
-      std::fprintf(stderr, "usage: %s [--op NAME] [--perf] [--seed S]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--op NAME] [--perf] [--seed S] [--list]\n", argv[0]);
       return 2;
     }
+  }
+
+  add_embedding();
+  add_norms();
+  add_activations();
+  add_elementwise();
+  add_rope();
+  add_crossentropy();
+  add_optimizers();
+  add_matmul();
+  add_attention();
+  if (list) {  // the case table, without running anything
+    size_t n = 0;
+    for (const Case& c : g_cases)
+      if (filter.empty() || c.op.find(filter) != std::string::npos) {
+        std::printf("%s  %s  %s\n", c.op.c_str(), dt_name(c.dt), c.shape.c_str());
+        n++;
+      }
+    std::printf("%zu cases\n", n);
+    return 0;
   }
 
   int self_failures = cpu_self_checks();
@@ -754,16 +779,6 @@ int main(int argc, char** argv) {
     std::printf("%d passed, %d failed (CPU self-checks)\n", g_self_passed, self_failures);
     return self_failures ? 1 : 0;
   }
-
-  add_embedding();
-  add_norms();
-  add_activations();
-  add_elementwise();
-  add_rope();
-  add_crossentropy();
-  add_optimizers();
-  add_matmul();
-  add_attention();
 
   std::printf("device: %s\n", cuda_device_name(0).c_str());
   struct Tally {
