@@ -8,7 +8,7 @@ OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 carry=$PWD/.carry/root/usr
 if [ -d "$carry" ]; then
-  export LD_LIBRARY_PATH=$carry/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+  export LD_LIBRARY_PATH=$carry/lib:${LD_LIBRARY_PATH:-}
   icu=(-DICU_ROOT="$carry")
 else
   icu=()

@@ -316,12 +316,14 @@ TEST(CudaRandom, NormalMatchesHostAndMoments) {
   int64_t worst_i = 0;
   for (int64_t i = 0; i < n; i++) {
     double h = hz.data<float>()[i], g = d[size_t(i)];
-    double err = std::fabs(g - h) / (1.0 + std::fabs(h));  // logf/cosf differ by a few ulps at most
+    // Device and host logf/cosf differ by an ulp or two; Box-Muller magnifies that where u1 is near 1 (log u1 ~ 0,
+    // seen on an H100: 3.7e-5 at |z| = 0.003), so the bound is absolute 1e-4 rather than a few ulps.
+    double err = std::fabs(g - h) / (1.0 + std::fabs(h));
     if (!(err <= worst)) { worst = err; worst_i = i; }
     sum += g;
     sq += g * g;
   }
-  EXPECT_LE(worst, 1e-5) << "element " << worst_i << ": device " << d[size_t(worst_i)] << " host "
+  EXPECT_LE(worst, 1e-4) << "element " << worst_i << ": device " << d[size_t(worst_i)] << " host "
                          << hz.data<float>()[worst_i];
   double mean = sum / double(n), var = sq / double(n) - mean * mean;
   EXPECT_NEAR(mean, 0.0, 5.0 / std::sqrt(double(n)));  // 5 sigma
