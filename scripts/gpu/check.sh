@@ -51,7 +51,7 @@ if want kernels; then
 fi
 if want train; then
   timeout 560 bash bench/run_train_bench.sh --build build-gpu --steps 12 --warmup 3 --gemm-tflops 678 \
-    >"$OUT/train_bench.log" 2>&1
+    ${TRAIN_ARGS:-} >"$OUT/train_bench.log" 2>&1
   summary+=("train bench rc=$?")
   tail -20 "$OUT/train_bench.log"
 fi
