@@ -180,6 +180,9 @@ void Decoder::backward(float dloss) {
   m_.norm_f.backward(params_, dres, dxf, x_[size_t(L)], stf_);
   dxf = xf_ = Tensor();
   stf_.release();
+  grads_ready(m_.norm_f.weight_id);
+  grads_ready(m_.norm_f.bias_id);
+  if (m_.lm_head_id != m_.wte.table_id) grads_ready(m_.lm_head_id);  // tied: wte is final only after the embedding
 
   for (int64_t l = L - 1; l >= 0; l--) {
     Block& b = m_.blocks[size_t(l)];
@@ -187,9 +190,15 @@ void Decoder::backward(float dloss) {
     if (!b.saved()) b.forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, true);
     b.backward(params_, dres, x_[size_t(l)], seq_);
     x_[size_t(l + 1)] = Tensor();
+    if (grad_ready_hook_) {  // a block's parameters are declared together: [its first, the next block's first)
+      const int next = l + 1 < L ? m_.blocks[size_t(l + 1)].norm1.weight_id : m_.norm_f.weight_id;
+      grad_ready_hook_(params_.info(b.norm1.weight_id).offset, params_.info(next).offset);
+    }
   }
   m_.wte.backward(params_, dres, ids_);
   if (m_.wpe.defined()) m_.wpe.backward(params_, dres, seq_.pos);
+  grads_ready(m_.wte.table_id);
+  grads_ready(m_.wpe.table_id);
   release();
 }
 
@@ -210,6 +219,12 @@ Tensor Decoder::logits(const Tensor& tokens) {
   Tensor out = Tensor::empty({s.B, s.T, V}, act_, device_);
   ops::matmul_forward(out.view({N, V}), xf, params_.param(m_.lm_head_id), Tensor());
   return act_ == DType::f32 ? out : out.to(DType::f32);  // the contract: f32 logits
+}
+
+void Decoder::grads_ready(int id) {
+  if (!grad_ready_hook_ || id < 0) return;
+  const ParamInfo& p = params_.info(id);
+  grad_ready_hook_(p.offset, p.offset + p.numel);
 }
 
 void Decoder::release() {

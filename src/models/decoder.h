@@ -40,6 +40,7 @@ class Decoder final : public Model {
   Tensor embed(const Tensor& ids, const SeqInfo& s);
   Tensor on_device(const Tensor& t) const;  // t, copied to the model's device when it lives elsewhere
   void release();
+  void grads_ready(int id);  // reports parameter `id`'s gradient final to the hook (id < 0: nothing)
 
   DecoderLayers m_;
   Device device_;

@@ -2,6 +2,7 @@
 // Parameter names follow the Hugging Face checkpoints of each family exactly; weights use torch.nn.Linear layout
 // [out, in] (GPT-2's HF Conv1D weights are [in, out]: import/export transposes them).
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,12 +62,18 @@ class Model {
   virtual Tensor logits(const Tensor& tokens) = 0;
   void set_checkpoint_policy(CheckpointPolicy p) { ckpt_ = std::move(p); }
   const CheckpointPolicy& checkpoint_policy() const { return ckpt_; }
+  // Called by backward() each time the gradients of the flat range [flat_begin, flat_end) are final for this
+  // backward (a block's, the final norm's, the embeddings'), so data parallelism can start reducing them while
+  // backward goes on. Only the parameters lying wholly inside the range are final. Empty = no calls.
+  using GradReadyHook = std::function<void(int64_t flat_begin, int64_t flat_end)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
 
  protected:
   explicit Model(ModelConfig cfg) : cfg_(std::move(cfg)) {}
   ModelConfig cfg_;
   ParamSet params_;
   CheckpointPolicy ckpt_;
+  GradReadyHook grad_ready_hook_;
 };
 
 struct ModelOptions {

@@ -9,7 +9,9 @@
 // 16-bit, its gradients f32; the engine owns f32 master weights, scales the loss (fp16: DeepSpeed's loss scaler),
 // and at the boundary skips the step on a non-finite gradient (skipped_steps += 1, no LR step, gradients zeroed,
 // global_steps += 1 anyway), else unscales + clips, steps the masters and casts them back into the parameters.
-// Data parallelism and ZeRO partitioning plug in behind the same calls (later issues).
+// Data parallelism (ZeRO stage 0, EngineOptions::dp_group): every rank starts from rank 0's parameters, backward
+// averages the gradients across ranks at the boundary (GradReducer, runtime/grad_reducer.h), so clipping, the
+// overflow check and the step see the same averaged gradients on every rank. ZeRO partitioning: later issues.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -21,6 +23,7 @@
 #include "dscpp/core/rng.h"
 #include "dscpp/models/model.h"
 #include "dscpp/runtime/config.h"
+#include "dscpp/runtime/grad_reducer.h"
 #include "dscpp/runtime/loss_scaler.h"
 #include "dscpp/runtime/lr_schedule.h"
 #include "dscpp/runtime/optimizer.h"
@@ -39,6 +42,10 @@ struct EngineOptions {
   // Tests only: run the fp16/bf16 engine path (loss scaling, overflow skip, f32 master copy) on an f32 model, so it
   // can be exercised on the CPU. Production code leaves it off: mixed precision then needs a 16-bit CUDA model.
   bool mixed_precision_on_f32_model = false;
+  // The data-parallel group (not owned; must outlive the engine). null or size 1 = one process. Its size must equal
+  // the config's dp_world_size; start-up checks that every rank has the same config and broadcasts rank 0's
+  // parameters.
+  ProcessGroup* dp_group = nullptr;
 };
 
 class Engine {
@@ -63,6 +70,12 @@ class Engine {
   const LossScaler& loss_scaler() const { return scaler_; }
   bool last_step_skipped() const { return last_skipped_; }   // the last boundary overflowed and was skipped
   const Tensor& master_params() const { return master_; }    // f32 masters of the owned range (mixed only)
+  int dp_rank() const { return dp_ ? dp_->rank() : 0; }
+  int dp_world_size() const { return dp_ ? dp_->size() : 1; }
+  ProcessGroup* dp_group() const { return dp_; }             // null when single-process
+  const GradReducer* grad_reducer() const { return reducer_.get(); }  // null when single-process
+  // last_loss() averaged over the data-parallel ranks: a collective (every rank calls it at the same steps).
+  float global_last_loss();
 
   Model& model() { return *model_; }
   Optimizer& optimizer() { return *optimizer_; }
@@ -72,7 +85,8 @@ class Engine {
   StepTimes take_step_times();                   // returns and resets the wall-clock breakdown
 
   // Checkpoints (DeepSpeed's save_checkpoint / load_checkpoint): tag "" = "global_step<N>". client_state is stored
-  // as given and returned by load. Loading verifies checksums, names and shapes before touching the engine.
+  // as given and returned by load. Data parallel: save is collective (rank 0 writes the replicated states, the
+  // others wait at a barrier); every rank loads. Loading verifies checksums, names and shapes before touching the engine.
   void save_checkpoint(const std::string& save_dir, std::string tag = "",
                        const nlohmann::json& client_state = nlohmann::json::object(), int keep_last = 0,
                        const std::string& extra_file = "", const std::string& extra_file_name = "");
@@ -83,8 +97,14 @@ class Engine {
   void refresh_master();          // master <- parameters (after init or a checkpoint without masters)
   void set_scheduled_betas();     // OneCycle momentum cycling
 
+  void init_data_parallel(ProcessGroup* pg);
+  void write_checkpoint(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state,
+                        int keep_last, const std::string& extra_file, const std::string& extra_file_name);
+
   std::unique_ptr<Model> model_;
   DeepSpeedConfig cfg_;
+  ProcessGroup* dp_ = nullptr;              // size > 1 only
+  std::unique_ptr<GradReducer> reducer_;    // with dp_
   bool mixed_ = false;
   LossScaler scaler_;
   Tensor master_;  // f32 [owned_end - owned_begin] (MemoryCategory::optimizer); undefined in f32 mode

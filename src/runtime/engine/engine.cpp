@@ -73,6 +73,7 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   if (cfg_.zero_optimization.stage > 0 && cfg_.dp_world_size > 1)
     DSCPP_FAIL("zero_optimization.stage ", cfg_.zero_optimization.stage,
                " across ranks is not available yet in this version");
+  init_data_parallel(options.dp_group);
   optimizer_ = make_optimizer(resolved_optimizer(cfg_), model_->params());
   if (mixed_) refresh_master();
   const auto& ac = cfg_.activation_checkpointing;
@@ -101,7 +102,9 @@ float Engine::forward(const Tensor& tokens, const Tensor& targets) {
 void Engine::backward() {
   auto t0 = Clock::now();
   const float gas = float(cfg_.gradient_accumulation_steps);  // DeepSpeed's scale_wrt_gas, times the loss scale
+  if (reducer_) reducer_->begin_backward(is_gradient_accumulation_boundary());
   model_->backward(mixed_ ? float(scaler_.loss_scale() / double(gas)) : 1.0f / gas);
+  if (reducer_) reducer_->end_backward();  // at the boundary: the gradients are now the average over the ranks
   times_.backward_ms += ms_since(t0);
   times_.micro_steps++;
 }

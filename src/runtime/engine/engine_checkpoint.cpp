@@ -35,6 +35,16 @@ nlohmann::json model_config_json(const ModelConfig& c) {
 void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const nlohmann::json& client_state,
                              int keep_last, const std::string& extra_file, const std::string& extra_file_name) {
   if (tag.empty()) tag = "global_step" + std::to_string(global_steps_);
+  if (dp_ && dp_->rank() != 0) {  // stage 0: every rank holds the same states, rank 0 writes them
+    dp_->barrier()->wait();
+    return;
+  }
+  write_checkpoint(save_dir, tag, client_state, keep_last, extra_file, extra_file_name);
+  if (dp_) dp_->barrier()->wait();  // the others return once the tag is committed
+}
+
+void Engine::write_checkpoint(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state,
+                              int keep_last, const std::string& extra_file, const std::string& extra_file_name) {
   CheckpointWriter w(save_dir, tag);
   const ParamSet& ps = model_->params();
   NamedTensors params;

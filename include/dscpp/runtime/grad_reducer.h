@@ -1,0 +1,62 @@
+// GradReducer: data-parallel gradient averaging (ZeRO stage 0) over the flat gradient buffer of a ParamSet.
+//
+// Note [Gradient buckets]: the flat buffer [0, flat_numel) is cut into contiguous buckets of at most
+// zero_optimization.reduce_bucket_size elements, walking the parameters from the last to the first (backward
+// produces the last layers' gradients first). A bucket ends at a parameter boundary unless a single parameter is
+// larger than the bucket size, which is then cut into bucket-size pieces. Padding belongs to the parameter before it.
+// A bucket is ready when every parameter overlapping it is final; the model reports final ranges through
+// Model::set_grad_ready_hook. With overlap_comm a ready bucket is all-reduced (avg) at once, asynchronously, while
+// backward goes on; without it every bucket is reduced after backward. Either way end_backward() waits for all of
+// them, so the engine steps on averaged gradients. Buckets are launched in the order they become ready, which is the
+// same on every rank (the same model runs the same backward), as collectives require.
+//
+// Only the gradient accumulation boundary communicates: earlier micro-steps accumulate locally (DeepSpeed).
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "dscpp/comm/process_group.h"
+#include "dscpp/nn/params.h"
+
+namespace dscpp {
+
+struct GradBucket {
+  int64_t begin = 0, end = 0;  // flat element range
+};
+
+// The buckets of Note [Gradient buckets], in launch priority order (highest offsets first). bucket_size >= 1.
+std::vector<GradBucket> plan_grad_buckets(const ParamSet& ps, int64_t bucket_size);
+
+class GradReducer {
+ public:
+  // pg and ps must outlive the reducer. The gradients must be on a device pg's backend handles.
+  GradReducer(ProcessGroup& pg, ParamSet& ps, int64_t bucket_size, bool overlap_comm);
+
+  void begin_backward(bool boundary);            // before the model's backward
+  void grads_ready(int64_t begin, int64_t end);  // the model's grad-ready hook
+  void end_backward();                           // after it: reduce what is left and wait for every bucket
+
+  const std::vector<GradBucket>& buckets() const { return buckets_; }
+  int64_t buckets_launched_early() const { return early_; }  // last boundary: launched from the hook (overlap)
+
+ private:
+  void launch(size_t k);
+
+  ProcessGroup& pg_;
+  ParamSet& ps_;
+  bool overlap_;
+  std::vector<GradBucket> buckets_;
+  std::vector<std::vector<size_t>> buckets_of_param_;  // param id -> the buckets it overlaps
+  std::vector<int> pending_;                           // bucket -> parameters not final yet
+  std::vector<bool> param_ready_, launched_;
+  std::vector<WorkPtr> work_;
+  bool active_ = false;  // inside a boundary backward
+  int64_t early_ = 0;
+};
+
+// All-reduces a few host values among the group (loss, tokens/s for printing) through a tensor on `device` (nccl
+// needs CUDA memory, gloo CPU memory). A collective: every rank calls it with the same count.
+std::vector<float> all_reduce_values(ProcessGroup& pg, const std::vector<float>& values, ReduceOp op,
+                                     Device device);
+
+}  // namespace dscpp

@@ -1,0 +1,98 @@
+// Data-parallel gradient averaging in buckets (Note [Gradient buckets], runtime/grad_reducer.h).
+#include "dscpp/runtime/grad_reducer.h"
+
+#include <algorithm>
+
+namespace dscpp {
+
+std::vector<GradBucket> plan_grad_buckets(const ParamSet& ps, int64_t bucket_size) {
+  DSCPP_CHECK(bucket_size >= 1, "zero_optimization.reduce_bucket_size must be >= 1, got ", bucket_size);
+  const std::vector<ParamInfo>& infos = ps.infos();
+  std::vector<GradBucket> out;
+  // [cur_begin, cur_end): the open bucket; parameter i spans [offset_i, offset_{i+1}) (its padding included).
+  int64_t cur_end = ps.flat_numel(), cur_begin = cur_end;
+  for (size_t i = infos.size(); i-- > 0;) {
+    const int64_t s = i == 0 ? 0 : infos[i].offset;
+    if (cur_end - s <= bucket_size) {
+      cur_begin = s;
+      continue;
+    }
+    if (cur_begin < cur_end) out.push_back({cur_begin, cur_end});  // close the open bucket; i starts a new one
+    cur_end = cur_begin;
+    while (cur_end - s > bucket_size) {  // a parameter larger than a bucket: bucket-size pieces from its top
+      out.push_back({cur_end - bucket_size, cur_end});
+      cur_end -= bucket_size;
+    }
+    cur_begin = s;
+  }
+  if (cur_begin < cur_end) out.push_back({cur_begin, cur_end});
+  return out;
+}
+
+GradReducer::GradReducer(ProcessGroup& pg, ParamSet& ps, int64_t bucket_size, bool overlap_comm)
+    : pg_(pg), ps_(ps), overlap_(overlap_comm), buckets_(plan_grad_buckets(ps, bucket_size)) {
+  DSCPP_CHECK(ps.materialized(), "GradReducer: the parameters are not materialized");
+  buckets_of_param_.resize(size_t(ps.size()));
+  for (int i = 0; i < ps.size(); i++) {
+    const ParamInfo& p = ps.info(i);
+    for (size_t k = 0; k < buckets_.size(); k++)
+      if (buckets_[k].begin < p.offset + p.numel && p.offset < buckets_[k].end) buckets_of_param_[size_t(i)].push_back(k);
+  }
+}
+
+void GradReducer::begin_backward(bool boundary) {
+  DSCPP_CHECK(!active_, "GradReducer: backward started twice without end_backward");
+  active_ = boundary;
+  if (!boundary) return;
+  pending_.assign(buckets_.size(), 0);
+  for (const auto& ks : buckets_of_param_)
+    for (size_t k : ks) pending_[k]++;
+  param_ready_.assign(size_t(ps_.size()), false);
+  launched_.assign(buckets_.size(), false);
+  work_.assign(buckets_.size(), nullptr);
+  early_ = 0;
+}
+
+void GradReducer::grads_ready(int64_t begin, int64_t end) {
+  if (!active_ || !overlap_) return;
+  std::vector<size_t> ready;
+  for (int i = 0; i < ps_.size(); i++) {  // a few hundred parameters at most: a scan is cheaper than an index
+    const ParamInfo& p = ps_.info(i);
+    if (param_ready_[size_t(i)] || p.offset < begin || p.offset + p.numel > end) continue;
+    param_ready_[size_t(i)] = true;
+    for (size_t k : buckets_of_param_[size_t(i)])
+      if (--pending_[k] == 0) ready.push_back(k);
+  }
+  std::sort(ready.begin(), ready.end());  // the same order on every rank
+  for (size_t k : ready) {
+    launch(k);
+    early_++;
+  }
+}
+
+void GradReducer::launch(size_t k) {
+  Tensor g = ps_.flat_grads().slice(buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
+  work_[k] = pg_.all_reduce(g, ReduceOp::avg);
+  launched_[k] = true;
+}
+
+void GradReducer::end_backward() {
+  if (!active_) return;
+  active_ = false;
+  for (size_t k = 0; k < buckets_.size(); k++)
+    if (!launched_[k]) launch(k);
+  for (WorkPtr& w : work_) w->wait();
+  work_.clear();
+}
+
+std::vector<float> all_reduce_values(ProcessGroup& pg, const std::vector<float>& values, ReduceOp op,
+                                     Device device) {
+  Tensor host = Tensor::empty({int64_t(values.size())}, DType::f32, Device::cpu());
+  std::copy(values.begin(), values.end(), host.data<float>());
+  Tensor t = device.is_cpu() ? host : host.to(device);
+  pg.all_reduce(t, op)->wait();
+  if (!device.is_cpu()) host = t.to(Device::cpu());  // nccl's wait only orders the stream; to() synchronises
+  return std::vector<float>(host.data<float>(), host.data<float>() + values.size());
+}
+
+}  // namespace dscpp

@@ -1,0 +1,279 @@
+// Data-parallel training (ZeRO stage 0) with real processes over Gloo (2 and 4 ranks): N steps on W ranks give the
+// parameters of one process that sees the same global batch (its gradient accumulation covers all W ranks'
+// micro-batches); overlap on/off and one/many buckets agree; replicas stay bitwise identical; a config that differs
+// between ranks, or a group of the wrong size, is reported; checkpoints are written once and loadable everywhere.
+#include <gtest/gtest.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "dist/multiprocess.h"
+#include "dscpp/core/rng.h"
+#include "dscpp/runtime/engine.h"
+
+using namespace dscpp;
+using dscpp::test::expect_all_pass;
+using dscpp::test::run_ranks;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr auto kTimeout = std::chrono::seconds(20);
+constexpr int64_t kB = 2, kT = 8, kSteps = 3;
+
+ModelConfig tiny(const std::string& arch) {
+  ModelConfig c = ModelConfig::preset(arch == "gpt2" ? "gpt2-tiny" : "llama-tiny");
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_kv_head = arch == "gpt2" ? 2 : 1;
+  c.n_embd = 16;
+  c.n_ffn = arch == "gpt2" ? 64 : 40;
+  c.vocab_size = 50;
+  c.max_seq_len = 16;
+  c.tie_embeddings = arch == "gpt2";  // Llama untied: the lm head's gradient is final before the blocks'
+  return c;
+}
+
+// clip 0.05 is below the tiny models' gradient norms (checked below), so clipping is exercised. optimizer "sgd":
+// plain SGD without clipping, whose update is proportional to the gradient (Adam's and clipping's are not).
+std::string config_json(int64_t gas, int64_t bucket, bool overlap, const std::string& optimizer = "adamw",
+                        double lr = 0.01) {
+  std::ostringstream j;
+  j << R"({"train_micro_batch_size_per_gpu": )" << kB << R"(, "gradient_accumulation_steps": )" << gas;
+  if (optimizer == "sgd")
+    j << R"(, "optimizer": {"type": "SGD", "params": {"lr": 0.5}}, "gradient_clipping": 0.0)";
+  else
+    j << R"(, "optimizer": {"type": "AdamW", "params": {"lr": )" << lr << R"(, "weight_decay": 0.1}},
+        "gradient_clipping": 0.05)";
+  j << R"(,
+        "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 2, "warmup_type": "linear"}},
+        "zero_optimization": {"stage": 0, "reduce_bucket_size": )" << bucket
+    << R"(, "overlap_comm": )" << (overlap ? "true" : "false") << "}}";
+  return j.str();
+}
+
+// Micro-batch j of step s, the same token stream in every process: [kB, kT] inputs and next-token targets.
+void micro_batch(int64_t s, int64_t j, Tensor& x, Tensor& y, int64_t vocab) {
+  Rng rng(RngState{777, uint64_t(s * 1000 + j) << 20, 4});
+  for (int64_t i = 0; i < kB * kT; i++) {
+    x.data<int32_t>()[i] = int32_t(rng.next_u32() % uint32_t(vocab));
+    y.data<int32_t>()[i] = int32_t(rng.next_u32() % uint32_t(vocab));
+  }
+}
+
+std::unique_ptr<Engine> make_engine(const std::string& arch, const DeepSpeedConfig& cfg, ProcessGroup* pg,
+                                    uint64_t init_seed) {
+  auto m = make_model(tiny(arch));
+  m->init_weights(init_seed);
+  EngineOptions o;
+  o.dp_group = pg;
+  return initialize(std::move(m), cfg, o);
+}
+
+struct Trained {
+  std::vector<float> params;  // the flat parameters after kSteps
+  std::vector<float> norms;   // gradient norm (before clipping) of each step: sees the gradients' scale, which
+                              // clipping and Adam would hide from the parameters
+};
+
+// Trains kSteps; rank r of W takes micro-batches j = r*gas + m, so the W ranks together cover j in [0, W*gas).
+Trained train(Engine& e, const std::string& arch, int rank, int64_t gas) {
+  Tensor x = Tensor::empty({kB, kT}, DType::i32), y = Tensor::empty({kB, kT}, DType::i32);
+  Trained out;
+  for (int64_t s = 0; s < kSteps; s++) {
+    for (int64_t m = 0; m < gas; m++) {
+      micro_batch(s, rank * gas + m, x, y, tiny(arch).vocab_size);
+      e.forward(x, y);
+      e.backward();
+      e.step();
+    }
+    out.norms.push_back(float(e.last_grad_norm()));
+  }
+  const Tensor& p = e.model().params().flat_params();
+  out.params.assign(p.data<float>(), p.data<float>() + p.numel());
+  return out;
+}
+
+// One process, the same global batch: gradient accumulation over all W*gas micro-batches.
+Trained reference(const std::string& arch, int world, int64_t gas, const std::string& optimizer) {
+  DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(gas * world, 1 << 30, false, optimizer), 1);
+  auto e = make_engine(arch, cfg, nullptr, 42);
+  return train(*e, arch, 0, gas * world);
+}
+
+// Worst |a - b| / (|b| + 1e-3 * max|b|) with its index, so a failure says where and how far.
+void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  double scale = 0;
+  for (float v : b) scale = std::max(scale, double(std::fabs(v)));
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < a.size(); i++) {
+    ASSERT_TRUE(std::isfinite(a[i])) << what << ": element " << i << " is " << a[i];
+    double err = std::fabs(double(a[i]) - double(b[i])) / (std::fabs(double(b[i])) + 1e-3 * scale);
+    if (err > worst) worst = err, at = i;
+  }
+  EXPECT_LE(worst, tol) << what << ": worst relative error " << worst << " (" << worst / tol
+                        << " of the tolerance) at element " << at << ": " << a[at] << " vs " << b[at];
+}
+
+// Every rank's params equal rank 0's bit for bit (stage 0 replicas).
+void expect_replicas_identical(ProcessGroup& pg, const std::vector<float>& mine) {
+  Tensor t = Tensor::empty({int64_t(mine.size())}, DType::f32);
+  std::copy(mine.begin(), mine.end(), t.data<float>());
+  pg.broadcast(t, 0)->wait();
+  int64_t differ = 0;
+  for (size_t i = 0; i < mine.size(); i++) differ += t.data<float>()[i] != mine[i];
+  EXPECT_EQ(differ, 0) << "rank " << pg.rank() << " differs from rank 0 in " << differ << " parameters";
+}
+
+// DP training on `world` ranks vs the single-process reference (f32, a few steps: 1e-5 relative).
+void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64_t bucket, bool overlap,
+                          const std::string& optimizer = "adamw") {
+  auto results = run_ranks(world, [&](int rank, int port) {
+    omp_set_num_threads(1);
+    auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
+    DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(gas, bucket, overlap, optimizer), world);
+    // Each rank initialises differently: the engine must broadcast rank 0's parameters.
+    auto e = make_engine(arch, cfg, pg.get(), 42 + uint64_t(rank) * 1000);
+    ASSERT_NE(e->grad_reducer(), nullptr);
+    const auto& buckets = e->grad_reducer()->buckets();
+    if (bucket < 1000) EXPECT_GT(buckets.size(), 3u) << "expected several buckets";
+    else EXPECT_EQ(buckets.size(), 1u);
+    Trained got = train(*e, arch, rank, gas);
+    EXPECT_EQ(e->grad_reducer()->buckets_launched_early(), overlap ? int64_t(buckets.size()) : 0)
+        << "overlap_comm launches every bucket from backward's hook";
+    Trained want = reference(arch, world, gas, optimizer);
+    if (optimizer != "sgd") {
+      EXPECT_GT(*std::min_element(want.norms.begin(), want.norms.end()), 0.05) << "clipping never engaged";
+    }
+    const std::string what = arch + " rank " + std::to_string(rank);
+    expect_close(got.norms, want.norms, 1e-5, what + " gradient norms");
+    expect_close(got.params, want.params, 1e-5, what + " parameters");
+    expect_replicas_identical(*pg, got.params);
+    // The printed loss is the mean over ranks, the same everywhere.
+    float gl = e->global_last_loss();
+    std::vector<float> all = all_reduce_values(*pg, {gl}, ReduceOp::max, Device::cpu());
+    EXPECT_EQ(all[0], gl);
+  });
+  expect_all_pass(results);
+}
+
+}  // namespace
+
+TEST(GradBuckets, CoverTheFlatBufferInReverseAtParameterBoundaries) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    auto m = make_model(tiny(arch));
+    const ParamSet& ps = m->params();
+    for (int64_t size : {int64_t(1) << 40, int64_t(5000), int64_t(700), int64_t(33)}) {
+      std::vector<GradBucket> b = plan_grad_buckets(ps, size);
+      ASSERT_FALSE(b.empty());
+      EXPECT_EQ(b.front().end, ps.flat_numel()) << arch << " size " << size;
+      EXPECT_EQ(b.back().begin, 0);
+      for (size_t k = 0; k < b.size(); k++) {
+        EXPECT_GT(b[k].end, b[k].begin);
+        EXPECT_LE(b[k].end - b[k].begin, size) << arch << " bucket " << k;
+        if (k) {
+          EXPECT_EQ(b[k].end, b[k - 1].begin) << arch << " buckets " << k - 1 << ", " << k << " not contiguous";
+        }
+        // A bucket starts at a parameter's offset unless it is a piece of a parameter larger than the bucket.
+        bool at_param = b[k].begin == 0;
+        for (const auto& p : ps.infos())
+          at_param |= p.offset == b[k].begin ||
+                      (p.numel > size && b[k].begin > p.offset && b[k].begin < p.offset + p.numel);
+        EXPECT_TRUE(at_param) << arch << " size " << size << " bucket " << k << " starts at " << b[k].begin;
+      }
+      if (size == (int64_t(1) << 40)) {
+        EXPECT_EQ(b.size(), 1u);
+      }
+    }
+    EXPECT_THROW(plan_grad_buckets(ps, 0), Error);
+  }
+}
+
+TEST(DataParallel, Gpt2TwoRanksOverlapManyBucketsMatchesOneProcess) { dp_matches_reference("gpt2", 2, 2, 700, true); }
+TEST(DataParallel, LlamaTwoRanksNoOverlapOneBucketMatchesOneProcess) {
+  dp_matches_reference("llama", 2, 3, int64_t(1) << 30, false);
+}
+TEST(DataParallel, Gpt2FourRanksNoOverlapManyBuckets) { dp_matches_reference("gpt2", 4, 1, 500, false); }
+TEST(DataParallel, LlamaFourRanksOverlapManyBuckets) { dp_matches_reference("llama", 4, 2, 300, true); }
+TEST(DataParallel, SgdWithoutClippingTwoAndFourRanks) {
+  dp_matches_reference("gpt2", 2, 2, 600, true, "sgd");
+  dp_matches_reference("llama", 4, 1, 1 << 30, false, "sgd");
+}
+
+// overlap on/off x one/many buckets in one job (a sub-group per engine: config-hash keys are per group).
+TEST(DataParallel, OverlapAndBucketSizeDoNotChangeTheResult) {
+  const int world = 2;
+  auto results = run_ranks(world, [&](int rank, int port) {
+    omp_set_num_threads(1);
+    auto world_pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
+    std::vector<std::vector<float>> out;
+    for (bool overlap : {false, true})
+      for (int64_t bucket : {int64_t(1) << 30, int64_t(400)}) {
+        auto pg = world_pg->new_subgroup({0, 1});
+        auto e = make_engine("llama", DeepSpeedConfig::from_string(config_json(2, bucket, overlap), world), pg.get(), 9);
+        out.push_back(train(*e, "llama", rank, 2).params);
+      }
+    for (size_t v = 1; v < out.size(); v++) expect_close(out[v], out[0], 1e-6, "variant " + std::to_string(v));
+  });
+  expect_all_pass(results);
+}
+
+TEST(DataParallel, ConfigThatDiffersBetweenRanksIsReported) {
+  auto results = run_ranks(2, [&](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(1, 1000, true, "adamw", rank == 0 ? 0.01 : 0.02), 2);
+    try {
+      make_engine("gpt2", cfg, pg.get(), 1);
+      ADD_FAILURE() << "rank " << rank << ": a config mismatch went unnoticed";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("config mismatch"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ranks 1"), std::string::npos) << e.what();
+    }
+  });
+  expect_all_pass(results);
+}
+
+TEST(DataParallel, GroupSizeMustMatchConfigDpWorldSize) {
+  auto results = run_ranks(2, [&](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(1, 1000, true), 1);  // resolved for 1 rank
+    try {
+      make_engine("gpt2", cfg, pg.get(), 1);
+      ADD_FAILURE() << "a group of 2 with dp_world_size 1 was accepted";
+    } catch (const Error& e) {
+      std::string w = e.what();
+      EXPECT_TRUE(w.find("dp_world_size 1") != std::string::npos && w.find("has 2 ranks") != std::string::npos) << w;
+    }
+  });
+  expect_all_pass(results);
+}
+
+// Rank 0 writes, the others return from save only once the tag is committed; every rank loads the same states.
+TEST(DataParallel, CheckpointSavedOnceLoadedEverywhere) {
+  const fs::path dir = fs::temp_directory_path() / ("dscpp_dp_ckpt_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  auto results = run_ranks(2, [&](int rank, int port) {
+    omp_set_num_threads(1);
+    auto world_pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    auto pg_a = world_pg->new_subgroup({0, 1}), pg_b = world_pg->new_subgroup({0, 1});
+    DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(1, 500, true), 2);
+    auto a = make_engine("gpt2", cfg, pg_a.get(), 5);
+    std::vector<float> pa = train(*a, "gpt2", rank, 1).params;
+    a->save_checkpoint(dir.string(), "", {{"rank_saved", rank}});
+    EXPECT_TRUE(fs::exists(dir / "latest")) << "rank " << rank << " returned from save before the commit";
+    auto b = make_engine("gpt2", cfg, pg_b.get(), 77);
+    nlohmann::json cs = b->load_checkpoint(dir.string());
+    EXPECT_EQ(cs.at("rank_saved").get<int>(), 0) << "the checkpoint was not written by rank 0";
+    EXPECT_EQ(b->global_steps(), kSteps);
+    const Tensor& p = b->model().params().flat_params();
+    expect_close(std::vector<float>(p.data<float>(), p.data<float>() + p.numel()), pa, 0.0, "loaded params");
+  });
+  fs::remove_all(dir);
+  expect_all_pass(results);
+}
