@@ -10,6 +10,9 @@
 #include <ostream>
 
 #include "dscpp/checkpoint/checkpoint_io.h"
+#include "dscpp/comm/dist_env.h"
+#include "dscpp/comm/process_group.h"
+#include "dscpp/core/cuda.h"
 #include "dscpp/data/corpus.h"
 #include "dscpp/data/dataloader.h"
 #include "dscpp/data/shard.h"
@@ -167,17 +170,33 @@ float evaluate(Model& model, DataLoader& val, int64_t batches, int64_t B, int64_
 TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   TrainResult res;
   DSCPP_CHECK(o.steps > 0, "--steps must be > 0 (got ", o.steps, ")");
-  // 1. Config first: every config error is reported before any work starts.
+  DSCPP_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda (got '", o.device, "')");
+  // 1. Config first: every config error is reported before any work starts. Under `dscpp launch` (or torchrun,
+  // mpirun, srun) the batch sizes resolve with the data-parallel world size.
+  const DistEnv env = read_dist_env();
+  const int world = env.world_size, rank = env.rank;
+  const bool quiet = o.quiet || rank != 0;  // only rank 0 prints
   std::vector<std::string> warnings;
-  DeepSpeedConfig cfg = o.config_path.empty() ? DeepSpeedConfig::from_string(train_default_config(o.steps), 1, &warnings)
-                                              : DeepSpeedConfig::from_file(o.config_path, 1, &warnings);
-  for (const auto& w : warnings) log << "warning: " << w << std::endl;
+  DeepSpeedConfig cfg = o.config_path.empty()
+                            ? DeepSpeedConfig::from_string(train_default_config(o.steps), world, &warnings)
+                            : DeepSpeedConfig::from_file(o.config_path, world, &warnings);
+  if (!quiet)
+    for (const auto& w : warnings) log << "warning: " << w << std::endl;
   if (o.seed) cfg.seed = o.seed;
   ModelConfig mcfg = fs::exists(o.model) ? ModelConfig::from_hf_json(nlohmann::json::parse(read_file(o.model)))
                                          : ModelConfig::preset(o.model);
 
-  // 2. Data and tokenizer; the model's vocabulary follows the tokenizer's.
-  PreparedData data = prepare_data(o, log);
+  // Data parallel: the process group (the ranks meet through the store on MASTER_ADDR:MASTER_PORT).
+  std::unique_ptr<ProcessGroup> pg;
+  if (world > 1) pg = init_process_group(o.device == "cuda" ? "nccl" : "gloo");
+
+  // 2. Data and tokenizer; the model's vocabulary follows the tokenizer's. Rank 0 builds the cache under out_dir
+  // (tokenizer, token shard) while the others wait, then they read it.
+  TrainOptions data_opts = o;
+  data_opts.quiet = quiet;
+  if (pg && rank != 0) pg->barrier()->wait();
+  PreparedData data = prepare_data(data_opts, log);
+  if (pg && rank == 0) pg->barrier()->wait();
   mcfg.vocab_size = data.tokenizer.vocab_size();
   int64_t T = o.seq_len ? o.seq_len : mcfg.max_seq_len;
   DSCPP_CHECK(T <= mcfg.max_seq_len, "--seq-len ", T, " exceeds the model's context length ", mcfg.max_seq_len);
@@ -190,21 +209,27 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   dc.seq_len = T;
   dc.seed = cfg.seed;
   dc.val_fraction = 0.02;
+  dc.rank = rank;  // each rank takes its block of every global batch
+  dc.world_size = world;
   DataLoader train(dc);
+  dc.rank = 0;     // every rank evaluates the same validation batches (only rank 0 prints them)
+  dc.world_size = 1;
   dc.validation = true;
   dc.shuffle = false;
   DataLoader val(dc);
 
   // 3. Model and engine.
   ModelOptions mopts;
-  mopts.device = o.device == "cuda" ? Device::cuda(0) : Device::cpu();
-  DSCPP_CHECK(o.device == "cpu" || o.device == "cuda", "--device must be cpu or cuda (got '", o.device, "')");
+  // One GPU per local rank (init_process_group made the same choice for NCCL).
+  mopts.device = o.device == "cuda" ? Device::cuda(env.local_rank % std::max(1, cuda_device_count())) : Device::cpu();
   mopts.dtype = model_dtype(cfg);
   auto model = make_model(mcfg, mopts);
   model->init_weights(cfg.seed);
   if (o.activation_checkpointing && !cfg.activation_checkpointing.number_checkpoints)
     model->set_checkpoint_policy(CheckpointPolicy(size_t(mcfg.n_layer), true));
-  auto engine = initialize(std::move(model), cfg);
+  EngineOptions eopts;
+  eopts.dp_group = pg.get();
+  auto engine = initialize(std::move(model), cfg, eopts);
   Model& m = engine->model();
 
   const std::string ckpt_dir = (fs::path(o.out_dir) / "checkpoints").string();
@@ -213,7 +238,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     nlohmann::json cs = engine->load_checkpoint(ckpt_dir);
     const auto& dl = cs.at("dataloader");
     train.set_state({dl.at("epoch").get<uint64_t>(), dl.at("position").get<uint64_t>(), dl.at("seed").get<uint64_t>()});
-    if (!o.quiet) log << "resumed from " << ckpt_dir << " at step " << engine->global_steps() << std::endl;
+    if (!quiet) log << "resumed from " << ckpt_dir << " at step " << engine->global_steps() << std::endl;
   }
   auto save = [&] {
     DataLoaderState s = train.state();
@@ -222,7 +247,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   };
 
   const double flops_per_token = mcfg.train_flops_per_token(T);
-  if (!o.quiet) {
+  if (!quiet) {
     log << "model " << mcfg.arch << ": " << mcfg.n_layer << " layers, " << mcfg.n_head << " heads ("
         << mcfg.n_kv_head << " kv), width " << mcfg.n_embd << ", vocab " << mcfg.vocab_size << ", context " << T
         << ", " << m.params().num_parameters() << " parameters" << std::endl;
@@ -232,9 +257,13 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     log << "optimizer " << engine->optimizer().name() << ", schedule "
         << (cfg.scheduler.type.empty() ? "constant" : cfg.scheduler.type) << ", clipping " << cfg.gradient_clipping
         << ", steps " << o.steps << std::endl;
+    if (pg)
+      log << "data parallel: " << world << " ranks (" << pg->backend() << "), global batch " << cfg.train_batch_size
+          << ", reduce_bucket_size " << cfg.zero_optimization.reduce_bucket_size << ", overlap_comm "
+          << (cfg.zero_optimization.overlap_comm ? "on" : "off") << std::endl;
   }
   res.first_val_loss = evaluate(m, val, o.eval_batches, B, T);
-  if (!o.quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;
+  if (!quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;
 
   Allocator& device_alloc = allocator_for(mopts.device);
   device_alloc.reset_peak();
@@ -259,18 +288,21 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     res.losses.push_back(engine->last_loss());
     const int64_t step = engine->global_steps();
     if (!o.quiet && print_every && (step % print_every == 0 || step == o.steps)) {
+      // Collectives at print steps (the same steps on every rank): the loss averaged, tokens/s summed over ranks.
+      const float loss = engine->global_last_loss();
       double tps = window_tokens / window_seconds;
+      if (pg) tps = all_reduce_values(*pg, {float(tps)}, ReduceOp::sum, mopts.device)[0];
       double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       double eta = train_seconds / double(step - start_step) * double(o.steps - step);
       char line[256];
       std::snprintf(line, sizeof line,
                     "step %5lld/%lld | loss %.4f | lr %.3e | grad norm %.3f | %.0f tok/s | %.2f GFLOP/s | elapsed %s"
                     " | ETA %s",
-                    (long long)step, (long long)o.steps, engine->last_loss(), engine->get_lr(),
+                    (long long)step, (long long)o.steps, loss, engine->get_lr(),
                     engine->last_grad_norm(), tps, tps * flops_per_token / 1e9, fmt_duration(elapsed).c_str(),
                     fmt_duration(eta).c_str());
-      log << line << std::endl;
-      if (cfg.wall_clock_breakdown) {
+      if (!quiet) log << line << std::endl;
+      if (cfg.wall_clock_breakdown && !quiet) {
         StepTimes st = engine->take_step_times();
         std::snprintf(line, sizeof line, "  time per optimizer step: forward %.1f ms | backward %.1f ms | step %.1f ms",
                       st.forward_ms / double(st.steps), st.backward_ms / double(st.steps), st.step_ms / double(st.steps));
@@ -281,18 +313,19 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     }
     if (o.eval_every && step % o.eval_every == 0 && step != o.steps) {
       float vl = evaluate(m, val, o.eval_batches, B, T);
-      if (!o.quiet) log << "step " << step << " | val loss " << vl << std::endl;
+      if (!quiet) log << "step " << step << " | val loss " << vl << std::endl;
     }
     if (o.save_every && step % o.save_every == 0 && step != o.steps) save();
   }
   int64_t steps_run = engine->global_steps() - start_step;
   res.tokens_per_second = steps_run ? double(steps_run * B * T * gas) / train_seconds : 0.0;
+  if (pg) res.tokens_per_second = all_reduce_values(*pg, {float(res.tokens_per_second)}, ReduceOp::sum, mopts.device)[0];
   res.peak_tensor_bytes = device_alloc.stats().peak_bytes;
   res.peak_rss_bytes = peak_rss_bytes();
   res.global_steps = engine->global_steps();
   res.final_val_loss = evaluate(m, val, o.eval_batches, B, T);
   save();
-  if (!o.quiet) {
+  if (!quiet) {
     log << "step " << res.global_steps << " | val loss " << res.final_val_loss << " (was " << res.first_val_loss
         << ")" << std::endl;
     log << "trained " << steps_run << " steps in " << fmt_duration(train_seconds) << ": " << long(res.tokens_per_second)
@@ -303,7 +336,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
 
   // 4. Samples.
   const char* prompts[] = {"The ", "A man", "Q:", "Life is", "I think"};
-  for (int i = 0; i < o.num_samples; i++) {
+  for (int i = 0; rank == 0 && i < o.num_samples; i++) {
     std::string prompt = prompts[i % 5];
     std::vector<int32_t> ids = data.tokenizer.encode(prompt);
     ids.insert(ids.begin(), data.tokenizer.eot_id());
@@ -315,7 +348,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     std::vector<int32_t> text_ids(out.begin() + 1, out.end());
     if (!text_ids.empty() && text_ids.back() == data.tokenizer.eot_id()) text_ids.pop_back();
     res.samples.push_back(data.tokenizer.decode(text_ids));
-    if (!o.quiet) log << "--- sample " << i + 1 << " ---\n" << res.samples.back() << std::endl;
+    if (!quiet) log << "--- sample " << i + 1 << " ---\n" << res.samples.back() << std::endl;
   }
   return res;
 }

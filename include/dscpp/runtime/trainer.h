@@ -1,6 +1,8 @@
 // The training driver behind `dscpp train`: prepares data (the built-in corpus, text files or token shards),
 // builds the model and the engine from a DeepSpeed config, runs the loop with progress lines and ETA, evaluates,
-// checkpoints (resumable: data-loader position and RNG included) and prints samples.
+// checkpoints (resumable: data-loader position and RNG included) and prints samples. Started by `dscpp launch` (or
+// torchrun, mpirun, srun) with WORLD_SIZE > 1 it trains data-parallel: gloo (--device cpu) or nccl (cuda) group,
+// the loader sharded by rank, rank 0 prints, writes the data cache and the checkpoints.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -32,9 +34,9 @@ struct TrainOptions {
 };
 
 struct TrainResult {
-  std::vector<float> losses;          // mean loss of each optimizer step run in this call
+  std::vector<float> losses;          // mean loss of each optimizer step run in this call (this rank's micro-batches)
   float first_val_loss = 0, final_val_loss = 0;
-  double tokens_per_second = 0;       // over the steps run, excluding evaluation and checkpointing
+  double tokens_per_second = 0;       // over the steps run, excluding evaluation and checkpointing; summed over ranks
   int64_t peak_tensor_bytes = 0;      // allocator high-water mark
   int64_t peak_rss_bytes = 0;         // process high-water mark (getrusage)
   int64_t global_steps = 0;

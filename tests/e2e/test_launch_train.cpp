@@ -1,0 +1,146 @@
+// `dscpp launch --nproc 2 train`: two CPU ranks train data-parallel end to end (progress from rank 0 only, one
+// checkpoint), and a rank killed mid-run makes the launcher stop the job and exit non-zero with a message, promptly.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "dscpp/data/corpus.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string dscpp_binary() { return std::string(DSCPP_BINARY_DIR) + "/dscpp"; }
+
+struct Job {
+  fs::path dir;
+  std::string args;  // train arguments: tiny model, small text, the config
+  Job() {
+    dir = fs::temp_directory_path() / ("dscpp_launch_train_" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::string joined;
+    for (const auto& d : dscpp::default_corpus_documents()) {
+      if (joined.size() > 60000) break;
+      joined += d + "\n%\n";
+    }
+    std::ofstream(dir / "corpus.txt") << joined;
+    std::ofstream(dir / "config.json") << R"({"model_type": "gpt2", "n_layer": 2, "n_head": 2, "n_embd": 32,
+        "n_inner": 64, "vocab_size": 300, "n_positions": 32, "layer_norm_epsilon": 1e-5})";
+    std::ofstream(dir / "ds_config.json") << R"({"train_batch_size": 8, "gradient_accumulation_steps": 2,
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}, "gradient_clipping": 1.0, "steps_per_print": 2,
+        "zero_optimization": {"stage": 0, "reduce_bucket_size": 5000, "overlap_comm": true}})";
+    args = " train --model " + (dir / "config.json").string() + " --config " + (dir / "ds_config.json").string() +
+           " --data " + (dir / "corpus.txt").string() + " --vocab-size 300 --seq-len 32 --eval-every 0 --samples 1 "
+           "--out " + (dir / "out").string();
+  }
+  ~Job() { fs::remove_all(dir); }
+};
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) n++;
+  return n;
+}
+
+}  // namespace
+
+TEST(LaunchTrain, TwoCpuRanksTrainAndOnlyRankZeroPrints) {
+  if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
+  Job job;
+  std::string log = (job.dir / "log").string();
+  std::string cmd = dscpp_binary() + " launch --nproc 2 -H /nonexistent" + job.args + " --steps 6 > " + log + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::string out((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_EQ(rc, 0) << out;
+  // Progress at steps 2, 4, 6 from rank 0 only; the batch resolved for 2 ranks (8 = 2 x 2 x 2).
+  EXPECT_EQ(count(out, "[rank 0] step     6/6 | loss"), 1) << out;
+  EXPECT_EQ(count(out, "| loss "), 3) << out;
+  EXPECT_EQ(count(out, "[rank 1]"), 0) << "rank 1 printed:\n" << out;
+  EXPECT_NE(out.find("at 2 x 32 x 2"), std::string::npos) << out;
+  EXPECT_NE(out.find("--- sample 1 ---"), std::string::npos) << out;
+  EXPECT_TRUE(fs::exists(job.dir / "out" / "checkpoints" / "global_step6" / "model_states.safetensors"));
+}
+
+TEST(LaunchTrain, KilledRankStopsTheJobWithAMessage) {
+  if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
+  Job job;
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  pid_t launcher = fork();
+  if (launcher == 0) {
+    dup2(p[1], 1);
+    dup2(p[1], 2);
+    close(p[0]);
+    std::string cmd = "exec " + dscpp_binary() + " launch --nproc 2 -H /nonexistent --kill_grace 2" + job.args +
+                      " --steps 100000";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+    _exit(99);
+  }
+  close(p[1]);
+  fcntl(p[0], F_SETFL, O_NONBLOCK);
+  std::string out;
+  auto read_some = [&] {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(p[0], buf, sizeof buf)) > 0) out.append(buf, size_t(n));
+  };
+  // Wait for training to be under way (a progress line), then SIGKILL rank 1: the launcher's child whose
+  // environment says RANK=1.
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (out.find("| loss ") == std::string::npos && std::chrono::steady_clock::now() < deadline) {
+    read_some();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  pid_t victim = -1;
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line)) continue;
+    std::istringstream s(line.substr(line.rfind(')') + 2));
+    char state;
+    pid_t ppid;
+    s >> state >> ppid;
+    if (ppid != launcher) continue;
+    std::ifstream env(e.path() / "environ");
+    std::string vars((std::istreambuf_iterator<char>(env)), {});
+    if (vars.find(std::string("RANK=1") + '\0') != std::string::npos && vars.find("LOCAL_RANK=1") != std::string::npos)
+      victim = std::stoi(e.path().filename().string());
+  }
+  if (victim <= 0) {
+    kill(launcher, SIGKILL);  // our own child
+    waitpid(launcher, nullptr, 0);
+    FAIL() << "no rank 1 under the launcher; output:\n" << out;
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  kill(victim, SIGKILL);
+  int status = 0;
+  pid_t w = 0;
+  while ((w = waitpid(launcher, &status, WNOHANG)) == 0 &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+    read_some();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (w == 0) {
+    kill(launcher, SIGKILL);
+    waitpid(launcher, &status, 0);
+    FAIL() << "the launcher still ran 30 s after rank 1 was killed; output:\n" << out;
+  }
+  read_some();
+  close(p[0]);
+  ASSERT_TRUE(WIFEXITED(status)) << out;
+  EXPECT_NE(WEXITSTATUS(status), 0) << out;
+  EXPECT_LT(seconds, 15.0) << out;
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("Killed"), std::string::npos) << "the launcher should say how rank 1 ended:\n" << out;
+}
