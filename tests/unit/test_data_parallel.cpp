@@ -40,6 +40,7 @@ ModelConfig tiny(const std::string& arch) {
 
 // clip 0.05 is below the tiny models' gradient norms (checked below), so clipping is exercised. optimizer "sgd":
 // plain SGD without clipping, whose update is proportional to the gradient (Adam's and clipping's are not).
+// "fp16": AdamW with the fp16 engine path (loss scale 2^8, f32 masters) run on the f32 CPU model.
 std::string config_json(int64_t gas, int64_t bucket, bool overlap, const std::string& optimizer = "adamw",
                         double lr = 0.01) {
   std::ostringstream j;
@@ -49,6 +50,7 @@ std::string config_json(int64_t gas, int64_t bucket, bool overlap, const std::st
   else
     j << R"(, "optimizer": {"type": "AdamW", "params": {"lr": )" << lr << R"(, "weight_decay": 0.1}},
         "gradient_clipping": 0.05)";
+  if (optimizer == "fp16") j << R"(, "fp16": {"enabled": true, "initial_scale_power": 8})";
   j << R"(,
         "scheduler": {"type": "WarmupLR", "params": {"warmup_num_steps": 2, "warmup_type": "linear"}},
         "zero_optimization": {"stage": 0, "reduce_bucket_size": )" << bucket
@@ -71,6 +73,7 @@ std::unique_ptr<Engine> make_engine(const std::string& arch, const DeepSpeedConf
   m->init_weights(init_seed);
   EngineOptions o;
   o.dp_group = pg;
+  o.mixed_precision_on_f32_model = cfg.fp16.enabled;
   return initialize(std::move(m), cfg, o);
 }
 
@@ -201,6 +204,7 @@ TEST(DataParallel, LlamaTwoRanksNoOverlapOneBucketMatchesOneProcess) {
 }
 TEST(DataParallel, Gpt2FourRanksNoOverlapManyBuckets) { dp_matches_reference("gpt2", 4, 1, 500, false); }
 TEST(DataParallel, LlamaFourRanksOverlapManyBuckets) { dp_matches_reference("llama", 4, 2, 300, true); }
+TEST(DataParallel, Fp16EnginePathTwoRanks) { dp_matches_reference("llama", 2, 2, 500, true, "fp16"); }
 TEST(DataParallel, SgdWithoutClippingTwoAndFourRanks) {
   dp_matches_reference("gpt2", 2, 2, 600, true, "sgd");
   dp_matches_reference("llama", 4, 1, 1 << 30, false, "sgd");
