@@ -6,9 +6,13 @@
 //  * Tensor-core path (bf16/f16, D = 64 or 128, 16-byte aligned pointers): FlashAttention-2 on mma.sync
 //    m16n8k16 (f32 accumulation), operands staged in shared memory by cp.async (double-buffered) and read with
 //    ldmatrix; rows padded by 16 bytes so ldmatrix is free of bank conflicts.
-//      forward   one CTA = 64 query rows of one (b, h), 4 warps x 16 rows; loops over 64-key blocks up to the
-//                diagonal (causal block skipping), online softmax in f32 in the log2 domain; P is rounded to the
-//                input dtype for the P @ V product (as FlashAttention does), the row sums use f32 P.
+//      forward   one CTA = 128 query rows of one (b, h), 4 warps x 32 rows (two m-tiles per warp, so each K/V
+//                fragment read by ldmatrix feeds four mma: one m-tile per warp was shared-memory bound, 158 -> 181
+//                TFLOP/s at D = 64, 177 -> 235 at D = 128 on an H100); loops over 64-key blocks up to the
+//                diagonal (causal block skipping; a warp skips tiles wholly above its rows), online softmax in f32
+//                in the log2 domain on raw scores (scale folded into one FFMA); P stays in registers and is
+//                rounded to the input dtype for the P @ V product (as FlashAttention does), row sums use f32 P.
+//                Q fragments stay in registers at D = 64, re-read per tile at D = 128 (255 registers already).
 //      backward  Di = rowsum(dO * O) (a small kernel), then two deterministic kernels, no atomics:
 //                dq:   Q-stationary, like the forward: S = Q K^T, P = exp(S/sqrt(D) - lse), dP = dO V^T,
 //                      dS = P (dP - Di), dQ += dS K.
@@ -16,7 +20,10 @@
 //                      GQA group and every query block at or after the diagonal, with S^T = K Q^T, dP^T = V dO^T,
 //                      dV += P^T dO, dK += dS^T Q; the group's sum stays in registers (deterministic).
 //                This recomputes S and dP in both kernels (7 matmuls instead of FA2's 5) in exchange for no
-//                atomics and no f32 dq scratch.
+//                atomics and no f32 dq scratch. Measured (H100, 2026): FA2's single kernel (this dkdv kernel plus
+//                dS in shared memory, dQ += dS K added with f32 atomics) was only 2% (D = 64) / 7% (D = 128)
+//                faster, atomics costing ~5%: the bound is the one-m-tile-per-warp S^T/dP^T products (ldmatrix per
+//                two mma), so that change was not kept; the next step is two m-tiles per warp here too.
 //  * General path (f32 inputs, other head dims up to 256, unaligned views): plain f32 math, one warp per query row
 //    (forward, dq) or per key row (dk/dv), keys/queries taken 32 at a time with one lane each. Slow but exact
 //    to f32 rounding: pure-f32 training matches the CPU reference.
@@ -182,12 +189,13 @@ __device__ __forceinline__ void acc_to_a(uint32_t (&a)[NT8 / 2][4], const float 
 
 // ---- tensor-core kernels ----
 constexpr int kFlashWarps = 4, kFlashThreads = 32 * kFlashWarps;
-constexpr int kBlockQ = 16 * kFlashWarps;  // query rows per CTA (forward, dq)
-constexpr int kBlockK = 64;                // key rows per tile (forward, dq) and per CTA (dkdv: 16 per warp)
-static_assert(kBlockK == 16 * kFlashWarps, "dkdv gives each warp 16 key rows");
+constexpr int kBlockK = 64;                // key rows per tile (forward) and per CTA (backward: 16 per warp)
+static_assert(kBlockK == 16 * kFlashWarps, "the backward gives each warp 16 key rows");
+constexpr int kFwdBlockQ = 32 * kFlashWarps;  // forward query rows per CTA: each warp owns two 16-row m-tiles
 
 template <int D>
-constexpr size_t fwd_smem_bytes() { return size_t(kBlockQ + 4 * kBlockK) * (D + 8) * 2; }
+constexpr size_t fwd_smem_bytes() { return size_t(kFwdBlockQ + 4 * kBlockK) * (D + 8) * 2; }
+constexpr int kBlockQ = 16 * kFlashWarps;  // backward dq query rows per CTA (one m-tile per warp)
 template <int D>
 constexpr size_t dq_smem_bytes() { return size_t(2 * kBlockQ + 4 * kBlockK) * (D + 8) * 2; }
 template <int D>
@@ -197,12 +205,16 @@ constexpr size_t dkdv_smem_bytes() {
   return size_t(2 * kBlockK + 4 * dkdv_block_q<D>()) * (D + 8) * 2 + 4 * dkdv_block_q<D>() * sizeof(float);
 }
 
-// out[B,T,H*D], lse[B,H,T] from qkv[B,T,(H+2Hkv)*D]. Grid (ceil(T/64), H, B), 128 threads.
+// out[B,T,H*D], lse[B,H,T] from qkv[B,T,(H+2Hkv)*D]. Grid (ceil(T/128), H, B), 128 threads.
+// Each warp owns 32 query rows (two m-tiles) so that every K/V fragment read from shared memory feeds four mma
+// instead of two (one m-tile per warp is shared-memory bound on H100). Q fragments stay in registers for D = 64
+// and are re-read per key tile for D = 128 (register budget).
 template <typename T, int D>
 __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict__ out, float* __restrict__ lse,
                                                                   const T* __restrict__ qkv, int seq, int H, int Hkv,
                                                                   float scale_log2) {
-  constexpr int LD = D + 8, BQ = kBlockQ, BK = kBlockK, ST = BK / 8, DT = D / 8;
+  constexpr int LD = D + 8, BQ = kFwdBlockQ, BK = kBlockK, ST = BK / 8, DT = D / 8, KD = D / 16;
+  constexpr bool kQReg = D <= 64;
   extern __shared__ __align__(128) unsigned char smem[];
   T* sQ = reinterpret_cast<T*>(smem);
   T* sK = sQ + BQ * LD;      // [2][BK][LD]
@@ -217,6 +229,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
   const T* vg = kg + int64_t(Hkv) * D;
   const int q0 = qb * BQ;
   const int nkb = min((seq + BK - 1) / BK, (q0 + BQ - 1) / BK + 1);  // causal: keys up to the last query row
+  const int wrow = q0 + warp * 32;                                    // the warp's first query row
 
   load_tile<T, BQ, D, kFlashThreads>(sQ, qg, R, q0, seq);
   cp_async_commit();  // group: Q
@@ -225,14 +238,20 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
   cp_async_commit();  // group: key block 0
   cp_async_wait<1>();  // Q has landed (key block 0 may still be in flight)
   __syncthreads();
-  uint32_t qf[D / 16][4];  // the warp's 16 query rows stay in registers for the whole loop
-  load_a_frags<D, LD>(qf, sQ + warp * 16 * LD, lane);
-
-  float o[DT][4];
+  const T* sQw = sQ + warp * 32 * LD;
+  uint32_t qf[2][kQReg ? KD : 1][4];
+  if constexpr (kQReg) {
 #pragma unroll
-  for (int dt = 0; dt < DT; dt++) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-  const int row0 = q0 + warp * 16 + (lane >> 2);  // this thread's rows: row0 and row0 + 8
+    for (int mi = 0; mi < 2; mi++) load_a_frags<D, LD>(qf[mi], sQw + mi * 16 * LD, lane);
+  }
+
+  float o[2][DT][4];
+#pragma unroll
+  for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+    for (int dt = 0; dt < DT; dt++) o[mi][dt][0] = o[mi][dt][1] = o[mi][dt][2] = o[mi][dt][3] = 0.0f;
+  float m[2][2] = {{-INFINITY, -INFINITY}, {-INFINITY, -INFINITY}}, l[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+  const int row0 = wrow + (lane >> 2);  // this thread's rows: row0 + 16 mi + 8 r
 
   for (int kb = 0; kb < nkb; kb++) {
     const int buf = kb & 1;
@@ -245,74 +264,125 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
       cp_async_wait<0>();
     }
     __syncthreads();
-    const T* ks = sK + buf * BK * LD;
-    const T* vs = sV + buf * BK * LD;
-
-    float s[ST][4];
-#pragma unroll
-    for (int nt = 0; nt < ST; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    mma_abt_rega<T, D, ST, LD>(s, qf, ks, lane);
-
     const int k0 = kb * BK;
-    const bool need_mask = k0 + BK - 1 > q0 || k0 + BK > seq;
+    if (k0 <= wrow + 31) {  // warp-uniform: skip key tiles entirely above this warp's rows (all masked)
+      const T* ks = sK + buf * BK * LD;
+      const T* vs = sV + buf * BK * LD;
+
+      float s[2][ST][4];
 #pragma unroll
-    for (int nt = 0; nt < ST; nt++)
+      for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float x = s[nt][e] * scale_log2;
-        if (need_mask) {
-          const int j = k0 + nt * 8 + 2 * tq + (e & 1), i = row0 + (e >> 1) * 8;
-          if (j > i || j >= seq) x = -INFINITY;
+        for (int nt = 0; nt < ST; nt++) s[mi][nt][0] = s[mi][nt][1] = s[mi][nt][2] = s[mi][nt][3] = 0.0f;
+#pragma unroll
+      for (int kk = 0; kk < KD; kk++) {
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+          if constexpr (kQReg) {
+#pragma unroll
+            for (int x = 0; x < 4; x++) a[mi][x] = qf[mi][kk][x];
+          } else {
+            ldsm_x4(a[mi], sQw + (mi * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8);
+          }
         }
-        s[nt][e] = x;
+#pragma unroll
+        for (int nn = 0; nn < ST / 2; nn++) {
+          uint32_t bf[4];  // {n-tile 2nn: k lo, k hi}, {n-tile 2nn+1: k lo, k hi}
+          ldsm_x4(bf, ks + (nn * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kk * 16 + ((lane >> 3) & 1) * 8);
+#pragma unroll
+          for (int mi = 0; mi < 2; mi++) {
+            mma16816<T>(s[mi][2 * nn], a[mi], bf[0], bf[1]);
+            mma16816<T>(s[mi][2 * nn + 1], a[mi], bf[2], bf[3]);
+          }
+        }
       }
-    // Online softmax: rows are shared by the 4 threads of a quad (lanes 4g..4g+3).
+
+      const bool need_mask = k0 + BK - 1 > wrow || k0 + BK > seq;
+      if (need_mask) {
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-      float mx = -INFINITY;
+        for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-      for (int nt = 0; nt < ST; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float m_new = fmaxf(m[r], mx);
-      const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a fully masked row so far: keep p = 0, no NaN
-      const float alpha = exp2f(m[r] - m_use);
-      float sum = 0.0f;
+          for (int nt = 0; nt < ST; nt++)
 #pragma unroll
-      for (int nt = 0; nt < ST; nt++) {
-        const float p0 = exp2f(s[nt][2 * r] - m_use), p1 = exp2f(s[nt][2 * r + 1] - m_use);
-        s[nt][2 * r] = p0;
-        s[nt][2 * r + 1] = p1;
-        sum += p0 + p1;
+            for (int e = 0; e < 4; e++) {
+              const int j = k0 + nt * 8 + 2 * tq + (e & 1), i = row0 + mi * 16 + (e >> 1) * 8;
+              if (j > i || j >= seq) s[mi][nt][e] = -INFINITY;
+            }
       }
-      l[r] = l[r] * alpha + sum;  // this thread's partial row sum; the quad's parts are added at the end
-      m[r] = m_new;
+      // Online softmax on raw scores (the scale folds into one FFMA per element); a row's 4 threads are a quad.
 #pragma unroll
-      for (int dt = 0; dt < DT; dt++) {
-        o[dt][2 * r] *= alpha;
-        o[dt][2 * r + 1] *= alpha;
+      for (int mi = 0; mi < 2; mi++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          float mx = m[mi][r];
+#pragma unroll
+          for (int nt = 0; nt < ST; nt++) mx = fmaxf(mx, fmaxf(s[mi][nt][2 * r], s[mi][nt][2 * r + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          // A row fully masked so far keeps p = 0 and no NaN.
+          const float mscaled = mx == -INFINITY ? 0.0f : mx * scale_log2;
+          const float alpha = exp2f(m[mi][r] * scale_log2 - mscaled);  // m = -inf: 0
+          float sum = 0.0f;
+#pragma unroll
+          for (int nt = 0; nt < ST; nt++) {
+            const float p0 = exp2f(fmaf(s[mi][nt][2 * r], scale_log2, -mscaled));
+            const float p1 = exp2f(fmaf(s[mi][nt][2 * r + 1], scale_log2, -mscaled));
+            s[mi][nt][2 * r] = p0;
+            s[mi][nt][2 * r + 1] = p1;
+            sum += p0 + p1;
+          }
+          l[mi][r] = l[mi][r] * alpha + sum;  // this thread's partial row sum; the quad's parts are added at the end
+          m[mi][r] = mx;
+#pragma unroll
+          for (int dt = 0; dt < DT; dt++) {
+            o[mi][dt][2 * r] *= alpha;
+            o[mi][dt][2 * r + 1] *= alpha;
+          }
+        }
+      // O += P V, P straight from the accumulators (rounded to T) as the A operand.
+#pragma unroll
+      for (int kk = 0; kk < BK / 16; kk++) {
+        uint32_t pa[2][4];
+#pragma unroll
+        for (int mi = 0; mi < 2; mi++) {
+          pa[mi][0] = pack2<T>(s[mi][2 * kk][0], s[mi][2 * kk][1]);
+          pa[mi][1] = pack2<T>(s[mi][2 * kk][2], s[mi][2 * kk][3]);
+          pa[mi][2] = pack2<T>(s[mi][2 * kk + 1][0], s[mi][2 * kk + 1][1]);
+          pa[mi][3] = pack2<T>(s[mi][2 * kk + 1][2], s[mi][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int nn = 0; nn < DT / 2; nn++) {
+          uint32_t bf[4];  // matrices: (k lo, n lo), (k hi, n lo), (k lo, n hi), (k hi, n hi)
+          ldsm_x4_trans(bf, vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + nn * 16 + (lane >> 4) * 8);
+#pragma unroll
+          for (int mi = 0; mi < 2; mi++) {
+            mma16816<T>(o[mi][2 * nn], pa[mi], bf[0], bf[1]);
+            mma16816<T>(o[mi][2 * nn + 1], pa[mi], bf[2], bf[3]);
+          }
+        }
       }
     }
-    uint32_t pa[BK / 16][4];
-    acc_to_a<T, ST>(pa, s);
-    mma_ab_rega<T, BK, DT, LD>(o, pa, vs, lane);
     __syncthreads();  // the buffer read here is refilled by the next iteration's prefetch
   }
 
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    float lr = l[r];
-    lr += __shfl_xor_sync(0xffffffffu, lr, 1);
-    lr += __shfl_xor_sync(0xffffffffu, lr, 2);
-    const int i = row0 + r * 8;
-    if (i >= seq) continue;
-    const float inv = 1.0f / lr;
-    T* orow = out + (int64_t(b) * seq + i) * int64_t(H) * D + int64_t(h) * D;
+  for (int mi = 0; mi < 2; mi++)
 #pragma unroll
-    for (int dt = 0; dt < DT; dt++)
-      *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * tq) = pack2<T>(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
-    if (tq == 0) lse[(int64_t(b) * H + h) * seq + i] = (m[r] + log2f(lr)) * kLn2;
-  }
+    for (int r = 0; r < 2; r++) {
+      float lr = l[mi][r];
+      lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+      lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+      const int i = row0 + mi * 16 + r * 8;
+      if (i >= seq) continue;
+      const float inv = 1.0f / lr;
+      T* orow = out + (int64_t(b) * seq + i) * int64_t(H) * D + int64_t(h) * D;
+#pragma unroll
+      for (int dt = 0; dt < DT; dt++)
+        *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * tq) =
+            pack2<T>(o[mi][dt][2 * r] * inv, o[mi][dt][2 * r + 1] * inv);
+      if (tq == 0) lse[(int64_t(b) * H + h) * seq + i] = (m[mi][r] * scale_log2 + log2f(lr)) * kLn2;
+    }
 }
 
 // dq part of dqkv. Grid (ceil(T/64), H, B), 128 threads. Di[B,H,T] = rowsum(dout * out).
@@ -703,7 +773,7 @@ void flash_forward(T* out, float* lse, const T* qkv, const Dims& d, cudaStream_t
   const float scale_log2 = kLog2e / std::sqrt(float(D));
   auto kernel = flash_fwd_kernel<T, D>;
   set_smem(kernel, fwd_smem_bytes<D>());
-  kernel<<<dim3(unsigned(ceil_div(d.T, kBlockQ)), d.H, d.B), kFlashThreads, fwd_smem_bytes<D>(), stream>>>(
+  kernel<<<dim3(unsigned(ceil_div(d.T, kFwdBlockQ)), d.H, d.B), kFlashThreads, fwd_smem_bytes<D>(), stream>>>(
       out, lse, qkv, d.T, d.H, d.Hkv, scale_log2);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
