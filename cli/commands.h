@@ -17,10 +17,11 @@ Command register_generate(CLI::App& app);
 Command register_tokenize(CLI::App& app);
 Command register_launch(CLI::App& app);
 Command register_profile(CLI::App& app);
+Command register_ckpt(CLI::App& app);
 
 inline Commands register_all(CLI::App& app) {
   return {register_train(app), register_generate(app), register_tokenize(app), register_launch(app),
-          register_profile(app)};
+          register_profile(app), register_ckpt(app)};
 }
 
 }  // namespace dscpp::cli
