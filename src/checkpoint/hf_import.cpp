@@ -86,7 +86,10 @@ Tensor read_ours(const std::string& arch, const std::string& name, const Source&
 
 void check_config(const std::string& dir, const ModelConfig& file_cfg, const ModelConfig& ours) {
   nlohmann::json a = file_cfg.to_hf_json(), b = ours.to_hf_json();
-  if (ours.arch == "llama") a.erase("max_position_embeddings"), b.erase("max_position_embeddings");  // no weights
+  if (ours.arch == "llama") {  // Llama's context length shapes no weight: fine-tuning may change it
+    a.erase("max_position_embeddings");
+    b.erase("max_position_embeddings");
+  }
   if (a != b)
     checkpoint_fail(K::mismatch, dir, "/config.json: model config mismatch: the folder has ", a.dump(),
                     ", the model has ", b.dump());

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Hugging Face interop against real `transformers` (optional: needs torch + transformers; run where they exist).
+
+Both directions, GPT-2 and Llama (tied and untied):
+  1. transformers -> dscpp: a random transformers model saved with save_pretrained (safetensors) is loaded by
+     `dscpp ckpt hf-logits`; its logits must equal transformers' on the same tokens.
+  2. dscpp -> transformers: `dscpp train` for one step, `dscpp ckpt export` (f32 and bf16); transformers loads the
+     folder with no missing or unexpected weights and gives the logits of our model (`dscpp ckpt hf-logits` on the
+     same folder; the C++ tests prove that import(export(model)) is bit-exact).
+
+Usage: python tests/python/test_hf_transformers.py --dscpp build/dscpp
+Prints one line per case and exits 1 on any failure.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import transformers
+
+TOKENS = [1, 7, 42, 3, 99, 0, 5, 64, 17, 2]
+TOL = {"f32": 2e-4, "bf16": 2e-4}  # same weights on both sides, f32 math: only summation order differs
+
+
+def dscpp_logits(dscpp, folder, vocab):
+    out = os.path.join(folder, "dscpp_logits.json")
+    subprocess.run([dscpp, "ckpt", "hf-logits", folder, "--tokens", ",".join(map(str, TOKENS)), "-o", out],
+                   check=True)
+    with open(out) as f:
+        j = json.load(f)
+    assert j["shape"] == [len(TOKENS), vocab], j["shape"]
+    return torch.tensor(j["logits"], dtype=torch.float64).view(len(TOKENS), vocab)
+
+
+def hf_logits(model):
+    with torch.no_grad():
+        return model(torch.tensor([TOKENS])).logits[0].double()
+
+
+def report(name, got, want, tol):
+    err = ((got - want).abs() / (1 + want.abs())).max().item()
+    ok = err <= tol
+    print(f"{'PASS' if ok else 'FAIL'} {name}: worst relative error {err:.3g} (threshold {tol:g})")
+    return ok
+
+
+def random_hf_model(kind):
+    torch.manual_seed(0)
+    if kind == "gpt2":
+        cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=32)
+        model = transformers.GPT2LMHeadModel(cfg)
+    else:
+        cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                       num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
+                                       max_position_embeddings=32, tie_word_embeddings=(kind == "llama-tied"))
+        model = transformers.LlamaForCausalLM(cfg)
+    with torch.no_grad():  # every tensor random (biases and norm gains too), so any mix-up shows
+        for name, p in model.named_parameters():
+            gain = name.endswith("weight") and ("ln_" in name or "norm" in name)
+            p.copy_(torch.randn_like(p) * 0.3 + (1.0 if gain else 0.0))
+    return model.float().eval()
+
+
+def hf_to_dscpp(dscpp, tmp, kind):
+    model = random_hf_model(kind)
+    folder = os.path.join(tmp, "from_hf_" + kind)
+    model.save_pretrained(folder, safe_serialization=True)
+    return report(f"transformers -> dscpp ({kind})", dscpp_logits(dscpp, folder, model.config.vocab_size),
+                  hf_logits(model), TOL["f32"])
+
+
+def dscpp_to_hf(dscpp, tmp, preset, dtype):
+    run = os.path.join(tmp, "run_" + preset)
+    if not os.path.isdir(os.path.join(run, "checkpoints")):
+        subprocess.run([dscpp, "train", "--model", preset, "--steps", "1", "--seq-len", "32", "--samples", "0",
+                        "--out", run], check=True, stdout=subprocess.DEVNULL)
+    folder = os.path.join(tmp, f"export_{preset}_{dtype}")
+    subprocess.run([dscpp, "ckpt", "export", os.path.join(run, "checkpoints"), "--format", "safetensors", "-o",
+                    folder, "--dtype", dtype], check=True, stdout=subprocess.DEVNULL)
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True,
+                                                                    torch_dtype=torch.float32)
+    buffers = (".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")
+    bad = [k for k in info["missing_keys"] + info["unexpected_keys"] if not k.endswith(buffers)]
+    if bad:
+        print(f"FAIL dscpp -> transformers ({preset}, {dtype}): missing/unexpected weights {bad}")
+        return False
+    model.eval()
+    return report(f"dscpp -> transformers ({preset}, {dtype})",
+                  hf_logits(model), dscpp_logits(dscpp, folder, model.config.vocab_size), TOL[dtype])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dscpp", default="build/dscpp", help="path to the dscpp executable")
+    ap.add_argument("--keep", help="work in this folder and keep it (default: a temp folder, removed)")
+    a = ap.parse_args()
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    with tempfile.TemporaryDirectory() as t:
+        tmp = a.keep or t
+        os.makedirs(tmp, exist_ok=True)
+        ok = True
+        for kind in ("gpt2", "llama-tied", "llama-untied"):
+            ok &= hf_to_dscpp(a.dscpp, tmp, kind)
+        for preset in ("gpt2-tiny", "llama-tiny"):
+            for dtype in ("f32", "bf16"):
+                ok &= dscpp_to_hf(a.dscpp, tmp, preset, dtype)
+    print("all passed" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
