@@ -208,7 +208,13 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   dc.batch_size = B;
   dc.seq_len = T;
   dc.seed = cfg.seed;
-  dc.val_fraction = 0.02;
+  // Validation: the last 2% of sequences, more (up to 10%) when that is less than one batch; smaller batches when
+  // even 10% is (a small corpus at a long context).
+  int64_t total_tokens = 0;
+  for (const auto& sh : data.shards) total_tokens += TokenShard(sh).size();
+  const int64_t n_seq = total_tokens > T ? (total_tokens - 1) / T : 0;
+  dc.val_fraction = n_seq ? std::min(0.1, std::max(0.02, (double(B) + 0.5) / double(n_seq))) : 0.02;
+  const int64_t val_B = std::max<int64_t>(1, std::min<int64_t>(B, int64_t(double(n_seq) * dc.val_fraction)));
   dc.rank = rank;  // each rank takes its block of every global batch
   dc.world_size = world;
   DataLoader train(dc);
@@ -216,6 +222,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   dc.world_size = 1;
   dc.validation = true;
   dc.shuffle = false;
+  dc.batch_size = val_B;
   DataLoader val(dc);
 
   // 3. Model and engine.
@@ -262,7 +269,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
           << ", reduce_bucket_size " << cfg.zero_optimization.reduce_bucket_size << ", overlap_comm "
           << (cfg.zero_optimization.overlap_comm ? "on" : "off") << std::endl;
   }
-  res.first_val_loss = evaluate(m, val, o.eval_batches, B, T);
+  res.first_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
   if (!quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;
 
   Allocator& device_alloc = allocator_for(mopts.device);
@@ -312,7 +319,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
       window_tokens = 0;
     }
     if (o.eval_every && step % o.eval_every == 0 && step != o.steps) {
-      float vl = evaluate(m, val, o.eval_batches, B, T);
+      float vl = evaluate(m, val, o.eval_batches, val_B, T);
       if (!quiet) log << "step " << step << " | val loss " << vl << std::endl;
     }
     if (o.save_every && step % o.save_every == 0 && step != o.steps) save();
@@ -323,7 +330,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   res.peak_tensor_bytes = device_alloc.stats().peak_bytes;
   res.peak_rss_bytes = peak_rss_bytes();
   res.global_steps = engine->global_steps();
-  res.final_val_loss = evaluate(m, val, o.eval_batches, B, T);
+  res.final_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
   save();
   if (!quiet) {
     log << "step " << res.global_steps << " | val loss " << res.final_val_loss << " (was " << res.first_val_loss
