@@ -18,10 +18,13 @@ Command register_train(CLI::App& app) {
       "  dscpp train --config ds_config.json --model llama-tiny --steps 1000\n"
       "  dscpp train --data corpus.txt --vocab-size 4096 --out runs/mine\n"
       "  dscpp train --data shards/*.bin --tokenizer tokenizer.json --resume\n"
+      "  dscpp train --init-from hf/gpt2 --tokenizer hf/gpt2/tokenizer.json --data my.txt --device cuda\n"
       "Model presets: " + [] { std::string s; for (auto& n : ModelConfig::preset_names()) s += n + " "; return s; }());
   c.app->add_option("--config", o->config_path, "DeepSpeed JSON config (default: built-in, see README)")
       ->check(CLI::ExistingFile);
   c.app->add_option("--model", o->model, "Model preset name or Hugging Face config.json")->capture_default_str();
+  c.app->add_option("--init-from", o->init_from, "Fine-tune a Hugging Face GPT-2/Llama folder (config.json + *.safetensors)")
+      ->check(CLI::ExistingDirectory);
   c.app->add_option("--data", o->data, "Token shards (*.bin) or text files (default: built-in corpus)");
   c.app->add_option("--tokenizer", o->tokenizer, "tokenizer.json or vocab.json (default: train one on the data)");
   c.app->add_option("--vocab-size", o->vocab_size, "Vocabulary size when training a tokenizer")

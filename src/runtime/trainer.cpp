@@ -10,6 +10,7 @@
 #include <ostream>
 
 #include "dscpp/checkpoint/checkpoint_io.h"
+#include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/comm/dist_env.h"
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/cuda.h"
@@ -183,8 +184,9 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (!quiet)
     for (const auto& w : warnings) log << "warning: " << w << std::endl;
   if (o.seed) cfg.seed = o.seed;
-  ModelConfig mcfg = fs::exists(o.model) ? ModelConfig::from_hf_json(nlohmann::json::parse(read_file(o.model)))
-                                         : ModelConfig::preset(o.model);
+  ModelConfig mcfg = !o.init_from.empty() ? read_hf_config(o.init_from)
+                    : fs::exists(o.model)  ? ModelConfig::from_hf_json(nlohmann::json::parse(read_file(o.model)))
+                                           : ModelConfig::preset(o.model);
 
   // Data parallel: the process group (the ranks meet through the store on MASTER_ADDR:MASTER_PORT).
   std::unique_ptr<ProcessGroup> pg;
@@ -197,7 +199,13 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (pg && rank != 0) pg->barrier()->wait();
   PreparedData data = prepare_data(data_opts, log);
   if (pg && rank == 0) pg->barrier()->wait();
-  mcfg.vocab_size = data.tokenizer.vocab_size();
+  if (o.init_from.empty()) {
+    mcfg.vocab_size = data.tokenizer.vocab_size();
+  } else {
+    DSCPP_CHECK(data.tokenizer.vocab_size() <= mcfg.vocab_size, "--init-from ", o.init_from, ": the tokenizer has ",
+                data.tokenizer.vocab_size(), " tokens but the model's vocabulary is ", mcfg.vocab_size,
+                " (pass the model's own tokenizer with --tokenizer)");
+  }
   int64_t T = o.seq_len ? o.seq_len : mcfg.max_seq_len;
   DSCPP_CHECK(T <= mcfg.max_seq_len, "--seq-len ", T, " exceeds the model's context length ", mcfg.max_seq_len);
   mcfg.validate();
@@ -232,6 +240,10 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   mopts.dtype = model_dtype(cfg);
   auto model = make_model(mcfg, mopts);
   model->init_weights(cfg.seed);
+  if (!o.init_from.empty()) {
+    load_hf_model(o.init_from, *model);  // every name, shape and dtype checked before the model changes
+    if (!o.quiet && rank == 0) log << "initialised from " << o.init_from << std::endl;
+  }
   if (o.activation_checkpointing && !cfg.activation_checkpointing.number_checkpoints)
     model->set_checkpoint_policy(CheckpointPolicy(size_t(mcfg.n_layer), true));
   EngineOptions eopts;

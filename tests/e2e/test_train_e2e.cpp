@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/data/corpus.h"
 #include "dscpp/runtime/trainer.h"
 
@@ -84,4 +85,18 @@ TEST(TrainE2E, ResumeReproducesUninterruptedLosses) {
   ASSERT_EQ(full.losses.size(), 12u);
   ASSERT_EQ(rest.losses.size(), 6u);
   for (size_t i = 0; i < 6; i++) EXPECT_EQ(rest.losses[i], full.losses[6 + i]) << "step " << 7 + i;
+}
+
+TEST(TrainE2E, InitFromHuggingFaceExportContinuesTheModel) {
+  Fixture f;
+  std::ostringstream log;
+  TrainResult first = run_training(f.opts("pretrain", 30), log);
+  const std::string hf = (f.dir / "hf").string();
+  export_hf_checkpoint(first.checkpoint_dir, "", hf, {});
+  TrainOptions o = f.opts("finetune", 2);
+  o.init_from = hf;
+  o.tokenizer = hf + "/tokenizer.json";
+  TrainResult second = run_training(o, log);
+  // Same text, same tokenizer, same validation batches: the imported weights give the exported model's loss.
+  EXPECT_FLOAT_EQ(second.first_val_loss, first.final_val_loss) << log.str();
 }

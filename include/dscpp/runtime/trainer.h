@@ -14,6 +14,7 @@ namespace dscpp {
 struct TrainOptions {
   std::string config_path;            // DeepSpeed JSON config; "" = the built-in default (train_default_config)
   std::string model = "gpt2-tiny";    // a preset name, or a path to a Hugging Face config.json
+  std::string init_from;              // a Hugging Face model folder (config.json + safetensors) to fine-tune
   std::vector<std::string> data;      // *.bin token shards or text files; empty = the built-in corpus
   std::string tokenizer;              // tokenizer.json, or vocab.json (merges.txt beside it); "" = train one
   int vocab_size = 2048;              // when training a tokenizer
