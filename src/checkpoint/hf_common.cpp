@@ -64,9 +64,8 @@ uint64_t parse_byte_size(const std::string& text) {
   return uint64_t(v * mult);
 }
 
-ModelConfig read_hf_config(const std::string& dir) {
+nlohmann::json read_json_file(const std::string& path) {
   std::error_code ec;
-  const std::string path = fs::is_directory(dir, ec) ? dir + "/config.json" : dir;
   std::ifstream f(path);
   if (!f) {
     if (!fs::exists(path, ec)) checkpoint_fail(CheckpointErrorKind::missing_file, path, ": missing file");
@@ -74,12 +73,17 @@ ModelConfig read_hf_config(const std::string& dir) {
   }
   std::ostringstream os;
   os << f.rdbuf();
-  nlohmann::json j;
   try {
-    j = nlohmann::json::parse(os.str());
+    return nlohmann::json::parse(os.str());
   } catch (const nlohmann::json::exception& e) {
     checkpoint_fail(CheckpointErrorKind::bad_header, path, ": invalid JSON: ", e.what());
   }
+}
+
+ModelConfig read_hf_config(const std::string& dir) {
+  std::error_code ec;
+  const std::string path = fs::is_directory(dir, ec) ? dir + "/config.json" : dir;
+  nlohmann::json j = read_json_file(path);
   try {
     return ModelConfig::from_hf_json(j);
   } catch (const Error& e) {

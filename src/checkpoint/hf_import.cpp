@@ -37,15 +37,7 @@ std::vector<std::unique_ptr<SafetensorsFile>> open_weight_files(const std::strin
                                                                  "to safetensors)"
                                                                : "");
   }
-  std::ifstream f(index);
-  std::ostringstream os;
-  os << f.rdbuf();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(os.str());
-  } catch (const nlohmann::json::exception& e) {
-    checkpoint_fail(K::bad_header, index, ": invalid JSON: ", e.what());
-  }
+  const nlohmann::json j = read_json_file(index);
   if (!j.is_object() || !j.contains("weight_map") || !j.at("weight_map").is_object())
     checkpoint_fail(K::bad_header, index, ": no \"weight_map\" object");
   std::vector<std::string> names;

@@ -44,6 +44,8 @@ HfExportResult export_hf_checkpoint(const std::string& save_dir, const std::stri
 
 // config.json of a HF folder (or the path of a config file) -> ModelConfig; errors name the file.
 ModelConfig read_hf_config(const std::string& dir);
+// A JSON file; CheckpointError (missing_file, io, bad_header) naming it otherwise.
+nlohmann::json read_json_file(const std::string& path);
 
 struct HfLoadOptions {
   bool strict = true;  // an unknown tensor (not a parameter, not a known buffer) is an error; else it is reported
