@@ -42,6 +42,8 @@ Command register_train(CLI::App& app) {
       ->capture_default_str();
   c.app->add_option("--samples", o->num_samples, "Samples to print at the end")->capture_default_str();
   c.app->add_option("--seed", o->seed, "Seed (default: the config's seed)");
+  c.app->add_option("--trace", o->trace, "Write a Chrome trace (ui.perfetto.dev) of the step "
+                    "flops_profiler.profile_step (default 1, counted from 0) to this file");
   c.app->add_option("--device", o->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   c.run = [o] {
     run_training(*o, std::cout);

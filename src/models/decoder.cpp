@@ -6,6 +6,7 @@
 
 #include "dscpp/core/rng.h"
 #include "dscpp/kernels/ops.h"
+#include "dscpp/profiler/profiler.h"
 
 namespace dscpp {
 
@@ -131,6 +132,7 @@ float Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   DSCPP_CHECK(ckpt_.empty() || int64_t(ckpt_.size()) == L, "checkpoint policy has ", ckpt_.size(),
               " flags for ", L, " blocks");
   release();
+  DSCPP_PROFILE_RANGE("model");  // range names are the module tree's paths (profiler/module_tree.cpp)
   MemoryCategoryScope scope(MemoryCategory::activations);
   seq_ = seq_for(tokens);
   const int64_t N = seq_.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
@@ -139,19 +141,31 @@ float Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   const Tensor host_targets = targets.device().is_cpu() ? targets.view({N}) : targets.to(Device::cpu()).view({N});
 
   x_.assign(size_t(L + 1), Tensor());
-  x_[0] = embed(ids_, seq_);
+  {
+    DSCPP_PROFILE_RANGE("model.embeddings");
+    x_[0] = embed(ids_, seq_);
+  }
   for (int64_t l = 0; l < L; l++) {
+    DSCPP_PROFILE_RANGE("model.blocks.*", int32_t(l));
     bool checkpointed = !ckpt_.empty() && ckpt_[size_t(l)];
     x_[size_t(l + 1)] = Tensor::empty({N, C}, act_, device_);
     m_.blocks[size_t(l)].forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, !checkpointed);
   }
   xf_ = Tensor::empty({N, C}, act_, device_);
-  stf_ = m_.norm_f.forward(params_, xf_, x_[size_t(L)]);
+  {
+    DSCPP_PROFILE_RANGE("model.norm_f");
+    stf_ = m_.norm_f.forward(params_, xf_, x_[size_t(L)]);
+  }
   logits_ = Tensor::empty({N, V}, act_, device_);  // compute dtype; the loss and its statistics are f32
-  ops::matmul_forward(logits_, xf_, params_.param(m_.lm_head_id), Tensor());
-
+  {
+    DSCPP_PROFILE_RANGE("model.lm_head");
+    ops::matmul_forward(logits_, xf_, params_.param(m_.lm_head_id), Tensor());
+  }
   Tensor losses = Tensor::empty({N}, DType::f32, device_);
-  ops::crossentropy_forward(losses, logits_, targets_);
+  {
+    DSCPP_PROFILE_RANGE("model.loss");
+    ops::crossentropy_forward(losses, logits_, targets_);
+  }
   Tensor hl = device_.is_cpu() ? losses : losses.to(Device::cpu());
   const float* lp = hl.data<float>();
   const int32_t* tp = host_targets.data<int32_t>();
@@ -167,17 +181,27 @@ float Decoder::forward(const Tensor& tokens, const Tensor& targets) {
 
 void Decoder::backward(float dloss) {
   DSCPP_CHECK(logits_.defined(), "backward() without a forward() to go with it");
+  DSCPP_PROFILE_RANGE("model");
   MemoryCategoryScope scope(MemoryCategory::activations);
   const int64_t L = cfg_.n_layer, N = seq_.N(), C = cfg_.n_embd;
   const float scale = num_valid_ ? dloss / float(num_valid_) : 0.0f;
 
   // Loss and lm head: the logits buffer becomes dlogits in place.
-  ops::crossentropy_backward(logits_, logits_, targets_, scale);
+  {
+    DSCPP_PROFILE_RANGE("model.loss");
+    ops::crossentropy_backward(logits_, logits_, targets_, scale);
+  }
   Tensor dxf = Tensor::empty({N, C}, act_, device_);
-  ops::matmul_backward(dxf, params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, params_.param(m_.lm_head_id));
+  {
+    DSCPP_PROFILE_RANGE("model.lm_head");
+    ops::matmul_backward(dxf, params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, params_.param(m_.lm_head_id));
+  }
   logits_ = Tensor();
   Tensor dres = Tensor::empty({N, C}, act_, device_);  // d(residual stream), updated in place per block
-  m_.norm_f.backward(params_, dres, dxf, x_[size_t(L)], stf_);
+  {
+    DSCPP_PROFILE_RANGE("model.norm_f");
+    m_.norm_f.backward(params_, dres, dxf, x_[size_t(L)], stf_);
+  }
   dxf = xf_ = Tensor();
   stf_.release();
   grads_ready(m_.norm_f.weight_id);
@@ -186,6 +210,7 @@ void Decoder::backward(float dloss) {
 
   for (int64_t l = L - 1; l >= 0; l--) {
     Block& b = m_.blocks[size_t(l)];
+    DSCPP_PROFILE_RANGE("model.blocks.*", int32_t(l));  // backward time includes the recomputed forward
     // Recompute a checkpointed block; its output x_{l+1} is dead here, so the recompute writes into it.
     if (!b.saved()) b.forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, true);
     b.backward(params_, dres, x_[size_t(l)], seq_);
@@ -195,8 +220,11 @@ void Decoder::backward(float dloss) {
       grad_ready_hook_(params_.info(b.norm1.weight_id).offset, params_.info(next).offset);
     }
   }
-  m_.wte.backward(params_, dres, ids_);
-  if (m_.wpe.defined()) m_.wpe.backward(params_, dres, seq_.pos);
+  {
+    DSCPP_PROFILE_RANGE("model.embeddings");
+    m_.wte.backward(params_, dres, ids_);
+    if (m_.wpe.defined()) m_.wpe.backward(params_, dres, seq_.pos);
+  }
   grads_ready(m_.wte.table_id);
   grads_ready(m_.wpe.table_id);
   release();

@@ -249,6 +249,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   EngineOptions eopts;
   eopts.dp_group = pg.get();
   auto engine = initialize(std::move(model), cfg, eopts);
+  if (!o.trace.empty()) engine->set_trace_file(o.trace);
   Model& m = engine->model();
 
   const std::string ckpt_dir = (fs::path(o.out_dir) / "checkpoints").string();

@@ -22,6 +22,7 @@
 
 #include "dscpp/core/rng.h"
 #include "dscpp/models/model.h"
+#include "dscpp/profiler/profiler.h"
 #include "dscpp/runtime/config.h"
 #include "dscpp/runtime/grad_reducer.h"
 #include "dscpp/runtime/loss_scaler.h"
@@ -51,6 +52,7 @@ struct EngineOptions {
 class Engine {
  public:
   Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptions options = {});
+  ~Engine();
 
   // tokens, targets: i32 [micro_batch, T]. Returns the mean loss of this micro-batch (unscaled).
   float forward(const Tensor& tokens, const Tensor& targets);
@@ -83,6 +85,15 @@ class Engine {
   const DeepSpeedConfig& config() const { return cfg_; }
   Rng& rng() { return rng_; }
   StepTimes take_step_times();                   // returns and resets the wall-clock breakdown
+
+  // Profiling (flops_profiler section): the optimizer step whose global_steps() equals profile_step (counted from 0
+  // like DeepSpeed's) runs with the profiler active: ranges "forward" / "backward" / "step" around the engine calls
+  // and the model's module ranges inside them. At its boundary rank 0 prints the flops profile and the memory
+  // report (or writes them to output_file), and, when set_trace_file() named a path, writes a Chrome trace of it.
+  // Other steps pay one branch per range.
+  void set_trace_file(const std::string& path);   // also profiles the step when flops_profiler is off
+  Profiler* profiler() { return prof_.get(); }   // null when neither flops_profiler nor a trace is on
+  const std::string& last_profile_report() const { return profile_report_; }
 
   // Checkpoints (DeepSpeed's save_checkpoint / load_checkpoint): tag "" = "global_step<N>". client_state is stored
   // as given and returned by load. Data parallel: save is collective (rank 0 writes the replicated states, the
@@ -118,6 +129,13 @@ class Engine {
   int64_t loss_count_ = 0;
   float last_loss_ = 0.0f;
   StepTimes times_;
+
+  void profile_begin_micro_step();  // starts the profiled step at its first micro-batch
+  void profile_finish_step();       // at the profiled step's boundary: report, trace, deactivate
+  std::unique_ptr<Profiler> prof_;
+  std::string trace_path_, profile_report_;
+  bool profiling_ = false;
+  int64_t prof_rows_ = 0, prof_T_ = 0;  // sequences and sequence length seen in the profiled step
 };
 
 // deepspeed.initialize(): validates that the config and model agree, then builds the engine.

@@ -32,6 +32,7 @@ struct TrainOptions {
   uint64_t seed = 0;                  // 0 = the config's seed
   bool quiet = false;                 // no progress lines (tests)
   std::string device = "cpu";         // "cpu" or "cuda" (bf16/fp16 from the config need cuda)
+  std::string trace;                  // Chrome trace of the flops_profiler.profile_step step ("" = none)
 };
 
 struct TrainResult {

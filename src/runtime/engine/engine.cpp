@@ -17,6 +17,10 @@
 #include <iostream>
 
 #include "dscpp/kernels/ops.h"
+#include "dscpp/profiler/memory_report.h"
+#include "dscpp/profiler/module_tree.h"
+#include "dscpp/profiler/report.h"
+#include "dscpp/profiler/trace.h"
 #include "dscpp/runtime/grad_clip.h"
 
 namespace dscpp {
@@ -79,6 +83,70 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   const auto& ac = cfg_.activation_checkpointing;
   if (ac.number_checkpoints)
     model_->set_checkpoint_policy(checkpoint_every(model_->config().n_layer, *ac.number_checkpoints));
+  if (cfg_.flops_profiler.enabled) set_trace_file("");
+}
+
+Engine::~Engine() {
+  if (active_profiler() == prof_.get()) set_active_profiler(nullptr);
+}
+
+void Engine::set_trace_file(const std::string& path) {
+  if (!path.empty()) trace_path_ = path;
+  if (prof_) return;
+  Profiler::Options o;
+  o.cuda_events = model_->params().flat_params().device().is_cuda();  // GPU time, never host time of async work
+  o.device = o.cuda_events ? model_->params().flat_params().device().index : 0;
+  prof_ = std::make_unique<Profiler>(o);
+}
+
+void Engine::profile_begin_micro_step() {
+  if (!prof_ || profiling_ || global_steps_ != cfg_.flops_profiler.profile_step) return;
+  if (micro_steps_ % cfg_.gradient_accumulation_steps != 0) return;  // start at the step's first micro-batch
+  prof_->clear();
+  prof_->set_enabled(true);
+  prof_->begin_step(global_steps_);
+  set_active_profiler(prof_.get());
+  profiling_ = true;
+  prof_rows_ = prof_T_ = 0;
+}
+
+void Engine::profile_finish_step() {
+  profiling_ = false;
+  set_active_profiler(nullptr);
+  prof_->set_enabled(false);
+  prof_->resolve();
+  if (dp_rank() == 0 && cfg_.flops_profiler.enabled) {
+    FlopsOptions fo;
+    fo.batch = prof_rows_;
+    fo.seq_len = prof_T_;
+    fo.checkpoint = model_->checkpoint_policy();
+    const ModuleNode tree = build_module_tree(model_->config(), fo);
+    StepMeasure m;
+    m.samples = prof_rows_;
+    m.tokens = prof_rows_ * prof_T_;
+    for (const auto& [key, st] : prof_->stats()) {
+      if (key.first == "forward") m.fwd_ms += st.total_ms;
+      if (key.first == "backward") m.bwd_ms += st.total_ms;
+      if (key.first == "step") m.step_ms += st.total_ms;
+    }
+    m.peak_flops = model_->params().flat_params().device().is_cuda() ? kPeakBf16FlopsH100 : 0.0;  // CPU: MFU N/A
+    m.world_size = dp_world_size();
+    ReportOptions ro;
+    ro.profile_step = cfg_.flops_profiler.profile_step;
+    ro.module_depth = int(cfg_.flops_profiler.module_depth);
+    ro.top_modules = int(cfg_.flops_profiler.top_modules);
+    ro.detailed = cfg_.flops_profiler.detailed;
+    profile_report_ = format_flops_profile(tree, module_times(*prof_), m, ro) + "\n" +
+                      format_memory_report(collect_memory_stats());
+    if (cfg_.flops_profiler.output_file) write_text_file(*cfg_.flops_profiler.output_file, profile_report_);
+    else std::cout << profile_report_ << std::flush;
+  }
+  if (!trace_path_.empty()) {
+    TraceWriter w;
+    prof_->export_trace(w, dp_rank());
+    w.write(dp_world_size() > 1 ? trace_path_ + ".rank" + std::to_string(dp_rank()) : trace_path_);
+  }
+  prof_->clear();
 }
 
 bool Engine::is_gradient_accumulation_boundary() const {
@@ -88,8 +156,18 @@ bool Engine::is_gradient_accumulation_boundary() const {
 double Engine::get_lr() const { return scheduler_.get_lr(); }
 
 float Engine::forward(const Tensor& tokens, const Tensor& targets) {
+  profile_begin_micro_step();
+  if (profiling_) {
+    prof_rows_ += tokens.size(0);
+    prof_T_ = tokens.size(1);
+    prof_->set_phase(Phase::forward);
+  }
   auto t0 = Clock::now();
-  float loss = model_->forward(tokens, targets);
+  float loss;
+  {
+    ProfileRange r(prof_.get(), "forward");
+    loss = model_->forward(tokens, targets);
+  }
   times_.forward_ms += ms_since(t0);
   // fp16 may overflow in the forward pass: the gradients then overflow too and the step is skipped.
   DSCPP_CHECK(std::isfinite(loss) || cfg_.fp16.enabled, "loss is ", loss, " at global step ", global_steps_,
@@ -101,6 +179,8 @@ float Engine::forward(const Tensor& tokens, const Tensor& targets) {
 
 void Engine::backward() {
   auto t0 = Clock::now();
+  if (profiling_) prof_->set_phase(Phase::backward);
+  ProfileRange r(prof_.get(), "backward");
   const float gas = float(cfg_.gradient_accumulation_steps);  // DeepSpeed's scale_wrt_gas, times the loss scale
   if (reducer_) reducer_->begin_backward(is_gradient_accumulation_boundary());
   model_->backward(mixed_ ? float(scaler_.loss_scale() / double(gas)) : 1.0f / gas);
@@ -111,31 +191,37 @@ void Engine::backward() {
 
 void Engine::step() {
   auto t0 = Clock::now();
-  if (is_gradient_accumulation_boundary()) {
-    ParamSet& ps = model_->params();
-    bool applied = true;
-    if (mixed_) {
-      applied = mixed_step(ps);
-    } else {
-      last_grad_norm_ = std::sqrt(grad_sum_squares(ps.flat_grads()));
-      float scale = 1.0f;
-      if (cfg_.gradient_clipping > 0.0) scale = clip_coefficient(last_grad_norm_, cfg_.gradient_clipping);
-      set_scheduled_betas();
-      optimizer_->step(float(scheduler_.get_lr()), scale);
+  const bool finish_profile = profiling_ && is_gradient_accumulation_boundary();
+  {  // the "step" range closes before the profiled step is reported
+    if (profiling_) prof_->set_phase(Phase::step);
+    ProfileRange r(prof_.get(), "step");
+    if (is_gradient_accumulation_boundary()) {
+      ParamSet& ps = model_->params();
+      bool applied = true;
+      if (mixed_) {
+        applied = mixed_step(ps);
+      } else {
+        last_grad_norm_ = std::sqrt(grad_sum_squares(ps.flat_grads()));
+        float scale = 1.0f;
+        if (cfg_.gradient_clipping > 0.0) scale = clip_coefficient(last_grad_norm_, cfg_.gradient_clipping);
+        set_scheduled_betas();
+        optimizer_->step(float(scheduler_.get_lr()), scale);
+      }
+      last_skipped_ = !applied;
+      if (applied) scheduler_.step();
+      else skipped_steps_++;
+      ps.zero_grads();
+      global_steps_++;
+      global_samples_ += cfg_.train_batch_size;
+      last_loss_ = loss_count_ ? float(loss_sum_ / double(loss_count_)) : 0.0f;
+      loss_sum_ = 0.0;
+      loss_count_ = 0;
+      times_.steps++;
     }
-    last_skipped_ = !applied;
-    if (applied) scheduler_.step();
-    else skipped_steps_++;
-    ps.zero_grads();
-    global_steps_++;
-    global_samples_ += cfg_.train_batch_size;
-    last_loss_ = loss_count_ ? float(loss_sum_ / double(loss_count_)) : 0.0f;
-    loss_sum_ = 0.0;
-    loss_count_ = 0;
-    times_.steps++;
   }
   micro_steps_++;
   times_.step_ms += ms_since(t0);
+  if (finish_profile) profile_finish_step();
 }
 
 void Engine::set_scheduled_betas() {
