@@ -76,7 +76,7 @@ TEST(LaunchTrain, TwoCpuRanksTrainAndOnlyRankZeroPrints) {
   if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
   Job job;
   std::string log = (job.dir / "log").string();
-  std::string cmd = dscpp_binary() + " launch --nproc 2 -H /nonexistent" + job.args + " --steps 6 --samples 1 > " + log + " 2>&1";
+  std::string cmd = dscpp_binary() + " launch --nproc 2 --master_port 0 -H /nonexistent" + job.args + " --steps 6 --samples 1 > " + log + " 2>&1";
   int rc = std::system(cmd.c_str());
   std::ifstream in(log);
   std::string out((std::istreambuf_iterator<char>(in)), {});
@@ -90,7 +90,7 @@ TEST(LaunchTrain, TwoCpuRanksTrainAndOnlyRankZeroPrints) {
   EXPECT_TRUE(fs::exists(job.dir / "out" / "checkpoints" / "global_step6" / "model_states.safetensors"));
 
   // Resuming on 2 ranks continues exactly where an uninterrupted 8-step run would be.
-  const std::string launch = dscpp_binary() + " launch --nproc 2 -H /nonexistent";
+  const std::string launch = dscpp_binary() + " launch --nproc 2 --master_port 0 -H /nonexistent";
   std::string resumed = run(launch + job.args + " --steps 8 --resume --samples 0", &rc);
   ASSERT_EQ(rc, 0) << resumed;
   EXPECT_NE(resumed.find("resumed from"), std::string::npos) << resumed;
@@ -110,7 +110,7 @@ TEST(LaunchTrain, KilledRankStopsTheJobWithAMessage) {
     dup2(p[1], 1);
     dup2(p[1], 2);
     close(p[0]);
-    std::string cmd = "exec " + dscpp_binary() + " launch --nproc 2 -H /nonexistent --kill_grace 2" + job.args +
+    std::string cmd = "exec " + dscpp_binary() + " launch --nproc 2 --master_port 0 -H /nonexistent --kill_grace 2" + job.args +
                       " --steps 100000";
     execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
     _exit(99);
