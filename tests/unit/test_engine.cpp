@@ -8,23 +8,14 @@
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/runtime/engine.h"
+#include "tiny_models.h"
 
 using namespace dscpp;
 namespace fs = std::filesystem;
 
 namespace {
 
-ModelConfig tiny(const std::string& arch) {
-  ModelConfig c = ModelConfig::preset(arch == "gpt2" ? "gpt2-tiny" : "llama-tiny");
-  c.n_layer = 2;
-  c.n_embd = 32;
-  c.n_head = 4;
-  c.n_kv_head = arch == "gpt2" ? 4 : 2;
-  c.n_ffn = arch == "gpt2" ? 128 : 80;
-  c.vocab_size = 97;
-  c.max_seq_len = 16;
-  return c;
-}
+ModelConfig tiny(const std::string& arch) { return test_fixtures::tiny_model_config(arch); }
 
 DeepSpeedConfig config(int64_t mb, int64_t gas, const std::string& extra = "") {
   std::string j = R"({"train_micro_batch_size_per_gpu": )" + std::to_string(mb) +

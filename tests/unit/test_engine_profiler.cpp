@@ -12,23 +12,14 @@
 #include "dscpp/profiler/report.h"
 #include "dscpp/profiler/trace.h"
 #include "dscpp/runtime/engine.h"
+#include "tiny_models.h"
 
 using namespace dscpp;
 namespace fs = std::filesystem;
 
 namespace {
 
-ModelConfig tiny() {
-  ModelConfig c = ModelConfig::preset("gpt2-tiny");
-  c.n_layer = 2;
-  c.n_embd = 32;
-  c.n_head = 4;
-  c.n_kv_head = 4;
-  c.n_ffn = 128;
-  c.vocab_size = 97;
-  c.max_seq_len = 16;
-  return c;
-}
+ModelConfig tiny() { return test_fixtures::tiny_model_config("gpt2"); }
 
 DeepSpeedConfig config(const std::string& extra) {
   return DeepSpeedConfig::from_string(
