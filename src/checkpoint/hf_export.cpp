@@ -161,9 +161,16 @@ HfExportResult export_hf_checkpoint(const std::string& save_dir, const std::stri
     SafetensorsFile of = r.open_tensors("optim_states.safetensors");
     if (of.find("fp32_master")) {
       const nlohmann::json& om = st.value("optimizer", nlohmann::json::object());
-      owned_begin = om.value("owned_begin", int64_t(0));
-      const int64_t owned_end = om.value("owned_end", st.at("layout").value("flat_numel", int64_t(0)));
-      bool covers = of.find("fp32_master")->shape == Shape{owned_end - owned_begin};
+      int64_t owned_end = st.at("layout").value("flat_numel", int64_t(0));
+      bool covers = true;
+      if (om.contains("owned")) {  // one range (stage 0); a ZeRO shard cannot cover every parameter
+        covers = om.at("owned").size() == 1;
+        if (covers) owned_begin = om.at("owned")[0][0].get<int64_t>(), owned_end = om.at("owned")[0][1].get<int64_t>();
+      } else {
+        owned_begin = om.value("owned_begin", int64_t(0));
+        owned_end = om.value("owned_end", owned_end);
+      }
+      covers = covers && of.find("fp32_master")->shape == Shape{owned_end - owned_begin};
       for (const auto& p : st.at("layout").at("params"))
         covers = covers && p.at(1).get<int64_t>() >= owned_begin &&
                  p.at(1).get<int64_t>() + p.at(2).get<int64_t>() <= owned_end;

@@ -2,6 +2,8 @@
 #include "decoder.h"
 
 #include <cmath>
+#include <exception>
+#include <optional>
 #include <vector>
 
 #include "dscpp/core/rng.h"
@@ -28,8 +30,13 @@ std::unique_ptr<Model> make_model(const ModelConfig& cfg, const ModelOptions& op
 Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts)
     : Model(cfg), device_(opts.device), act_(opts.dtype) {
   m_ = declare_layers(params_, cfg_);
+  // Units (Note [ZeRO units]): the embeddings, each block, then the final norm with an untied lm head.
+  std::vector<int> starts{0};
+  for (const Block& b : m_.blocks) starts.push_back(b.norm1.weight_id);
+  starts.push_back(m_.norm_f.weight_id);
+  params_.set_unit_starts(starts);
   // Gradients accumulate in f32 whatever the parameter dtype (mixed precision: the optimizer steps f32 masters).
-  params_.materialize(opts.dtype, opts.device, 16, opts.pad_multiple, DType::f32);
+  params_.materialize(opts.dtype, opts.device, 16, opts.pad_multiple, DType::f32, opts.allocate_grads);
 }
 
 // ---- initialisation ----
@@ -140,24 +147,28 @@ float Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   targets_ = on_device(targets).view({N});
   const Tensor host_targets = targets.device().is_cpu() ? targets.view({N}) : targets.to(Device::cpu()).view({N});
 
+  const UnitPass F = UnitPass::forward;
   x_.assign(size_t(L + 1), Tensor());
   {
     DSCPP_PROFILE_RANGE("model.embeddings");
+    UnitUse use(*this, {kEmbedUnit}, F);
     x_[0] = embed(ids_, seq_);
   }
   for (int64_t l = 0; l < L; l++) {
     DSCPP_PROFILE_RANGE("model.blocks.*", int32_t(l));
+    UnitUse use(*this, {block_unit(l)}, F);
     bool checkpointed = !ckpt_.empty() && ckpt_[size_t(l)];
     x_[size_t(l + 1)] = Tensor::empty({N, C}, act_, device_);
     m_.blocks[size_t(l)].forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, !checkpointed);
   }
   xf_ = Tensor::empty({N, C}, act_, device_);
-  {
-    DSCPP_PROFILE_RANGE("model.norm_f");
-    stf_ = m_.norm_f.forward(params_, xf_, x_[size_t(L)]);
-  }
   logits_ = Tensor::empty({N, V}, act_, device_);  // compute dtype; the loss and its statistics are f32
   {
+    UnitUse use(*this, head_units(), F);
+    {
+      DSCPP_PROFILE_RANGE("model.norm_f");
+      stf_ = m_.norm_f.forward(params_, xf_, x_[size_t(L)]);
+    }
     DSCPP_PROFILE_RANGE("model.lm_head");
     ops::matmul_forward(logits_, xf_, params_.param(m_.lm_head_id), Tensor());
   }
@@ -186,6 +197,8 @@ void Decoder::backward(float dloss) {
   const int64_t L = cfg_.n_layer, N = seq_.N(), C = cfg_.n_embd;
   const float scale = num_valid_ ? dloss / float(num_valid_) : 0.0f;
 
+  const UnitPass B = UnitPass::backward;
+  std::optional<UnitUse> head_use(std::in_place, *this, head_units(), B);
   // Loss and lm head: the logits buffer becomes dlogits in place.
   {
     DSCPP_PROFILE_RANGE("model.loss");
@@ -207,10 +220,12 @@ void Decoder::backward(float dloss) {
   grads_ready(m_.norm_f.weight_id);
   grads_ready(m_.norm_f.bias_id);
   if (m_.lm_head_id != m_.wte.table_id) grads_ready(m_.lm_head_id);  // tied: wte is final only after the embedding
+  head_use.reset();
 
   for (int64_t l = L - 1; l >= 0; l--) {
     Block& b = m_.blocks[size_t(l)];
     DSCPP_PROFILE_RANGE("model.blocks.*", int32_t(l));  // backward time includes the recomputed forward
+    UnitUse use(*this, {block_unit(l)}, B);
     // Recompute a checkpointed block; its output x_{l+1} is dead here, so the recompute writes into it.
     if (!b.saved()) b.forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, true);
     b.backward(params_, dres, x_[size_t(l)], seq_);
@@ -234,19 +249,51 @@ Tensor Decoder::logits(const Tensor& tokens) {
   MemoryCategoryScope scope(MemoryCategory::activations);
   SeqInfo s = seq_for(tokens);
   const int64_t N = s.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
-  Tensor x = embed(on_device(tokens).view({N}), s);
-  for (const Block& saved_block : m_.blocks) {
-    Block b = saved_block;  // a copy, so a pending forward's saved activations survive
+  const UnitPass F = UnitPass::forward;
+  Tensor x;
+  {
+    UnitUse use(*this, {kEmbedUnit}, F);
+    x = embed(on_device(tokens).view({N}), s);
+  }
+  for (size_t l = 0; l < m_.blocks.size(); l++) {
+    UnitUse use(*this, {block_unit(int64_t(l))}, F);
+    Block b = m_.blocks[l];  // a copy, so a pending forward's saved activations survive
     Tensor y = Tensor::empty({N, C}, act_, device_);
     b.forward(params_, y, x, s, false);
     x = y;
   }
   Tensor xf = Tensor::empty({N, C}, act_, device_);
-  m_.norm_f.forward(params_, xf, x);
-  x = Tensor();
   Tensor out = Tensor::empty({s.B, s.T, V}, act_, device_);
-  ops::matmul_forward(out.view({N, V}), xf, params_.param(m_.lm_head_id), Tensor());
+  {
+    UnitUse use(*this, head_units(), F);
+    m_.norm_f.forward(params_, xf, x);
+    x = Tensor();
+    ops::matmul_forward(out.view({N, V}), xf, params_.param(m_.lm_head_id), Tensor());
+  }
   return act_ == DType::f32 ? out : out.to(DType::f32);  // the contract: f32 logits
+}
+
+std::vector<int> Decoder::head_units() const {
+  const int fin = int(cfg_.n_layer) + 1;
+  if (m_.lm_head_id == m_.wte.table_id) return {fin, kEmbedUnit};  // the tied head reads the token table
+  return {fin};
+}
+
+Decoder::UnitUse::UnitUse(Decoder& d, std::vector<int> units, UnitPass pass)
+    : d_(d), units_(std::move(units)), pass_(pass), exceptions_(std::uncaught_exceptions()) {
+  if (!d_.unit_hooks_.before) return;
+  for (size_t i = 0; i < units_.size(); i++) {
+    d_.unit_hooks_.before(units_[i], pass_);
+    entered_ = i + 1;
+  }
+}
+
+Decoder::UnitUse::~UnitUse() noexcept(false) {
+  // While an exception unwinds (a failed collective, a bad input) the step is abandoned: skip the hooks, which
+  // could throw again; the engine resets its ZeRO state before the next step.
+  if (!d_.unit_hooks_.after || std::uncaught_exceptions() > exceptions_) return;
+  units_.resize(entered_);
+  for (auto it = units_.rbegin(); it != units_.rend(); ++it) d_.unit_hooks_.after(*it, pass_);
 }
 
 void Decoder::grads_ready(int id) {

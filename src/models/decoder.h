@@ -42,6 +42,26 @@ class Decoder final : public Model {
   void release();
   void grads_ready(int id);  // reports parameter `id`'s gradient final to the hook (id < 0: nothing)
 
+  // Units (params().units()): 0 the embeddings, 1 + l block l, L + 1 the final norm (+ an untied lm head).
+  static constexpr int kEmbedUnit = 0;
+  static int block_unit(int64_t l) { return int(l) + 1; }
+  std::vector<int> head_units() const;  // what the final norm + lm head read
+  // Brackets a use of units' parameters with the unit hooks (before in order, after in reverse), exception-safe.
+  class UnitUse {
+   public:
+    UnitUse(Decoder& d, std::vector<int> units, UnitPass pass);
+    ~UnitUse() noexcept(false);
+    UnitUse(const UnitUse&) = delete;
+    UnitUse& operator=(const UnitUse&) = delete;
+
+   private:
+    Decoder& d_;
+    std::vector<int> units_;
+    UnitPass pass_;
+    int exceptions_;
+    size_t entered_ = 0;
+  };
+
   DecoderLayers m_;
   Device device_;
   DType act_ = DType::f32;        // activations and logits: the parameter dtype (f32, bf16 or f16)

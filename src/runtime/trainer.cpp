@@ -238,6 +238,9 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   // One GPU per local rank (init_process_group made the same choice for NCCL).
   mopts.device = o.device == "cuda" ? Device::cuda(env.local_rank % std::max(1, cuda_device_count())) : Device::cpu();
   mopts.dtype = model_dtype(cfg);
+  const bool zero_sharded = cfg.zero_optimization.stage > 0 && world > 1;
+  if (zero_sharded) mopts.pad_multiple = 16 * world;  // every unit splits evenly (Note [ZeRO units])
+  mopts.allocate_grads = !(zero_sharded && cfg.zero_optimization.stage >= 2);  // stage 2/3: per-unit windows
   auto model = make_model(mcfg, mopts);
   model->init_weights(cfg.seed);
   if (!o.init_from.empty()) {
@@ -279,8 +282,10 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
         << ", steps " << o.steps << std::endl;
     if (pg)
       log << "data parallel: " << world << " ranks (" << pg->backend() << "), global batch " << cfg.train_batch_size
-          << ", reduce_bucket_size " << cfg.zero_optimization.reduce_bucket_size << ", overlap_comm "
+          << ", ZeRO stage " << cfg.zero_optimization.stage << ", reduce_bucket_size "
+          << cfg.zero_optimization.reduce_bucket_size << ", overlap_comm "
           << (cfg.zero_optimization.overlap_comm ? "on" : "off") << std::endl;
+    log << engine->model_state_report() << std::endl;
   }
   res.first_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
   if (!quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;

@@ -67,6 +67,15 @@ class Model {
   // backward goes on. Only the parameters lying wholly inside the range are final. Empty = no calls.
   using GradReadyHook = std::function<void(int64_t flat_begin, int64_t flat_end)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+  // ZeRO-3 (Note [ZeRO units], runtime/zero_partition.h): before(unit, pass) runs before forward, backward or
+  // logits() use the parameters of params().units()[unit], after(unit, pass) once that use is over, so the engine
+  // can gather a unit's parameters just in time and release them. Calls nest (a unit may be in use twice, e.g. the
+  // tied embedding at the lm head); the order is the same on every rank. Empty = no calls.
+  enum class UnitPass { forward, backward };
+  struct UnitHooks {
+    std::function<void(int unit, UnitPass pass)> before, after;
+  };
+  void set_unit_hooks(UnitHooks hooks) { unit_hooks_ = std::move(hooks); }
 
  protected:
   explicit Model(ModelConfig cfg) : cfg_(std::move(cfg)) {}
@@ -74,12 +83,16 @@ class Model {
   ParamSet params_;
   CheckpointPolicy ckpt_;
   GradReadyHook grad_ready_hook_;
+  UnitHooks unit_hooks_;
 };
 
 struct ModelOptions {
   DType dtype = DType::f32;
   Device device = Device::cpu();
-  int64_t pad_multiple = 16;  // flat buffer padding (ZeRO: alignment x data-parallel world size)
+  // Padding of the flat buffer's end and of every unit boundary (ZeRO stage >= 1: 16 x data-parallel world size,
+  // so each unit splits evenly across the ranks).
+  int64_t pad_multiple = 16;
+  bool allocate_grads = true;  // false: no flat gradient buffer (ZeRO-2/3 attach per-unit windows)
 };
 
 // Declares the parameters of cfg.arch and materializes them (zeros until init_weights or a checkpoint load).

@@ -11,7 +11,12 @@
 // global_steps += 1 anyway), else unscales + clips, steps the masters and casts them back into the parameters.
 // Data parallelism (ZeRO stage 0, EngineOptions::dp_group): every rank starts from rank 0's parameters, backward
 // averages the gradients across ranks at the boundary (GradReducer, runtime/grad_reducer.h), so clipping, the
-// overflow check and the step see the same averaged gradients on every rank. ZeRO partitioning: later issues.
+// overflow check and the step see the same averaged gradients on every rank.
+// ZeRO stages 1-3 (zero_optimization.stage, Note [ZeRO units] in runtime/zero_partition.h): rank r owns chunk r of
+// every unit; its optimizer (and f32 masters) cover only those chunks; gradients are reduce-scattered per unit
+// (runtime/zero_grads.h; stage 2/3 keep only the partition); stage 1/2 all-gather the updated parameters after the
+// step, stage 3 keeps only the parameter shard and gathers units around their use (runtime/zero_params.h). The
+// gradient norm and the overflow check are summed across the partitions, so every rank clips and skips alike.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -28,6 +33,9 @@
 #include "dscpp/runtime/loss_scaler.h"
 #include "dscpp/runtime/lr_schedule.h"
 #include "dscpp/runtime/optimizer.h"
+#include "dscpp/runtime/zero_grads.h"
+#include "dscpp/runtime/zero_params.h"
+#include "dscpp/runtime/zero_partition.h"
 
 namespace dscpp {
 
@@ -36,8 +44,17 @@ struct StepTimes {  // wall_clock_breakdown: milliseconds summed since the last 
   int64_t micro_steps = 0, steps = 0;
 };
 
+// The optimizer the engine builds: the config's, or AdamW at its defaults when the config names none.
+OptimizerConfig resolved_optimizer(const DeepSpeedConfig& config);
+
 // The parameter dtype a model needs for this config: bf16 (bf16.enabled), f16 (fp16.enabled) or f32.
 DType model_dtype(const DeepSpeedConfig& config);
+
+// Model-state bytes this rank holds (ZeRO: its partitions), by kind.
+struct ModelStateBytes {
+  int64_t params = 0, grads = 0, optimizer = 0;  // optimizer: f32 masters + optimizer state buffers
+  int64_t total() const { return params + grads + optimizer; }
+};
 
 struct EngineOptions {
   // Tests only: run the fp16/bf16 engine path (loss scaling, overflow skip, f32 master copy) on an f32 model, so it
@@ -71,7 +88,18 @@ class Engine {
   double loss_scale() const { return scaler_.loss_scale(); }  // multiplies the loss in backward (1 unless fp16)
   const LossScaler& loss_scaler() const { return scaler_; }
   bool last_step_skipped() const { return last_skipped_; }   // the last boundary overflowed and was skipped
-  const Tensor& master_params() const { return master_; }    // f32 masters of the owned range (mixed only)
+  const Tensor& master_params() const { return master_; }    // f32 masters of the owned ranges (mixed only)
+  const ZeroPartition& zero_partition() const { return zp_; }
+  const ZeroParamCoordinator* zero_params() const { return zparams_.get(); }  // stage 3 across ranks, else null
+  int zero_stage() const { return cfg_.zero_optimization.stage; }
+  // Rank's f32 gradients of its k-th owned range (after backward at a boundary: averaged across ranks).
+  Tensor owned_grads(size_t k) const;
+  Tensor owned_params(size_t k) const;  // the model-dtype parameters of the k-th owned range (stage 3: the shard)
+  ModelStateBytes model_state_bytes() const;              // what this rank allocated
+  ModelStateBytes theoretical_model_state_bytes() const;  // what the stage should need (params, grads, optimizer)
+  std::string model_state_report() const;                 // both, one line each, for start-up printing
+  // The whole model's parameters in the model dtype on the host (stage 3 gathers: a collective).
+  Tensor gather_full_params();
   int dp_rank() const { return dp_ ? dp_->rank() : 0; }
   int dp_world_size() const { return dp_ ? dp_->size() : 1; }
   ProcessGroup* dp_group() const { return dp_; }             // null when single-process
@@ -104,21 +132,29 @@ class Engine {
   nlohmann::json load_checkpoint(const std::string& load_dir, const std::string& tag = "");
 
  private:
-  bool mixed_step(ParamSet& ps);  // the boundary under mixed precision; false when it was skipped
   void refresh_master();          // master <- parameters (after init or a checkpoint without masters)
   void set_scheduled_betas();     // OneCycle momentum cycling
 
   void init_data_parallel(ProcessGroup* pg);
+  void init_zero();          // after init_data_parallel: partition, optimizer, reducers, stage-3 shards
+  bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
+  void gather_updated_params();  // stage 1/2: all-gather every unit's updated chunks
   void write_checkpoint(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state,
                         int keep_last, const std::string& extra_file, const std::string& extra_file_name);
 
   std::unique_ptr<Model> model_;
   DeepSpeedConfig cfg_;
   ProcessGroup* dp_ = nullptr;              // size > 1 only
-  std::unique_ptr<GradReducer> reducer_;    // with dp_
+  std::unique_ptr<GradReducer> reducer_;    // with dp_, stage 0
+  ZeroPartition zp_;
+  std::vector<int64_t> owned_offset_;       // where owned range k starts in the shard layout
+  std::unique_ptr<ZeroGradPartitioner> zgrads_;   // stages 1-3 across ranks
+  std::unique_ptr<ZeroParamCoordinator> zparams_; // stage 3
+  Tensor grad_partition_;                   // stages 2/3: f32 [shard_numel]
+  Tensor param_shard_;                      // stage 3: model dtype [shard_numel]
   bool mixed_ = false;
   LossScaler scaler_;
-  Tensor master_;  // f32 [owned_end - owned_begin] (MemoryCategory::optimizer); undefined in f32 mode
+  Tensor master_;  // f32 [optimizer owned_numel] (MemoryCategory::optimizer); undefined in f32 mode
   bool last_skipped_ = false;
   std::unique_ptr<Optimizer> optimizer_;
   LRScheduler scheduler_;

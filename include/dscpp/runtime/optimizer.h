@@ -1,8 +1,8 @@
 // Optimizers over a ParamSet's flat buffers: Adam/AdamW (DeepSpeed FusedAdam semantics) and SGD (torch semantics).
 //
-// The optimizer owns a contiguous range [owned_begin, owned_end) of the flat layout (the whole buffer, or a ZeRO
-// partition) and keeps its states as flat f32 buffers of that range, so element i of a state belongs to flat
-// element owned_begin + i. Parameters with ParamInfo::weight_decay == false (and the padding between parameters)
+// The optimizer owns a list of flat ranges (the whole buffer, or a ZeRO rank's chunk of every unit, Note [ZeRO
+// units]) and keeps its states as flat f32 buffers of those ranges back to back (the ZeRO shard layout): element i of
+// a state belongs to the i-th owned element. Parameters with ParamInfo::weight_decay == false (and the padding between parameters)
 // get no weight decay, as DeepSpeed's "no decay" param group.
 //
 // One step = begin_step() (advances the step count) then update_range() over one or more sub-ranges (ZeRO-3 runs
@@ -30,20 +30,20 @@ class Optimizer {
   // master copy through update_range). grad_scale multiplies every gradient first (loss-scale and clip factor).
   void step(float lr, float grad_scale = 1.0f);
   void begin_step() { ++step_count_; }
-  // Updates flat elements [begin, end) (inside the owned range) with the current step count. param and grad are
+  // Updates flat elements [begin, end) (inside one owned range) with the current step count. param and grad are
   // f32 tensors holding exactly those elements.
   void update_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad, float lr,
                     float grad_scale = 1.0f);
 
   int64_t step_count() const { return step_count_; }  // completed begin_step() calls
-  int64_t owned_begin() const { return begin_; }
-  int64_t owned_end() const { return end_; }
+  const std::vector<FlatRange>& owned() const { return owned_; }
+  int64_t owned_numel() const { return owned_numel_; }  // elements of every state buffer
   virtual const char* name() const = 0;  // "adam", "adamw", "sgd"
 
   virtual void zero_state() = 0;  // states to zero and the step count to 0 (a fresh optimizer)
-  // Named views of the state buffers (e.g. "exp_avg", "exp_avg_sq"); each has owned_end - owned_begin elements.
+  // Named views of the state buffers (e.g. "exp_avg", "exp_avg_sq"); each has owned_numel() elements.
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
-  // Type, step count, owned range and hyper-parameters (for checkpoints).
+  // Type, step count, owned ranges and hyper-parameters (for checkpoints).
   virtual nlohmann::json state_json() const = 0;
   // Restores the step count from `meta` (checked against this optimizer's type and range) and copies each named
   // tensor into the matching state buffer (same numel; converted from its dtype/device).
@@ -52,20 +52,24 @@ class Optimizer {
   virtual void set_betas(double beta1, double beta2);
 
  protected:
-  Optimizer(const ParamSet& params, int64_t begin, int64_t end);
+  Optimizer(const ParamSet& params, std::vector<FlatRange> owned);
   // Updates [begin, end) with one weight-decay setting; p/g are the range's tensors, state offset = begin - owned.
   virtual void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, float lr,
                               float grad_scale, bool decay) = 0;
-  Tensor new_state() const;  // zeroed f32 buffer of the owned range, counted under MemoryCategory::optimizer
+  Tensor new_state() const;  // zeroed f32 buffer of owned_numel(), counted under MemoryCategory::optimizer
+  int64_t state_offset(int64_t flat) const;  // index of owned flat element `flat` in the state buffers
+  nlohmann::json owned_json() const;         // [[begin, end], ...]
 
   struct Segment {
     int64_t begin, end;
     bool decay;
   };
   const ParamSet& params_;
-  int64_t begin_ = 0, end_ = 0;
+  std::vector<FlatRange> owned_;
+  std::vector<int64_t> owned_offset_;  // where each owned range starts in the state buffers
+  int64_t owned_numel_ = 0;
   int64_t step_count_ = 0;
-  std::vector<Segment> segments_;  // the owned range cut where weight decay switches on/off
+  std::vector<Segment> segments_;  // the owned ranges cut where weight decay switches on/off
 
  private:
   void check_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad) const;
@@ -75,5 +79,8 @@ class Optimizer {
 // the whole flat buffer. `params` must be materialized and must outlive the optimizer.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const ParamSet& params, int64_t begin = 0,
                                           int64_t end = -1);
+// The same over several owned ranges (ascending, disjoint): a ZeRO shard.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const ParamSet& params,
+                                          std::vector<FlatRange> owned);
 
 }  // namespace dscpp

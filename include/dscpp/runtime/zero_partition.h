@@ -13,13 +13,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace dscpp {
+#include "dscpp/nn/params.h"
 
-struct FlatRange {
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
-  bool operator==(const FlatRange&) const = default;
-};
+namespace dscpp {
 
 class ZeroPartition {
  public:

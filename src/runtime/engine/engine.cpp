@@ -31,6 +31,8 @@ double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
 }
 
+}  // namespace
+
 OptimizerConfig resolved_optimizer(const DeepSpeedConfig& cfg) {
   if (!cfg.optimizer.type.empty()) return cfg.optimizer;
   // DeepSpeed requires a client optimizer when the config names none; our trainer has no client code, so the
@@ -39,7 +41,6 @@ OptimizerConfig resolved_optimizer(const DeepSpeedConfig& cfg) {
   o.type = "adamw";
   return o;
 }
-}  // namespace
 
 DType model_dtype(const DeepSpeedConfig& c) {
   return c.bf16.enabled ? DType::bf16 : c.fp16.enabled ? DType::f16 : DType::f32;
@@ -54,8 +55,8 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   DSCPP_CHECK(model_->params().materialized(), "initialize: model parameters are not materialized");
   DSCPP_CHECK(cfg_.gradient_accumulation_steps >= 1, "initialize: gradient_accumulation_steps unresolved");
   const ParamSet& ps = model_->params();
-  const DType pdt = ps.flat_params().dtype(), want = model_dtype(cfg_);
-  const Device dev = ps.flat_params().device();
+  const DType pdt = ps.dtype(), want = model_dtype(cfg_);
+  const Device dev = ps.device();
   mixed_ = cfg_.fp16.enabled || cfg_.bf16.enabled;
   if (mixed_) {
     const char* sec = cfg_.fp16.enabled ? "fp16" : "bf16";
@@ -66,19 +67,16 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
       DSCPP_FAIL(sec, ".enabled: the model's parameters are ", dtype_name(pdt), ", expected ", dtype_name(want),
                  " (build the model with make_model(cfg, {model_dtype(config), device}))");
     }
-    DSCPP_CHECK(ps.flat_grads().dtype() == DType::f32, sec, ".enabled: gradients must accumulate in f32, the model's are ",
-                dtype_name(ps.flat_grads().dtype()));
+    DSCPP_CHECK(ps.grad_dtype() == DType::f32, sec, ".enabled: gradients must accumulate in f32, the model's are ",
+                dtype_name(ps.grad_dtype()));
     scaler_ = LossScaler(loss_scaler_args(cfg_.fp16, cfg_.zero_optimization.stage, resolved_optimizer(cfg_).is_adam()));
   } else {
-    DSCPP_CHECK(pdt == DType::f32 && ps.flat_grads().dtype() == DType::f32, "the model's parameters are ",
+    DSCPP_CHECK(pdt == DType::f32 && ps.grad_dtype() == DType::f32, "the model's parameters are ",
                 dtype_name(pdt), " but neither bf16 nor fp16 is enabled in the config: enable the matching section "
                 "or build the model in f32");
   }
-  if (cfg_.zero_optimization.stage > 0 && cfg_.dp_world_size > 1)
-    DSCPP_FAIL("zero_optimization.stage ", cfg_.zero_optimization.stage,
-               " across ranks is not available yet in this version");
   init_data_parallel(options.dp_group);
-  optimizer_ = make_optimizer(resolved_optimizer(cfg_), model_->params());
+  init_zero();
   if (mixed_) refresh_master();
   const auto& ac = cfg_.activation_checkpointing;
   if (ac.number_checkpoints)
@@ -94,8 +92,8 @@ void Engine::set_trace_file(const std::string& path) {
   if (!path.empty()) trace_path_ = path;
   if (prof_) return;
   Profiler::Options o;
-  o.cuda_events = model_->params().flat_params().device().is_cuda();  // GPU time, never host time of async work
-  o.device = o.cuda_events ? model_->params().flat_params().device().index : 0;
+  o.cuda_events = model_->params().device().is_cuda();  // GPU time, never host time of async work
+  o.device = o.cuda_events ? model_->params().device().index : 0;
   prof_ = std::make_unique<Profiler>(o);
 }
 
@@ -129,7 +127,7 @@ void Engine::profile_finish_step() {
       if (key.first == "backward") m.bwd_ms += st.total_ms;
       if (key.first == "step") m.step_ms += st.total_ms;
     }
-    m.peak_flops = model_->params().flat_params().device().is_cuda() ? kPeakBf16FlopsH100 : 0.0;  // CPU: MFU N/A
+    m.peak_flops = model_->params().device().is_cuda() ? kPeakBf16FlopsH100 : 0.0;  // CPU: MFU N/A
     m.world_size = dp_world_size();
     ReportOptions ro;
     ro.profile_step = cfg_.flops_profiler.profile_step;
@@ -164,6 +162,7 @@ float Engine::forward(const Tensor& tokens, const Tensor& targets) {
   }
   auto t0 = Clock::now();
   float loss;
+  if (zparams_) zparams_->begin_micro_step();
   {
     ProfileRange r(prof_.get(), "forward");
     loss = model_->forward(tokens, targets);
@@ -182,9 +181,12 @@ void Engine::backward() {
   if (profiling_) prof_->set_phase(Phase::backward);
   ProfileRange r(prof_.get(), "backward");
   const float gas = float(cfg_.gradient_accumulation_steps);  // DeepSpeed's scale_wrt_gas, times the loss scale
-  if (reducer_) reducer_->begin_backward(is_gradient_accumulation_boundary());
+  const bool boundary = is_gradient_accumulation_boundary();
+  if (reducer_) reducer_->begin_backward(boundary);
+  if (zgrads_) zgrads_->begin_backward(boundary);
   model_->backward(mixed_ ? float(scaler_.loss_scale() / double(gas)) : 1.0f / gas);
   if (reducer_) reducer_->end_backward();  // at the boundary: the gradients are now the average over the ranks
+  if (zgrads_) zgrads_->end_backward();    // stage 2/3 every micro-batch, stage 1 at the boundary
   times_.backward_ms += ms_since(t0);
   times_.micro_steps++;
 }
@@ -196,21 +198,12 @@ void Engine::step() {
     if (profiling_) prof_->set_phase(Phase::step);
     ProfileRange r(prof_.get(), "step");
     if (is_gradient_accumulation_boundary()) {
-      ParamSet& ps = model_->params();
-      bool applied = true;
-      if (mixed_) {
-        applied = mixed_step(ps);
-      } else {
-        last_grad_norm_ = std::sqrt(grad_sum_squares(ps.flat_grads()));
-        float scale = 1.0f;
-        if (cfg_.gradient_clipping > 0.0) scale = clip_coefficient(last_grad_norm_, cfg_.gradient_clipping);
-        set_scheduled_betas();
-        optimizer_->step(float(scheduler_.get_lr()), scale);
-      }
+      const bool applied = boundary_step();
       last_skipped_ = !applied;
       if (applied) scheduler_.step();
       else skipped_steps_++;
-      ps.zero_grads();
+      model_->params().zero_grads();  // stage 0/1's flat buffer
+      if (zgrads_) zgrads_->new_step();
       global_steps_++;
       global_samples_ += cfg_.train_batch_size;
       last_loss_ = loss_count_ ? float(loss_sum_ / double(loss_count_)) : 0.0f;
@@ -229,40 +222,54 @@ void Engine::set_scheduled_betas() {
     optimizer_->set_betas((*betas)[0], (*betas)[1]);
 }
 
-bool Engine::mixed_step(ParamSet& ps) {
-  const double scale = scaler_.loss_scale();  // the scale these gradients carry
-  const double sumsq = grad_sum_squares(ps.flat_grads());
-  const bool overflow = !std::isfinite(sumsq);
-  std::string msg = scaler_.update_scale(overflow);  // throws at the minimum scale, before anything changes
-  if (overflow && msg.empty() && cfg_.bf16.enabled) msg = "[deepspeed] OVERFLOW! Rank 0 Skipping step.";
-  if (!msg.empty()) std::cerr << msg << std::endl;
-  if (overflow) {
-    last_grad_norm_ = std::sqrt(sumsq);  // inf or nan: visible in the progress line
-    return false;
-  }
-  last_grad_norm_ = std::sqrt(sumsq) / scale;
-  double combined = scale;  // DeepSpeed's unscale_and_clip_grads
-  if (cfg_.gradient_clipping > 0.0) {
-    double clip = (last_grad_norm_ + 1e-6) / cfg_.gradient_clipping;
-    if (clip > 1.0) combined = clip * scale;
+bool Engine::boundary_step() {
+  const double scale = scaler_.loss_scale();  // the scale these gradients carry (1 unless fp16)
+  double sumsq = 0.0;
+  for (size_t k = 0; k < optimizer_->owned().size(); k++) sumsq += grad_sum_squares(owned_grads(k));
+  if (zp_.sharded())  // each rank summed its partition: the global norm is the sum over ranks
+    sumsq = all_reduce_values(*dp_, {float(sumsq)}, ReduceOp::sum, model_->params().device())[0];
+  double grad_scale;
+  if (mixed_) {
+    const bool overflow = !std::isfinite(sumsq);  // inf/nan on any rank reaches every rank through the sum
+    std::string msg = scaler_.update_scale(overflow);  // throws at the minimum scale, before anything changes
+    if (overflow && msg.empty() && cfg_.bf16.enabled) msg = "[deepspeed] OVERFLOW! Rank 0 Skipping step.";
+    if (!msg.empty() && dp_rank() == 0) std::cerr << msg << std::endl;
+    if (overflow) {
+      last_grad_norm_ = std::sqrt(sumsq);  // inf or nan: visible in the progress line
+      return false;
+    }
+    last_grad_norm_ = std::sqrt(sumsq) / scale;
+    double combined = scale;  // DeepSpeed's unscale_and_clip_grads
+    if (cfg_.gradient_clipping > 0.0) {
+      double clip = (last_grad_norm_ + 1e-6) / cfg_.gradient_clipping;
+      if (clip > 1.0) combined = clip * scale;
+    }
+    grad_scale = 1.0 / combined;
+  } else {
+    last_grad_norm_ = std::sqrt(sumsq);
+    grad_scale = cfg_.gradient_clipping > 0.0 ? clip_coefficient(last_grad_norm_, cfg_.gradient_clipping) : 1.0;
   }
   set_scheduled_betas();
-  const int64_t b = optimizer_->owned_begin(), n = optimizer_->owned_end() - b;
   optimizer_->begin_step();
-  optimizer_->update_range(b, b + n, master_, ps.flat_grads().slice(b, n), float(scheduler_.get_lr()),
-                           float(1.0 / combined));
-  Tensor(ps.flat_params().slice(b, n)).copy_from(master_);  // cast f32 -> the parameter dtype
+  const float lr = float(scheduler_.get_lr());
+  const auto& owned = optimizer_->owned();
+  for (size_t k = 0; k < owned.size(); k++) {
+    const FlatRange r = owned[k];
+    Tensor p = owned_params(k);
+    Tensor m = mixed_ ? master_.slice(owned_offset_[k], r.size()) : p;
+    optimizer_->update_range(r.begin, r.end, m, owned_grads(k), lr, float(grad_scale));
+    if (mixed_) p.copy_from(m);  // cast f32 -> the parameter dtype
+  }
+  if (zp_.sharded() && zp_.stage() <= 2) gather_updated_params();
+  if (zparams_) zparams_->shards_changed();
   return true;
 }
 
 void Engine::refresh_master() {
-  const Tensor& p = model_->params().flat_params();
-  const int64_t b = optimizer_->owned_begin(), n = optimizer_->owned_end() - b;
-  if (!master_.defined()) {
-    MemoryCategoryScope scope(MemoryCategory::optimizer);
-    master_ = Tensor::empty({n}, DType::f32, p.device());
-  }
-  master_.copy_from(p.slice(b, n));
+  MemoryCategoryScope scope(MemoryCategory::optimizer);
+  if (!master_.defined()) master_ = Tensor::empty({optimizer_->owned_numel()}, DType::f32, model_->params().device());
+  for (size_t k = 0; k < optimizer_->owned().size(); k++)
+    master_.slice(owned_offset_[k], optimizer_->owned()[k].size()).copy_from(owned_params(k));
 }
 
 StepTimes Engine::take_step_times() {

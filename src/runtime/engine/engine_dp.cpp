@@ -1,5 +1,5 @@
-// The engine's data-parallel set-up (ZeRO stage 0): config agreement, identical starting parameters, the gradient
-// reducer wired to the model's grad-ready hook, and cross-rank loss averaging for printing.
+// The engine's data-parallel set-up: config agreement, identical starting parameters, and cross-rank loss averaging
+// for printing. The gradient reduction (stage 0 all-reduce or ZeRO reduce-scatter) is chosen in engine_zero.cpp.
 #include "dscpp/runtime/engine.h"
 
 namespace dscpp {
@@ -15,17 +15,14 @@ void Engine::init_data_parallel(ProcessGroup* pg) {
   check_same_config(*pg, *pg->store(), cfg_.hash());
   ParamSet& ps = model_->params();
   Tensor params = ps.flat_params();
+  DSCPP_CHECK(params.defined(), "initialize: the model's parameters are already sharded");
   pg->broadcast(params, 0)->wait();  // every rank starts from rank 0's parameters
   dp_ = pg;
-  const ZeroConfig& z = cfg_.zero_optimization;
-  reducer_ = std::make_unique<GradReducer>(*pg, ps, z.reduce_bucket_size, z.overlap_comm);
-  GradReducer* r = reducer_.get();
-  model_->set_grad_ready_hook([r](int64_t b, int64_t e) { r->grads_ready(b, e); });
 }
 
 float Engine::global_last_loss() {
   if (!dp_) return last_loss_;
-  return all_reduce_values(*dp_, {last_loss_}, ReduceOp::avg, model_->params().flat_params().device())[0];
+  return all_reduce_values(*dp_, {last_loss_}, ReduceOp::avg, model_->params().device())[0];
 }
 
 }  // namespace dscpp

@@ -3,9 +3,9 @@
 
 namespace dscpp {
 
-AdamOptimizer::AdamOptimizer(const AdamConfig& cfg, bool adamw_name, const ParamSet& params, int64_t begin,
-                             int64_t end)
-    : Optimizer(params, begin, end), cfg_(cfg), adamw_name_(adamw_name) {
+AdamOptimizer::AdamOptimizer(const AdamConfig& cfg, bool adamw_name, const ParamSet& params,
+                             std::vector<FlatRange> owned)
+    : Optimizer(params, std::move(owned)), cfg_(cfg), adamw_name_(adamw_name) {
   if (adamw_name) cfg_.adam_w_mode = true;  // "adamw" is always decoupled (DeepSpeed engine rule)
   exp_avg_ = new_state();
   exp_avg_sq_ = new_state();
@@ -23,7 +23,7 @@ void AdamOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, 
   a.bias_correction = cfg_.bias_correction;
   a.step = step_count_;
   a.grad_scale = grad_scale;
-  int64_t off = begin - begin_;
+  int64_t off = state_offset(begin);
   ops::adam_update(p, g, exp_avg_.slice(off, end - begin), exp_avg_sq_.slice(off, end - begin), a);
 }
 
@@ -40,8 +40,7 @@ std::vector<std::pair<std::string, Tensor>> AdamOptimizer::state_tensors() const
 nlohmann::json AdamOptimizer::state_json() const {
   return {{"type", name()},
           {"step", step_count_},
-          {"owned_begin", begin_},
-          {"owned_end", end_},
+          {"owned", owned_json()},
           {"betas", {cfg_.betas[0], cfg_.betas[1]}},
           {"eps", cfg_.eps},
           {"weight_decay", cfg_.weight_decay},

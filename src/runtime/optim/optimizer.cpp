@@ -7,40 +7,62 @@
 
 namespace dscpp {
 
-Optimizer::Optimizer(const ParamSet& params, int64_t begin, int64_t end) : params_(params), begin_(begin), end_(end) {
+Optimizer::Optimizer(const ParamSet& params, std::vector<FlatRange> owned) : params_(params), owned_(std::move(owned)) {
   DSCPP_CHECK(params.materialized(), "optimizer: the ParamSet must be materialized first");
-  DSCPP_CHECK(0 <= begin && begin <= end && end <= params.flat_numel(), "optimizer: owned range [", begin, ", ",
-              end, ") is not inside the flat buffer of ", params.flat_numel(), " elements");
-  // Mark each element's decay flag by parameter, then cut the owned range where the flag changes. Padding has none.
+  // Mark each element's decay flag by parameter, then cut each owned range where the flag changes. Padding has none.
   std::vector<std::pair<int64_t, int64_t>> decayed;  // [offset, offset + numel) of decayed params
   for (const ParamInfo& p : params.infos())
     if (p.weight_decay) decayed.push_back({p.offset, p.offset + p.numel});
   std::sort(decayed.begin(), decayed.end());
-  int64_t pos = begin;
-  auto push = [&](int64_t b, int64_t e, bool d) {
-    b = std::max(b, begin), e = std::min(e, end);
-    if (b >= e) return;
-    if (!segments_.empty() && segments_.back().decay == d && segments_.back().end == b) segments_.back().end = e;
-    else segments_.push_back({b, e, d});
-  };
-  for (auto [b, e] : decayed) {
-    if (e <= pos) continue;
-    if (b >= end) break;
-    push(pos, b, false);
-    push(std::max(b, pos), e, true);
-    pos = std::max(pos, e);
+  int64_t prev_end = 0;
+  for (const FlatRange& r : owned_) {
+    DSCPP_CHECK(prev_end <= r.begin && r.begin <= r.end && r.end <= params.flat_numel(), "optimizer: owned range [",
+                r.begin, ", ", r.end, ") is not ascending inside the flat buffer of ", params.flat_numel(),
+                " elements");
+    prev_end = r.end;
+    owned_offset_.push_back(owned_numel_);
+    owned_numel_ += r.size();
+    const int64_t begin = r.begin, end = r.end;
+    int64_t pos = begin;
+    auto push = [&](int64_t b, int64_t e, bool d) {
+      b = std::max(b, begin), e = std::min(e, end);
+      if (b >= e) return;
+      if (!segments_.empty() && segments_.back().decay == d && segments_.back().end == b) segments_.back().end = e;
+      else segments_.push_back({b, e, d});
+    };
+    for (auto [b, e] : decayed) {
+      if (e <= pos) continue;
+      if (b >= end) break;
+      push(pos, b, false);
+      push(std::max(b, pos), e, true);
+      pos = std::max(pos, e);
+    }
+    push(pos, end, false);
   }
-  push(pos, end, false);
 }
 
 Tensor Optimizer::new_state() const {
   MemoryCategoryScope scope(MemoryCategory::optimizer);
-  return Tensor::zeros({end_ - begin_}, DType::f32, params_.flat_params().device());
+  return Tensor::zeros({owned_numel_}, DType::f32, params_.device());
+}
+
+int64_t Optimizer::state_offset(int64_t flat) const {
+  auto it = std::upper_bound(owned_.begin(), owned_.end(), flat, [](int64_t v, const FlatRange& r) { return v < r.end; });
+  DSCPP_CHECK(it != owned_.end() && flat >= it->begin, name(), " optimizer: flat element ", flat, " is not owned");
+  const size_t k = size_t(it - owned_.begin());
+  return owned_offset_[k] + (flat - it->begin);
+}
+
+nlohmann::json Optimizer::owned_json() const {
+  nlohmann::json a = nlohmann::json::array();
+  for (const FlatRange& r : owned_) a.push_back({r.begin, r.end});
+  return a;
 }
 
 void Optimizer::check_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad) const {
-  DSCPP_CHECK(begin_ <= begin && begin <= end && end <= end_, name(), " optimizer: range [", begin, ", ", end,
-              ") is outside the owned range [", begin_, ", ", end_, ")");
+  auto it = std::find_if(owned_.begin(), owned_.end(), [&](const FlatRange& r) { return r.begin <= begin && end <= r.end; });
+  DSCPP_CHECK(begin <= end && it != owned_.end(), name(), " optimizer: range [", begin, ", ", end,
+              ") is not inside one owned range");
   DSCPP_CHECK(param.numel() == end - begin && grad.numel() == end - begin, name(), " optimizer: range [", begin,
               ", ", end, ") has ", end - begin, " elements, got param ", param.str(), ", grad ", grad.str());
   DSCPP_CHECK(step_count_ >= 1, name(), " optimizer: call begin_step() before update_range()");
@@ -63,15 +85,17 @@ void Optimizer::step(float lr, float grad_scale) {
               " optimizer: step() needs f32 flat params and grads, got ", p.str(), " and ", g.str(),
               "; step the fp32 master weights with update_range()");
   begin_step();
-  update_range(begin_, end_, p.slice(begin_, end_ - begin_), g.slice(begin_, end_ - begin_), lr, grad_scale);
+  for (const FlatRange& r : owned_)
+    update_range(r.begin, r.end, p.slice(r.begin, r.size()), g.slice(r.begin, r.size()), lr, grad_scale);
 }
 
 void Optimizer::load_state(const nlohmann::json& meta, const std::vector<std::pair<std::string, Tensor>>& tensors) {
   DSCPP_CHECK(meta.value("type", std::string()) == name(), "optimizer load_state: checkpoint holds a '",
               meta.value("type", std::string()), "' optimizer, this is '", name(), "'");
-  DSCPP_CHECK(meta.value("owned_begin", int64_t(-1)) == begin_ && meta.value("owned_end", int64_t(-1)) == end_,
-              "optimizer load_state: checkpoint range [", meta.value("owned_begin", int64_t(-1)), ", ",
-              meta.value("owned_end", int64_t(-1)), ") differs from this optimizer's [", begin_, ", ", end_, ")");
+  nlohmann::json saved = meta.contains("owned") ? meta.at("owned") : nlohmann::json::array(
+      {{meta.value("owned_begin", int64_t(-1)), meta.value("owned_end", int64_t(-1))}});  // single-range form
+  DSCPP_CHECK(saved == owned_json(), "optimizer load_state: checkpoint owns ", saved.dump(),
+              ", this optimizer owns ", owned_json().dump());
   auto mine = state_tensors();
   for (auto& [n, dst] : mine) {
     auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == n; });

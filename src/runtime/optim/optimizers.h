@@ -8,7 +8,7 @@ namespace dscpp {
 // Adam / AdamW with DeepSpeed FusedAdam semantics (adam_w_mode: decoupled decay; else L2 into the gradient).
 class AdamOptimizer final : public Optimizer {
  public:
-  AdamOptimizer(const AdamConfig& cfg, bool adamw_name, const ParamSet& params, int64_t begin, int64_t end);
+  AdamOptimizer(const AdamConfig& cfg, bool adamw_name, const ParamSet& params, std::vector<FlatRange> owned);
   const char* name() const override { return adamw_name_ ? "adamw" : "adam"; }
   void zero_state() override;
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
@@ -20,13 +20,13 @@ class AdamOptimizer final : public Optimizer {
                       bool decay) override;
   AdamConfig cfg_;
   bool adamw_name_;
-  Tensor exp_avg_, exp_avg_sq_;  // [owned_end - owned_begin] f32
+  Tensor exp_avg_, exp_avg_sq_;  // [owned_numel()] f32
 };
 
 // torch.optim.SGD with momentum, dampening, nesterov and L2 weight decay.
 class SgdOptimizer final : public Optimizer {
  public:
-  SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, int64_t begin, int64_t end);
+  SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, std::vector<FlatRange> owned);
   const char* name() const override { return "sgd"; }
   void zero_state() override;
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
@@ -36,7 +36,7 @@ class SgdOptimizer final : public Optimizer {
   void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, float lr, float grad_scale,
                       bool decay) override;
   SgdConfig cfg_;
-  Tensor momentum_;  // [owned_end - owned_begin] f32; undefined when momentum == 0 (torch keeps no buffer)
+  Tensor momentum_;  // [owned_numel()] f32; undefined when momentum == 0 (torch keeps no buffer)
 };
 
 }  // namespace dscpp

@@ -3,8 +3,8 @@
 
 namespace dscpp {
 
-SgdOptimizer::SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, int64_t begin, int64_t end)
-    : Optimizer(params, begin, end), cfg_(cfg) {
+SgdOptimizer::SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, std::vector<FlatRange> owned)
+    : Optimizer(params, std::move(owned)), cfg_(cfg) {
   if (cfg_.momentum != 0.0) momentum_ = new_state();
 }
 
@@ -18,7 +18,7 @@ void SgdOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, c
   s.nesterov = cfg_.nesterov;
   s.first_step = step_count_ == 1;  // torch creates the buffer from the first gradient
   s.grad_scale = grad_scale;
-  Tensor buf = momentum_.defined() ? momentum_.slice(begin - begin_, end - begin) : Tensor();
+  Tensor buf = momentum_.defined() ? momentum_.slice(state_offset(begin), end - begin) : Tensor();
   ops::sgd_update(p, g, buf, s);
 }
 
@@ -33,16 +33,21 @@ std::vector<std::pair<std::string, Tensor>> SgdOptimizer::state_tensors() const 
 }
 
 nlohmann::json SgdOptimizer::state_json() const {
-  return {{"type", name()},           {"step", step_count_},         {"owned_begin", begin_},
-          {"owned_end", end_},        {"momentum", cfg_.momentum},   {"dampening", cfg_.dampening},
+  return {{"type", name()},           {"step", step_count_},         {"owned", owned_json()},
+          {"momentum", cfg_.momentum},   {"dampening", cfg_.dampening},
           {"weight_decay", cfg_.weight_decay}, {"nesterov", cfg_.nesterov}};
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const ParamSet& params, int64_t begin,
                                           int64_t end) {
   if (end < 0) end = params.flat_numel();
-  if (cfg.is_adam()) return std::make_unique<AdamOptimizer>(cfg.adam, cfg.type == "adamw", params, begin, end);
-  if (cfg.type == "sgd") return std::make_unique<SgdOptimizer>(cfg.sgd, params, begin, end);
+  return make_optimizer(cfg, params, std::vector<FlatRange>{{begin, end}});
+}
+
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const ParamSet& params,
+                                          std::vector<FlatRange> owned) {
+  if (cfg.is_adam()) return std::make_unique<AdamOptimizer>(cfg.adam, cfg.type == "adamw", params, std::move(owned));
+  if (cfg.type == "sgd") return std::make_unique<SgdOptimizer>(cfg.sgd, params, std::move(owned));
   DSCPP_FAIL("make_optimizer: no optimizer of type '", cfg.type, "' (config has no \"optimizer\" section?)");
 }
 

@@ -1,0 +1,61 @@
+// ZeroGradPartitioner: gradient reduction for ZeRO stages 1-3 (Note [ZeRO units], runtime/zero_partition.h).
+//
+// Each unit's gradients are reduce-scattered (avg) across the data-parallel ranks as soon as backward has produced
+// all of them (the model's grad-ready hook) when overlap_comm is on, else after backward; rank r keeps chunk r.
+//   stage 1: the model keeps the full f32 gradient buffer and accumulates micro-batches locally; only the gradient
+//            accumulation boundary communicates, in place (rank r's chunk of the unit receives the average).
+//   stage 2/3: there is no full gradient buffer. A unit's gradients live in a zeroed window from its first use in
+//            backward (ParamSet's grad-window provider) until its reduce-scatter completes; the result is added
+//            into `partition` (rank r's shard, f32), so every micro-batch communicates and the window is freed.
+// Units are launched in the order they become ready, which is the same on every rank.
+#pragma once
+#include <deque>
+#include <vector>
+
+#include "dscpp/comm/process_group.h"
+#include "dscpp/runtime/zero_partition.h"
+
+namespace dscpp {
+
+class ZeroGradPartitioner {
+ public:
+  // pg, ps and zp must outlive this. stage 2/3: `partition` is the f32 shard [zp.shard_numel()] the averaged
+  // gradients accumulate into (zeroed by the engine after each step); ps has no flat gradient buffer.
+  ZeroGradPartitioner(ProcessGroup& pg, ParamSet& ps, const ZeroPartition& zp, bool overlap_comm, Tensor partition);
+
+  void begin_backward(bool boundary);
+  void grads_ready(int64_t begin, int64_t end);  // the model's grad-ready hook
+  void end_backward();                           // reduces what is left, waits for everything, frees the windows
+  // After the optimizer step (or a skipped one): stage 2/3's next reduce-scatter of each unit overwrites its chunk
+  // instead of adding to it (no separate zeroing pass); stage 1's flat buffer is zeroed by the engine.
+  void new_step() { accumulated_.assign(accumulated_.size(), false); }
+
+  // Rank r's averaged gradient chunk of unit u (valid after a boundary's end_backward()).
+  Tensor grad_chunk(size_t unit) const;
+  int64_t window_peak_elements() const { return window_peak_; }  // largest sum of live windows (stage 2/3)
+
+ private:
+  void provide_window(int unit);  // ParamSet grad-window provider
+  void launch(size_t unit);
+  void retire_oldest();           // waits for the oldest reduce-scatter, accumulates it, frees its window
+
+  struct InFlight {
+    size_t unit;
+    WorkPtr work;
+    Tensor out;  // the reduce-scatter's output: the partition chunk itself, or a temporary to add into it
+    bool add;    // out is a temporary
+  };
+  ProcessGroup& pg_;
+  ParamSet& ps_;
+  const ZeroPartition& zp_;
+  bool overlap_, windows_;
+  Tensor partition_;
+  std::vector<int> unit_params_;       // unit -> parameters it holds
+  std::vector<int> pending_;           // unit -> parameters not final yet in this backward
+  std::vector<bool> param_ready_, launched_, accumulated_;  // accumulated_: the chunk holds this step's sum already
+  std::deque<InFlight> in_flight_;
+  bool active_ = false;
+  int64_t live_ = 0, window_peak_ = 0;
+};
+
+}  // namespace dscpp

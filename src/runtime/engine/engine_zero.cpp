@@ -1,0 +1,128 @@
+// The engine's ZeRO set-up (stage 0 all-reduce, or stages 1-3 partitions; Note [ZeRO units]) and its model-state
+// accounting.
+#include <sstream>
+
+#include "dscpp/runtime/engine.h"
+
+namespace dscpp {
+
+namespace {
+double gib(int64_t bytes) { return double(bytes) / double(1 << 30); }
+}  // namespace
+
+void Engine::init_zero() {
+  ParamSet& ps = model_->params();
+  const ZeroConfig& z = cfg_.zero_optimization;
+  zp_ = ZeroPartition(z.stage, dp_world_size(), dp_rank(), ps.units());
+  const std::vector<FlatRange> owned = zp_.owned();
+  owned_offset_.clear();
+  int64_t off = 0;
+  for (const FlatRange& r : owned) owned_offset_.push_back(off), off += r.size();
+  optimizer_ = make_optimizer(resolved_optimizer(cfg_), ps, owned);
+  DSCPP_CHECK(zp_.sharded() || ps.flat_grads().defined(), "zero_optimization.stage ", z.stage, " on ",
+              dp_world_size(), " rank(s) keeps the full gradient buffer: build the model with "
+              "ModelOptions::allocate_grads = true");
+  if (!dp_) return;
+  if (!zp_.sharded()) {  // stage 0: every rank keeps everything; gradients are all-reduced in buckets
+    reducer_ = std::make_unique<GradReducer>(*dp_, ps, z.reduce_bucket_size, z.overlap_comm);
+    GradReducer* r = reducer_.get();
+    model_->set_grad_ready_hook([r](int64_t b, int64_t e) { r->grads_ready(b, e); });
+    return;
+  }
+  if (zp_.stage() >= 2) {
+    ps.drop_flat_grads();  // replaced by per-unit windows and this rank's f32 partition
+    MemoryCategoryScope scope(MemoryCategory::gradients);
+    grad_partition_ = Tensor::zeros({zp_.shard_numel()}, DType::f32, ps.device());
+  } else {
+    DSCPP_CHECK(ps.flat_grads().defined(), "ZeRO stage 1 needs the model's flat gradient buffer "
+                "(ModelOptions::allocate_grads)");
+  }
+  zgrads_ = std::make_unique<ZeroGradPartitioner>(*dp_, ps, zp_, z.overlap_comm, grad_partition_);
+  ZeroGradPartitioner* g = zgrads_.get();
+  model_->set_grad_ready_hook([g](int64_t b, int64_t e) { g->grads_ready(b, e); });
+  if (zp_.stage() == 3) {
+    {
+      MemoryCategoryScope scope(MemoryCategory::parameters);
+      param_shard_ = Tensor::empty({zp_.shard_numel()}, ps.dtype(), ps.device());
+    }
+    for (size_t u = 0; u < owned.size(); u++)
+      param_shard_.slice(owned_offset_[u], owned[u].size()).copy_from(ps.flat_params().slice(owned[u].begin, owned[u].size()));
+    ps.drop_flat_params();
+    zparams_ = std::make_unique<ZeroParamCoordinator>(*dp_, ps, zp_, param_shard_, z);
+    ZeroParamCoordinator* c = zparams_.get();
+    Model::UnitHooks hooks;
+    hooks.before = [c](int u, Model::UnitPass p) { c->before(u, p); };
+    hooks.after = [c](int u, Model::UnitPass p) { c->after(u, p); };
+    model_->set_unit_hooks(std::move(hooks));
+  }
+}
+
+Tensor Engine::owned_params(size_t k) const {
+  const FlatRange r = optimizer_->owned().at(k);
+  if (param_shard_.defined()) return param_shard_.slice(owned_offset_[k], r.size());
+  return model_->params().flat_params().slice(r.begin, r.size());
+}
+
+Tensor Engine::owned_grads(size_t k) const {
+  if (zgrads_) return zgrads_->grad_chunk(k);  // owned range k is this rank's chunk of unit k
+  const FlatRange r = optimizer_->owned().at(k);
+  return model_->params().flat_grads().slice(r.begin, r.size());
+}
+
+void Engine::gather_updated_params() {
+  ParamSet& ps = model_->params();
+  std::vector<WorkPtr> work;
+  for (size_t u = 0; u < zp_.units().size(); u++) {
+    const FlatRange unit = zp_.units()[u], mine = zp_.owned_in(u, zp_.rank());
+    Tensor out = ps.flat_params().slice(unit.begin, unit.size());
+    work.push_back(dp_->all_gather(out, ps.flat_params().slice(mine.begin, mine.size())));  // in place
+  }
+  for (WorkPtr& w : work) w->wait();
+}
+
+Tensor Engine::gather_full_params() {
+  const ParamSet& ps = model_->params();
+  if (!zparams_) return ps.flat_params().to(Device::cpu());
+  Tensor full = Tensor::empty({ps.flat_numel()}, ps.dtype(), ps.device());
+  zparams_->gather_all(full);
+  return full.to(Device::cpu());
+}
+
+ModelStateBytes Engine::model_state_bytes() const {
+  const ParamSet& ps = model_->params();
+  ModelStateBytes b;
+  b.params = param_shard_.defined() ? param_shard_.nbytes() : ps.flat_params().nbytes();
+  b.grads = grad_partition_.defined() ? grad_partition_.nbytes() : ps.flat_grads().nbytes();
+  b.optimizer = master_.defined() ? master_.nbytes() : 0;
+  for (const auto& [name, t] : optimizer_->state_tensors()) b.optimizer += t.nbytes();
+  return b;
+}
+
+ModelStateBytes Engine::theoretical_model_state_bytes() const {
+  // Psi = parameters (padding excluded), N = ranks. Our gradients are f32 (accumulated in f32 under mixed
+  // precision too); optimizer = f32 masters (mixed) + the optimizer's f32 states. Stage 1 divides the optimizer by
+  // N, stage 2 also the gradients, stage 3 also the parameters.
+  const ParamSet& ps = model_->params();
+  const double psi = double(ps.num_parameters());
+  const int stage = zp_.sharded() ? zp_.stage() : 0, n = dp_world_size();
+  const double per_param_states = double(optimizer_->state_tensors().size()) + (mixed_ ? 1.0 : 0.0);
+  ModelStateBytes b;
+  b.params = int64_t(psi * double(dtype_size(ps.dtype())) / (stage >= 3 ? n : 1));
+  b.grads = int64_t(psi * 4.0 / (stage >= 2 ? n : 1));
+  b.optimizer = int64_t(psi * 4.0 * per_param_states / (stage >= 1 ? n : 1));
+  return b;
+}
+
+std::string Engine::model_state_report() const {
+  const ModelStateBytes a = model_state_bytes(), t = theoretical_model_state_bytes();
+  std::ostringstream o;
+  o.setf(std::ios::fixed);
+  o.precision(3);
+  o << "model states per rank (ZeRO stage " << zero_stage() << ", " << dp_world_size() << " rank"
+    << (dp_world_size() > 1 ? "s" : "") << "): allocated params " << gib(a.params) << " GiB, grads " << gib(a.grads)
+    << " GiB, optimizer " << gib(a.optimizer) << " GiB, total " << gib(a.total()) << " GiB; theoretical "
+    << gib(t.params) << " / " << gib(t.grads) << " / " << gib(t.optimizer) << " / " << gib(t.total()) << " GiB";
+  return o.str();
+}
+
+}  // namespace dscpp

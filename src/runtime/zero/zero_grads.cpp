@@ -1,0 +1,120 @@
+// ZeRO gradient reduce-scatter (runtime/zero_grads.h).
+#include "dscpp/runtime/zero_grads.h"
+
+#include <algorithm>
+
+#include "dscpp/kernels/ops.h"
+
+namespace dscpp {
+
+namespace {
+// At most this many reduce-scatters in flight before the oldest is retired (bounds the live windows in stage 2/3).
+constexpr size_t kMaxInFlight = 3;
+}  // namespace
+
+ZeroGradPartitioner::ZeroGradPartitioner(ProcessGroup& pg, ParamSet& ps, const ZeroPartition& zp, bool overlap_comm,
+                                         Tensor partition)
+    : pg_(pg), ps_(ps), zp_(zp), overlap_(overlap_comm), windows_(zp.stage() >= 2), partition_(std::move(partition)) {
+  DSCPP_CHECK(zp.sharded() && zp.units() == ps.units(), "ZeroGradPartitioner: the partition does not match the model");
+  unit_params_.assign(zp.units().size(), 0);
+  for (const ParamInfo& p : ps.infos()) unit_params_[size_t(ps.unit_of(p.offset))]++;
+  if (windows_) {
+    DSCPP_CHECK(!ps.flat_grads().defined(), "ZeRO stage ", zp.stage(), ": the model must not keep a flat gradient buffer");
+    DSCPP_CHECK(partition_.defined() && partition_.numel() == zp.shard_numel() && partition_.dtype() == DType::f32,
+                "ZeRO stage ", zp.stage(), ": gradient partition must be f32 [", zp.shard_numel(), "]");
+    ps_.set_grad_window_provider([this](int u) { provide_window(u); });
+  }
+  accumulated_.assign(zp.units().size(), false);
+}
+
+void ZeroGradPartitioner::provide_window(int unit) {
+  MemoryCategoryScope scope(MemoryCategory::gradients);
+  const int64_t n = zp_.units()[size_t(unit)].size();
+  ps_.attach_grad_window(unit, Tensor::zeros({n}, ps_.grad_dtype(), ps_.device()));
+  live_ += n;
+  window_peak_ = std::max(window_peak_, live_);
+}
+
+void ZeroGradPartitioner::begin_backward(bool boundary) {
+  DSCPP_CHECK(!active_, "ZeroGradPartitioner: backward started twice without end_backward");
+  active_ = windows_ || boundary;  // stage 1 communicates only at the boundary
+  if (!active_) return;
+  pending_ = unit_params_;
+  param_ready_.assign(size_t(ps_.size()), false);
+  launched_.assign(zp_.units().size(), false);
+}
+
+void ZeroGradPartitioner::grads_ready(int64_t begin, int64_t end) {
+  if (!active_ || !overlap_) return;
+  std::vector<size_t> ready;
+  for (int i = 0; i < ps_.size(); i++) {
+    const ParamInfo& p = ps_.info(i);
+    if (param_ready_[size_t(i)] || p.offset < begin || p.offset + p.numel > end) continue;
+    param_ready_[size_t(i)] = true;
+    const size_t u = size_t(ps_.unit_of(p.offset));
+    if (--pending_[u] == 0) ready.push_back(u);
+  }
+  std::sort(ready.begin(), ready.end());  // the same order on every rank
+  for (size_t u : ready) launch(u);
+}
+
+void ZeroGradPartitioner::launch(size_t u) {
+  const FlatRange unit = zp_.units()[u];
+  Tensor in;
+  if (windows_) {
+    in = ps_.grad_window(int(u));
+    if (!in.defined()) {  // no gradient reached this unit in this backward: reduce zeros all the same
+      provide_window(int(u));
+      in = ps_.grad_window(int(u));
+    }
+  } else {
+    in = ps_.flat_grads().slice(unit.begin, unit.size());
+  }
+  InFlight f{u, nullptr, Tensor(), false};
+  if (!windows_) {
+    const FlatRange mine = zp_.owned_in(u, zp_.rank());
+    f.out = ps_.flat_grads().slice(mine.begin, mine.size());  // in place: rank r's block of the input
+  } else if (!accumulated_[u]) {
+    f.out = partition_.slice(zp_.shard_offset(u), zp_.chunk(u));  // first micro-batch of the step: write directly
+    accumulated_[u] = true;
+  } else {
+    MemoryCategoryScope scope(MemoryCategory::communication);
+    f.out = Tensor::empty({zp_.chunk(u)}, DType::f32, ps_.device());
+    f.add = true;
+  }
+  f.work = pg_.reduce_scatter(f.out, in, ReduceOp::avg);
+  launched_[u] = true;
+  in_flight_.push_back(std::move(f));
+  if (in_flight_.size() > kMaxInFlight) retire_oldest();
+}
+
+void ZeroGradPartitioner::retire_oldest() {
+  InFlight f = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  f.work->wait();
+  if (f.add) {
+    Tensor dst = partition_.slice(zp_.shard_offset(f.unit), zp_.chunk(f.unit));
+    ops::residual_forward(dst, dst, f.out);
+  }
+  if (windows_) {
+    live_ -= zp_.units()[f.unit].size();
+    ps_.detach_grad_window(int(f.unit));  // safe: the compute stream now waits for the reduce-scatter
+  }
+}
+
+void ZeroGradPartitioner::end_backward() {
+  if (!active_) return;
+  active_ = false;
+  // Not-yet-launched units go highest first, as backward would have produced them.
+  for (size_t u = zp_.units().size(); u-- > 0;)
+    if (!launched_[u]) launch(u);
+  while (!in_flight_.empty()) retire_oldest();
+}
+
+Tensor ZeroGradPartitioner::grad_chunk(size_t unit) const {
+  if (windows_) return partition_.slice(zp_.shard_offset(unit), zp_.chunk(unit));
+  const FlatRange mine = zp_.owned_in(unit, zp_.rank());
+  return ps_.flat_grads().slice(mine.begin, mine.size());
+}
+
+}  // namespace dscpp

@@ -1,0 +1,154 @@
+// ZeRO-3 parameter gathering with prefetch (runtime/zero_params.h).
+#include "dscpp/runtime/zero_params.h"
+
+#include <algorithm>
+
+namespace dscpp {
+
+ZeroParamCoordinator::ZeroParamCoordinator(ProcessGroup& pg, ParamSet& ps, const ZeroPartition& zp, Tensor shard,
+                                           const ZeroConfig& z)
+    : pg_(pg),
+      ps_(ps),
+      zp_(zp),
+      shard_(std::move(shard)),
+      prefetch_elements_(z.stage3_prefetch_bucket_size),
+      max_live_(z.stage3_max_live_parameters),
+      max_reuse_(z.stage3_max_reuse_distance),
+      units_(zp.units().size()) {
+  DSCPP_CHECK(zp.sharded() && zp.stage() == 3 && zp.units() == ps.units(),
+              "ZeroParamCoordinator: needs a stage-3 partition of this model");
+  DSCPP_CHECK(!ps.flat_params().defined(), "ZeRO stage 3: the model must not keep a flat parameter buffer");
+  DSCPP_CHECK(shard_.numel() == zp.shard_numel() && shard_.dtype() == ps.dtype() && shard_.device() == ps.device(),
+              "ZeRO stage 3: parameter shard must be ", dtype_name(ps.dtype()), " [", zp.shard_numel(), "], got ",
+              shard_.str());
+  // DeepSpeed's threshold is per parameter; ours is per unit (the granule we gather), so only whole small units
+  // (e.g. a final norm with a tied head) stay resident.
+  for (size_t u = 0; u < units_.size(); u++)
+    units_[u].persistent = zp.units()[u].size() < z.stage3_param_persistence_threshold;
+}
+
+void ZeroParamCoordinator::launch_gather(int u) {
+  Unit& s = units_[size_t(u)];
+  if (!s.window.defined()) {
+    MemoryCategoryScope scope(MemoryCategory::parameters);
+    s.window = Tensor::empty({zp_.units()[size_t(u)].size()}, ps_.dtype(), ps_.device());
+    live_ += s.window.numel();
+    peak_live_ = std::max(peak_live_, live_);
+  }
+  Tensor in = shard_.slice(zp_.shard_offset(size_t(u)), zp_.chunk(size_t(u)));
+  s.work = pg_.all_gather(s.window, in);
+  s.fresh = true;
+}
+
+bool ZeroParamCoordinator::reused_soon(int u) const {
+  if (!following_ || max_reuse_ <= 0) return false;
+  int64_t between = 0;
+  for (size_t i = trace_.size(); i < last_trace_.size(); i++) {
+    if (last_trace_[i] == u) return true;
+    between += zp_.units()[size_t(last_trace_[i])].size();
+    if (between > max_reuse_) return false;
+  }
+  return false;
+}
+
+void ZeroParamCoordinator::before(int u, Model::UnitPass) {
+  trace_.push_back(u);
+  const size_t pos = trace_.size() - 1;
+  following_ = following_ && pos < last_trace_.size() && last_trace_[pos] == u;
+  Unit& s = units_[size_t(u)];
+  if (!s.fresh) launch_gather(u);
+  if (following_) prefetch_after(pos);  // launched before u's compute is queued, so it overlaps with it
+  if (s.work) {
+    s.work->wait();
+    s.work = nullptr;
+  }
+  if (s.refs++ == 0) ps_.attach_param_window(u, s.window);
+}
+
+void ZeroParamCoordinator::prefetch_after(size_t pos) {
+  int64_t ahead = 0;
+  for (size_t i = pos + 1; i < last_trace_.size() && ahead < prefetch_elements_; i++) {
+    const int v = last_trace_[i];
+    Unit& s = units_[size_t(v)];
+    const int64_t n = zp_.units()[size_t(v)].size();
+    ahead += n;
+    if (s.fresh) continue;  // resident or already in flight
+    if (live_ + n > max_live_) break;
+    launch_gather(v);
+    prefetched_++;
+  }
+}
+
+void ZeroParamCoordinator::after(int u, Model::UnitPass) {
+  Unit& s = units_[size_t(u)];
+  DSCPP_CHECK(s.refs > 0, "ZeRO stage 3: unit ", u, " released more often than used");
+  if (--s.refs > 0) return;
+  ps_.detach_param_window(u);
+  if (s.persistent || reused_soon(u)) return;
+  free_window(u);
+}
+
+void ZeroParamCoordinator::free_window(int u) {
+  Unit& s = units_[size_t(u)];
+  if (s.work) {  // a prefetch nobody used (the sequence changed): let it finish before its memory is reused
+    s.work->wait();
+    s.work = nullptr;
+  }
+  if (s.window.defined()) live_ -= s.window.numel();
+  s.window = Tensor();
+  s.fresh = false;
+}
+
+void ZeroParamCoordinator::begin_micro_step() {
+  if (!trace_.empty()) last_trace_ = std::move(trace_);
+  trace_.clear();
+  following_ = !last_trace_.empty();
+  // Units kept for reuse beyond the recorded sequence's end are released now (the sequence restarts).
+  for (size_t u = 0; u < units_.size(); u++)
+    if (units_[u].refs == 0 && !units_[u].persistent && units_[u].window.defined() && !units_[u].work)
+      free_window(int(u));
+}
+
+void ZeroParamCoordinator::shards_changed() {
+  for (size_t u = 0; u < units_.size(); u++) {
+    DSCPP_CHECK(units_[u].refs == 0, "ZeRO stage 3: the optimizer stepped while unit ", u, " was in use");
+    if (units_[u].persistent) {
+      if (units_[u].work) units_[u].work->wait(), units_[u].work = nullptr;
+      units_[u].fresh = false;  // keep the window, re-gather into it on the next use
+    } else {
+      free_window(int(u));
+    }
+  }
+}
+
+void ZeroParamCoordinator::release_all() {
+  for (size_t u = 0; u < units_.size(); u++) {
+    if (units_[u].refs > 0) ps_.detach_param_window(int(u));
+    units_[u].refs = 0;
+    if (!units_[u].persistent) free_window(int(u));
+  }
+  trace_.clear();
+  following_ = false;
+}
+
+void ZeroParamCoordinator::gather_all(Tensor& out) {
+  DSCPP_CHECK(out.numel() == zp_.flat_numel() && out.dtype() == ps_.dtype(), "gather_all: out must be ",
+              dtype_name(ps_.dtype()), " [", zp_.flat_numel(), "], got ", out.str());
+  for (size_t u = 0; u < units_.size(); u++) {
+    const FlatRange r = zp_.units()[u];
+    Unit& s = units_[u];
+    Tensor tmp;
+    if (s.fresh && !s.work) {
+      tmp = s.window;
+    } else {
+      MemoryCategoryScope scope(MemoryCategory::communication);
+      tmp = Tensor::empty({r.size()}, ps_.dtype(), ps_.device());
+      Tensor in = shard_.slice(zp_.shard_offset(u), zp_.chunk(u));
+      pg_.all_gather(tmp, in)->wait();
+    }
+    Tensor dst = out.slice(r.begin, r.size());
+    dst.copy_from(tmp);
+  }
+}
+
+}  // namespace dscpp
