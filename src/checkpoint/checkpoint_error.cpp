@@ -14,6 +14,7 @@ const char* checkpoint_error_kind_name(CheckpointErrorKind k) {
     case CheckpointErrorKind::missing_latest: return "missing_latest";
     case CheckpointErrorKind::tag_not_found: return "tag_not_found";
     case CheckpointErrorKind::bad_argument: return "bad_argument";
+    case CheckpointErrorKind::peer_failed: return "peer_failed";
   }
   return "?";
 }

@@ -20,6 +20,8 @@ const char* fault_point_name(FaultPoint p) {
     case FaultPoint::before_manifest: return "before_manifest";
     case FaultPoint::before_rename: return "before_rename";
     case FaultPoint::before_latest: return "before_latest";
+    case FaultPoint::before_shard_write: return "before_shard_write";
+    case FaultPoint::before_shard_report: return "before_shard_report";
   }
   return "?";
 }

@@ -18,6 +18,7 @@ enum class CheckpointErrorKind {
   missing_latest,  // save_dir/latest absent or empty
   tag_not_found,   // the tag directory is absent or has no manifest
   bad_argument,    // invalid tag / file name / tensor given by the caller
+  peer_failed,     // another rank of a multi-rank save failed, died or timed out (the message names the rank)
 };
 const char* checkpoint_error_kind_name(CheckpointErrorKind k);
 

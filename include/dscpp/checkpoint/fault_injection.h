@@ -9,10 +9,12 @@
 namespace dscpp {
 
 enum class FaultPoint {
+  before_shard_write,  // multi-rank save (sharded_writer.h): this rank joined the save, nothing written yet
   after_tensor_write,  // after each tensor's bytes are written (the file is incomplete)
   before_manifest,     // all data files written and fsynced, manifest.json not yet written
   before_rename,       // "<tag>.tmp" complete and fsynced, not yet renamed to "<tag>"
   before_latest,       // "<tag>" in place, `latest` not yet updated
+  before_shard_report, // multi-rank save, rank > 0: its files written and fsynced, not yet reported to rank 0
 };
 const char* fault_point_name(FaultPoint p);
 
