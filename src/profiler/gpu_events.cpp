@@ -28,12 +28,18 @@ GpuEvents::~GpuEvents() {  // destructors do not throw: errors are ignored here
 
 int32_t GpuEvents::record(int32_t* stream_slot) {
   cuda::DeviceGuard g(device_);
+  return record_on(static_cast<void*>(cuda::current_stream(device_)), stream_slot);
+}
+
+int32_t GpuEvents::record_on(void* stream, int32_t* stream_slot) {
+  cuda::DeviceGuard g(device_);
+  std::lock_guard<std::mutex> lock(mu_);
   if (used_ == events_.size()) {
     cudaEvent_t e;
     DSCPP_CUDA_CHECK(cudaEventCreate(&e));  // timing enabled (no cudaEventDisableTiming)
     events_.push_back(e);
   }
-  cudaStream_t s = cuda::current_stream(device_);
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
   int32_t slot = 0;
   while (size_t(slot) < streams_.size() && streams_[size_t(slot)] != static_cast<void*>(s)) slot++;
   if (size_t(slot) == streams_.size()) streams_.push_back(static_cast<void*>(s));
@@ -43,6 +49,7 @@ int32_t GpuEvents::record(int32_t* stream_slot) {
 }
 
 double GpuEvents::elapsed_ms(int32_t from, int32_t to) {
+  std::lock_guard<std::mutex> lock(mu_);
   DSCPP_CHECK(from >= 0 && to >= 0 && size_t(from) < used_ && size_t(to) < used_, "profiler: bad event slots ",
               from, ", ", to);
   cuda::DeviceGuard g(device_);
@@ -54,7 +61,10 @@ double GpuEvents::elapsed_ms(int32_t from, int32_t to) {
   return double(ms);
 }
 
-void GpuEvents::reset() { used_ = 0; }
+void GpuEvents::reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  used_ = 0;
+}
 
 #else
 
@@ -63,6 +73,7 @@ std::unique_ptr<GpuEvents> GpuEvents::create(int device) {
 }
 GpuEvents::~GpuEvents() = default;
 int32_t GpuEvents::record(int32_t*) { DSCPP_FAIL("profiler: no CUDA in this build"); }
+int32_t GpuEvents::record_on(void*, int32_t*) { DSCPP_FAIL("profiler: no CUDA in this build"); }
 double GpuEvents::elapsed_ms(int32_t, int32_t) { DSCPP_FAIL("profiler: no CUDA in this build"); }
 void GpuEvents::reset() {}
 

@@ -7,6 +7,10 @@
 // "model.blocks.3.attn"), so callers never build strings. Ranges of one Profiler nest on one thread (the
 // training thread); other threads report finished work with record_comm. Hook for models and the engine:
 // set_active_profiler(&p) and DSCPP_PROFILE_RANGE(name, index) anywhere below it.
+//
+// Every collective of a ProcessGroup reports to the active, enabled profiler (Note [Comm ops in the profiler] in
+// profiler.cpp): gloo with host times taken on its communication thread (record_comm), NCCL with two CUDA events on
+// the group's stream (comm_gpu_begin/end), placed on the timeline by resolve() like the ranges' events.
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -42,7 +46,10 @@ struct CommOp {                   // reported by the communication layer
   int64_t bytes = 0;
   int64_t begin_ns = 0, end_ns = 0;  // monotonic clock (Profiler::now_ns)
   std::string group;              // optional: process group / peers
+  bool gpu = false;               // times from CUDA events on a communication stream (else host clock)
+  int32_t stream = -1;            // gpu: the profiler's stream slot of that stream
 };
+std::string comm_op_label(const CommOp& op);  // "all_reduce 25.0 MB" (decimal units, as nccl-tests); no bytes: the name
 
 struct RangeStats {
   int64_t count = 0;
@@ -63,40 +70,57 @@ class Profiler {
   Profiler(const Profiler&) = delete;
   Profiler& operator=(const Profiler&) = delete;
 
-  bool enabled() const { return enabled_; }
+  bool enabled() const { return enabled_.load(std::memory_order_relaxed); }
   void set_enabled(bool on);
   Phase phase() const { return phase_; }
   void set_phase(Phase p) { phase_ = p; }  // the phase recorded by ranges begun from now on
 
   void begin(const char* name, int32_t index = -1) {
-    if (enabled_) begin_slow(name, index);
+    if (enabled()) begin_slow(name, index);
   }
   void end(const char* name, int32_t index = -1) {  // must close the innermost open range (checked)
-    if (enabled_) end_slow(name, index);
+    if (enabled()) end_slow(name, index);
   }
   void begin_step(int64_t step);                    // a new GPU anchor; ranges stay until clear()
   void record_comm(CommOp op);                      // thread-safe
+  // A communication op on a CUDA stream (`stream` a cudaStream_t of `device`), from any thread: begin records an
+  // event on the stream before the op is enqueued and returns a token (-1: not recorded, i.e. disabled, no
+  // cuda_events or another device); end records the closing event and keeps op (its times come from resolve()).
+  // Neither waits for the GPU.
+  int32_t comm_gpu_begin(int device, void* stream);
+  void comm_gpu_end(int32_t token, void* stream, CommOp op);
   static int64_t now_ns();                          // monotonic clock
 
-  void resolve();                                   // after the step: wait for GPU events, fill gpu_*_ns
+  void resolve();                                   // after the step: wait for GPU events, fill gpu_*_ns and
+                                                    // the times of GPU comm ops
   const std::vector<RangeRecord>& ranges();         // resolved
-  std::vector<CommOp> comm_ops() const;
+  std::vector<CommOp> comm_ops() const;             // GPU-timed ones once resolved
   std::map<std::pair<std::string, Phase>, RangeStats> stats();  // by (path, phase), resolved
   void clear();                                     // drops ranges and comm ops (keeps event pools)
-  void export_trace(TraceWriter& w, int rank);      // host track, comm track, one track per CUDA stream
+  // Tracks: host ranges, host-timed comm ops, GPU-timed comm ops (comm stream), one per compute CUDA stream.
+  void export_trace(TraceWriter& w, int rank);
 
  private:
+  struct GpuCommOp {              // a comm op until resolve() reads its events
+    CommOp op;
+    int32_t ev_begin = -1, ev_end = -1, ev_anchor = -1;
+  };
   void begin_slow(const char* name, int32_t index);
   void end_slow(const char* name, int32_t index);
+  int32_t anchor_locked();                          // the step's anchor event (records it first); gpu_mu_ held
 
-  bool enabled_ = false;
+  std::atomic<bool> enabled_{false};  // read by communication threads too
   Phase phase_ = Phase::other;
   Options opts_;
   std::vector<RangeRecord> ranges_;
   std::vector<size_t> open_;                        // indices of open ranges
+  // gpu_mu_ guards the GPU bookkeeping below (anchor, unresolved state, GPU comm ops): comm calls may come from
+  // other threads. Taken only with cuda_events, and only while enabled.
+  std::mutex gpu_mu_;
   std::vector<int64_t> anchor_host_ns_;             // by anchor event slot: host clock when it was recorded
   int32_t anchor_ = -1;                             // the current step's anchor (-1: none yet)
   bool resolved_ = true;
+  std::vector<GpuCommOp> gpu_comm_;
   mutable std::mutex comm_mu_;
   std::vector<CommOp> comm_;
   std::unique_ptr<GpuEvents> gpu_;

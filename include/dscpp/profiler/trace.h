@@ -14,7 +14,8 @@ namespace dscpp {
 
 // Track ids inside a rank's process.
 inline constexpr int64_t kTraceHostTid = 0;
-inline constexpr int64_t kTraceCommTid = 1;
+inline constexpr int64_t kTraceCommTid = 1;        // comm ops timed on the host (gloo's communication thread)
+inline constexpr int64_t kTraceCommStreamTid = 2;  // comm ops timed by CUDA events on a comm stream (NCCL)
 inline constexpr int64_t kTraceStreamTid0 = 100;  // CUDA stream k of the profiler is tid 100 + k
 
 struct TraceEvent {

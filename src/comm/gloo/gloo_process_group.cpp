@@ -11,6 +11,7 @@
 // Gloo tag of the k-th collective (k) and the slot of the k-th message between two ranks agree across ranks.
 // bf16/f16 reductions run on an f32 copy (Gloo has no bf16 type; f32 accumulation is what we want anyway).
 #include "comm/process_group_impl.h"
+#include "dscpp/profiler/profiler.h"
 
 #if DSCPP_WITH_GLOO
 #include <gloo/allgather.h>
@@ -157,6 +158,7 @@ class GlooProcessGroup : public ProcessGroup {
     size_t bytes;
     std::function<void()> body;
     std::shared_ptr<GlooWork> work;
+    Profiler* prof = nullptr;  // the active profiler when the op was issued (Note [Comm ops in the profiler])
   };
 
   // One thread running queued items in order (Note [Gloo comm thread]).
@@ -199,9 +201,12 @@ class GlooProcessGroup : public ProcessGroup {
           continue;
         }
         auto t0 = Clock::now();
+        const int64_t prof_t0 = item.prof ? Profiler::now_ns() : 0;
         try {
           item.body();
           pg->log_op(item.op, item.bytes, std::chrono::duration<double>(Clock::now() - t0).count());
+          if (item.prof)  // before finish(): a waiter that resolves the profiler next sees this op
+            item.prof->record_comm({item.op, int64_t(item.bytes), prof_t0, Profiler::now_ns(), pg->name()});
           item.work->finish(WorkStatus::completed);
         } catch (const std::exception& e) {
           failed = true;
@@ -250,7 +255,8 @@ class GlooProcessGroup : public ProcessGroup {
   // Queues `body` on the collective thread; `bytes` is the comms logger's message size.
   WorkPtr enqueue(const char* op, size_t bytes, std::function<void()> body) {
     auto work = std::make_shared<GlooWork>(this, op, timeout_);
-    coll_.push(Item{op, bytes, std::move(body), work});
+    Profiler* prof = active_profiler();
+    coll_.push(Item{op, bytes, std::move(body), work, prof && prof->enabled() ? prof : nullptr});
     return work;
   }
 
@@ -356,12 +362,16 @@ class GlooProcessGroup : public ProcessGroup {
       }
     }
     bool is_send = std::string(op) == "send";
-    p2p_.emplace_back(std::thread([this, work, buf, t, is_send, op]() {
+    Profiler* prof = active_profiler();
+    if (prof && !prof->enabled()) prof = nullptr;
+    const int64_t prof_t0 = prof ? Profiler::now_ns() : 0;  // posted now; the thread awaits its completion
+    p2p_.emplace_back(std::thread([this, work, buf, t, is_send, op, prof, prof_t0]() {
       auto t0 = Clock::now();
       try {
         if (is_send) buf->waitSend(timeout_);
         else buf->waitRecv(timeout_);
         log_op(op, t.nbytes(), std::chrono::duration<double>(Clock::now() - t0).count());
+        if (prof) prof->record_comm({op, int64_t(t.nbytes()), prof_t0, Profiler::now_ns(), name()});
         work->finish(WorkStatus::completed);
       } catch (const std::exception& e) {
         work->finish(WorkStatus::failed, std::string("Gloo: ") + e.what());

@@ -14,6 +14,7 @@
 // releases the kernels waiting on dead peers), fails every pending op and marks the group broken.
 // DSCPP_NCCL_BLOCKING_WAIT=1 (or NCCL_BLOCKING_WAIT=1) makes Work::wait() also block the host until the op ends.
 #include "comm/process_group_impl.h"
+#include "dscpp/profiler/profiler.h"
 
 #if DSCPP_WITH_NCCL
 #include <nccl.h>
@@ -181,9 +182,13 @@ class NcclProcessGroup : public ProcessGroup {
       DSCPP_CUDA_CHECK(cudaEventCreate(&work->start_));
       DSCPP_CUDA_CHECK(cudaEventRecord(work->start_, stream_));
     }
+    // Note [Comm ops in the profiler]: events around the NCCL call on this stream; no cost without a profiler.
+    Profiler* prof = active_profiler();
+    const int32_t prof_token = prof ? prof->comm_gpu_begin(device_, stream_) : -1;
     ncclResult_t r = call(stream_);
     if (r != ncclSuccess && r != ncclInProgress) check(r, op);
     settle(op);
+    if (prof_token >= 0) prof->comm_gpu_end(prof_token, stream_, {op, int64_t(bytes), 0, 0, name_});
     DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&work->end_, timed ? 0 : cudaEventDisableTiming));
     DSCPP_CUDA_CHECK(cudaEventRecord(work->end_, stream_));
     {
