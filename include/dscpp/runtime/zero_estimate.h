@@ -1,0 +1,102 @@
+// ZeRO memory estimates: DeepSpeed's model-state estimators reproduced exactly, and the theoretical model-state bytes
+// per rank of OUR engine. Both cover model states only (parameters, gradients, optimizer state): activations,
+// communication buckets, the allocator's cache and the CUDA context come on top.
+//
+// Note [Our model-state bytes]: per rank, for a flat buffer of N elements over W data-parallel ranks
+// (a/W means ceil(a/W); the engine pads N so that it divides exactly):
+//   params    = N * param_bytes                           (stage 3: / W)
+//   grads     = N * grad_bytes                            (stages 2, 3: / W)
+//   optimizer = N * 4 * (fp32_master + optimizer_states)  (stages 1, 2, 3: / W)
+// Our gradients are f32 even when the parameters are 16-bit (accumulated in f32, the stage-2/3 partition too), so
+// stage 0 with bf16 + AdamW costs 2 + 4 + 4 + 8 = 18 bytes per parameter, not DeepSpeed's 16 (it keeps 16-bit
+// gradients, 2 + 2 + 4 + 8); pure f32 + AdamW costs 4 + 4 + 8 = 16. These are steady-state buffers: the transient
+// gather buffer of a ZeRO-3 unit and the reduction buckets are not counted.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dscpp/models/model.h"
+
+namespace dscpp {
+
+// ---- DeepSpeed's estimators (deepspeed/runtime/zero/stage_1_and_2.py and stage3.py, v0.16.5) ----------------------
+// Same arguments, defaults and arithmetic as the Python functions, including their int() truncations. "per CPU" is
+// per node (host) memory, "per GPU" per device.
+struct DsMemEstimate {
+  int64_t cpu_bytes = 0;             // per CPU (node)
+  int64_t gpu_bytes = 0;             // per GPU
+  int64_t largest_layer_bytes = 0;   // ZeRO-3 only: 4 * largest_layer_params
+};
+
+// ZeRO-2 (DeepSpeed also uses it for stage 1). G = gpus = nodes * gpus_per_node.
+//   cpu_offload:  gpu = 2P,            cpu = P * max(4G, 16) * factor
+//   otherwise:    gpu = 2P + 18P / G,  cpu = 4P * gpus_per_node * factor
+DsMemEstimate estimate_zero2_model_states_mem_needs(int64_t total_params, int num_gpus_per_node = 1,
+                                                    int num_nodes = 1, bool cpu_offload = true,
+                                                    double additional_buffer_factor = 1.5);
+
+// ZeRO-3. L = 4 * largest_layer_params, g = 1 / nodes, n = gpus_per_node.
+//   offload params + optimizer: gpu = L;            cpu = zero_init ? 18Pg*f : P*max(4n, 18g)*f
+//   offload optimizer only:     gpu = L + 2P / G;   cpu = zero_init ? 16Pg*f : P*max(4n, 16g)*f
+//   no offload:                 gpu = L + 18P / G;  cpu = zero_init ? 4*largest*n*f : 4P*n*f
+// (cpu_offload_params without cpu_offload is not a DeepSpeed configuration; it is computed as "no offload", as the
+// Python function does.)
+DsMemEstimate estimate_zero3_model_states_mem_needs(int64_t total_params, int64_t largest_layer_params,
+                                                    int num_gpus_per_node = 1, int num_nodes = 1,
+                                                    bool cpu_offload = true, bool cpu_offload_params = true,
+                                                    bool zero_init = true, double additional_buffer_factor = 1.5);
+
+// One row of DeepSpeed's "_all_cold" table: an offload option and its estimate.
+struct DsEstimateRow {
+  bool offload_param = false;      // stage 3 only
+  bool offload_optimizer = false;
+  bool zero_init = false;          // stage 3 only
+  DsMemEstimate mem;
+  std::string options;             // DeepSpeed's text, e.g. "offload_param=cpu , offload_optimizer=none, zero_init=1"
+};
+// Every option in DeepSpeed's order: ZeRO-2: 2 rows (optimizer offload on, off); ZeRO-3: 6 rows (params+optimizer
+// offload, optimizer offload, none; each with zero_init 1 then 0).
+std::vector<DsEstimateRow> estimate_zero2_all_cold(int64_t total_params, int num_gpus_per_node = 1,
+                                                   int num_nodes = 1, double additional_buffer_factor = 1.5);
+std::vector<DsEstimateRow> estimate_zero3_all_cold(int64_t total_params, int64_t largest_layer_params,
+                                                   int num_gpus_per_node = 1, int num_nodes = 1,
+                                                   double additional_buffer_factor = 1.5);
+// DeepSpeed's printout of those tables (estimate_zero{2,3}_model_states_mem_needs_all_cold), with the same header
+// lines and columns. DeepSpeed labels the columns "GB" but divides by 2^30; we print "GiB".
+std::string format_zero2_all_cold(int64_t total_params, int num_gpus_per_node = 1, int num_nodes = 1,
+                                  double additional_buffer_factor = 1.5);
+std::string format_zero3_all_cold(int64_t total_params, int64_t largest_layer_params, int num_gpus_per_node = 1,
+                                  int num_nodes = 1, double additional_buffer_factor = 1.5);
+
+// ---- Parameter counts from a model config (declares and allocates nothing) -----------------------------------------
+struct ModelParamCounts {
+  int64_t total = 0;              // ModelConfig::num_parameters() (a tied lm_head counted once)
+  // DeepSpeed's largest_layer_params (the "_all_live" model_to_params): the most parameters any one Hugging Face
+  // nn.Module holds directly (a Linear's weight + bias, an Embedding's table, a norm's weight (+ bias)).
+  int64_t largest_module = 0;
+  std::string largest_module_name;  // e.g. "transformer.wte" ("*" stands for any block index)
+  // Our ZeRO-3 gather unit (Note [ZeRO units]): the embeddings (wte + wpe), one block, or the final norm (+ the
+  // untied lm_head), alignment padding excluded.
+  int64_t largest_unit = 0;
+  std::string largest_unit_name;    // "embeddings" | "block" | "final"
+};
+ModelParamCounts model_param_counts(const ModelConfig& cfg);
+
+// ---- Our engine (Note [Our model-state bytes]) ----------------------------------------------------------------------
+struct ModelStateBytes {
+  int64_t params = 0;     // model-dtype parameters this rank keeps resident
+  int64_t grads = 0;      // gradients (ours: f32)
+  int64_t optimizer = 0;  // f32 master weights (mixed precision) + optimizer state buffers
+  int64_t total() const { return params + grads + optimizer; }
+};
+// stage 0..3; world_size >= 1; optimizer_states: f32 buffers per element (AdamW 2, SGD with momentum 1, SGD 0).
+ModelStateBytes zero_model_state_bytes(int64_t flat_numel, int stage, int world_size, int param_bytes,
+                                       int grad_bytes, bool fp32_master, int optimizer_states);
+// A table of stages 0..3 for those settings: per-rank params, grads, optimizer and total, in GiB (2 decimals).
+std::string format_model_state_table(int64_t flat_numel, int world_size, int param_bytes, int grad_bytes,
+                                     bool fp32_master, int optimizer_states);
+
+std::string format_gib(int64_t bytes);  // "1.23" (bytes / 2^30, 2 decimals)
+
+}  // namespace dscpp
