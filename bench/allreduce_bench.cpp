@@ -1,0 +1,155 @@
+// All-reduce bandwidth of our NCCL ProcessGroup, reported as nccl-tests do (doc/PERFORMANCE.md there): for a buffer
+// of S bytes taking t seconds, algbw = S / t and busbw = algbw * 2(n-1)/n (n ranks), GB/s = 1e9 B/s.
+// One process per GPU, started by a launcher that sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT:
+//   dscpp launch --num_gpus 4 -- build/bench/allreduce_bench [--min-mib 1] [--max-mib 1024] [--factor 4]
+//                                [--dtypes bf16,f32] [--warmup 5] [--iters 0]
+// bench/allreduce_torch.py is the torch.distributed twin (same sizes, same timing). Rank 0 prints one tab-separated
+// line per (dtype, size), prefixed RESULT:
+//   RESULT impl op dtype world bytes time_us algbw_GBps busbw_GBps
+// Timing: after --warmup ops, `iters` all_reduce (sum) calls are issued back to back (one communication stream runs
+// them in order) between two device synchronisations; time = elapsed / iters, the slowest rank's. --iters 0 picks
+// 20..200 by size (about 4 GiB moved per measurement). Before timing, a buffer of rank+1 must sum to n(n+1)/2.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dscpp/comm/dist_env.h"
+#include "dscpp/comm/process_group.h"
+#include "dscpp/core/cuda.h"
+#include "dscpp/runtime/grad_reducer.h"
+
+using namespace dscpp;
+
+namespace {
+
+struct Args {
+  int64_t min_mib = 1, max_mib = 1024, factor = 4, warmup = 5, iters = 0;
+  std::vector<DType> dtypes{DType::bf16, DType::f32};
+};
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "allreduce_bench: %s\nusage: allreduce_bench [--min-mib 1] [--max-mib 1024] [--factor 4]\n"
+               "                       [--dtypes bf16,f32] [--warmup 5] [--iters 0 (auto)]\n"
+               "run one process per GPU: dscpp launch --num_gpus N -- allreduce_bench ...\n",
+               why.c_str());
+  std::exit(2);
+}
+
+int64_t to_int(const std::string& k, const std::string& v, int64_t min) {
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end || x < min) usage("--" + k + " needs an integer >= " + std::to_string(min) + ", got '" + v + "'");
+  return x;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; i++) {
+    std::string k = argv[i], v;
+    if (k == "-h" || k == "--help") usage("help");
+    if (k.rfind("--", 0) != 0) usage("unexpected argument '" + k + "'");
+    k = k.substr(2);
+    if (size_t eq = k.find('='); eq != std::string::npos) {
+      v = k.substr(eq + 1);
+      k = k.substr(0, eq);
+    } else {
+      if (i + 1 >= argc) usage("--" + k + " needs a value");
+      v = argv[++i];
+    }
+    if (k == "min-mib") a.min_mib = to_int(k, v, 1);
+    else if (k == "max-mib") a.max_mib = to_int(k, v, 1);
+    else if (k == "factor") a.factor = to_int(k, v, 2);
+    else if (k == "warmup") a.warmup = to_int(k, v, 0);
+    else if (k == "iters") a.iters = to_int(k, v, 0);
+    else if (k == "dtypes") {
+      a.dtypes.clear();
+      std::stringstream ss(v);
+      for (std::string d; std::getline(ss, d, ',');) {
+        if (d == "bf16") a.dtypes.push_back(DType::bf16);
+        else if (d == "f32") a.dtypes.push_back(DType::f32);
+        else if (d == "f16") a.dtypes.push_back(DType::f16);
+        else usage("--dtypes: unknown dtype '" + d + "' (bf16, f32, f16)");
+      }
+    } else usage("unknown option --" + k);
+  }
+  if (a.max_mib < a.min_mib) usage("--max-mib is below --min-mib");
+  return a;
+}
+
+// Checks the sum of a buffer of rank+1 (exact in every dtype for small n): n(n+1)/2 everywhere.
+void check_sum(ProcessGroup& pg, Tensor& buf) {
+  const int n = pg.size();
+  buf.fill(float(pg.rank() + 1));
+  pg.all_reduce(buf)->wait();
+  Tensor host = buf.to(Device::cpu()).to(DType::f32);
+  const float want = float(n * (n + 1) / 2);
+  const float* p = host.data<float>();
+  const int64_t m = host.numel();
+  for (int64_t i : {int64_t(0), m / 3, m / 2, m - 1})
+    if (p[i] != want) {
+      std::fprintf(stderr, "allreduce_bench: rank %d: element %lld of the sum is %g, expected %g\n", pg.rank(),
+                   (long long)i, double(p[i]), double(want));
+      std::exit(1);
+    }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Args a = parse(argc, argv);
+  if (!cuda_available() || !nccl_available()) {
+    std::fprintf(stderr, "allreduce_bench: needs a CUDA build with NCCL and a GPU\n");
+    return 1;
+  }
+  try {
+    const DistEnv env = read_dist_env();
+    auto pg = init_process_group("nccl");  // the current device becomes LOCAL_RANK % device count
+    const int n = pg->size(), rank = pg->rank();
+    const int dev = env.local_rank % cuda_device_count();
+    const Device device = Device::cuda(dev);
+    if (rank == 0)
+      std::fprintf(stderr, "allreduce_bench: %d ranks on %s, %lld..%lld MiB x%lld, warm-up %lld\n", n,
+                   cuda_device_name(dev).c_str(), (long long)a.min_mib, (long long)a.max_mib, (long long)a.factor,
+                   (long long)a.warmup);
+    const double bus_factor = 2.0 * double(n - 1) / double(n);
+    for (DType dt : a.dtypes) {
+      const int64_t max_bytes = a.max_mib << 20;
+      Tensor buf = Tensor::empty({max_bytes / int64_t(dtype_size(dt))}, dt, device);
+      check_sum(*pg, buf);
+      for (int64_t mib = a.min_mib; mib <= a.max_mib; mib *= a.factor) {
+        const int64_t bytes = mib << 20, numel = bytes / int64_t(dtype_size(dt));
+        Tensor t = buf.slice(0, numel);
+        const int64_t iters = a.iters > 0 ? a.iters : std::clamp<int64_t>((int64_t(4) << 30) / bytes, 20, 200);
+        WorkPtr w;
+        for (int64_t i = 0; i < a.warmup; i++) w = pg->all_reduce(t);
+        if (w) w->wait();
+        pg->barrier()->wait();  // blocks the host until every rank got here
+        cuda_synchronize(dev);
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int64_t i = 0; i < iters; i++) w = pg->all_reduce(t);
+        w->wait();  // the compute stream waits for the last op; one stream ran them in order
+        cuda_synchronize(dev);
+        double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+                    double(iters);
+        us = all_reduce_values(*pg, {float(us)}, ReduceOp::max, device)[0];
+        const double algbw = double(bytes) / (us * 1e-6) / 1e9;
+        if (rank == 0) {
+          std::printf("RESULT\tdscpp\tall_reduce\t%s\t%d\t%lld\t%.1f\t%.1f\t%.1f\n", dtype_name(dt), n,
+                      (long long)bytes, us, algbw, algbw * bus_factor);
+          std::fflush(stdout);
+        }
+      }
+    }
+    pg->barrier()->wait();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
