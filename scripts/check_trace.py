@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Validate Chrome traces and report compute/communication overlap per rank.
 
-  scripts/check_trace.py TRACE [TRACE...] [--lenient] [--exclude-compute REGEX] [--json] [--png OUT.png]
-                                          [--window START_MS,END_MS]
+  scripts/check_trace.py TRACE [TRACE...] [--lenient] [--all-ranges] [--exclude-compute REGEX] [--json]
+                                          [--png OUT.png] [--window START_MS,END_MS]
 
 TRACE: a Chrome trace JSON ({"traceEvents": [...]} or a bare event list), e.g. `dscpp train --trace t.json` (one
 file, or t.json.rank0, t.json.rank1, ... under data parallelism: pass them all; each rank is one pid).
@@ -14,9 +14,11 @@ track; every track with events has a thread_name and every pid a process_name. -
 Exit status 1 on an invalid trace (2 on unreadable input).
 
 Report, per rank (pid), over the whole trace (a trace of one training step gives that step):
-  compute ms   union of GPU compute intervals: our "cuda stream N" tracks (cat "gpu": profiler ranges timed by CUDA
-               events, so a range that waits on communication counts as compute: drop it with --exclude-compute),
-               or Kineto kernels that are not NCCL's; with no GPU events, the host ranges (cat "host").
+  compute ms   union of GPU compute intervals: the leaf ranges (those containing no other range of their track) of
+               our "cuda stream N" tracks (cat "gpu", profiler ranges timed by CUDA events), or Kineto kernels that
+               are not NCCL's; with no GPU events, the host ranges (cat "host"). Leaves only, because an outer range
+               (our "backward") also spans the compute stream's wait for the gradient all-reduce; --all-ranges counts
+               every range; --exclude-compute drops ranges by name.
   comm ms      union of communication intervals: cat "comm" (our "comm stream" / "communication" tracks) or NCCL
                kernels in a Kineto trace.
   overlap      the share of comm time during which compute runs too: |comm ∩ compute| / |comm|.
@@ -158,22 +160,45 @@ def intersection(a, b):
     return total
 
 
-def analyse(complete, tnames, exclude):
+def leaves(intervals):
+    """The intervals of one track that contain no other (ranges of a stream nest properly)."""
+    evs = sorted(intervals, key=lambda x: (x[0], -x[1]))
+    leaf = [True] * len(evs)
+    stack = []
+    for i, (b, e) in enumerate(evs):
+        if e <= b:  # empty (event clocks have 0.5 us resolution): adds nothing, hides no parent
+            continue
+        while stack and evs[stack[-1]][1] <= b:  # ends before this one starts: not its parent
+            stack.pop()
+        if stack and e <= evs[stack[-1]][1]:
+            leaf[stack[-1]] = False
+        stack.append(i)
+    return [x for x, keep in zip(evs, leaf) if keep]
+
+
+def analyse(complete, tnames, exclude, all_ranges=False):
     """Per pid: compute/comm unions (microseconds) and a few counts."""
     by_pid = defaultdict(lambda: {"compute": [], "comm": [], "host": [], "comm_ops": 0, "comm_bytes": 0})
+    by_track = defaultdict(list)  # (pid, tid, kind) -> compute or host intervals, reduced to leaves below
     for e in complete:
         k = kind(e, tnames)
         if k is None:
             continue
         if k in ("compute", "host") and exclude and exclude.search(str(e["name"])):
             continue
+        iv = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
+        if k in ("compute", "host"):
+            by_track[(e["pid"], e["tid"], k)].append(iv)
+            continue
         r = by_pid[e["pid"]]
-        r[k].append((float(e["ts"]), float(e["ts"]) + float(e["dur"])))
+        r[k].append(iv)
         if k == "comm":
             r["comm_ops"] += 1
             b = e.get("args", {}).get("bytes")
             if is_num(b):
                 r["comm_bytes"] += b
+    for (pid, _, k), ivs in by_track.items():
+        by_pid[pid][k].extend(ivs if all_ranges else leaves(ivs))
     rows = []
     for pid in sorted(by_pid, key=str):
         r = by_pid[pid]
@@ -245,6 +270,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("traces", nargs="+")
     ap.add_argument("--lenient", action="store_true", help="accept traces of other producers (Kineto)")
+    ap.add_argument("--all-ranges", action="store_true", help="compute = every range, not only the leaves")
     ap.add_argument("--exclude-compute", default="", help="regex of range names not counted as compute")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     ap.add_argument("--png", default="", help="render the tracks to this PNG (needs matplotlib)")
@@ -267,7 +293,8 @@ def main(argv=None):
         print(f"check_trace: INVALID: {problem}")
         return 1
     tnames = thread_names(events)
-    rows = analyse(complete, tnames, re.compile(args.exclude_compute) if args.exclude_compute else None)
+    rows = analyse(complete, tnames, re.compile(args.exclude_compute) if args.exclude_compute else None,
+                   args.all_ranges)
     if args.json:
         print(json.dumps({"valid": True, "events": len(complete), "ranks": rows}, indent=1))
     else:
