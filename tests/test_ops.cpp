@@ -379,6 +379,81 @@ void add_norms() {
         }
 }
 
+// The residual add fused with the norm (ops::fused_residual_*). Forward: resid = x + residual, rounded to the
+// activation dtype, must equal the CPU sum rounded the same way (exact), and the norm is compared with the CPU norm of
+// that rounded resid. Backward: dresid = dskip + norm'(dnorm) and the accumulated parameter gradients; in-place
+// variants alias resid with x (forward) and dresid with dskip (backward), as the block uses them.
+void add_fused_norms() {
+  const int64_t rows[] = {1, 7, 33, 257, 4099};  // 4099: many row chunks in the parameter-gradient reduction
+  for (DType t : kDtypes)
+    for (int64_t N : rows)
+      for (int64_t C : kChannels)
+        for (DType w : param_dtypes(t))
+          for (bool ln : {true, false}) {
+            const std::string kind = ln ? "layernorm" : "rmsnorm";
+            const float eps = ln ? 1e-5f : 1e-6f;
+            const std::string sh = dims({{"N", N}, {"C", C}}) + " w=" + dt_name(w);
+            for (bool in_place : {false, true})
+              add("fused_residual_" + kind + "_forward", t, sh + (in_place ? " resid=x" : ""), [=](Ctx& x) {
+                Tensor a = x.rand({N, C}, -2.0f, 3.0f), r = x.rand({N, C}), wt = x.rand({C}, w), b = x.rand({C}, w);
+                Tensor sum = Tensor::empty({N, C}, DType::f32);
+                ops::residual_forward(sum, a, r);
+                if (x.dt != DType::f32) sum = sum.to(x.dt).to(DType::f32);  // the stored resid
+                Tensor out = Tensor::empty({N, C}, DType::f32), mean = Tensor::empty({N}, DType::f32),
+                       rstd = Tensor::empty({N}, DType::f32);
+                if (ln) ops::layernorm_forward(out, mean, rstd, sum, wt, b, eps);
+                else ops::rmsnorm_forward(out, rstd, sum, wt, eps);
+                Tensor da = x.dev(a, "x"), dr = x.dev(r, "residual"), dw = x.dev(wt, w, "weight"), db = x.dev(b, w, "bias");
+                Tensor dres = in_place ? da : x.out({N, C}, "resid"), dout = x.out({N, C}, "norm");
+                Tensor dmean = x.out({N}, DType::f32, "mean"), drstd = x.out({N}, DType::f32, "rstd");
+                x.run([&] {
+                  if (ln) ops::fused_residual_layernorm_forward(dres, dout, dmean, drstd, da, dr, dw, db, eps);
+                  else ops::fused_residual_rmsnorm_forward(dres, dout, drstd, da, dr, dw, eps);
+                });
+                x.compare("resid", dres, sum, 1e-7);  // one f32 add, rounded to nearest even: exact
+                x.compare("norm", dout, out);
+                if (ln) x.compare("mean", dmean, mean, 1e-5);
+                x.compare("rstd", drstd, rstd, 1e-5);
+              });
+            // LayerNorm: f32 gradients (mixed precision); RMSNorm: gradients in the weight's dtype.
+            const DType g = ln ? DType::f32 : w;
+            for (bool in_place : {false, true})
+              add("fused_residual_" + kind + "_backward", t, sh + " dw=" + dt_name(g) + (in_place ? " dresid=dskip" : ""),
+                  [=](Ctx& x) {
+                    Tensor s = x.rand({N, C}, -2.0f, 3.0f), wt = x.rand({C}, w), b = x.rand({C}, w);
+                    Tensor dskip = x.rand({N, C}), dnorm = x.rand({N, C});
+                    Tensor y = Tensor::empty({N, C}, DType::f32), mean = Tensor::empty({N}, DType::f32),
+                           rstd = Tensor::empty({N}, DType::f32);
+                    if (ln) ops::layernorm_forward(y, mean, rstd, s, wt, b, eps);
+                    else ops::rmsnorm_forward(y, rstd, s, wt, eps);
+                    Tensor dw0 = x.rand({C}, g), db0 = x.rand({C}, g);
+                    Tensor dres = Tensor::empty({N, C}, DType::f32), dwr = dw0.clone(), dbr = db0.clone();
+                    if (ln) ops::fused_residual_layernorm_backward(dres, dwr, dbr, dskip, dnorm, s, wt, mean, rstd);
+                    else ops::fused_residual_rmsnorm_backward(dres, dwr, dskip, dnorm, s, wt, rstd);
+                    Tensor ds = x.dev(s, "resid"), dwt = x.dev(wt, w, "weight"), dk = x.dev(dskip, "dskip"),
+                           dn = x.dev(dnorm, "dnorm");
+                    Tensor dmean = x.dev(mean, DType::f32, "mean"), drstd = x.dev(rstd, DType::f32, "rstd");
+                    Tensor ddres = in_place ? dk : x.out({N, C}, "dresid");
+                    Tensor ddw = x.dev(dw0, g, "dweight"), ddb = x.dev(db0, g, "dbias");
+                    Tensor ddw2 = x.dev(dw0, g, "dweight(rerun)"), ddb2 = x.dev(db0, g, "dbias(rerun)");
+                    Tensor dk2 = x.dev(dskip, "dskip(rerun)"), ddres2 = in_place ? dk2 : x.out({N, C}, "dresid(rerun)");
+                    auto op = [&](const Tensor& out, const Tensor& skip, const Tensor& gw, const Tensor& gb) {
+                      if (ln) ops::fused_residual_layernorm_backward(out, gw, gb, skip, dn, ds, dwt, dmean, drstd);
+                      else ops::fused_residual_rmsnorm_backward(out, gw, skip, dn, ds, dwt, drstd);
+                    };
+                    x.run([&] { op(ddres, dk, ddw, ddb); });
+                    x.compare("dresid", ddres, dres);
+                    const double gtol = g == DType::f32 ? std::max(1e-5, x.tol.of(t) / 10) : x.tol.of(g);
+                    x.compare("dweight", ddw, dwr, gtol);
+                    if (ln) x.compare("dbias", ddb, dbr, gtol);
+                    op(ddres2, dk2, ddw2, ddb2);
+                    x.same_bits("dresid", ddres, ddres2);
+                    x.same_bits("dweight", ddw, ddw2);
+                    if (ln) x.same_bits("dbias", ddb, ddb2);
+                  });
+          }
+}
+
 void add_activations() {
   const int64_t sizes[] = {1, 7, 33 * 13, 257 * 768 + 3};
   using Fwd = void (*)(const Tensor&, const Tensor&);
@@ -749,6 +824,7 @@ int main(int argc, char** argv) {
 
   add_embedding();
   add_norms();
+  add_fused_norms();
   add_activations();
   add_elementwise();
   add_rope();

@@ -310,6 +310,107 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
                         weight.data<float>(), rstd.data<float>(), N, C);
 }
 
+// ---- residual add fused with the norm ----
+namespace {
+// Rows of the fused norms: every tensor in `rows` has dtype t and N rows of C.
+void need_all_rows(const char* op, std::initializer_list<Arg> rows, DType t, int64_t N, int64_t C) {
+  for (const Arg& a : rows) {
+    need_dtype(op, a, t);
+    need_rows(op, a, N, C);
+  }
+}
+}  // namespace
+
+void fused_residual_layernorm_forward(const Tensor& resid, const Tensor& norm, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                      const Tensor& bias, float eps) {
+  const char* op = "fused_residual_layernorm_forward";
+  const bool cuda = on_cuda(op, {{"resid", resid}, {"norm", norm}, {"mean", mean}, {"rstd", rstd}, {"x", x},
+                                 {"residual", residual}, {"weight", weight}, {"bias", bias}});
+  const DType t = need_act(op, {"x", x}, cuda);
+  const int64_t C = last_dim(op, {"x", x}), N = x.numel() / C;
+  need_all_rows(op, {{"resid", resid}, {"norm", norm}, {"residual", residual}}, t, N, C);
+  need_param(op, {"weight", weight}, t, cuda);
+  need_shape(op, {"weight", weight}, {C});
+  if (bias.defined()) {
+    need_dtype(op, {"bias", bias}, weight.dtype());
+    need_shape(op, {"bias", bias}, {C});
+  }
+  need_stats(op, {{"mean", mean}, {"rstd", rstd}}, N, false);
+  if (cuda)
+    CUDA_DISPATCH(op, fused_residual_layernorm_forward, resid, norm, mean, rstd, x, residual, weight, bias, eps);
+  cpu::fused_residual_layernorm_forward(resid.data<float>(), norm.data<float>(), f32_or_null(mean), f32_or_null(rstd),
+                                        x.data<float>(), residual.data<float>(), weight.data<float>(),
+                                        f32_or_null(bias), N, C, eps);
+}
+
+void fused_residual_rmsnorm_forward(const Tensor& resid, const Tensor& norm, const Tensor& rstd, const Tensor& x,
+                                    const Tensor& residual, const Tensor& weight, float eps) {
+  const char* op = "fused_residual_rmsnorm_forward";
+  const bool cuda = on_cuda(op, {{"resid", resid}, {"norm", norm}, {"rstd", rstd}, {"x", x}, {"residual", residual},
+                                 {"weight", weight}});
+  const DType t = need_act(op, {"x", x}, cuda);
+  const int64_t C = last_dim(op, {"x", x}), N = x.numel() / C;
+  need_all_rows(op, {{"resid", resid}, {"norm", norm}, {"residual", residual}}, t, N, C);
+  need_param(op, {"weight", weight}, t, cuda);
+  need_shape(op, {"weight", weight}, {C});
+  need_stats(op, {{"rstd", rstd}}, N, false);
+  if (cuda) CUDA_DISPATCH(op, fused_residual_rmsnorm_forward, resid, norm, rstd, x, residual, weight, eps);
+  cpu::fused_residual_rmsnorm_forward(resid.data<float>(), norm.data<float>(), f32_or_null(rstd), x.data<float>(),
+                                      residual.data<float>(), weight.data<float>(), N, C, eps);
+}
+
+void fused_residual_layernorm_backward(const Tensor& dresid, const Tensor& dweight, const Tensor& dbias,
+                                       const Tensor& dskip, const Tensor& dnorm, const Tensor& resid,
+                                       const Tensor& weight, const Tensor& mean, const Tensor& rstd) {
+  const char* op = "fused_residual_layernorm_backward";
+  const bool cuda = on_cuda(op, {{"dresid", dresid}, {"dweight", dweight}, {"dbias", dbias}, {"dskip", dskip},
+                                 {"dnorm", dnorm}, {"resid", resid}, {"weight", weight}, {"mean", mean},
+                                 {"rstd", rstd}});
+  const DType t = need_act(op, {"resid", resid}, cuda);
+  const int64_t C = last_dim(op, {"resid", resid}), N = resid.numel() / C;
+  need_all_rows(op, {{"dresid", dresid}, {"dskip", dskip}, {"dnorm", dnorm}}, t, N, C);
+  need_param(op, {"weight", weight}, t, cuda);
+  need_shape(op, {"weight", weight}, {C});
+  for (const Arg& a : {Arg{"dweight", dweight}, Arg{"dbias", dbias}})
+    if (a.t.defined()) {
+      need_param(op, a, t, cuda);
+      need_shape(op, a, {C});
+    }
+  if (dweight.defined() && dbias.defined() && dweight.dtype() != dbias.dtype())
+    fail(op, "dweight is ", dtype_name(dweight.dtype()), " but dbias is ", dtype_name(dbias.dtype()),
+         ", expected one dtype");
+  need_stats(op, {{"mean", mean}, {"rstd", rstd}}, N, true);
+  if (cuda)
+    CUDA_DISPATCH(op, fused_residual_layernorm_backward, dresid, dweight, dbias, dskip, dnorm, resid, weight, mean,
+                  rstd);
+  cpu::fused_residual_layernorm_backward(dresid.data<float>(), f32_or_null(dweight), f32_or_null(dbias),
+                                         dskip.data<float>(), dnorm.data<float>(), resid.data<float>(),
+                                         weight.data<float>(), mean.data<float>(), rstd.data<float>(), N, C);
+}
+
+void fused_residual_rmsnorm_backward(const Tensor& dresid, const Tensor& dweight, const Tensor& dskip,
+                                     const Tensor& dnorm, const Tensor& resid, const Tensor& weight,
+                                     const Tensor& rstd) {
+  const char* op = "fused_residual_rmsnorm_backward";
+  const bool cuda = on_cuda(op, {{"dresid", dresid}, {"dweight", dweight}, {"dskip", dskip}, {"dnorm", dnorm},
+                                 {"resid", resid}, {"weight", weight}, {"rstd", rstd}});
+  const DType t = need_act(op, {"resid", resid}, cuda);
+  const int64_t C = last_dim(op, {"resid", resid}), N = resid.numel() / C;
+  need_all_rows(op, {{"dresid", dresid}, {"dskip", dskip}, {"dnorm", dnorm}}, t, N, C);
+  need_param(op, {"weight", weight}, t, cuda);
+  need_shape(op, {"weight", weight}, {C});
+  if (dweight.defined()) {
+    need_param(op, {"dweight", dweight}, t, cuda);
+    need_shape(op, {"dweight", dweight}, {C});
+  }
+  need_stats(op, {{"rstd", rstd}}, N, true);
+  if (cuda) CUDA_DISPATCH(op, fused_residual_rmsnorm_backward, dresid, dweight, dskip, dnorm, resid, weight, rstd);
+  cpu::fused_residual_rmsnorm_backward(dresid.data<float>(), f32_or_null(dweight), dskip.data<float>(),
+                                       dnorm.data<float>(), resid.data<float>(), weight.data<float>(),
+                                       rstd.data<float>(), N, C);
+}
+
 // ---- activations ----
 namespace {
 // Elementwise ops: every argument has the dtype (f32 on the CPU) and numel of the first.

@@ -13,9 +13,8 @@ void Block::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, co
   st1_ = norm1.forward(ps, ln1_, inp);
   x1_ = Tensor::empty(nc, act, dev);
   attn.forward(ps, x1_, ln1_, s);
-  ops::residual_forward(x1_, x1_, inp);
   ln2_ = Tensor::empty(nc, act, dev);
-  st2_ = norm2.forward(ps, ln2_, x1_);
+  st2_ = norm2.forward_residual(ps, x1_, ln2_, x1_, inp);  // x1 = attn + x and ln2 = norm2(x1), one pass
   mlp.forward(ps, out, ln2_);
   ops::residual_forward(out, out, x1_);
   if (!save) release();
@@ -24,18 +23,16 @@ void Block::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, co
 void Block::backward(const ParamSet& ps, const Tensor& dres, const Tensor& inp, const SeqInfo& s) {
   DSCPP_CHECK(saved(), "block backward without a saved forward (recompute it first)");
   MemoryCategoryScope scope(MemoryCategory::activations);
+  // Each norm's backward is fused with the skip path's gradient: d(norm input) = dres + norm'(dnorm), in place.
   Tensor dnorm = Tensor::empty(dres.shape(), dres.dtype(), dres.device());  // d(norm output)
-  Tensor dbranch = Tensor::empty(dres.shape(), dres.dtype(), dres.device());  // d(norm input) through the branch
   mlp.backward(ps, dnorm, dres, ln2_);
   mlp.release();
-  norm2.backward(ps, dbranch, dnorm, x1_, st2_);
-  ops::add_inplace(dres, dbranch);  // dres = d(x1)
+  norm2.backward_residual(ps, dres, dres, dnorm, x1_, st2_);  // dres = d(x1)
   ln2_ = Tensor();
   st2_.release();
   attn.backward(ps, dnorm, dres, ln1_, s);
   attn.release();
-  norm1.backward(ps, dbranch, dnorm, inp, st1_);
-  ops::add_inplace(dres, dbranch);  // dres = d(inp)
+  norm1.backward_residual(ps, dres, dres, dnorm, inp, st1_);  // dres = d(inp)
   release();
 }
 

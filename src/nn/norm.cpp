@@ -36,4 +36,29 @@ void Norm::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, 
   }
 }
 
+NormStats Norm::forward_residual(const ParamSet& ps, const Tensor& resid, const Tensor& out, const Tensor& x,
+                                 const Tensor& residual) const {
+  int64_t N = x.numel() / x.size(-1);
+  NormStats s;
+  s.rstd = Tensor::empty({N}, DType::f32, out.device());
+  if (kind == NormKind::layernorm) {
+    s.mean = Tensor::empty({N}, DType::f32, out.device());
+    ops::fused_residual_layernorm_forward(resid, out, s.mean, s.rstd, x, residual, ps.param(weight_id),
+                                          ps.param(bias_id), eps);
+  } else {
+    ops::fused_residual_rmsnorm_forward(resid, out, s.rstd, x, residual, ps.param(weight_id), eps);
+  }
+  return s;
+}
+
+void Norm::backward_residual(const ParamSet& ps, const Tensor& dresid, const Tensor& dskip, const Tensor& dout,
+                             const Tensor& resid, const NormStats& s) const {
+  if (kind == NormKind::layernorm) {
+    ops::fused_residual_layernorm_backward(dresid, ps.grad(weight_id), ps.grad(bias_id), dskip, dout, resid,
+                                           ps.param(weight_id), s.mean, s.rstd);
+  } else {
+    ops::fused_residual_rmsnorm_backward(dresid, ps.grad(weight_id), dskip, dout, resid, ps.param(weight_id), s.rstd);
+  }
+}
+
 }  // namespace dscpp

@@ -41,6 +41,24 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, c
 void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd);
 
+// ---- residual add fused with the norm after it (pre-norm blocks: x1 = x + branch; h = norm(x1)) ----
+// resid[N,C] (=) = x + residual, the residual stream (stored in its dtype); norm[N,C] (=) = the norm of the stored
+// resid; mean/rstd[N] f32 saved when defined. resid may alias x or residual (in place).
+void fused_residual_layernorm_forward(const Tensor& resid, const Tensor& norm, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                      const Tensor& bias, float eps);
+void fused_residual_rmsnorm_forward(const Tensor& resid, const Tensor& norm, const Tensor& rstd, const Tensor& x,
+                                    const Tensor& residual, const Tensor& weight, float eps);
+// The gradient of a residual-stream tensor read by the skip path and by a norm: dresid[N,C] (=) = dskip +
+// norm_backward(dnorm) (it flows on to both inputs of the add that made resid); dweight, dbias (+=, optional).
+// dresid may alias dskip (in place); resid, mean, rstd as saved by the forward.
+void fused_residual_layernorm_backward(const Tensor& dresid, const Tensor& dweight, const Tensor& dbias,
+                                       const Tensor& dskip, const Tensor& dnorm, const Tensor& resid,
+                                       const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+void fused_residual_rmsnorm_backward(const Tensor& dresid, const Tensor& dweight, const Tensor& dskip,
+                                     const Tensor& dnorm, const Tensor& resid, const Tensor& weight,
+                                     const Tensor& rstd);
+
 // ---- activations ----
 // GELU, tanh approximation (GPT-2's "gelu_new"). dinp may alias dout.
 void gelu_forward(const Tensor& out, const Tensor& inp);

@@ -1,5 +1,7 @@
 // Block: a pre-norm transformer block, shared by GPT-2 and Llama:
 //   x1 = x + attn(norm1(x));  y = x1 + mlp(norm2(x1))
+// The add that makes x1 runs fused with norm2 (one pass writes x1 and norm2(x1)); in backward each norm's input
+// gradient is added to the skip path's in the same kernel (ops::fused_residual_*), so d(x1) and d(x) build in place.
 // forward(save = false) frees its activations before returning (activation checkpointing keeps only x); backward
 // then needs a forward(save = true) on the same input first, which recomputes them bit for bit.
 #pragma once

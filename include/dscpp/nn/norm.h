@@ -29,6 +29,15 @@ struct Norm {
   // dinp[N,C] (=); dweight, dbias (+=)
   void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
                 const NormStats& stats) const;
+
+  // Fused with the residual add before the norm: resid[N,C] = x + residual (=, may alias x or residual) and
+  // out[N,C] = norm(resid) (=) in one pass; returns the saved statistics.
+  NormStats forward_residual(const ParamSet& ps, const Tensor& resid, const Tensor& out, const Tensor& x,
+                             const Tensor& residual) const;
+  // For a residual-stream tensor `resid` read by this norm and by the skip path: dresid[N,C] (=) = dskip + the
+  // norm's input gradient for dout (dresid may alias dskip); dweight, dbias (+=).
+  void backward_residual(const ParamSet& ps, const Tensor& dresid, const Tensor& dskip, const Tensor& dout,
+                         const Tensor& resid, const NormStats& stats) const;
 };
 
 }  // namespace dscpp

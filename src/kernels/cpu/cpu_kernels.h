@@ -44,6 +44,19 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, 
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                       int64_t N, int64_t C);
 
+// fused_norm.cpp: the residual add fused with the norm after it, row by row.
+// resid[N,C] = x + r (=, may alias x or r); out[N,C] = norm(resid) (=); mean[N], rstd[N] saved when non-null.
+void fused_residual_layernorm_forward(float* resid, float* out, float* mean, float* rstd, const float* x,
+                                      const float* r, const float* w, const float* b, int64_t N, int64_t C, float eps);
+void fused_residual_rmsnorm_forward(float* resid, float* out, float* rstd, const float* x, const float* r,
+                                    const float* w, int64_t N, int64_t C, float eps);
+// dresid[N,C] (=) = dskip + the norm's input gradient for dnorm (dresid may alias dskip); dw, db (+=, may be null).
+void fused_residual_layernorm_backward(float* dresid, float* dw, float* db, const float* dskip, const float* dnorm,
+                                       const float* resid, const float* w, const float* mean, const float* rstd,
+                                       int64_t N, int64_t C);
+void fused_residual_rmsnorm_backward(float* dresid, float* dw, const float* dskip, const float* dnorm,
+                                     const float* resid, const float* w, const float* rstd, int64_t N, int64_t C);
+
 // activation.cpp. n elements; dinp may alias dout.
 void gelu_forward(float* out, const float* inp, int64_t n);
 void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);

@@ -27,6 +27,19 @@ void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, c
 void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd);
 
+// ---- residual add fused with the norm (fused_norm.cu) ----
+void fused_residual_layernorm_forward(const Tensor& resid, const Tensor& norm, const Tensor& mean, const Tensor& rstd,
+                                      const Tensor& x, const Tensor& residual, const Tensor& weight,
+                                      const Tensor& bias, float eps);
+void fused_residual_rmsnorm_forward(const Tensor& resid, const Tensor& norm, const Tensor& rstd, const Tensor& x,
+                                    const Tensor& residual, const Tensor& weight, float eps);
+void fused_residual_layernorm_backward(const Tensor& dresid, const Tensor& dweight, const Tensor& dbias,
+                                       const Tensor& dskip, const Tensor& dnorm, const Tensor& resid,
+                                       const Tensor& weight, const Tensor& mean, const Tensor& rstd);
+void fused_residual_rmsnorm_backward(const Tensor& dresid, const Tensor& dweight, const Tensor& dskip,
+                                     const Tensor& dnorm, const Tensor& resid, const Tensor& weight,
+                                     const Tensor& rstd);
+
 // ---- activations ----
 void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp);
