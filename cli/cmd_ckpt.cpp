@@ -1,6 +1,7 @@
 // dscpp ckpt: look into and convert checkpoints.
 //   inspect    tags, `latest`, every file's size and CRC32 status, model config, counters, optimizer/scheduler
 //   export     an engine checkpoint tag -> a Hugging Face folder (DeepSpeed's zero_to_fp32 equivalent)
+//   to-universal  a ZeRO tag -> a universal tag, loadable at any world size and stage (DeepSpeed's ds_to_universal)
 //   hf-logits  logits of a Hugging Face folder loaded into our model (to compare with transformers)
 #include <cinttypes>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/crc32.h"
 #include "dscpp/checkpoint/hf_interop.h"
+#include "dscpp/checkpoint/universal.h"
 
 namespace fs = std::filesystem;
 
@@ -21,7 +23,7 @@ namespace dscpp::cli {
 
 namespace {
 struct CkptOptions {
-  std::string dir, tag, out, format = "safetensors", dtype = "f32", max_shard = "5GB", tokens = "0,1,2,3";
+  std::string dir, tag, out, out_tag, format = "safetensors", dtype = "f32", max_shard = "5GB", tokens = "0,1,2,3";
 };
 
 std::string human_bytes(uint64_t b) {
@@ -77,6 +79,41 @@ void print_tensors(const std::string& label, const std::string& path) {
   std::printf("\n");
 }
 
+// ZeRO partitioning (stage, world size, per-rank shard files) or the universal layout, when the tag has them.
+void print_zero(const nlohmann::json& st, const nlohmann::json& manifest, const std::string& tdir) {
+  std::vector<std::string> ranks, params;
+  for (const auto& [name, rec] : manifest.at("files").items()) {
+    if (name.starts_with("zero/rank_")) ranks.push_back(name);
+    if (name.starts_with("universal/")) params.push_back(name);
+  }
+  if (st.value("universal", false)) {
+    std::printf("universal: yes (per-parameter f32 states, loadable at any world size and ZeRO stage), %zu "
+                "parameter files under universal/\n", params.size());
+    if (!params.empty()) print_tensors("  " + params.front(), tdir + "/" + params.front());
+  }
+  if (!st.contains("zero")) return;
+  const nlohmann::json& z = st.at("zero");
+  const int stage = z.value("stage", 0), world = z.value("world_size", 1);
+  std::printf("zero: ZeRO stage %d, world size %d, %zu units", stage, world, z.value("units", nlohmann::json::array()).size());
+  if (st.contains("layout")) {
+    const int64_t n = st.at("layout").value("flat_numel", int64_t(0));
+    std::printf(", flat_numel %" PRId64 ", %" PRId64 " elements per rank shard", n, stage > 0 ? n / world : n);
+  }
+  std::printf("\n");
+  for (const auto& f : ranks) {
+    std::printf("  %s:", f.c_str());
+    try {
+      SafetensorsFile sf(tdir + "/" + f);
+      for (const auto& e : sf.entries()) std::printf(" %s %s%s", e.name.c_str(), dtype_name(e.dtype), shape_str(e.shape).c_str());
+    } catch (const std::exception& e) {
+      std::printf(" UNREADABLE (%s)", e.what());
+    }
+    std::printf("\n");
+  }
+  if (stage > 0 && int(ranks.size()) != world)
+    std::printf("  MISSING shard files: %zu of %d present\n", ranks.size(), world);
+}
+
 int run_inspect(const CkptOptions& o) {
   std::vector<std::string> tags = list_tags(o.dir);
   std::string latest;
@@ -88,6 +125,10 @@ int run_inspect(const CkptOptions& o) {
   std::printf("tags (oldest first):");
   for (const auto& t : tags) std::printf(" %s%s", t.c_str(), t == latest ? " (latest)" : "");
   std::printf("%s\nlatest: %s\n", tags.empty() ? " none" : "", latest.empty() ? "(no latest file)" : latest.c_str());
+  try {
+    std::printf("latest_universal: %s\n", read_latest_universal_tag(o.dir).c_str());
+  } catch (const CheckpointError&) {
+  }
   std::string tag = !o.tag.empty() ? o.tag : !latest.empty() ? latest : tags.empty() ? "" : tags.back();
   DSCPP_CHECK(!tag.empty(), o.dir, ": no complete checkpoint tag");
   const std::string tdir = o.dir + "/" + tag;
@@ -125,6 +166,7 @@ int run_inspect(const CkptOptions& o) {
       if (st.contains(k)) std::printf("%s: %s\n", k, st.at(k).dump().c_str());
     for (const char* k : {"optimizer", "lr_scheduler", "loss_scaler"})
       if (st.contains(k)) std::printf("%s: %s\n", k, st.at(k).dump().c_str());
+    print_zero(st, manifest, tdir);
     if (st.contains("client_state") && st.at("client_state").is_object()) {
       std::printf("client_state keys:");
       for (const auto& [k, v] : st.at("client_state").items()) std::printf(" %s", k.c_str());
@@ -150,6 +192,17 @@ int run_export(const CkptOptions& o) {
   std::printf("exported %" PRId64 " tensors (%s, %s, from %s) to %s:\n", r.num_tensors, human_bytes(r.total_size).c_str(),
               o.dtype.c_str(), r.source.c_str(), o.out.c_str());
   for (const auto& f : r.files) std::printf("  %s\n", f.c_str());
+  return 0;
+}
+
+int run_to_universal(const CkptOptions& o) {
+  UniversalResult r = convert_to_universal(o.dir, o.tag, o.out, o.out_tag);
+  std::printf("wrote universal tag %s in %s: %" PRId64 " parameters, states", r.out_tag.c_str(), r.out_dir.c_str(),
+              r.num_params);
+  for (const auto& s : r.states) std::printf(" %s", s.c_str());
+  std::printf(" (from ZeRO stage %d, world size %d)\n", r.source_stage, r.source_world_size);
+  std::printf("%s/%s -> %s; latest %s\n", r.out_dir.c_str(), kLatestUniversalFile, r.out_tag.c_str(),
+              r.latest_updated ? ("-> " + r.out_tag).c_str() : "unchanged");
   return 0;
 }
 
@@ -179,11 +232,13 @@ int run_hf_logits(const CkptOptions& o) {
 Command register_ckpt(CLI::App& app) {
   auto o = std::make_shared<CkptOptions>();
   Command c;
-  c.app = app.add_subcommand("ckpt", "Inspect checkpoints, export them to Hugging Face format");
+  c.app = app.add_subcommand("ckpt", "Inspect checkpoints, export them to Hugging Face format, convert them to "
+                                     "universal checkpoints");
   c.app->require_subcommand(1);
   c.app->footer("Examples:\n"
                 "  dscpp ckpt inspect out/checkpoints\n"
-                "  dscpp ckpt export out/checkpoints --format safetensors -o hf_model --dtype bf16");
+                "  dscpp ckpt export out/checkpoints --format safetensors -o hf_model --dtype bf16\n"
+                "  dscpp ckpt to-universal out/checkpoints");
 
   CLI::App* inspect = c.app->add_subcommand("inspect", "Tags, latest, file sizes and CRC32 status, model config, "
                                                        "counters, optimizer and scheduler state (exit 1 if a file "
@@ -209,6 +264,18 @@ Command register_ckpt(CLI::App& app) {
   exp->add_option("--max-shard-size", o->max_shard, "Largest shard (5GB = 5e9 bytes, 2GiB, 500MB; as transformers)")
       ->capture_default_str();
 
+  CLI::App* uni = c.app->add_subcommand("to-universal", "Convert a ZeRO checkpoint tag (any stage and world size) to "
+                                                        "a universal tag, loadable at any world size and stage");
+  uni->footer("Examples:\n"
+              "  dscpp ckpt to-universal out/checkpoints                 # latest -> <tag>_universal, same dir\n"
+              "  dscpp ckpt to-universal out/checkpoints --tag global_step500 --output resharded --output-tag step500\n"
+              "In the same directory `latest` is left alone and `latest_universal` names the new tag; in another\n"
+              "directory both name it.");
+  uni->add_option("dir", o->dir, "Checkpoint directory")->required();
+  uni->add_option("--tag", o->tag, "Tag to convert (default: latest)");
+  uni->add_option("-o,--output", o->out, "Directory of the universal tag (default: the checkpoint directory)");
+  uni->add_option("--output-tag", o->out_tag, "Universal tag name (default: <tag>_universal)");
+
   CLI::App* lg = c.app->add_subcommand("hf-logits", "Load a Hugging Face folder into our model (f32, CPU) and print "
                                                      "the logits of one sequence as JSON");
   lg->footer("Examples:\n"
@@ -217,9 +284,10 @@ Command register_ckpt(CLI::App& app) {
   lg->add_option("--tokens", o->tokens, "Comma-separated token ids")->capture_default_str();
   lg->add_option("-o,--output", o->out, "Write the JSON here (default: stdout)");
 
-  c.run = [o, inspect, exp, lg] {
+  c.run = [o, inspect, exp, uni, lg] {
     if (inspect->parsed()) return run_inspect(*o);
     if (exp->parsed()) return run_export(*o);
+    if (uni->parsed()) return run_to_universal(*o);
     if (lg->parsed()) return run_hf_logits(*o);
     return 2;
   };
