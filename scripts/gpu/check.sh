@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine (H100/H200): build for sm_90a, then run the op harness, the GPU unit tests and the kernel
 # self-checks/benchmarks. Logs go to $OUT (or ./gpu-out). Extra libraries the image lacks (ICU) may be unpacked under
-# .carry/root (see docs/GPU.md). Usage: scripts/gpu/check.sh [build|ops|unit|kernels|train|all]...
+# .carry/root (see docs/GPU.md). Usage: scripts/gpu/check.sh [build|ops|unit|kernels|train|all|losscurve|attn]...
+# losscurve (GPT-2 124M loss curves, CPU vs GPU f32/bf16/fp16, ~2 min) and attn (our attention vs PyTorch flash SDPA)
+# run only when named; "all" leaves them out.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -17,6 +19,7 @@ export NCCL_NVLS_ENABLE=0
 steps=("$@")
 [ ${#steps[@]} -eq 0 ] && steps=(all)
 want() { for s in "${steps[@]}"; do [ "$s" = all ] || [ "$s" = "$1" ] && return 0; done; return 1; }
+named() { for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 summary=()
 
 if want build; then
@@ -54,5 +57,19 @@ if want train; then
     ${TRAIN_ARGS:-} >"$OUT/train_bench.log" 2>&1
   summary+=("train bench rc=$?")
   tail -20 "$OUT/train_bench.log"
+fi
+if named losscurve; then
+  # tests/unit/test_loss_curve_gpu.cpp: prints the four loss curves as a markdown table, then checks them.
+  timeout 560 ./build-gpu/tests/test_loss_curve_gpu >"$OUT/losscurve.log" 2>&1
+  rc=$?
+  grep -E "^\[loss curve\]" "$OUT/losscurve.log"
+  sed -n '/^GPT-2 124M, micro-batch/,/^wall time/p' "$OUT/losscurve.log"
+  grep -E -A3 "Failure$" "$OUT/losscurve.log" | head -40
+  summary+=("losscurve rc=$rc: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/losscurve.log" | tr '\n' ' ')")
+fi
+if named attn; then
+  timeout 300 bash bench/run_attention_bench.sh --build build-gpu >"$OUT/attention_vs_torch.log" 2>&1
+  summary+=("attention vs torch rc=$?")
+  cat "$OUT/attention_vs_torch.log"
 fi
 printf '%s\n' "== summary" "${summary[@]}"
