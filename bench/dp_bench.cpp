@@ -85,6 +85,7 @@ Args parse(int argc, char** argv) {
     else if (k == "trace") a.trace = v;
     else usage("unknown option --" + k);
   }
+  if (!a.trace.empty() && a.warmup < 2) usage("--trace profiles step 1, which must be a warm-up step: --warmup >= 2");
   return a;
 }
 

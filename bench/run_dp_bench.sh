@@ -86,7 +86,7 @@ fi
 for n in "${ns[@]}"; do
   if [ "$run_dscpp" = 1 ]; then
     trace=()
-    [ "$n" = "$nmax" ] && [ "$n" -gt 1 ] && trace=(--trace "$LOGDIR/trace.json")
+    [ "$n" = "$nmax" ] && [ "$n" -gt 1 ] && [ "$warmup" -ge 2 ] && trace=(--trace "$LOGDIR/trace.json")
     launch "$n"
     run "dscpp_dp_$n" 420 "${L[@]}" "$build/bench/dp_bench" "${ours[@]}" ${trace[@]+"${trace[@]}"}
   fi
@@ -106,7 +106,7 @@ for f in "$LOGDIR"/trace.json.*.rank0; do
   [ -e "$f" ] || continue
   base=${f%.rank0}
   echo "== trace ${base##*/} (step 1 of dp_bench x$nmax): scripts/check_trace.py $base.rank*"
-  python3 "$root/scripts/check_trace.py" "$base".rank* --exclude-compute '^step$' || true
+  python3 "$root/scripts/check_trace.py" "$base".rank* || true
 done
 
 # One table from the RESULT lines (training: impl model world B T tps_total tps_gpu ms peak;
