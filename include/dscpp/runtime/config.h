@@ -75,6 +75,7 @@ struct DeepSpeedConfig {
   bool wall_clock_breakdown = false;     // time forward/backward/step and print them
   FlopsProfilerConfig flops_profiler;    // flops_profiler.enabled also turns wall_clock_breakdown on
   CommsLoggerConfig comms_logger;        // per-collective counts, sizes, latency, bandwidth (comm/comms_logger.h)
+  CheckpointConfig checkpoint;           // universal loading, background saves
   ActivationCheckpointingConfig activation_checkpointing;
   Fp16Config fp16;
   Bf16Config bf16;

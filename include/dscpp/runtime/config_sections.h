@@ -123,6 +123,13 @@ struct OffloadParamConfig {              // "zero_optimization.offload_param" (s
   bool pin_memory = false;               // page-locked host buffers
 };
 
+struct CheckpointConfig {                // "checkpoint" (deepspeed/checkpoint/config.py)
+  std::string tag_validation = "Warn";   // Ignore | Warn | Fail: every rank saves the same tag (parsed)
+  bool load_universal = false;           // load_checkpoint without a tag reads `latest_universal`
+  bool use_node_local_storage = false;   // parsed; our writers already write per rank
+  bool async_save = false;               // "writer": {"decoupled": true}: save in the background (our writer)
+};
+
 struct CommsLoggerConfig {               // "comms_logger" (deepspeed/comm/config.py)
   bool enabled = false;                  // record every profiled collective (count, size, latency, bandwidth)
   bool verbose = false;                  // also log each op as it completes

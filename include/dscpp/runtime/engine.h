@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dscpp/checkpoint/async_checkpointer.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/models/model.h"
 #include "dscpp/profiler/profiler.h"
@@ -130,7 +131,11 @@ class Engine {
                        const nlohmann::json& client_state = nlohmann::json::object(), int keep_last = 0,
                        const std::string& extra_file = "", const std::string& extra_file_name = "");
   nlohmann::json load_checkpoint(const std::string& load_dir, const std::string& tag = "");
-
+  // Asynchronous saves (checkpoint/async_checkpointer.h): save_checkpoint snapshots to host memory and returns; a
+  // background thread writes and commits; the next save or load, or wait_for_checkpoint(), waits for it.
+  void set_async_checkpointing(bool on);
+  void wait_for_checkpoint();                  // rethrows a failed background save
+  double last_save_stall_seconds() const { return last_save_stall_s_; }  // training time the last save took
  private:
   void refresh_master();          // master <- parameters (after init or a checkpoint without masters)
   void set_scheduled_betas();     // OneCycle momentum cycling
@@ -139,8 +144,6 @@ class Engine {
   void init_zero();          // after init_data_parallel: partition, optimizer, reducers, stage-3 shards
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
   void gather_updated_params();  // stage 1/2: all-gather every unit's updated chunks
-  void write_checkpoint(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state,
-                        int keep_last, const std::string& extra_file, const std::string& extra_file_name);
 
   std::unique_ptr<Model> model_;
   DeepSpeedConfig cfg_;
@@ -152,6 +155,8 @@ class Engine {
   std::unique_ptr<ZeroParamCoordinator> zparams_; // stage 3
   Tensor grad_partition_;                   // stages 2/3: f32 [shard_numel]
   Tensor param_shard_;                      // stage 3: model dtype [shard_numel]
+  std::unique_ptr<AsyncCheckpointer> async_ckpt_;
+  double last_save_stall_s_ = 0.0;
   bool mixed_ = false;
   LossScaler scaler_;
   Tensor master_;  // f32 [optimizer owned_numel] (MemoryCategory::optimizer); undefined in f32 mode

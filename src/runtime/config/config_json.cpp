@@ -178,6 +178,9 @@ json DeepSpeedConfig::to_json() const {
   const auto& cl = comms_logger;
   j["comms_logger"] = {{"enabled", cl.enabled}, {"verbose", cl.verbose}, {"prof_all", cl.prof_all},
                        {"debug", cl.debug}, {"prof_ops", cl.prof_ops}};
+  j["checkpoint"] = {{"tag_validation", checkpoint.tag_validation}, {"load_universal", checkpoint.load_universal},
+                     {"use_node_local_storage", checkpoint.use_node_local_storage},
+                     {"writer", {{"decoupled", checkpoint.async_save}}}};
   j["bf16"] = {{"enabled", bf16.enabled}, {"immediate_grad_update", bf16.immediate_grad_update}};
   j["zero_optimization"] = zero_json(zero_optimization);
   j["seed"] = seed;

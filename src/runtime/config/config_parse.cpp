@@ -24,7 +24,7 @@ static const std::vector<std::string> kDeepSpeedOnlyKeys = {
     "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "amp", "zero_allow_untested_optimizer",
     "zero_force_ds_cpu_optimizer", "memory_breakdown", "dump_state", "dataloader_drop_last",
     "tensorboard", "wandb", "csv_monitor", "communication_data_type", "data_types", "elasticity",
-    "autotuning", "checkpoint", "aio", "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
+    "autotuning", "aio", "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
     "vocabulary_size", "graph_harvesting", "sparse_attention", "nebula", "compile", "timers", "hybrid_engine",
     "seq_parallel_communication_data_type", "eigenvalue", "progressive_layer_drop", "quantize_training",
     "weight_quantization", "disable_allgather", "gradient_accumulation_dtype", "use_data_before_expert_parallel_"};
@@ -33,7 +33,7 @@ static const std::vector<std::string> kTopLevelKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
     "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "activation_checkpointing", "fp16", "bf16",
     "bfloat16", "zero_optimization", "allgather_size", "seed", "flops_profiler",
-    "comms_logger"};
+    "comms_logger", "checkpoint"};
 
 static void parse_fp16(const json& j, Fp16Config& f) {
   SectionReader r(j, "fp16");
@@ -87,6 +87,24 @@ static void parse_flops_profiler(const json& j, FlopsProfilerConfig& f) {
   r.get("top_modules", f.top_modules, 1);
   r.get("detailed", f.detailed);
   r.get("output_file", f.output_file);
+  r.finish();
+}
+
+static void parse_checkpoint(const json& j, CheckpointConfig& c) {
+  SectionReader r(j, "checkpoint");
+  r.get("tag_validation", c.tag_validation, {"Ignore", "Warn", "Fail", "ignore", "warn", "fail"});
+  r.get("load_universal", c.load_universal);
+  r.get("use_node_local_storage", c.use_node_local_storage);
+  if (const json* w = r.raw("writer")) {  // DeepSpeed's writer options: only "decoupled" changes what we do
+    SectionReader wr(*w, "checkpoint.writer");
+    wr.get("decoupled", c.async_save);
+    for (const char* k : {"type", "io_buffer_size", "io_buffer_double", "io_multiplier", "show_statistics",
+                          "data_parallel"})
+      wr.raw(k);
+    wr.finish();
+  }
+  r.raw("parallel_write");
+  r.raw("checkpoint_serialization");
   r.finish();
 }
 
@@ -144,6 +162,7 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
   if (const json* j = section("fp16")) parse_fp16(*j, c.fp16);
   if (const json* j = section("flops_profiler")) parse_flops_profiler(*j, c.flops_profiler);
   if (const json* j = section("comms_logger")) parse_comms_logger(*j, c.comms_logger);
+  if (const json* j = section("checkpoint")) parse_checkpoint(*j, c.checkpoint);
   if (c.flops_profiler.enabled) c.wall_clock_breakdown = true;  // as DeepSpeed's wall_clock_breakdown()
   parse_bf16(root, c.bf16);
   parse_zero(root, c.zero_optimization, warnings);

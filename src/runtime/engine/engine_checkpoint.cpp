@@ -1,14 +1,21 @@
-// Engine checkpoints. A tag directory holds (see checkpoint_io.h for the commit protocol and manifest):
-//   model_states.safetensors   every parameter by its Hugging Face name, in our [out, in] layout, in the model's
-//                              dtype (f32, or bf16/f16 under mixed precision)
-//   optim_states.safetensors   the optimizer's flat state buffers (exp_avg, exp_avg_sq / momentum_buffer) and,
-//                              under mixed precision, the f32 master weights of the owned range ("fp32_master")
-//   engine_state.json          counters, LR schedule, optimizer meta, loss scaler, RNG, DeepSpeed config, model
-//                              config, the flat layout, and the caller's client_state (e.g. the data loader position)
+// Engine checkpoints (Note [ZeRO units] for the shard layout; src/checkpoint/universal.cpp for the universal layout). A tag holds:
+//   engine_state.json          rank 0: counters, LR schedule, optimizer meta, loss scaler, RNG, DeepSpeed config,
+//                              model config, the flat layout, "zero" (stage, world size, units) when partitioned,
+//                              and the caller's client_state (e.g. the data loader position)
+//   model_states.safetensors   rank 0: every parameter by its Hugging Face name, our [out, in] layout, the model
+//                              dtype (stage 3 gathers the units first, as stage3_gather_16bit_weights_on_model_save)
+//   optim_states.safetensors   stage 0, rank 0: the optimizer's flat states and, mixed precision, "fp32_master"
+//   zero/rank_<r>.safetensors  stages 1-3, every rank r: its shard of "fp32" (masters, or the f32 parameters) and
+//                              of each optimizer state
 //   extra files given by the caller (the trainer stores tokenizer.json)
+// Every rank writes its files at once into the same tag (checkpoint/sharded_writer.h: the tag becomes visible only
+// when all ranks have fsynced). Loading reads this rank's owned states by name through read_owned_states, so a
+// universal tag (dscpp ckpt to-universal) loads into any world size and stage.
 #include <fstream>
 
+#include "dscpp/checkpoint/async_checkpointer.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
+#include "dscpp/checkpoint/universal.h"
 #include "dscpp/runtime/engine.h"
 
 namespace dscpp {
@@ -32,52 +39,100 @@ nlohmann::json model_config_json(const ModelConfig& c) {
 }
 }  // namespace
 
+namespace {
+SaveGroup save_group(ProcessGroup* pg) {
+  SaveGroup g;
+  if (!pg) return g;
+  g.store = pg->store();
+  g.rank = pg->rank();
+  g.world_size = pg->size();
+  g.timeout = pg->timeout();
+  return g;
+}
+}  // namespace
+
+void Engine::set_async_checkpointing(bool on) {
+  if (!on) {
+    if (async_ckpt_) async_ckpt_->wait();
+    async_ckpt_.reset();
+  } else if (!async_ckpt_) {
+    async_ckpt_ = std::make_unique<AsyncCheckpointer>(save_group(dp_));
+  }
+}
+
+void Engine::wait_for_checkpoint() {
+  if (async_ckpt_) async_ckpt_->wait();
+}
+
 void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const nlohmann::json& client_state,
                              int keep_last, const std::string& extra_file, const std::string& extra_file_name) {
   if (tag.empty()) tag = "global_step" + std::to_string(global_steps_);
-  if (dp_ && dp_->rank() != 0) {  // stage 0: every rank holds the same states, rank 0 writes them
-    dp_->barrier()->wait();
-    return;
-  }
-  write_checkpoint(save_dir, tag, client_state, keep_last, extra_file, extra_file_name);
-  if (dp_) dp_->barrier()->wait();  // the others return once the tag is committed
-}
-
-void Engine::write_checkpoint(const std::string& save_dir, const std::string& tag, const nlohmann::json& client_state,
-                              int keep_last, const std::string& extra_file, const std::string& extra_file_name) {
-  CheckpointWriter w(save_dir, tag);
+  const auto t0 = std::chrono::steady_clock::now();
+  SavePlan plan;
+  plan.save_dir = save_dir;
+  plan.tag = tag;
+  plan.keep_last = keep_last;
   const ParamSet& ps = model_->params();
-  NamedTensors params;
-  for (int i = 0; i < ps.size(); i++) params.emplace_back(ps.info(i).name, ps.param(i));
-  w.add_tensors(kModelFile, params, {{"format", "dscpp"}, {"arch", model_->config().arch}});
-  NamedTensors optim = optimizer_->state_tensors();
-  if (mixed_) optim.emplace_back(kMasterName, master_);
-  w.add_tensors(kOptimFile, optim, {{"optimizer", optimizer_->name()}});
-  RngState rs = rng_.state();
-  nlohmann::json st = {
-      {"global_steps", global_steps_},
-      {"global_samples", global_samples_},
-      {"micro_steps", micro_steps_},
-      {"skipped_steps", skipped_steps_},
-      {"lr_scheduler", scheduler_.state_json()},
-      {"optimizer", optimizer_->state_json()},
-      {"precision", dtype_name(model_dtype(cfg_))},
-      {"loss_scaler", scaler_.state_json()},
-      {"rng", {{"seed", rs.seed}, {"offset", rs.offset}, {"used", rs.used}}},
-      {"ds_config", cfg_.to_json()},
-      {"model_config", model_config_json(model_->config())},
-      {"layout", layout_json(ps)},
-      {"dp_world_size", cfg_.dp_world_size},
-      {"client_state", client_state},
-  };
-  w.add_json(kStateFile, st);
-  if (!extra_file.empty()) {
-    std::ifstream in(extra_file);
-    DSCPP_CHECK(in.good(), "save_checkpoint: cannot read ", extra_file);
-    w.add_json(extra_file_name.empty() ? extra_file : extra_file_name, nlohmann::json::parse(in));
+  const bool rank0 = dp_rank() == 0;
+  Tensor gathered;
+  if (zparams_) gathered = gather_full_params();  // a collective: every rank takes part
+  if (rank0) {
+    NamedTensors params;
+    for (int i = 0; i < ps.size(); i++) {
+      const ParamInfo& p = ps.info(i);
+      params.emplace_back(p.name, gathered.defined() ? gathered.view_at(p.offset, p.shape) : ps.param(i));
+    }
+    plan.files.push_back(PlanFile::tensors_file(kModelFile, params, {{"format", "dscpp"}, {"arch", model_->config().arch}}));
   }
-  w.commit(true);
-  if (keep_last > 0) prune_old_tags(save_dir, keep_last);
+  NamedTensors optim = optimizer_->state_tensors();
+  if (!zp_.sharded()) {
+    if (mixed_) optim.emplace_back(kMasterName, master_);
+    if (rank0) plan.files.push_back(PlanFile::tensors_file(kOptimFile, optim, {{"optimizer", optimizer_->name()}}));
+  } else {
+    Tensor fp32 = master_;
+    if (!mixed_) {  // pure f32: the parameters are the fp32 state; gather this rank's owned ranges into one shard
+      fp32 = Tensor::empty({optimizer_->owned_numel()}, DType::f32, ps.device());
+      for (size_t k = 0; k < optimizer_->owned().size(); k++)
+        fp32.slice(owned_offset_[k], optimizer_->owned()[k].size()).copy_from(owned_params(k));
+    }
+    optim.insert(optim.begin(), {"fp32", fp32});
+    plan.files.push_back(PlanFile::tensors_file("zero/rank_" + std::to_string(dp_rank()) + ".safetensors", optim,
+                                                {{"optimizer", optimizer_->name()}}));
+  }
+  if (rank0) {
+    RngState rs = rng_.state();
+    nlohmann::json st = {
+        {"global_steps", global_steps_},
+        {"global_samples", global_samples_},
+        {"micro_steps", micro_steps_},
+        {"skipped_steps", skipped_steps_},
+        {"lr_scheduler", scheduler_.state_json()},
+        {"optimizer", optimizer_->state_json()},
+        {"precision", dtype_name(model_dtype(cfg_))},
+        {"loss_scaler", scaler_.state_json()},
+        {"rng", {{"seed", rs.seed}, {"offset", rs.offset}, {"used", rs.used}}},
+        {"ds_config", cfg_.to_json()},
+        {"model_config", model_config_json(model_->config())},
+        {"layout", layout_json(ps)},
+        {"dp_world_size", cfg_.dp_world_size},
+        {"client_state", client_state},
+    };
+    if (zp_.sharded()) st["zero"] = zp_.to_json();
+    plan.files.push_back(PlanFile::json_file(kStateFile, st));
+    if (!extra_file.empty()) {
+      std::ifstream in(extra_file);
+      DSCPP_CHECK(in.good(), "save_checkpoint: cannot read ", extra_file);
+      plan.files.push_back(PlanFile::json_file(extra_file_name.empty() ? extra_file : extra_file_name,
+                                               nlohmann::json::parse(in)));
+    }
+  }
+  if (async_ckpt_) {
+    async_ckpt_->save(std::move(plan));  // snapshots, then writes in the background
+    last_save_stall_s_ = async_ckpt_->last_stats().stall_seconds;
+  } else {
+    ::dscpp::save_checkpoint(plan, save_group(dp_));
+    last_save_stall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
 }
 
 ModelConfig read_checkpoint_model_config(const std::string& load_dir, const std::string& tag) {
@@ -87,53 +142,58 @@ ModelConfig read_checkpoint_model_config(const std::string& load_dir, const std:
 }
 
 nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::string& tag) {
-  CheckpointReader r(load_dir, tag);  // verifies the manifest, sizes and checksums first
+  wait_for_checkpoint();  // a save in flight must finish before its files are read
+  std::string t = tag;
+  if (t.empty() && cfg_.checkpoint.load_universal) t = read_latest_universal_tag(load_dir);
+  CheckpointReader r(load_dir, t);  // verifies the manifest, sizes and checksums first
   nlohmann::json st = r.read_json(kStateFile);
   const std::string where = r.dir() + "/" + kStateFile;
-  // Everything is checked before the engine changes, so a bad checkpoint leaves the engine as it was.
+  // Everything is checked and read before the engine changes, so a bad checkpoint leaves the engine as it was.
   ModelConfig saved = ModelConfig::from_hf_json(st.at("model_config"));
   if (saved.to_hf_json() != model_->config().to_hf_json())
     checkpoint_fail(CheckpointErrorKind::mismatch, where, ": model config mismatch: checkpoint has ",
                     saved.to_hf_json().dump(), ", this run has ", model_->config().to_hf_json().dump());
-  if (st.at("layout") != layout_json(model_->params()))
-    checkpoint_fail(CheckpointErrorKind::mismatch, where,
-                    ": flat parameter layout differs from this model's (different alignment or world-size padding)");
   const nlohmann::json& om = st.at("optimizer");
   if (om.value("type", std::string()) != optimizer_->name())
     checkpoint_fail(CheckpointErrorKind::mismatch, where, ": optimizer mismatch: checkpoint has '",
                     om.value("type", std::string("?")), "', this run uses '", optimizer_->name(), "'");
-
-  // Read optimizer states into temporaries first (validated), then params straight into the flat buffer.
-  std::map<std::string, Tensor> opt_states = r.read_tensors(kOptimFile);
-  Tensor saved_master;
-  if (auto it = opt_states.find(kMasterName); it != opt_states.end()) {
-    saved_master = it->second;
-    opt_states.erase(it);
-    if (mixed_ && saved_master.numel() != master_.numel())
-      checkpoint_fail(CheckpointErrorKind::mismatch, where, ": fp32 master weights have ", saved_master.numel(),
-                      " elements, this run's owned range has ", master_.numel());
-  }
   ParamSet& ps = model_->params();
-  NamedTensors dsts;
-  for (int i = 0; i < ps.size(); i++) dsts.emplace_back(ps.info(i).name, ps.param(i));
-  r.read_into(kModelFile, dsts, /*strict=*/true);
-  std::vector<std::pair<std::string, Tensor>> opt(opt_states.begin(), opt_states.end());
-  optimizer_->load_state(om, opt);
-  if (mixed_) {
-    // Masters saved by a mixed-precision run carry the f32 bits; otherwise start them from the loaded parameters.
-    if (saved_master.defined()) master_.copy_from(saved_master.to(master_.device()));
-    else refresh_master();
-    if (st.contains("loss_scaler")) scaler_.load_state(st.at("loss_scaler"));
-  }
+  FlatLayout layout;
+  for (const ParamInfo& p : ps.infos()) layout.push_back({p.name, p.offset, p.numel});
+  // This rank's fp32 weights and optimizer states in the shard layout, by parameter name: the same partition
+  // directly, a universal tag for any world size and stage; anything else is a named mismatch.
+  const ZeroPartition target = zp_.sharded() ? zp_ : ZeroPartition(0, dp_world_size(), dp_rank(), ps.units());
+  std::map<std::string, Tensor> states = read_owned_states(r, target, layout);
+  auto fp32 = states.find("fp32");
+  if (fp32 == states.end())
+    checkpoint_fail(CheckpointErrorKind::mismatch, where, ": no fp32 weights in the checkpoint's optimizer states");
+  const Tensor weights = fp32->second;
+  states.erase(fp32);
+  nlohmann::json meta = om;
+  meta["owned"] = optimizer_->state_json().at("owned");  // read_owned_states mapped the checkpoint onto our ranges
+  optimizer_->load_state(meta, std::vector<std::pair<std::string, Tensor>>(states.begin(), states.end()));
+  // Parameters from the fp32 weights (the 16-bit parameters are the masters' cast after every step).
+  const Tensor w = weights.to(ps.device());
+  if (mixed_) master_.copy_from(w);
+  for (size_t k = 0; k < optimizer_->owned().size(); k++)
+    owned_params(k).copy_from(w.slice(owned_offset_[k], optimizer_->owned()[k].size()));
+  if (zp_.sharded() && zp_.stage() <= 2) gather_updated_params();
+  if (zparams_) zparams_->shards_changed();
+  if (mixed_ && st.contains("loss_scaler")) scaler_.load_state(st.at("loss_scaler"));
   last_skipped_ = false;
   scheduler_.load_state(st.at("lr_scheduler"));
   global_steps_ = st.at("global_steps").get<int64_t>();
   global_samples_ = st.at("global_samples").get<int64_t>();
   micro_steps_ = st.at("micro_steps").get<int64_t>();
+  // A run resharded to another world size keeps the global batch with another gradient_accumulation_steps: count
+  // micro-steps in this run's unit, so the next boundary comes after a whole accumulation.
+  const int64_t saved_gas = st.at("ds_config").value("gradient_accumulation_steps", int64_t(0));
+  if (saved_gas != cfg_.gradient_accumulation_steps) micro_steps_ = global_steps_ * cfg_.gradient_accumulation_steps;
   skipped_steps_ = st.at("skipped_steps").get<int64_t>();
   const auto& rj = st.at("rng");
   rng_.set_state({rj.at("seed").get<uint64_t>(), rj.at("offset").get<uint64_t>(), rj.at("used").get<uint32_t>()});
   ps.zero_grads();
+  if (zgrads_) zgrads_->new_step();
   loss_sum_ = 0.0;
   loss_count_ = 0;
   return st.value("client_state", nlohmann::json::object());
