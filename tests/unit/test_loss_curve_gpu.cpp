@@ -25,8 +25,8 @@
 // (c) fp16's default dynamic scaler starts at 2^16 and halves on overflow (that step is skipped). A healthy run
 //     skips at most a few early steps; a broken one overflows every step (scale collapses, nothing is learned) or
 //     produces NaN. Skipped steps shift the curve by a step each, so fp16 is compared with f32 on the drop of the
-//     loss (at least half of f32's drop over the 50 steps) and on the final loss (at most 5% above f32's), not step
-//     by step.
+//     loss (at least half of f32's drop over the 50 steps) and on its last 5 steps (at most 5% above f32 after
+//     as many updates), not step by step.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -52,7 +52,10 @@ namespace {
 // enough tokens that one step's curve is smooth. T = 256 also covers several 64-key attention tiles.
 constexpr int64_t kSteps = 50, kB = 2, kT = 256;
 // Inputs are drawn from the first 1024 ids and each target is its input + 1 (mod 1024): a learnable stream, so the
-// loss falls quickly from ln(50257) ~ 10.8 and the curves have a shape to compare.
+// loss falls quickly from ln(50257) ~ 10.8 and the curves have a shape to compare. Measured on the CPU (this exact
+// run): 10.953 -> 4.392 at step 49, with the early bumps of Adam without warmup at steps 4, 9-10 and 15 (up to +1.7;
+// lr 5e-5 still bumps, so the lr stays 1e-4), smooth from step 17; the gradient norm is 3-20, so clipping is active.
+// A failure at those bumps reads differently from one on the smooth part.
 constexpr int64_t kIds = 1024;
 constexpr uint64_t kInitSeed = 124, kDataSeed = 7;
 
@@ -196,5 +199,15 @@ TEST(LossCurve, Gpt2_124M_50Steps) {
   EXPECT_GT(fp.loss.front() - fp_last, 0.5 * drop)
       << "fp16 loss " << fp.loss.front() << " -> " << fp_last << " falls less than half as far as f32's ("
       << f32.loss.front() << " -> " << f32_last << ")";
-  EXPECT_LT(fp_last, 1.05 * f32_last) << "fp16 ends at " << fp_last << ", more than 5% above f32's " << f32_last;
+  // The loss of step s follows the updates before it: s minus the steps skipped so far. Compare the last 5 steps
+  // with f32 after as many updates (the curve still falls ~0.1 per step at the end: one skipped step is ~2%).
+  double f32_same_updates = 0;
+  for (int64_t s = kSteps - 5; s < kSteps; s++) {
+    int64_t updates = s;
+    for (int64_t i = 0; i < s; i++) updates -= fp.skipped[i] ? 1 : 0;
+    f32_same_updates += f32.loss[updates] / 5.0;
+  }
+  EXPECT_LT(fp_last, 1.05 * f32_same_updates)
+      << "fp16 ends at " << fp_last << " (mean of the last 5 steps), more than 5% above f32 after as many updates ("
+      << f32_same_updates << ")";
 }
