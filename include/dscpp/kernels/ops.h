@@ -28,6 +28,15 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
                      const Tensor& inp, const Tensor& weight);
 // General: c[M,N] = alpha * op(a) @ op(b) + beta * c, op = transpose when the flag is set. 2-D f32 tensors.
 void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta);
+// Matmul fused with GELU (tanh) for a GELU MLP's up projection, and its backward through the down projection. On
+// CUDA these are cuBLASLt epilogues where the layout allows (Note [Matmul epilogues], kernels/cuda/matmul.cu); the
+// CPU reference composes the ops above. out, pre, inp, weight share one dtype; bias f32 or that dtype (optional).
+// pre[N,F] (=) = inp[N,C] @ weight[F,C]^T + bias[F] (the pre-activation, saved for backward); out[N,F] (=) = gelu(pre)
+void matmul_bias_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
+                              const Tensor& bias);
+// dpre[N,F] (=) = (dout[N,OC] @ weight[OC,F]) * gelu'(pre[N,F]): the down projection's input gradient carried
+// through the GELU. The down projection's dweight/dbias come from matmul_backward with dinp undefined.
+void matmul_dgelu_backward(const Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre);
 
 // ---- normalisation ----
 // out[N,C] = (inp - mean) * rstd * weight + bias; saves mean[N], rstd[N] (f32)

@@ -17,6 +17,11 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
                      const Tensor& inp, const Tensor& weight);
 void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta);
 void set_matmul_allow_tf32(bool allow);
+void matmul_bias_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
+                              const Tensor& bias);
+void matmul_dgelu_backward(const Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre);
+// false: every matmul takes the unfused path (GEMM, then separate bias/GELU/dbias kernels); for tests. Default true.
+void set_matmul_epilogues(bool enable);
 
 // ---- normalisation ----
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,

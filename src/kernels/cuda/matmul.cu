@@ -7,12 +7,31 @@
 //
 // Precision: bf16/f16 inputs run with CUBLAS_COMPUTE_32F (f32 accumulation) and write f32 or 16-bit outputs; f32
 // inputs run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) unless set_matmul_allow_tf32(false).
-// The bias of matmul_forward is fused (CUBLASLT_EPILOGUE_BIAS) when its dtype equals the output's; dbias is a
-// deterministic column-sum kernel (+=) rather than the BGRADB epilogue, which overwrites instead of accumulating.
+// Epilogues (Note [Matmul epilogues]) fuse the bias, the GELU and the bias gradient into the GEMMs where they apply.
 //
 // Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, dtype and pointer alignment,
 // so a training step queries the heuristic only on its first pass. When cuBLASLt has no algorithm for a case
 // (odd leading dimensions, unusual dtype mixes), a plain tiled kernel computes it instead: slow, but never wrong.
+//
+// Note [Matmul epilogues]: what is fused, and when (anything else runs unfused: the GEMM, then a kernel).
+//   - matmul_forward: out = inp @ W^T + bias with CUBLASLT_EPILOGUE_BIAS when the bias has the output's dtype (the
+//     bias vector takes the output's type) and is 16-byte aligned. Every Linear with a bias goes through here
+//     (attention c_attn/c_proj, MLP c_proj, and mixed precision, where bias and output are both 16-bit).
+//   - matmul_bias_gelu_forward: CUBLASLT_EPILOGUE_GELU_AUX_BIAS writes out = gelu(acc + bias) and the aux matrix
+//     pre = acc + bias (the pre-activation saved for backward). The aux buffer has D's dtype and layout, and
+//     cuBLASLt wants its leading dimension (F) divisible by 8 and a 16-byte aligned pointer.
+//   - matmul_dgelu_backward: CUBLASLT_EPILOGUE_DGELU computes dpre = (dout @ W) * gelu'(pre) with pre as the aux
+//     input (same conditions on F and pre). We do not use DGELU_BGRAD: its bias gradient would be written in D's
+//     16-bit dtype; the up projection's dbias comes in f32 from its own weight-gradient GEMM instead (below).
+//   - matmul_backward: dbias fused into the weight-gradient GEMM dW[OC,C] += dout^T @ inp with
+//     CUBLASLT_EPILOGUE_BGRADB (cuBLASLt's B is dout, whose reduction over k = N rows is the column sum). The
+//     epilogue writes (=) a vector in D's dtype, while parameter gradients accumulate (+=): it writes into a
+//     temporary of dW's dtype (f32 in mixed precision) and a small kernel adds that into dbias, so gradient
+//     accumulation across micro-batches stays correct and no 16-bit rounding is added in mixed precision.
+//   cuBLASLt's GELU is the tanh approximation (GPT-2's gelu_new), the formula of our CPU reference; test_ops checks
+//   it on f32 without TF32 at a tolerance that the erf GELU (up to 4e-4 away) would fail.
+//   When the heuristic has no algorithm for an epilogue, or cublasLtMatmul refuses it, the plan is marked unusable
+//   and that shape runs unfused from then on. set_matmul_epilogues(false) forces the unfused paths (tests).
 #include <cublasLt.h>
 
 #include <atomic>
@@ -29,6 +48,7 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;
 std::atomic<bool> g_allow_tf32{true};
+std::atomic<bool> g_epilogues{true};
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -86,8 +106,9 @@ struct PlanKey {
   bool trans_a, trans_b;
   int64_t M, N, K;
   DType ab_t, c_t, bias_t;
-  bool bias, tf32;
-  uint32_t al_a, al_b, al_c, al_bias;
+  uint32_t epi;  // cublasLtEpilogue_t
+  bool tf32;
+  uint32_t al_a, al_b, al_c, al_bias, al_aux;
   bool operator==(const PlanKey&) const = default;
 };
 struct PlanKeyHash {
@@ -95,8 +116,8 @@ struct PlanKeyHash {
     size_t h = 1469598103934665603ull;
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(uint64_t(k.device)), mix(k.trans_a), mix(k.trans_b), mix(uint64_t(k.M)), mix(uint64_t(k.N));
-    mix(uint64_t(k.K)), mix(uint64_t(k.ab_t)), mix(uint64_t(k.c_t)), mix(uint64_t(k.bias_t)), mix(k.bias);
-    mix(k.tf32), mix(k.al_a), mix(k.al_b), mix(k.al_c), mix(k.al_bias);
+    mix(uint64_t(k.K)), mix(uint64_t(k.ab_t)), mix(uint64_t(k.c_t)), mix(uint64_t(k.bias_t)), mix(k.epi);
+    mix(k.tf32), mix(k.al_a), mix(k.al_b), mix(k.al_c), mix(k.al_bias), mix(k.al_aux);
     return h;
   }
 };
@@ -111,8 +132,17 @@ std::unordered_map<PlanKey, Plan, PlanKeyHash>& plan_cache() {
   return *c;
 }
 
+// Epilogues that read or write the bias pointer (a bias, or a bias gradient) and those with an aux matrix.
+bool epi_uses_bias(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_BGRADB;
+}
+bool epi_uses_aux(cublasLtEpilogue_t e) {
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
+}
+
 // Builds the cuBLASLt plan for a key (Note [Row-major on cuBLASLt]); ok = false when the heuristic finds nothing.
-Plan make_plan(cublasLtHandle_t handle, const PlanKey& k, const void* bias) {
+// The aux matrix has D's layout: row-major [M, N] = column-major N x M, leading dimension N.
+Plan make_plan(cublasLtHandle_t handle, const PlanKey& k, const void* bias, const void* aux) {
   Plan p;
   const cublasComputeType_t compute =
       k.ab_t == DType::f32 && k.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -121,12 +151,19 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& k, const void* bias) {
   const cublasOperation_t op_b = k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
   DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  if (k.bias) {
-    const cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    const int32_t bt = int32_t(cuda_type(k.bias_t));
+  const cublasLtEpilogue_t epi = cublasLtEpilogue_t(k.epi);
+  if (epi != CUBLASLT_EPILOGUE_DEFAULT)
     DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (epi_uses_bias(epi)) {
+    const int32_t bt = int32_t(cuda_type(k.bias_t));
     DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bt, sizeof(bt)));
     DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+  }
+  if (epi_uses_aux(epi)) {
+    const int64_t ld = k.N;
+    DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                      sizeof(aux)));
+    DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
   }
   const cudaDataType_t ab = cuda_type(k.ab_t), c = cuda_type(k.c_t);
   // Stored (pre-op) shapes, column-major: our b is N x K (ld N) or, transposed, K x N (ld K); likewise a.
@@ -230,6 +267,13 @@ __global__ void dbias_finish_kernel(TB* dbias, const float* partial, int64_t spl
   dbias[o] = from_f<TB>(to_f(dbias[o]) + s);
 }
 
+// dst[i] += src[i]: a bias gradient written fresh by the BGRADB epilogue, accumulated into the parameter gradient.
+template <typename TD, typename TS>
+__global__ void accumulate_kernel(TD* dst, const TS* src, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) dst[i] = from_f<TD>(to_f(dst[i]) + to_f(src[i]));
+}
+
 // ---- the one entry for every matrix multiply ----
 // Row-major c[M,N] = alpha * op(a)[M,K] @ op(b)[K,N] + beta * c (+ bias[N]); a and b share ab_t.
 struct RowGemm {
@@ -279,6 +323,37 @@ void add_bias(const RowGemm& g, cudaStream_t stream) {
   });
 }
 
+// Runs g (its own bias ignored) through cuBLASLt with epilogue epi: vec is the bias (read) or bias gradient
+// (written) of dtype vec_t, aux the aux matrix (Note [Matmul epilogues]). False, with nothing written, when cuBLASLt
+// has no algorithm for the case or refuses the epilogue at run time.
+bool lt_run(int device, cudaStream_t stream, const RowGemm& g, cublasLtEpilogue_t epi, const void* vec, DType vec_t,
+            const void* aux) {
+  const bool uses_vec = epi_uses_bias(epi), uses_aux = epi_uses_aux(epi);
+  PlanKey key{device, g.trans_a, g.trans_b, g.M, g.N, g.K, g.ab_t, g.c_t, uses_vec ? vec_t : DType::f32,
+              uint32_t(epi), g.ab_t == DType::f32 && g_allow_tf32.load(), alignment_of(g.a), alignment_of(g.b),
+              alignment_of(g.c), uses_vec ? alignment_of(vec) : 0u, uses_aux ? alignment_of(aux) : 0u};
+  std::lock_guard<std::mutex> lock(lt_state().mu);
+  cublasLtHandle_t handle = lt_handle(device);
+  void* ws = lt_workspace(device, stream);
+  auto& cache = plan_cache();
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make_plan(handle, key, vec, aux)).first;
+  Plan& p = it->second;
+  if (!p.ok) return false;
+  if (uses_vec)
+    DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vec, sizeof(vec)));
+  if (uses_aux)
+    DSCPP_CUBLAS_CHECK(
+        cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  // cuBLASLt's A is our b and its B our a (Note [Row-major on cuBLASLt]).
+  const cublasStatus_t st = cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.la, g.a, p.lb, &g.beta, g.c, p.lc, g.c,
+                                           p.lc, &p.algo, ws, kWorkspaceBytes, stream);
+  if (st == CUBLAS_STATUS_SUCCESS) return true;
+  if (epi == CUBLASLT_EPILOGUE_DEFAULT || epi == CUBLASLT_EPILOGUE_BIAS) DSCPP_CUBLAS_CHECK(st);  // a plain GEMM failed
+  p.ok = false;  // the epilogue was refused (validated before any launch): this case runs unfused from now on
+  return false;
+}
+
 void lt_gemm(int device, cudaStream_t stream, const RowGemm& g) {
   if (g.M == 0 || g.N == 0) return;
   if (g.K == 0) {  // c = beta * c (+ bias): the fallback kernel handles it without reading a or b
@@ -286,41 +361,13 @@ void lt_gemm(int device, cudaStream_t stream, const RowGemm& g) {
     return;
   }
   // The bias is fused only when its dtype is the output's and its pointer is 16-byte aligned.
-  const bool fuse_bias = g.bias && g.bias_t == g.c_t && aligned16(g.bias);
-  PlanKey key{device, g.trans_a, g.trans_b, g.M, g.N, g.K, g.ab_t, g.c_t, fuse_bias ? g.bias_t : DType::f32,
-              fuse_bias, g.ab_t == DType::f32 && g_allow_tf32.load(), alignment_of(g.a), alignment_of(g.b),
-              alignment_of(g.c), fuse_bias ? alignment_of(g.bias) : 0u};
-  bool done = false;
-  {
-    std::lock_guard<std::mutex> lock(lt_state().mu);
-    cublasLtHandle_t handle = lt_handle(device);
-    void* ws = lt_workspace(device, stream);
-    auto& cache = plan_cache();
-    auto it = cache.find(key);
-    if (it == cache.end()) it = cache.emplace(key, make_plan(handle, key, g.bias)).first;
-    const Plan& p = it->second;
-    if (p.ok) {
-      if (fuse_bias)
-        DSCPP_CUBLAS_CHECK(
-            cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
-      // cuBLASLt's A is our b and its B our a (Note [Row-major on cuBLASLt]).
-      DSCPP_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.la, g.a, p.lb, &g.beta, g.c, p.lc, g.c, p.lc,
-                                        &p.algo, ws, kWorkspaceBytes, stream));
-      done = true;
-    }
-  }
-  if (!done) {
-    if (fuse_bias) {  // retry without the epilogue before giving up on cuBLASLt
-      RowGemm nb = g;
-      nb.bias = nullptr;
-      lt_gemm(device, stream, nb);
-      add_bias(g, stream);
-      return;
-    }
-    gemm_fallback(g, g.bias != nullptr, stream);
+  const bool fuse_bias = g.bias && g.bias_t == g.c_t && aligned16(g.bias) && g_epilogues.load();
+  if (fuse_bias && lt_run(device, stream, g, CUBLASLT_EPILOGUE_BIAS, g.bias, g.bias_t, nullptr)) return;
+  if (lt_run(device, stream, g, CUBLASLT_EPILOGUE_DEFAULT, nullptr, DType::f32, nullptr)) {
+    if (g.bias) add_bias(g, stream);
     return;
   }
-  if (g.bias && !fuse_bias) add_bias(g, stream);
+  gemm_fallback(g, g.bias != nullptr, stream);
 }
 
 void need_cuda_float(const char* op, const char* name, const Tensor& t) {
@@ -333,6 +380,7 @@ void need_cuda_float(const char* op, const char* name, const Tensor& t) {
 }  // namespace
 
 void set_matmul_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+void set_matmul_epilogues(bool enable) { g_epilogues.store(enable); }
 
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
   const char* op = "matmul_forward";
@@ -374,12 +422,30 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
     lt_gemm(dev, l.stream, RowGemm{dinp.raw(), dinp.dtype(), dout.raw(), false, weight.raw(), false, t, N, C, OC,
                                    1.0f, 0.0f});
   }
+  bool dbias_done = false;
   if (dweight.defined()) {  // dweight[OC,C] += dout^T @ inp   (dout[N,OC] is op(a) = a^T with a stored [K=N, M=OC])
     need_cuda_float(op, "dweight", dweight);
-    lt_gemm(dev, l.stream, RowGemm{dweight.raw(), dweight.dtype(), dout.raw(), true, inp.raw(), false, t, OC, C, N,
-                                   1.0f, 1.0f});
+    const RowGemm gw{dweight.raw(), dweight.dtype(), dout.raw(), true, inp.raw(), false, t, OC, C, N, 1.0f, 1.0f};
+    if (dbias.defined() && OC > 0 && C > 0 && N > 0 && g_epilogues.load()) {
+      // dbias fused (Note [Matmul epilogues]): BGRADB writes sum_n dout into a temporary of dweight's dtype.
+      need_cuda_float(op, "dbias", dbias);
+      Tensor fresh = Tensor::empty({OC}, dweight.dtype(), dout.device());
+      if (lt_run(dev, l.stream, gw, CUBLASLT_EPILOGUE_BGRADB, fresh.raw(), fresh.dtype(), nullptr)) {
+        dispatch_float(op, dbias.dtype(), [&](auto* dtag) {
+          dispatch_float(op, fresh.dtype(), [&](auto* stag) {
+            using TD = std::remove_pointer_t<decltype(dtag)>;
+            using TS = std::remove_pointer_t<decltype(stag)>;
+            accumulate_kernel<TD, TS><<<unsigned(ceil_div(OC, 256)), 256, 0, l.stream>>>(
+                ptr<TD>(dbias), ptr<const TS>(fresh), OC);
+            DSCPP_CUDA_CHECK_LAUNCH();
+          });
+        });
+        dbias_done = true;
+      }
+    }
+    if (!dbias_done) lt_gemm(dev, l.stream, gw);
   }
-  if (dbias.defined() && OC > 0 && N > 0) {
+  if (dbias.defined() && !dbias_done && OC > 0 && N > 0) {
     need_cuda_float(op, "dbias", dbias);
     const int64_t splits = ceil_div(N, kRowsPerSplit);
     DSCPP_CHECK(splits <= 65535, op, ": N = ", N, " rows is too many for the dbias kernel");
@@ -397,6 +463,60 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
       DSCPP_CUDA_CHECK_LAUNCH();
     });
   }
+}
+
+void matmul_bias_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor& inp, const Tensor& weight,
+                              const Tensor& bias) {
+  const char* op = "matmul_bias_gelu_forward";
+  need_cuda_float(op, "out", out);
+  need_cuda_float(op, "pre", pre);
+  need_cuda_float(op, "inp", inp);
+  need_cuda_float(op, "weight", weight);
+  DSCPP_CHECK(out.dtype() == inp.dtype() && pre.dtype() == inp.dtype() && weight.dtype() == inp.dtype(), op,
+              ": out, pre, inp and weight must share a dtype");
+  const DType t = inp.dtype();
+  const int64_t F = weight.size(0), C = weight.size(1), N = C ? inp.numel() / C : 0;
+  if (N == 0 || F == 0) return;
+  OpLaunch l(out);
+  const int dev = out.device().index;
+  RowGemm g{pre.raw(), t, inp.raw(), false, weight.raw(), true, t, N, F, C, 1.0f, 0.0f};  // pre = inp @ W^T (+ b)
+  if (bias.defined()) {
+    need_cuda_float(op, "bias", bias);
+    g.bias = bias.raw();
+    g.bias_t = bias.dtype();
+  }
+  // Fused (Note [Matmul epilogues]): D = out, aux = pre (D's dtype and layout, ld F), bias in D's dtype.
+  const bool fuse = g_epilogues.load() && C > 0 && F % 8 == 0 && aligned16(out.raw()) && aligned16(pre.raw()) &&
+                    (!g.bias || (g.bias_t == t && aligned16(g.bias)));
+  if (fuse) {
+    RowGemm fg = g;
+    fg.c = out.raw();
+    const cublasLtEpilogue_t epi = g.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    if (lt_run(dev, l.stream, fg, epi, g.bias, g.bias_t, pre.raw())) return;
+  }
+  lt_gemm(dev, l.stream, g);
+  gelu_forward(out, pre);
+}
+
+void matmul_dgelu_backward(const Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre) {
+  const char* op = "matmul_dgelu_backward";
+  need_cuda_float(op, "dpre", dpre);
+  need_cuda_float(op, "dout", dout);
+  need_cuda_float(op, "weight", weight);
+  need_cuda_float(op, "pre", pre);
+  DSCPP_CHECK(dpre.dtype() == dout.dtype() && weight.dtype() == dout.dtype() && pre.dtype() == dout.dtype(), op,
+              ": dpre, dout, weight and pre must share a dtype");
+  const DType t = dout.dtype();
+  const int64_t OC = weight.size(0), F = weight.size(1), N = F ? pre.numel() / F : 0;
+  if (N == 0 || F == 0) return;
+  OpLaunch l(dpre);
+  const int dev = dpre.device().index;
+  const RowGemm g{dpre.raw(), t, dout.raw(), false, weight.raw(), false, t, N, F, OC, 1.0f, 0.0f};  // dout @ W
+  // Fused (Note [Matmul epilogues]): D = dpre, aux = pre (ld F).
+  const bool fuse = g_epilogues.load() && OC > 0 && F % 8 == 0 && aligned16(pre.raw()) && aligned16(dpre.raw());
+  if (fuse && lt_run(dev, l.stream, g, CUBLASLT_EPILOGUE_DGELU, nullptr, DType::f32, pre.raw())) return;
+  lt_gemm(dev, l.stream, g);
+  gelu_backward(dpre, dpre, pre);
 }
 
 void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta) {
