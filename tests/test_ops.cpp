@@ -31,6 +31,7 @@
 #include <cuda_runtime.h>
 
 #include "core/cuda/cuda_runtime.cuh"
+#include "kernels/cuda/cuda_ops.h"
 #endif
 
 using namespace dscpp;
@@ -704,6 +705,106 @@ void add_matmul() {
       }
 }
 
+// The matmul switches for one case (cuBLASLt epilogues on/off, TF32 for f32 GEMMs), back to the defaults after.
+struct MatmulMode {
+  MatmulMode(bool epilogues, bool tf32) { set(epilogues, tf32); }
+  ~MatmulMode() { set(true, true); }
+  MatmulMode(const MatmulMode&) = delete;
+  MatmulMode& operator=(const MatmulMode&) = delete;
+  static void set(bool epilogues, bool tf32) {
+#ifdef DSCPP_WITH_CUDA
+    cuda::set_matmul_epilogues(epilogues);
+    cuda::set_matmul_allow_tf32(tf32);
+#else
+    (void)epilogues, (void)tf32;
+#endif
+  }
+};
+
+// Fused matmul epilogues (Note [Matmul epilogues] in kernels/cuda/matmul.cu), each case with the epilogues on
+// ("fused": taken where the layout allows, F % 8 == 0) and off ("unfused"); F = 33 takes the unfused path either way.
+void add_matmul_epilogue() {
+  struct S {
+    int64_t N, C, F;
+  };
+  const S shapes[] = {S{1, 8, 8}, S{7, 13, 33}, S{33, 64, 256}, S{129, 768, 3072}};
+  for (DType t : kDtypes)
+    for (S s : shapes)
+      for (bool fused : {true, false}) {
+        const std::string sh = dims({{"N", s.N}, {"C", s.C}, {"F", s.F}}) + (fused ? " fused" : " unfused");
+        const float ws = 2.0f / std::sqrt(float(s.C));  // pre-activations of order 1: GELU's curved part
+        for (bool bias : {true, false})
+          add("matmul_bias_gelu_forward", t, sh + (bias ? " bias" : ""), [=](Ctx& x) {
+            x.tol = kGemmTol;
+            MatmulMode mode(fused, true);
+            Tensor inp = x.rand({s.N, s.C}), w = x.rand({s.F, s.C}, -ws, ws), b = x.rand({s.F});
+            Tensor rout = Tensor::empty({s.N, s.F}, DType::f32), rpre = Tensor::empty({s.N, s.F}, DType::f32);
+            ops::matmul_bias_gelu_forward(rout, rpre, inp, w, bias ? b : Tensor());
+            Tensor di = x.dev(inp, "inp"), dw = x.dev(w, "weight"), db = x.dev(b, "bias");
+            Tensor dout = x.out({s.N, s.F}, "out"), dpre = x.out({s.N, s.F}, "pre");
+            x.run([&] { ops::matmul_bias_gelu_forward(dout, dpre, di, dw, bias ? db : Tensor()); });
+            x.compare("out", dout, rout);
+            x.compare("pre", dpre, rpre);
+          });
+        add("matmul_dgelu_backward", t, sh, [=](Ctx& x) {
+          x.tol = kGemmTol;
+          MatmulMode mode(fused, true);
+          const int64_t OC = s.C;  // the down projection: weight [C, F]
+          Tensor dy = x.rand({s.N, OC}), w = x.rand({OC, s.F}, -ws, ws), pre = x.rand({s.N, s.F}, -4.0f, 4.0f);
+          Tensor ref = Tensor::empty({s.N, s.F}, DType::f32);
+          ops::matmul_dgelu_backward(ref, dy, w, pre);
+          Tensor ddy = x.dev(dy, "dout"), dw = x.dev(w, "weight"), dp = x.dev(pre, "pre"), ddpre = x.out({s.N, s.F}, "dpre");
+          x.run([&] { ops::matmul_dgelu_backward(ddpre, ddy, dw, dp); });
+          x.compare("dpre", ddpre, ref);
+        });
+        // dbias through the BGRADB epilogue of the weight-gradient GEMM: accumulates (+=) onto non-zero gradients,
+        // f32 (mixed precision) or in the activations' dtype; deterministic.
+        for (DType g : param_dtypes(t))
+          add("matmul_backward", t, dims({{"N", s.N}, {"C", s.C}, {"OC", s.F}}) + " bias dw=" + dt_name(g) +
+                                        (fused ? " fused" : " unfused"), [=](Ctx& x) {
+            x.tol = kGemmTol;
+            MatmulMode mode(fused, true);
+            const int64_t N = s.N, C = s.C, OC = s.F;
+            Tensor inp = x.rand({N, C}), w = x.rand({OC, C}), dy = x.rand({N, OC});
+            Tensor dw0 = x.rand({OC, C}, g), db0 = x.rand({OC}, g);
+            Tensor rdw = dw0.clone(), rdb = db0.clone();
+            ops::matmul_backward(Tensor(), rdw, rdb, dy, inp, w);
+            Tensor di = x.dev(inp, "inp"), dwt = x.dev(w, "weight"), ddy = x.dev(dy, "dout");
+            Tensor ddw = x.dev(dw0, g, "dweight"), ddb = x.dev(db0, g, "dbias");
+            Tensor ddw2 = x.dev(dw0, g, "dweight2"), ddb2 = x.dev(db0, g, "dbias2");
+            x.run([&] { ops::matmul_backward(Tensor(), ddw, ddb, ddy, di, dwt); });
+            x.compare("dweight", ddw, rdw, x.tol.of(g == DType::f32 ? t : g));
+            x.compare("dbias", ddb, rdb, x.tol.of(g == DType::f32 ? t : g));
+            ops::matmul_backward(Tensor(), ddw2, ddb2, ddy, di, dwt);
+            x.same_bits("dbias", ddb, ddb2);
+          });
+      }
+  // cuBLASLt's GELU must be GPT-2's tanh form: f32 without TF32, where the erf GELU (4.7e-4 away at most, 1.5e-4
+  // normalised over [-4, 4]) fails the 5e-5 threshold and a precise tanh GELU (about 1e-7) passes.
+  for (bool bwd : {false, true})
+    add(bwd ? "matmul_dgelu_backward" : "matmul_bias_gelu_forward", DType::f32, "N=64 C=32 F=256 fused tanh-formula",
+        [=](Ctx& x) {
+          MatmulMode mode(true, false);
+          const int64_t N = 64, C = 32, F = 256;
+          Tensor ref = Tensor::empty({N, F}, DType::f32), ref2 = Tensor::empty({N, F}, DType::f32);
+          if (!bwd) {
+            Tensor inp = x.rand({N, C}), w = x.rand({F, C}, -0.7f, 0.7f), b = x.rand({F});
+            ops::matmul_bias_gelu_forward(ref, ref2, inp, w, b);
+            Tensor di = x.dev(inp, "inp"), dw = x.dev(w, "weight"), db = x.dev(b, "bias");
+            Tensor dout = x.out({N, F}, "out"), dpre = x.out({N, F}, "pre");
+            x.run([&] { ops::matmul_bias_gelu_forward(dout, dpre, di, dw, db); });
+            x.compare("out", dout, ref, 5e-5);  // erf GELU: 1.5e-4
+            x.compare("pre", dpre, ref2, 2e-6);
+          } else {
+            Tensor dy = x.rand({N, C}), w = x.rand({C, F}), pre = x.rand({N, F}, -4.0f, 4.0f);
+            ops::matmul_dgelu_backward(ref, dy, w, pre);
+            Tensor ddy = x.dev(dy, "dout"), dw = x.dev(w, "weight"), dp = x.dev(pre, "pre"), dd = x.out({N, F}, "dpre");
+            x.run([&] { ops::matmul_dgelu_backward(dd, ddy, dw, dp); });
+            x.compare("dpre", dd, ref, 5e-5);
+          }
+        });
+}
+
 void add_attention() {
   struct S {
     int64_t B, T, H, Hkv, D;
@@ -831,6 +932,7 @@ int main(int argc, char** argv) {
   add_crossentropy();
   add_optimizers();
   add_matmul();
+  add_matmul_epilogue();
   add_attention();
   if (list) {  // the case table, without running anything
     size_t n = 0;
