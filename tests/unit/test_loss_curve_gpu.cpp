@@ -17,11 +17,13 @@
 //     scale, and each step's loss (a mean over 512 tokens) by ~1e-6 relative. 1e-4 leaves two orders of margin
 //     and still fails on any real mismatch (TF32 GEMMs alone, 10-bit mantissas, give a few 1e-4 in 20 steps: see
 //     test_mixed_precision_cuda.cpp).
-// (b) 2e-2. bf16 keeps 8 significant bits (unit roundoff 2^-9 ~ 2e-3) in the weights the forward sees, every
+// (b) bf16 keeps 8 significant bits (unit roundoff 2^-9 ~ 2e-3) in the weights the forward sees, every
 //     activation and the logits, so one forward already moves the loss by ~1e-3 relative; the two runs then follow
-//     slightly different trajectories (the f32 masters take updates computed from bf16 activations). Ten times the
-//     unit roundoff bounds that with margin; a broken bf16 kernel is off by far more (the tiny-model test allows
-//     3e-2 at 30x this learning rate).
+//     slightly different trajectories (the f32 masters take updates computed from bf16 activations). Measured on an
+//     H100 (2026-11-22): 1e-4..4e-3 on smooth steps, but 2.1e-2 and 4.1e-2 at the early loss spikes (steps 15-16,
+//     Adam without warmup), where the loss is most sensitive to the trajectory. So: every step within 6e-2, and
+//     the mean of the last 10 steps (a smooth stretch) within 5e-3 (measured 2.2e-4); a broken bf16 kernel is off
+//     by far more.
 // (c) fp16's default dynamic scaler starts at 2^16 and halves on overflow (that step is skipped). A healthy run
 //     skips at most a few early steps; a broken one overflows every step (scale collapses, nothing is learned) or
 //     produces NaN. Skipped steps shift the curve by a step each, so fp16 is compared with f32 on the drop of the
@@ -190,8 +192,11 @@ TEST(LossCurve, Gpt2_124M_50Steps) {
                       << at << " (gpu " << f32.loss[at] << ", cpu " << cpu.loss[at] << ")";
   // (b)
   const double eb = worst_rel(bf.loss, f32.loss, &at);
-  EXPECT_LT(eb, 2e-2) << "bf16 departs from GPU f32: worst relative difference " << eb << " at step " << at
+  EXPECT_LT(eb, 6e-2) << "bf16 departs from GPU f32: worst relative difference " << eb << " at step " << at
                       << " (bf16 " << bf.loss[at] << ", f32 " << f32.loss[at] << ")";
+  const double bf_tail = std::fabs(mean_last(bf.loss, 10) - mean_last(f32.loss, 10)) / mean_last(f32.loss, 10);
+  EXPECT_LT(bf_tail, 5e-3) << "bf16's last 10 steps average " << mean_last(bf.loss, 10) << ", f32's "
+                           << mean_last(f32.loss, 10);
   // (c)
   for (int64_t s = 0; s < kSteps; s++) ASSERT_TRUE(std::isfinite(fp.loss[s])) << "fp16 loss at step " << s;
   EXPECT_LE(fp.skipped_steps, 5) << "fp16 skipped " << fp.skipped_steps << " of " << kSteps << " steps";

@@ -198,26 +198,31 @@ TEST(ZeroPartition, ModelUnitsArePaddedToTheWorldSize) {
 }
 
 TEST(Zero, Stage1MatchesOneProcess) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (const char* arch : {"gpt2", "llama"}) stage_matches_reference(1, 2, arch);
   stage_matches_reference(1, 4, "gpt2");
 }
 
 TEST(Zero, Stage2MatchesOneProcess) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (const char* arch : {"gpt2", "llama"}) stage_matches_reference(2, 2, arch);
   stage_matches_reference(2, 4, "llama");
 }
 
 TEST(Zero, Stage3MatchesOneProcess) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (const char* arch : {"gpt2", "llama"}) stage_matches_reference(3, 2, arch);
   stage_matches_reference(3, 4, "gpt2");
   stage_matches_reference(3, 4, "llama");
 }
 
 TEST(Zero, OneRankIsStageZero) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (int stage : {1, 2, 3}) stage_matches_reference(stage, 1, "llama");
 }
 
 TEST(Zero, Stage3MixedPrecisionMatchesOneProcess) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   ZeroSetup s;
   s.fp16 = true;
   stage_matches_reference(3, 2, "gpt2", s);
@@ -227,6 +232,7 @@ TEST(Zero, Stage3MixedPrecisionMatchesOneProcess) {
 // Stage 3 prefetches along the recorded unit sequence, and with reuse distance 0 and no persistent units keeps
 // only a few units gathered at a time.
 TEST(Zero, Stage3PrefetchesAndBoundsLiveParameters) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   ZeroSetup s;
   s.stage = 3;
   s.reuse = 0;
@@ -254,6 +260,7 @@ TEST(Zero, Stage3PrefetchesAndBoundsLiveParameters) {
 
 // fp16: an overflow in one rank's gradients skips the step on every rank and halves the scale everywhere.
 TEST(Zero, OverflowOnOneRankSkipsEverywhere) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (int stage : {1, 2, 3}) {
     ZeroSetup s;
     s.stage = stage;
@@ -286,6 +293,7 @@ TEST(Zero, OverflowOnOneRankSkipsEverywhere) {
 
 // Each rank's allocated model states are within 10% of what the stage should need.
 TEST(Zero, ModelStateBytesMatchTheory) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (int world : {1, 2, 4}) {
     for (int stage : {0, 1, 2, 3}) {
       ZeroSetup s;
@@ -360,16 +368,21 @@ void resume_is_exact(int stage, int world, const std::string& arch, bool async) 
 }  // namespace
 
 TEST(ZeroCheckpoint, ResumeIsExactAtEveryStage) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (int stage : {0, 1, 2, 3}) resume_is_exact(stage, 2, "gpt2", false);
   resume_is_exact(3, 4, "llama", false);
   resume_is_exact(2, 1, "llama", false);
 }
 
-TEST(ZeroCheckpoint, AsyncSaveResumesLikeSync) { resume_is_exact(2, 2, "llama", true); }
+TEST(ZeroCheckpoint, AsyncSaveResumesLikeSync) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
+  resume_is_exact(2, 2, "llama", true);
+}
 
 // 4 ranks at stage 3 save; the tag converted to universal loads into 2 ranks at stage 1 (and 1 rank at stage 0),
 // whose next losses match the uninterrupted 4-rank run (same global batch: gas x world is constant).
 TEST(ZeroCheckpoint, UniversalReshardsAcrossWorldSizesAndStages) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   const std::string dir = temp_dir("universal");
   const int64_t global_micro = 8;
   ZeroSetup s4;
