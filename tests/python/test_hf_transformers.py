@@ -8,7 +8,8 @@ Both directions, GPT-2 and Llama (tied and untied):
      folder with no missing or unexpected weights and gives the logits of our model (`dscpp ckpt hf-logits` on the
      same folder; the C++ tests prove that import(export(model)) is bit-exact).
 
-Usage: python tests/python/test_hf_transformers.py --dscpp build/dscpp
+Usage: python tests/python/test_hf_transformers.py [--dscpp build/dscpp]   (default: $DSCPP, else build/dscpp
+       in the repository)
 Prints one line per case and exits 1 on any failure.
 """
 import argparse
@@ -23,6 +24,11 @@ import transformers
 
 TOKENS = [1, 7, 42, 3, 99, 0, 5, 64, 17, 2]
 TOL = {"f32": 2e-4, "bf16": 2e-4}  # same weights on both sides, f32 math: only summation order differs
+# from_pretrained's dtype argument: `dtype` since transformers 4.56 (`torch_dtype` is deprecated there), before it
+# `torch_dtype`.
+_TF_VERSION = tuple(int(x) for x in transformers.__version__.split(".")[:2] if x.isdigit())
+DTYPE_F32 = {"dtype": torch.float32} if _TF_VERSION >= (4, 56) else {"torch_dtype": torch.float32}
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def dscpp_logits(dscpp, folder, vocab):
@@ -81,9 +87,10 @@ def dscpp_to_hf(dscpp, tmp, preset, dtype):
     subprocess.run([dscpp, "ckpt", "export", os.path.join(run, "checkpoints"), "--format", "safetensors", "-o",
                     folder, "--dtype", dtype], check=True, stdout=subprocess.DEVNULL)
     model, info = transformers.AutoModelForCausalLM.from_pretrained(folder, output_loading_info=True,
-                                                                    torch_dtype=torch.float32)
+                                                                    **DTYPE_F32)
     buffers = (".attn.bias", ".attn.masked_bias", "rotary_emb.inv_freq")
-    bad = [k for k in info["missing_keys"] + info["unexpected_keys"] if not k.endswith(buffers)]
+    # Lists in transformers 4, sets in 5.
+    bad = [k for k in list(info["missing_keys"]) + list(info["unexpected_keys"]) if not k.endswith(buffers)]
     if bad:
         print(f"FAIL dscpp -> transformers ({preset}, {dtype}): missing/unexpected weights {bad}")
         return False
@@ -94,9 +101,14 @@ def dscpp_to_hf(dscpp, tmp, preset, dtype):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dscpp", default="build/dscpp", help="path to the dscpp executable")
+    ap.add_argument("--dscpp", default=os.environ.get("DSCPP", os.path.join(ROOT, "build", "dscpp")),
+                    help="path to the dscpp executable (default: $DSCPP, else build/dscpp in the repository)")
     ap.add_argument("--keep", help="work in this folder and keep it (default: a temp folder, removed)")
     a = ap.parse_args()
+    if not os.access(a.dscpp, os.X_OK):
+        print(f"FAIL: no dscpp executable at {a.dscpp} (build the dscpp target, or pass --dscpp PATH)")
+        return 1
+    a.dscpp = os.path.abspath(a.dscpp)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     with tempfile.TemporaryDirectory() as t:
         tmp = a.keep or t
