@@ -181,11 +181,16 @@ void stages_match_one_gpu(int world, const std::vector<int>& stages, bool bf16) 
     cuda::set_matmul_allow_tf32(bf16);
 #endif
     auto pg = new_process_group("nccl", rank, world, "127.0.0.1", port, kTimeout);
+    std::vector<int> everyone(static_cast<size_t>(world));
+    for (int r = 0; r < world; r++) everyone[size_t(r)] = r;
     for (const std::string arch : {"gpt2", "llama"}) {
       const Trained want = reference(arch, world, bf16, rank);
       EXPECT_GT(*std::min_element(want.norms.begin(), want.norms.end()), 0.05) << arch << ": clipping never engaged";
       for (int stage : stages) {
-        auto e = make_engine(arch, stage, kGas, bf16, world, pg.get(), rank);
+        // A group per engine: start-up compares configs through per-group store keys, which a previous engine
+        // of another stage left behind.
+        auto group = pg->new_subgroup(everyone);
+        auto e = make_engine(arch, stage, kGas, bf16, world, group.get(), rank);
         EXPECT_TRUE(e->zero_partition().sharded());
         const Trained got = train(*e, rank, kGas);
         const std::string what = arch + (bf16 ? " bf16" : " f32") + " stage " + std::to_string(stage) + " on " +
