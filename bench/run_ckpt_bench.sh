@@ -4,8 +4,8 @@
 # (tests/python/test_hf_transformers.py) when python3 has torch and transformers. Usage:
 #   bench/run_ckpt_bench.sh [--build DIR] [--model llama-1b] [--cpu-model llama-1b] [--devices cuda,cpu]
 #                           [--no-hf] [-- extra ckpt_bench arguments]
-# The CPU run of llama-1b needs ~30 GB of host memory (f32 states + the async snapshot) and ~30 GB of disk under
-# $TMPDIR (two tags of ~13 GB); the GPU run ~31 GB of disk. $PYTHON (default python3) runs the interop test.
+# The CPU run of llama-1b needs ~40 GB of host memory (f32 states + the async snapshot) and ~30 GB of disk under
+# $TMPDIR (two tags of ~15 GB); the GPU run ~35 GB of disk (two tags of ~17 GB): point TMPDIR at a disk with room. $PYTHON (default python3) runs the interop test.
 # Exit status: non-zero if any part failed.
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -55,8 +55,9 @@ else
     rc=${PIPESTATUS[0]}
     [ "$rc" = 0 ] || { echo "ckpt_bench --device $dev exited with $rc"; status=1; }
     rm -rf "${work:?}/$dev"
-    # The table: from the blank line before "ckpt_bench:" to the end.
-    tables+=("$(sed -n '/^ckpt_bench: /,$p' "$log")")
+    # The table: from its title line to the end of the output.
+    table="$(sed -n '/^ckpt_bench: .*world size 1; tag/,$p' "$log")"
+    tables+=("${table:-ckpt_bench --device $dev --model $m: no table (exit status $rc; see above)}")
   done
 fi
 
