@@ -1,17 +1,33 @@
 // Data-parallel training throughput of our engine: bench/train_bench.cpp's models and settings (GPT-2 with the vocab
-// padded to 50304, random tokens, bf16 with f32 master weights, AdamW, clipping 1.0), one process per GPU, gradients
-// averaged over NCCL by the engine (ZeRO stage 0). bench/ddp_torch.py is the PyTorch DDP twin.
-//   dscpp launch --num_gpus N -- build/bench/dp_bench [--models gpt2,gpt2-medium] [--batch 32] [--seq 1024]
-//       [--steps 10] [--warmup 3] [--bucket 0] [--overlap] [--trace FILE]
-// --bucket: zero_optimization.reduce_bucket_size in elements (0: DeepSpeed's default 5e8, one bucket reduced after
-// backward); --overlap: overlap_comm (buckets reduced during backward; PyTorch DDP's 25 MB buckets are --bucket
-// 6250000 in f32). --trace: a Chrome trace of step 1 (a warm-up step) per rank, FILE.rank<r> (scripts/check_trace.py).
-// A single process (no launcher) runs without a process group. Rank 0 prints, per model:
-//   RESULT impl model world B T tokens_per_s_total tokens_per_s_per_gpu ms_per_step peak_mem_gib
+// padded to 50304, Llama, random tokens, bf16 with f32 master weights, AdamW, clipping 1.0), one process per GPU,
+// over NCCL at ZeRO stage 0 (gradients averaged) to 3 (parameters sharded too). bench/ddp_torch.py and
+// bench/fsdp_torch.py are the PyTorch twins (DDP; FSDP2 = ZeRO-3).
+//   dscpp launch --num_gpus N -- build/bench/dp_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024]
+//       [--steps 10] [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]
+//       [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]
+//       [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F]
+// --model is --models. --bucket: zero_optimization.reduce_bucket_size in elements (0: DeepSpeed's default 5e8);
+// --overlap: overlap_comm (reductions during backward; PyTorch DDP's 25 MB buckets are --bucket 6250000 in f32).
+// --zero-stage: one stage or a comma list, each a fresh engine on a fresh sub-group of the ranks. Stage >= 1 builds
+// the model with every unit padded to 16 x world (Note [ZeRO units]) and, at stage 2/3, without a flat gradient
+// buffer, as src/runtime/trainer.cpp does. --stage3-reuse-distance: stage3_max_reuse_distance (0: release every
+// unit after its use, FSDP's reshard_after_forward); --prefetch: stage3_prefetch_bucket_size in elements.
+// --checkpointing: activation checkpointing of every block. --n-*: override the preset's shape (the model is then
+// named <arch>-L<L>-C<C>), e.g. a Llama of 7B parameters for a memory probe.
+// --trace: a Chrome trace of step 1 (a warm-up step) per rank, FILE.rank<r> (scripts/check_trace.py).
+// A single process (no launcher) runs without a process group. Rank 0 prints, per model and stage:
+//   STATES model stage: <Engine::model_state_report(), rank 0's>
+//   RESULT impl model world B T tokens_per_s_total tokens_per_s_per_gpu ms_per_step peak_mem_gib zero_stage mfu_pct
+//          n_params
 // Step time: every rank synchronises its device around forward + backward + step; a step takes the slowest rank's
-// time; the median over --steps after --warmup. tokens/s total = world * B * T / that median. Peak memory: the
-// largest CUDA allocator peak over ranks.
+// time; the median over --steps after --warmup. tokens/s total = world * B * T / that median. MFU = tokens/s per GPU
+// x ModelConfig::train_flops_per_token(T) / 989.4 TFLOP/s (H100/H200 dense bf16; recomputation not counted). Peak
+// memory: the largest CUDA allocator peak over ranks (live tensors, as torch.cuda.max_memory_allocated).
+// A failure on any rank (e.g. out of memory) prints "dp_bench: rank R: ..." and a RESULT row of OOM/ERROR, sets the
+// store's abort key (so the other ranks' NCCL watchdogs abort their collectives instead of waiting) and exits 1
+// at once; the launcher stops the others.
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +37,7 @@
 
 #include "dscpp/comm/dist_env.h"
 #include "dscpp/comm/process_group.h"
+#include "dscpp/comm/store.h"
 #include "dscpp/core/allocator.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/rng.h"
@@ -31,17 +48,24 @@ using namespace dscpp;
 
 namespace {
 
+constexpr double kPeakBf16Flops = 989.4e12;  // H100/H200 SXM dense bf16
+
 struct Args {
   std::vector<std::string> models{"gpt2", "gpt2-medium"};
+  std::vector<int> stages{0};
   int64_t batch = 32, seq = 1024, steps = 10, warmup = 3, bucket = 0;
-  bool overlap = false;
+  int64_t reuse = 0, prefetch = 50000000;
+  int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0;  // 0: the preset's
+  bool overlap = false, checkpointing = false;
   std::string trace;
 };
 
 [[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
-               "dp_bench: %s\nusage: dp_bench [--models gpt2,gpt2-medium] [--batch 32] [--seq 1024] [--steps 10]\n"
-               "                [--warmup 3] [--bucket 0] [--overlap] [--trace FILE]\n"
+               "dp_bench: %s\nusage: dp_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024] [--steps 10]\n"
+               "                [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]\n"
+               "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
+               "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F]\n"
                "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n",
                why.c_str());
   std::exit(2);
@@ -59,8 +83,8 @@ Args parse(int argc, char** argv) {
   for (int i = 1; i < argc; i++) {
     std::string k = argv[i], v;
     if (k == "-h" || k == "--help") usage("help");
-    if (k == "--overlap") {
-      a.overlap = true;
+    if (k == "--overlap" || k == "--checkpointing") {
+      (k == "--overlap" ? a.overlap : a.checkpointing) = true;
       continue;
     }
     if (k.rfind("--", 0) != 0) usage("unexpected argument '" + k + "'");
@@ -72,12 +96,27 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) usage("--" + k + " needs a value");
       v = argv[++i];
     }
-    if (k == "models") {
+    if (k == "models" || k == "model") {
       a.models.clear();
       std::stringstream ss(v);
       for (std::string m; std::getline(ss, m, ',');)
         if (!m.empty()) a.models.push_back(m);
-    } else if (k == "batch") a.batch = to_int(k, v, 1);
+    } else if (k == "zero-stage") {
+      a.stages.clear();
+      std::stringstream ss(v);
+      for (std::string x; std::getline(ss, x, ',');) {
+        const int64_t st = to_int(k, x, 0);
+        if (st > 3) usage("--zero-stage takes stages 0..3, got " + x);
+        a.stages.push_back(int(st));
+      }
+      if (a.stages.empty()) usage("--zero-stage needs a stage");
+    } else if (k == "stage3-reuse-distance") a.reuse = to_int(k, v, 0);
+    else if (k == "prefetch") a.prefetch = to_int(k, v, 0);
+    else if (k == "n-layer") a.n_layer = to_int(k, v, 1);
+    else if (k == "n-embd") a.n_embd = to_int(k, v, 1);
+    else if (k == "n-head") a.n_head = to_int(k, v, 1);
+    else if (k == "n-kv-head") a.n_kv_head = to_int(k, v, 1);
+    else if (k == "n-ffn") a.n_ffn = to_int(k, v, 1); else if (k == "batch") a.batch = to_int(k, v, 1);
     else if (k == "seq") a.seq = to_int(k, v, 1);
     else if (k == "steps") a.steps = to_int(k, v, 1);
     else if (k == "warmup") a.warmup = to_int(k, v, 0);
@@ -89,18 +128,38 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-ModelConfig bench_model(const std::string& name, int64_t T) {
+bool shape_overridden(const Args& a) { return a.n_layer || a.n_embd || a.n_head || a.n_kv_head || a.n_ffn; }
+
+ModelConfig bench_model(const std::string& name, const Args& a) {
   ModelConfig c = ModelConfig::preset(name);
   if (c.arch == "gpt2") c.vocab_size = 50304;  // padded to a multiple of 128, as llm.c and the torch scripts
-  c.max_seq_len = std::max(c.max_seq_len, T);
+  c.max_seq_len = std::max(c.max_seq_len, a.seq);
+  if (a.n_layer) c.n_layer = a.n_layer;
+  if (a.n_embd) c.n_embd = a.n_embd;
+  if (a.n_head) c.n_head = a.n_head;
+  if (a.n_kv_head) c.n_kv_head = a.n_kv_head;
+  else if (c.arch == "gpt2") c.n_kv_head = c.n_head;
+  if (a.n_ffn) c.n_ffn = a.n_ffn;
+  else if (c.arch == "gpt2") c.n_ffn = 4 * c.n_embd;
+  c.validate();
   return c;
 }
 
-// train_bench's config (bench/train_bench.cpp), with the data-parallel bucket settings.
-DeepSpeedConfig bench_config(const Args& a, int world) {
-  std::string zero = R"(, "zero_optimization": {"stage": 0)";
+// The name in the output: the preset's, or <arch>-L<L>-C<C> when the shape was overridden.
+std::string model_label(const std::string& name, const ModelConfig& c, const Args& a) {
+  if (!shape_overridden(a)) return name;
+  return c.arch + "-L" + std::to_string(c.n_layer) + "-C" + std::to_string(c.n_embd);
+}
+
+// train_bench's config (bench/train_bench.cpp), with the data-parallel and ZeRO settings.
+DeepSpeedConfig bench_config(const Args& a, int stage, int64_t n_layer, int world) {
+  std::string zero = R"(, "zero_optimization": {"stage": )" + std::to_string(stage);
   if (a.bucket > 0) zero += R"(, "reduce_bucket_size": )" + std::to_string(a.bucket);
-  zero += std::string(R"(, "overlap_comm": )") + (a.overlap ? "true" : "false") + "}";
+  zero += std::string(R"(, "overlap_comm": )") + (a.overlap ? "true" : "false");
+  zero += R"(, "stage3_max_reuse_distance": )" + std::to_string(a.reuse) + R"(, "stage3_prefetch_bucket_size": )" +
+          std::to_string(a.prefetch) + "}";
+  if (a.checkpointing)
+    zero += R"(, "activation_checkpointing": {"number_checkpoints": )" + std::to_string(n_layer) + "}";
   return DeepSpeedConfig::from_string(
       R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.batch) +
           R"(, "gradient_accumulation_steps": 1,
@@ -123,19 +182,36 @@ void print_row(const std::string& model, const Args& a, int world, const std::ve
   std::fflush(stdout);
 }
 
-// Trains `name` for warmup + steps steps on every rank; rank 0 prints the RESULT row. A failure on one rank
-// (e.g. out of memory) ends the job: the other ranks' collectives then fail too.
-void bench_one(const std::string& name, const Args& a, ProcessGroup* pg, Device device) {
+bool is_oom(const std::string& what) {
+  std::string w = what;
+  std::transform(w.begin(), w.end(), w.begin(), [](unsigned char ch) { return char(std::tolower(ch)); });
+  return w.find("out of memory") != std::string::npos;
+}
+
+// Trains one model at one ZeRO stage for warmup + steps steps on every rank; rank 0 prints the STATES and RESULT
+// rows. pg: a fresh group for this engine (start-up compares configs through per-group store keys).
+void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* pg, Device device) {
   const int world = pg ? pg->size() : 1, rank = pg ? pg->rank() : 0;
   Allocator& dev_alloc = allocator_for(device);
-  const ModelConfig mc = bench_model(name, a.seq);
-  const DeepSpeedConfig cfg = bench_config(a, world);
-  auto model = make_model(mc, {model_dtype(cfg), device});
+  const ModelConfig mc = bench_model(name, a);
+  const std::string label = model_label(name, mc, a);
+  const DeepSpeedConfig cfg = bench_config(a, stage, mc.n_layer, world);
+  ModelOptions mo;
+  mo.dtype = model_dtype(cfg);
+  mo.device = device;
+  const bool sharded = stage > 0 && world > 1;
+  if (sharded) mo.pad_multiple = 16 * world;           // every unit splits evenly (Note [ZeRO units])
+  mo.allocate_grads = !(sharded && stage >= 2);        // stage 2/3: per-unit gradient windows
+  auto model = make_model(mc, mo);
   model->init_weights(1234);
   EngineOptions eo;
   eo.dp_group = pg;
   auto engine = initialize(std::move(model), cfg, eo);
-  if (!a.trace.empty()) engine->set_trace_file(a.trace + "." + name);  // step 1; ".rank<r>" added under DP
+  if (rank == 0) {
+    std::printf("STATES\t%s\tstage %d: %s\n", label.c_str(), stage, engine->model_state_report().c_str());
+    std::fflush(stdout);
+  }
+  if (!a.trace.empty()) engine->set_trace_file(a.trace + "." + label + ".z" + std::to_string(stage));
 
   Tensor x = Tensor::empty({a.batch, a.seq}, DType::i32), y = Tensor::empty({a.batch, a.seq}, DType::i32);
   Rng rng(42 + uint64_t(rank));  // each rank its own batch, as a data-parallel loader
@@ -155,15 +231,18 @@ void bench_one(const std::string& name, const Args& a, ProcessGroup* pg, Device 
     if (pg) dt = all_reduce_values(*pg, {float(dt)}, ReduceOp::max, device)[0];  // the slowest rank's step
     if (s >= a.warmup) ms.push_back(dt);
     if (rank == 0)
-      std::fprintf(stderr, "  %s x%d step %lld: %.1f ms, loss %.4f\n", name.c_str(), world, (long long)s, dt,
-                   engine->last_loss());
+      std::fprintf(stderr, "  %s zero-%d x%d step %lld: %.1f ms, loss %.4f\n", label.c_str(), stage, world,
+                   (long long)s, dt, engine->last_loss());
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   double peak = double(dev_alloc.stats().peak_bytes) / double(1ull << 30);
   if (pg) peak = all_reduce_values(*pg, {float(peak)}, ReduceOp::max, device)[0];
   const double per_gpu = double(a.batch * a.seq) / (med / 1e3);
-  if (rank == 0) print_row(name, a, world, {fmt(per_gpu * world, 0), fmt(per_gpu, 0), fmt(med, 2), fmt(peak, 2)});
+  const double mfu = 100.0 * per_gpu * mc.train_flops_per_token(a.seq) / kPeakBf16Flops;
+  if (rank == 0)
+    print_row(label, a, world, {fmt(per_gpu * world, 0), fmt(per_gpu, 0), fmt(med, 2), fmt(peak, 2),
+                                std::to_string(stage), fmt(mfu, 1), std::to_string(mc.num_parameters())});
   engine.reset();
   dev_alloc.empty_cache();
   dev_alloc.reset_peak();
@@ -177,26 +256,58 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dp_bench: no CUDA device (or a CPU-only build); nothing to measure\n");
     return 1;
   }
-  const std::string model_list = [&] {
-    std::string s;
-    for (const auto& m : a.models) s += (s.empty() ? "" : ",") + m;
-    return s;
-  }();
+  std::string model_list, stage_list;
+  for (const auto& m : a.models) model_list += (model_list.empty() ? "" : ",") + m;
+  for (int st : a.stages) {
+    if (!stage_list.empty()) stage_list += ",";
+    stage_list += std::to_string(st);
+  }
+  std::unique_ptr<ProcessGroup> pg;
+  int rank = 0, world = 1;
+  std::string current = "start-up";
+  int current_stage = -1;
   try {
     const DistEnv env = read_dist_env();
-    std::unique_ptr<ProcessGroup> pg;
+    rank = env.rank;
+    world = env.world_size;
     if (env.world_size > 1) pg = init_process_group("nccl");  // sets the device LOCAL_RANK % device count
     const int dev = env.local_rank % cuda_device_count();
     cuda_set_device(dev);
     if (env.rank == 0)
-      std::fprintf(stderr, "dp_bench: %d rank(s) on %s: %s, B=%lld T=%lld bf16, bucket %s%s, %lld warm-up + %lld "
-                   "timed steps\n", env.world_size, cuda_device_name(dev).c_str(), model_list.c_str(),
-                   (long long)a.batch, (long long)a.seq, a.bucket ? std::to_string(a.bucket).c_str() : "default",
-                   a.overlap ? " overlapped" : "", (long long)a.warmup, (long long)a.steps);
-    for (const std::string& m : a.models) bench_one(m, a, pg.get(), Device::cuda(dev));
+      std::fprintf(stderr, "dp_bench: %d rank(s) on %s: %s, ZeRO stage(s) %s, B=%lld T=%lld bf16, bucket %s%s%s, "
+                   "reuse distance %lld, prefetch %lld, %lld warm-up + %lld timed steps\n", env.world_size,
+                   cuda_device_name(dev).c_str(), model_list.c_str(), stage_list.c_str(), (long long)a.batch,
+                   (long long)a.seq, a.bucket ? std::to_string(a.bucket).c_str() : "default",
+                   a.overlap ? " overlapped" : "", a.checkpointing ? ", activation checkpointing" : "",
+                   (long long)a.reuse, (long long)a.prefetch, (long long)a.warmup, (long long)a.steps);
+    std::vector<int> everyone(static_cast<size_t>(world));
+    for (int r = 0; r < world; r++) everyone[size_t(r)] = r;
+    for (const std::string& m : a.models)
+      for (int stage : a.stages) {
+        current = m;
+        current_stage = stage;
+        std::unique_ptr<ProcessGroup> group = pg ? pg->new_subgroup(everyone) : nullptr;
+        bench_one(m, stage, a, group.get(), Device::cuda(dev));
+      }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dp_bench: rank %s: %s\n", std::getenv("RANK") ? std::getenv("RANK") : "0", e.what());
-    return 1;
+    const bool oom = is_oom(e.what());
+    std::fprintf(stderr, "dp_bench: rank %d: %s zero-%d: %s%s\n", rank, current.c_str(), current_stage,
+                 oom ? "OOM: " : "", e.what());
+    if (current_stage >= 0) {
+      const std::string tag = oom ? "OOM" : "ERROR";
+      std::string label = current;
+      try {
+        label = model_label(current, bench_model(current, a), a);
+      } catch (const std::exception&) {
+      }
+      print_row(label, a, world, {tag, tag, tag, tag, std::to_string(current_stage), tag, "-"});
+    }
+    // The other ranks may wait in a collective this rank never joins: the abort key makes their watchdogs abort
+    // (Note [Store failure signalling]); exit without destructors, which would wait for queued NCCL work.
+    if (pg && pg->store()) pg->store()->abort(rank, std::string("dp_bench: ") + e.what());
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(1);
   }
   return 0;
 }
