@@ -350,6 +350,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   res.global_steps = engine->global_steps();
   res.final_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
   save();
+  engine->wait_for_checkpoint();  // an asynchronous save must be committed before we report it
   if (!quiet) {
     log << "step " << res.global_steps << " | val loss " << res.final_val_loss << " (was " << res.first_val_loss
         << ")" << std::endl;
@@ -359,9 +360,11 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     log << "checkpoint: " << ckpt_dir << "/" << read_latest_tag(ckpt_dir) << std::endl;
   }
 
-  // 4. Samples.
+  // 4. Samples. Under ZeRO-3 every forward gathers parameters (a collective), so every rank generates the same
+  // samples in step (same seeds) and rank 0 prints them.
   const char* prompts[] = {"The ", "A man", "Q:", "Life is", "I think"};
-  for (int i = 0; rank == 0 && i < o.num_samples; i++) {
+  const bool all_ranks_generate = engine->zero_params() != nullptr;
+  for (int i = 0; (rank == 0 || all_ranks_generate) && i < o.num_samples; i++) {
     std::string prompt = prompts[i % 5];
     std::vector<int32_t> ids = data.tokenizer.encode(prompt);
     ids.insert(ids.begin(), data.tokenizer.eot_id());
@@ -373,7 +376,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     std::vector<int32_t> text_ids(out.begin() + 1, out.end());
     if (!text_ids.empty() && text_ids.back() == data.tokenizer.eot_id()) text_ids.pop_back();
     res.samples.push_back(data.tokenizer.decode(text_ids));
-    if (!quiet) log << "--- sample " << i + 1 << " ---\n" << res.samples.back() << std::endl;
+    if (!quiet && rank == 0) log << "--- sample " << i + 1 << " ---\n" << res.samples.back() << std::endl;
   }
   return res;
 }
