@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""PyTorch FSDP2 (ZeRO-3) twin of bench/dp_bench.cpp --zero-stage 3: bench/train_torch.py's models, sharded.
+
+Run one process per GPU:  python3 -m torch.distributed.run --standalone --nproc_per_node N bench/fsdp_torch.py
+  [--models gpt2-medium,llama-1b] [--batch 8] [--seq 1024] [--steps 10] [--warmup 3] [--compile]
+
+The recipe of /work/shared/reference/anchors-measured.md (4x H200 table): torch.distributed.fsdp.fully_shard on every
+transformer block, then on the root (embeddings, final norm, tied head); MixedPrecisionPolicy(param_dtype=bf16,
+reduce_dtype=f32) (f32 sharded parameters and optimizer states, bf16 compute, f32 gradient reduce-scatter);
+reshard after forward (the default; our --stage3-reuse-distance 0); --compile: torch.compile of every block before
+sharding (torchtitan's order), 2 extra warm-up steps for compilation. Fused AdamW (lr 3e-4, betas (0.9, 0.95), eps
+1e-8, weight decay 0.1 on matrices), gradient clipping 1.0, random tokens (each rank its own), micro-batch B per GPU,
+T = --seq. The models are train_torch.py's (imported): GPT-2 (vocab padded to 50304, flash SDPA) and transformers'
+LlamaForCausalLM (SDPA).
+Step time: every rank synchronises around the step, a step takes the slowest rank's time, the median over --steps
+after the warm-up. Rank 0 prints per model, with dp_bench's columns:
+  RESULT impl model world B T tokens_per_s_total tokens_per_s_per_gpu ms_per_step peak_mem_gib zero_stage mfu_pct
+         n_params
+impl = torch-fsdp2 or torch-fsdp2-compile; zero_stage = fsdp2; peak_mem_gib = the largest
+torch.cuda.max_memory_allocated() over ranks (from after sharding: the unsharded f32 model built on each GPU first
+is not counted); MFU = tokens/s per GPU x (6 N + 6 L C T) / 989.4 TFLOP/s (train_torch.py's formula).
+"""
+import argparse
+import gc
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import train_torch  # noqa: E402  (the same model code as the single-GPU and DDP benchmarks)
+
+
+def blocks_of(model, arch):
+    return model.h if arch == "gpt2" else model.m.model.layers
+
+
+def run(name, args, torch, dist, rank, world, dev):
+    import torch.nn as nn
+    import torch.nn.functional as F
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    arch, L, C, H, Hkv, FF, V = train_torch.PRESETS[name]
+    T, B = args.seq, args.batch
+    torch.manual_seed(1234)
+    if arch == "gpt2":
+        model = train_torch.build_gpt2(torch, nn, F, L, C, H, V, T)
+    else:
+        model = train_torch.build_llama(torch, L, C, H, Hkv, FF, V, T)
+    model = model.to(dev)
+    n_params = sum(p.numel() for p in model.parameters())  # tied weights counted once
+    blocks = blocks_of(model, arch)
+    if args.compile:
+        for i in range(len(blocks)):
+            blocks[i] = torch.compile(blocks[i])
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    for b in blocks:
+        fully_shard(b, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+
+    def step(idx, tgt):
+        loss = model(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    g = torch.Generator(device=dev).manual_seed(42 + rank)
+    warmup = args.warmup + (2 if args.compile else 0)
+    times = []
+    slowest = torch.zeros(1, dtype=torch.float64, device=dev)
+    for s in range(warmup + args.steps):
+        idx = torch.randint(0, V, (B, T), device=dev, generator=g)
+        tgt = torch.randint(0, V, (B, T), device=dev, generator=g)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = step(idx, tgt)
+        torch.cuda.synchronize()
+        slowest.fill_((time.perf_counter() - t0) * 1e3)
+        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+        dt = slowest.item()
+        if rank == 0:
+            print(f"  torch-fsdp2 {name} x{world} step {s}: {dt:.1f} ms, loss {loss.item():.4f}", file=sys.stderr,
+                  flush=True)
+        if s >= warmup:
+            times.append(dt)
+    med = statistics.median(times)
+    per_gpu = B * T / (med / 1e3)
+    mfu = 100 * per_gpu * train_torch.train_flops_per_token(n_params, L, C, T) / train_torch.PEAK_BF16_FLOPS
+    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], dtype=torch.float64, device=dev)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    return [f"{per_gpu * world:.0f}", f"{per_gpu:.0f}", f"{med:.2f}", f"{peak.item():.2f}", "fsdp2", f"{mfu:.1f}",
+            str(n_params)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="gpt2-medium,llama-1b")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=1024)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--compile", action="store_true", help="torch.compile every block before sharding")
+    args = ap.parse_args()
+    models = [m for m in args.models.replace(" ", ",").split(",") if m]
+    for m in models:
+        if m not in train_torch.PRESETS:
+            ap.error(f"unknown model {m!r} (known: {', '.join(train_torch.PRESETS)})")
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # as our NCCL backend
+
+    import torch
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available():
+        print("fsdp_torch: no CUDA device; nothing to measure", file=sys.stderr)
+        return 1
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
+    dist.init_process_group("nccl", device_id=dev)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    impl = "torch-fsdp2-compile" if args.compile else "torch-fsdp2"
+    if rank == 0:
+        print(f"fsdp_torch: {world} rank(s) on {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, {impl}, "
+              f"B={args.batch} T={args.seq}", file=sys.stderr)
+    rc = 0
+    for name in models:
+        try:
+            cols = run(name, args, torch, dist, rank, world, dev)
+        except torch.cuda.OutOfMemoryError as e:
+            # Every rank runs out alike (same model and batch); the others' collectives would hang otherwise.
+            print(f"fsdp_torch: rank {rank}: {name}: {e}", file=sys.stderr)
+            cols, rc = ["OOM"] * 4 + ["fsdp2", "OOM", "-"], 1
+        if rank == 0:
+            print("\t".join(["RESULT", impl, name, str(world), str(args.batch), str(args.seq)] + cols), flush=True)
+        gc.collect()
+        torch.cuda.empty_cache()
+        if args.compile:
+            torch._dynamo.reset()
+    dist.barrier()
+    dist.destroy_process_group()
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
