@@ -4,12 +4,13 @@
 #      25 MB buckets as DDP; stage 3 releases every unit after use, as FSDP's reshard)
 #      and torchrun fsdp_torch.py (per-block fully_shard + root, bf16 params, f32 reduce; torch.compile unless
 #      --no-compile), same models, micro-batch and T.
-#   2. probe: dp_bench at stage 3 with activation checkpointing on Llama shapes of growing size (1B, 3B, 7B, 13B, 20B,
-#      30B; micro-batch --probe-batch), one launch each, 1 warm-up + 3 timed steps, until one fails (out of memory:
-#      dp_bench's failing rank aborts the job, the launcher stops the others) or the time budget is spent.
+#   2. probe: dp_bench at stage 3 with activation checkpointing on Llama shapes of growing size (3B, 7B, 13B, 20B,
+#      30B; 1b also known; micro-batch --probe-batch), one launch each (180 s at most), 1 warm-up + 3 timed steps,
+#      until one fails (out of memory: dp_bench's failing rank aborts the job, the launcher stops the others) or no
+#      new shape starts after --budget seconds of the whole script.
 # Usage: LOGDIR=$OUT/zero bash bench/run_zero_bench.sh [--build DIR (default build-gpu, else build)] [--gpus 4]
 #          [--models "gpt2-medium llama-1b"] [--batch 8] [--seq 1024] [--steps 5] [--warmup 2] [--no-compile]
-#          [--no-torch] [--no-probe] [--probe "1b 3b 7b 13b 20b 30b"] [--probe-batch 4] [--budget 510]
+#          [--no-torch] [--no-probe] [--probe "3b 7b 13b 20b 30b"] [--probe-batch 4] [--budget 420]
 # Output: the table (model, impl: ours zero-0..3 / torch-fsdp2, tokens/s per GPU, MFU, peak GiB = allocator peak
 # (ours) or max_memory_allocated (torch), ours/FSDP2 = tokens/s per GPU against FSDP2's on the same model), the
 # engine's model-state report per stage, and the probe's rows (params, tokens/s per GPU, MFU, peak GiB, or the
@@ -22,7 +23,7 @@ root="$(dirname "$here")"
 build="$root/build"
 [ -x "$root/build-gpu/bench/dp_bench" ] && build="$root/build-gpu"  # scripts/gpu/check.sh's build
 gpus=4 models="gpt2-medium llama-1b" batch=8 seq=1024 steps=5 warmup=2
-compile=1 run_torch=1 run_probe=1 probe="1b 3b 7b 13b 20b 30b" probe_batch=4 budget=510
+compile=1 run_torch=1 run_probe=1 probe="3b 7b 13b 20b 30b" probe_batch=4 budget=420
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -122,7 +123,7 @@ if [ "$run_probe" = 1 ]; then
     fi
     read -r L C H KV F <<< "$s"
     before=$(wc -l < "$LOGDIR/results.tsv")
-    run "probe_$p" 240 "${launch[@]}" "$build/bench/dp_bench" --model llama-1b --zero-stage 3 --checkpointing \
+    run "probe_$p" 180 "${launch[@]}" "$build/bench/dp_bench" --model llama-1b --zero-stage 3 --checkpointing \
       --batch "$probe_batch" --seq "$seq" --steps 3 --warmup 1 --stage3-reuse-distance 0 \
       --n-layer "$L" --n-embd "$C" --n-head "$H" --n-kv-head "$KV" --n-ffn "$F"
     rc=$?
@@ -132,7 +133,7 @@ if [ "$run_probe" = 1 ]; then
       largest=$p
     else
       why=$(grep -m1 -E 'dp_bench: rank' "$LOGDIR/probe_$p.err" | sed -E 's/^\[rank [0-9]+\] //' | cut -c1-200)
-      [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="timed out after 240 s"
+      [ $rc -eq 124 ] || [ $rc -eq 137 ] && why="timed out after 180 s"
       printf '%s\tfailed\t%s\n' "$p" "${why:-exit code $rc}" >> "$LOGDIR/probe.tsv"
       stopped="$p failed"
       break
