@@ -261,8 +261,13 @@ class NcclProcessGroup : public ProcessGroup {
   }
 
   // A non-blocking communicator may answer ncclInProgress: poll until the call has settled (bounded by timeout).
+  // Note [Settling NCCL calls]: an enqueue settles within microseconds, and this runs on the thread that launches
+  // the compute kernels, so spin (yielding) for the first millisecond: sleeping 200 us per call made every
+  // collective cost >= 300 us of host time (measured: 1 MiB all_reduce 309 us vs PyTorch's 46 us on 4 H200), which
+  // starved the GPU of kernel launches during backward (data-parallel scaling 92% with 97% of the comm hidden).
   void settle(const std::string& what) {
-    auto deadline = Clock::now() + timeout_;
+    const auto start = Clock::now();
+    auto deadline = start + timeout_;
     for (;;) {
       ncclResult_t st = ncclSuccess;
       ncclCommGetAsyncError(comm_, &st);
@@ -274,7 +279,8 @@ class NcclProcessGroup : public ProcessGroup {
         aborted_ = true;
         fail_op(what, abort_error_);
       }
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      if (Clock::now() - start < std::chrono::milliseconds(1)) std::this_thread::yield();
+      else std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
   }
 
