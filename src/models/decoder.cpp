@@ -30,6 +30,7 @@ std::unique_ptr<Model> make_model(const ModelConfig& cfg, const ModelOptions& op
 Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts)
     : Model(cfg), device_(opts.device), act_(opts.dtype) {
   m_ = declare_layers(params_, cfg_);
+  for (size_t l = 0; l < m_.blocks.size(); l++) m_.blocks[l].index = int32_t(l);
   // Units (Note [ZeRO units]): the embeddings, each block, then the final norm with an untied lm head.
   std::vector<int> starts{0};
   for (const Block& b : m_.blocks) starts.push_back(b.norm1.weight_id);

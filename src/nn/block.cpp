@@ -1,6 +1,7 @@
 #include "dscpp/nn/block.h"
 
 #include "dscpp/kernels/ops.h"
+#include "dscpp/profiler/profiler.h"
 
 namespace dscpp {
 
@@ -12,10 +13,16 @@ void Block::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, co
   ln1_ = Tensor::empty(nc, act, dev);
   st1_ = norm1.forward(ps, ln1_, inp);
   x1_ = Tensor::empty(nc, act, dev);
-  attn.forward(ps, x1_, ln1_, s);
+  {
+    DSCPP_PROFILE_RANGE("model.blocks.*.attn", index);  // the flops profiler's module tree paths
+    attn.forward(ps, x1_, ln1_, s);
+  }
   ln2_ = Tensor::empty(nc, act, dev);
   st2_ = norm2.forward_residual(ps, x1_, ln2_, x1_, inp);  // x1 = attn + x and ln2 = norm2(x1), one pass
-  mlp.forward(ps, out, ln2_);
+  {
+    DSCPP_PROFILE_RANGE("model.blocks.*.mlp", index);
+    mlp.forward(ps, out, ln2_);
+  }
   ops::residual_forward(out, out, x1_);
   if (!save) release();
 }
@@ -25,13 +32,19 @@ void Block::backward(const ParamSet& ps, const Tensor& dres, const Tensor& inp, 
   MemoryCategoryScope scope(MemoryCategory::activations);
   // Each norm's backward is fused with the skip path's gradient: d(norm input) = dres + norm'(dnorm), in place.
   Tensor dnorm = Tensor::empty(dres.shape(), dres.dtype(), dres.device());  // d(norm output)
-  mlp.backward(ps, dnorm, dres, ln2_);
-  mlp.release();
+  {
+    DSCPP_PROFILE_RANGE("model.blocks.*.mlp", index);
+    mlp.backward(ps, dnorm, dres, ln2_);
+    mlp.release();
+  }
   norm2.backward_residual(ps, dres, dres, dnorm, x1_, st2_);  // dres = d(x1)
   ln2_ = Tensor();
   st2_.release();
-  attn.backward(ps, dnorm, dres, ln1_, s);
-  attn.release();
+  {
+    DSCPP_PROFILE_RANGE("model.blocks.*.attn", index);
+    attn.backward(ps, dnorm, dres, ln1_, s);
+    attn.release();
+  }
   norm1.backward_residual(ps, dres, dres, dnorm, inp, st1_);  // dres = d(inp)
   release();
 }

@@ -104,6 +104,8 @@ TEST(EngineProfiler, TraceFileIsValidAndHasRanges) {
   EXPECT_EQ(count["model.blocks.0"], 4);  // forward and backward of each micro-batch
   EXPECT_EQ(count["model.blocks.1"], 4);
   EXPECT_EQ(count["model.embeddings"], 4);
+  for (const char* sub : {"model.blocks.0.attn", "model.blocks.0.mlp", "model.blocks.1.attn", "model.blocks.1.mlp"})
+    EXPECT_EQ(count[sub], 4) << sub << ": the module tree's attention / MLP level is timed too";
   fs::remove(path);
 }
 

@@ -16,6 +16,7 @@ struct Block {
   CausalSelfAttention attn;
   Norm norm2;
   Mlp mlp;
+  int32_t index = -1;  // the block's position: names its profiler ranges ("model.blocks.<index>.attn" / ".mlp")
 
   // out[N,C] (=), out must not alias inp. Keeps activations for backward when `save`.
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const SeqInfo& s, bool save);
