@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -201,6 +202,27 @@ TEST(Models, InitWeightsFollowsGpt2Scheme) {
   for (int64_t i = 0; i < ln.numel(); i++) EXPECT_EQ(ln.data<float>()[i], 1.0f);
   b->init_weights(6);
   EXPECT_NE(std::memcmp(ps.flat_params().raw(), b->params().flat_params().raw(), ps.flat_params().nbytes()), 0);
+}
+
+// The parallel initialisation draws exactly the sequential stream: parameter id takes Philox blocks from id << 32,
+// two words per element (Rng::normal), across chunk boundaries (wte here spans several chunks, with an odd count).
+TEST(Models, ParallelInitEqualsTheSequentialStream) {
+  ModelConfig c = ModelConfig::preset("gpt2-tiny");
+  c.vocab_size = 4099;  // 4099 x C elements: several 65536-element chunks and an odd tail
+  auto m = make_model(c);
+  m->init_weights(77);
+  const ParamSet& ps = m->params();
+  const int id = ps.find("transformer.wte.weight");
+  ASSERT_GE(id, 0);
+  ASSERT_GT(ps.info(id).numel, 3 * 65536);
+  Rng rng(RngState{77, uint64_t(id) << 32, 4});
+  const float* p = ps.param(id).data<float>();
+  int64_t differ = 0, first = -1;
+  for (int64_t i = 0; i < ps.info(id).numel; i++) {
+    const float want = 0.02f * rng.normal();
+    if (std::memcmp(&want, &p[i], sizeof want) != 0 && differ++ == 0) first = i;
+  }
+  EXPECT_EQ(differ, 0) << "first difference at element " << first;
 }
 
 TEST(Models, PresetParameterCounts) {
