@@ -38,60 +38,54 @@ Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts)
   starts.push_back(m_.norm_f.weight_id);
   params_.set_unit_starts(starts);
   // Gradients accumulate in f32 whatever the parameter dtype (mixed precision: the optimizer steps f32 masters).
-  params_.materialize(opts.dtype, opts.device, 16, opts.pad_multiple, DType::f32, opts.allocate_grads);
+  params_.materialize(opts.dtype, opts.device, 16, opts.pad_multiple, DType::f32, opts.allocate_grads,
+                      opts.materialize_params);
 }
 
 // ---- initialisation ----
 
 namespace {
 // Each parameter draws from its own Philox stream (counter range id << 32), so its values do not depend on the
-// other parameters' sizes or on the order of initialisation. Values are drawn in f32 on the host, rounded to the
-// parameter dtype there, then copied to the parameter's device: the same init on every device and dtype.
-void fill_param(const Tensor& t, uint64_t seed, int id, float std, float constant) {
-  const bool direct = t.device().is_cpu() && t.dtype() == DType::f32;
-  Tensor host = direct ? t : Tensor::empty(t.shape(), DType::f32, Device::cpu());
-  float* p = host.data<float>();
-  if (std > 0) {
-    // One Philox stream per parameter, drawn in parallel: element i takes the two words of block (id << 32) + i / 2
-    // (Rng::normal's use of the stream), so chunks of even length start at a known block and the values are those
-    // of one sequential pass. Large models (billions of parameters) initialise in seconds instead of minutes.
-    const int64_t n = host.numel(), chunk = int64_t(1) << 16, chunks = (n + chunk - 1) / chunk;
+// other parameters' sizes or on the order of initialisation. Element i takes the two words of block (id << 32) + i/2
+// (Rng::normal's use of the stream), so any element range can be drawn on its own, in parallel chunks that start at
+// even elements: out[k] = std * z(i0 + k), the values of one sequential pass.
+void draw_normals(float* out, uint64_t seed, int stream, int64_t i0, int64_t count, float std) {
+  const int64_t chunk = int64_t(1) << 16, first = i0 & ~int64_t(1), end = i0 + count;
+  const int64_t chunks = (end - first + chunk - 1) / chunk;
 #pragma omp parallel for schedule(static)
-    for (int64_t c = 0; c < chunks; c++) {
-      Rng rng(RngState{seed, (uint64_t(id) << 32) + uint64_t(c * chunk / 2), 4});
-      for (int64_t i = c * chunk, e = std::min(n, i + chunk); i < e; i++) p[i] = std * rng.normal();
+  for (int64_t c = 0; c < chunks; c++) {
+    const int64_t b = first + c * chunk, e = std::min(end, b + chunk);
+    Rng rng(RngState{seed, (uint64_t(stream) << 32) + uint64_t(b / 2), 4});
+    for (int64_t i = b; i < e; i++) {
+      const float z = std * rng.normal();
+      if (i >= i0) out[i - i0] = z;
     }
-  } else {
-    for (int64_t i = 0; i < host.numel(); i++) p[i] = constant;
   }
-  if (direct) return;
-  Tensor typed = t.dtype() == DType::f32 ? host : host.to(t.dtype());  // host-side rounding
-  Tensor(t).copy_from(typed);
+}
+
+// Values are drawn in f32 on the host, rounded to the target dtype there, then copied to the target's device: the
+// same init on every device and dtype.
+void store_host(const Tensor& dst, const Tensor& host) {
+  if (dst.device().is_cpu() && dst.dtype() == DType::f32 && dst.raw() == host.raw()) return;
+  Tensor typed = dst.dtype() == DType::f32 ? host : host.to(dst.dtype());  // host-side rounding
+  Tensor(dst).copy_from(typed);
 }
 }  // namespace
 
-void Decoder::init_weights(uint64_t seed) {
+std::vector<Decoder::InitSpec> Decoder::init_specs() const {
   const float std = 0.02f;
   const float std_resid = 0.02f / std::sqrt(2.0f * float(cfg_.n_layer));  // residual output projections
-  int64_t done = 0;
-  auto normal = [&](int id, const Tensor& t, float s) { fill_param(t, seed, id, s, 0); done += t.numel(); };
-  auto constant = [&](int id, float c) {
-    if (id < 0) return;
-    fill_param(params_.param(id), seed, id, 0, c);
-    done += params_.info(id).numel;
+  std::vector<InitSpec> out;
+  auto param = [&](int id, float s, float v) {
+    if (id >= 0) out.push_back({id, params_.info(id).offset, params_.info(id).numel, s, v});
   };
   auto linear = [&](const Linear& l, float s) {
-    normal(l.weight_id, l.weight(params_), s);
-    if (l.bias_id >= 0) {
-      Tensor b = l.bias(params_);
-      fill_param(b, seed, l.bias_id, 0, 0.0f);
-      done += b.numel();
-    }
+    out.push_back({l.weight_id, params_.info(l.weight_id).offset, l.out * l.in, s, 0.0f});  // fused: one stream
+    param(l.bias_id, 0.0f, 0.0f);
   };
-  auto norm = [&](const Norm& n) { constant(n.weight_id, 1.0f); constant(n.bias_id, 0.0f); };
-
-  normal(m_.wte.table_id, params_.param(m_.wte.table_id), std);
-  if (m_.wpe.defined()) normal(m_.wpe.table_id, params_.param(m_.wpe.table_id), std);
+  auto norm = [&](const Norm& n) { param(n.weight_id, 0.0f, 1.0f); param(n.bias_id, 0.0f, 0.0f); };
+  param(m_.wte.table_id, std, 0.0f);
+  if (m_.wpe.defined()) param(m_.wpe.table_id, std, 0.0f);
   for (const Block& b : m_.blocks) {
     norm(b.norm1);
     linear(b.attn.qkv, std);
@@ -101,9 +95,41 @@ void Decoder::init_weights(uint64_t seed) {
     linear(b.mlp.down, std_resid);
   }
   norm(m_.norm_f);
-  if (m_.lm_head_id != m_.wte.table_id) normal(m_.lm_head_id, params_.param(m_.lm_head_id), std);
+  if (m_.lm_head_id != m_.wte.table_id) param(m_.lm_head_id, std, 0.0f);
+  return out;
+}
+
+void Decoder::init_weights(uint64_t seed) {
+  DSCPP_CHECK(params_.flat_params().defined(), "init_weights: the parameter buffer was not materialized "
+              "(ModelOptions::materialize_params); initialise shards with init_range");
+  int64_t done = 0;
+  for (const InitSpec& s : init_specs()) {
+    const Tensor t = params_.flat_params().slice(s.offset, s.numel);
+    const bool direct = t.device().is_cpu() && t.dtype() == DType::f32;
+    Tensor host = direct ? t : Tensor::empty({s.numel}, DType::f32, Device::cpu());
+    if (s.std > 0) draw_normals(host.data<float>(), seed, s.stream, 0, s.numel, s.std);
+    else host.fill(s.value);
+    store_host(t, host);
+    done += s.numel;
+  }
   DSCPP_CHECK(done == params_.num_parameters(), "init_weights covered ", done, " of ", params_.num_parameters(),
               " parameters");
+}
+
+void Decoder::init_range(uint64_t seed, int64_t flat_begin, const Tensor& dst) const {
+  const int64_t n = dst.numel(), end = flat_begin + n;
+  DSCPP_CHECK(flat_begin >= 0 && end <= params_.flat_numel() && dst.dtype() == params_.dtype(), "init_range: [",
+              flat_begin, ", ", end, ") of ", dtype_name(dst.dtype()), " outside the ", dtype_name(params_.dtype()),
+              " flat buffer of ", params_.flat_numel());
+  Tensor host = Tensor::zeros({n}, DType::f32, Device::cpu());  // padding stays 0
+  float* h = host.data<float>();
+  for (const InitSpec& s : init_specs()) {
+    const int64_t lo = std::max(s.offset, flat_begin), hi = std::min(s.offset + s.numel, end);
+    if (lo >= hi) continue;
+    if (s.std > 0) draw_normals(h + (lo - flat_begin), seed, s.stream, lo - s.offset, hi - lo, s.std);
+    else std::fill(h + (lo - flat_begin), h + (hi - flat_begin), s.value);
+  }
+  store_host(dst, host);
 }
 
 // ---- forward / backward ----

@@ -31,6 +31,7 @@ class Decoder final : public Model {
  public:
   Decoder(const ModelConfig& cfg, const ModelOptions& opts);
   void init_weights(uint64_t seed) override;
+  void init_range(uint64_t seed, int64_t flat_begin, const Tensor& dst) const override;
   float forward(const Tensor& tokens, const Tensor& targets) override;
   void backward(float dloss) override;
   Tensor logits(const Tensor& tokens) override;
@@ -40,6 +41,14 @@ class Decoder final : public Model {
   Tensor embed(const Tensor& ids, const SeqInfo& s);
   Tensor on_device(const Tensor& t) const;  // t, copied to the model's device when it lives elsewhere
   void release();
+  // How init_weights fills the flat buffer: each range draws N(0, std) from Philox stream `stream` (std > 0) or
+  // holds `value`. Fused weights are one range with their first member's stream.
+  struct InitSpec {
+    int stream;
+    int64_t offset, numel;
+    float std, value;
+  };
+  std::vector<InitSpec> init_specs() const;
   void grads_ready(int id);  // reports parameter `id`'s gradient final to the hook (id < 0: nothing)
 
   // Units (params().units()): 0 the embeddings, 1 + l block l, L + 1 the final norm (+ an untied lm head).

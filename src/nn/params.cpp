@@ -39,7 +39,7 @@ void ParamSet::set_unit_starts(std::vector<int> first_ids) {
 }
 
 void ParamSet::materialize(DType dtype, Device device, int64_t align, int64_t pad_multiple,
-                           std::optional<DType> grad_dtype, bool allocate_grads) {
+                           std::optional<DType> grad_dtype, bool allocate_grads, bool allocate_params) {
   DSCPP_CHECK(!materialized(), "materialize() called twice");
   DSCPP_CHECK(align >= 1 && pad_multiple >= 1, "bad alignment");
   DSCPP_CHECK(!infos_.empty(), "materialize() with no parameters");
@@ -66,7 +66,7 @@ void ParamSet::materialize(DType dtype, Device device, int64_t align, int64_t pa
   dtype_ = dtype;
   grad_dtype_ = grad_dtype.value_or(dtype);
   device_ = device;
-  {
+  if (allocate_params) {
     MemoryCategoryScope s(MemoryCategory::parameters);
     params_ = Tensor::zeros({flat_numel_}, dtype, device);
   }

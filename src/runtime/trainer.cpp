@@ -241,8 +241,11 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   const bool zero_sharded = cfg.zero_optimization.stage > 0 && world > 1;
   if (zero_sharded) mopts.pad_multiple = 16 * world;  // every unit splits evenly (Note [ZeRO units])
   mopts.allocate_grads = !(zero_sharded && cfg.zero_optimization.stage >= 2);  // stage 2/3: per-unit windows
+  // ZeRO-3 initialises each rank's shard only (zero.Init); importing a Hugging Face model needs the whole model.
+  const bool sharded_init = zero_sharded && cfg.zero_optimization.stage == 3 && o.init_from.empty();
+  mopts.materialize_params = !sharded_init;
   auto model = make_model(mcfg, mopts);
-  model->init_weights(cfg.seed);
+  if (!sharded_init) model->init_weights(cfg.seed);
   if (!o.init_from.empty()) {
     load_hf_model(o.init_from, *model);  // every name, shape and dtype checked before the model changes
     if (!o.quiet && rank == 0) log << "initialised from " << o.init_from << std::endl;
@@ -251,6 +254,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     model->set_checkpoint_policy(CheckpointPolicy(size_t(mcfg.n_layer), true));
   EngineOptions eopts;
   eopts.dp_group = pg.get();
+  if (sharded_init) eopts.init_seed = cfg.seed;
   auto engine = initialize(std::move(model), cfg, eopts);
   if (!o.trace.empty()) engine->set_trace_file(o.trace);
   Model& m = engine->model();

@@ -225,6 +225,38 @@ TEST(Models, ParallelInitEqualsTheSequentialStream) {
   EXPECT_EQ(differ, 0) << "first difference at element " << first;
 }
 
+// init_range gives any window of the flat buffer exactly the values init_weights gives it (padding 0), without the
+// parameter buffer, on GPT-2 (biases, tied head) and Llama (fused q/k/v and gate/up streams, untied head).
+TEST(Models, InitRangeEqualsInitWeightsSlices) {
+  for (const char* preset : {"gpt2-tiny", "llama-tiny"}) {
+    ModelConfig c = ModelConfig::preset(preset);
+    c.tie_embeddings = std::string(preset) == "gpt2-tiny";
+    ModelOptions mo;
+    mo.pad_multiple = 64;  // unit padding, as ZeRO over 4 ranks
+    auto full = make_model(c, mo);
+    full->init_weights(5);
+    mo.materialize_params = false;
+    auto bare = make_model(c, mo);
+    EXPECT_FALSE(bare->params().flat_params().defined());
+    EXPECT_THROW(bare->init_weights(5), Error);
+    const int64_t N = full->params().flat_numel();
+    Rng pick(RngState{99, 0, 4});
+    std::vector<std::pair<int64_t, int64_t>> windows = {{0, N}, {1, 7}, {N - 33, 33}};
+    for (int k = 0; k < 20; k++) {
+      int64_t b = int64_t(pick.below(uint64_t(N))), n = 1 + int64_t(pick.below(uint64_t(std::min<int64_t>(N - b, 5000))));
+      windows.push_back({b, n});
+    }
+    const float* want = full->params().flat_params().data<float>();
+    for (auto [b, n] : windows) {
+      Tensor got = Tensor::empty({n}, DType::f32);
+      got.fill(NAN);  // poison
+      bare->init_range(5, b, got);
+      EXPECT_EQ(std::memcmp(got.data<float>(), want + b, size_t(n) * sizeof(float)), 0)
+          << preset << ": window [" << b << ", " << b + n << ")";
+    }
+  }
+}
+
 TEST(Models, PresetParameterCounts) {
   EXPECT_EQ(ModelConfig::preset("gpt2").num_parameters(), 124439808);  // HF's count, lm_head tied
   EXPECT_EQ(ModelConfig::preset("gpt2-medium").num_parameters(), 354823168);

@@ -34,6 +34,7 @@ struct ZeroSetup {
   int64_t gas = 2;
   bool fp16 = false;           // the fp16 engine path (loss scaler, f32 masters) on the f32 CPU model
   bool checkpointing = true;   // activation checkpointing on every block
+  bool sharded_init = false;   // stage 3: no full parameter buffer; each rank initialises its shard (init_range)
   int64_t prefetch = 50000000, persistence = 100000, reuse = 1000000000, max_live = 1000000000;
 };
 
@@ -64,10 +65,12 @@ std::unique_ptr<Engine> make_engine(const std::string& arch, const ZeroSetup& s,
   ModelOptions mo;
   mo.pad_multiple = 16 * world;  // units split evenly across the ranks
   mo.allocate_grads = !(s.stage >= 2 && world > 1);  // stage 2/3 across ranks: per-unit windows
+  mo.materialize_params = !s.sharded_init;
   auto m = make_model(tiny_model_config(arch), mo);
-  m->init_weights(42);
+  if (!s.sharded_init) m->init_weights(42);
   EngineOptions o;
   o.dp_group = pg;
+  if (s.sharded_init) o.init_seed = 42;
   o.mixed_precision_on_f32_model = s.fp16;
   return initialize(std::move(m), cfg, o);
 }
@@ -106,6 +109,7 @@ Trained train(Engine& e, const std::string& arch, int rank, int64_t gas, int64_t
 
 Trained reference(const std::string& arch, int world, ZeroSetup s) {
   s.stage = 0;
+  s.sharded_init = false;  // one process initialises the whole model
   s.gas *= world;
   auto e = make_engine(arch, s, 1, nullptr);
   return train(*e, arch, 0, s.gas);
@@ -214,6 +218,28 @@ TEST(Zero, Stage3MatchesOneProcess) {
   for (const char* arch : {"gpt2", "llama"}) stage_matches_reference(3, 2, arch);
   stage_matches_reference(3, 4, "gpt2");
   stage_matches_reference(3, 4, "llama");
+}
+
+// zero.Init: the model never exists whole on any rank, and training matches the fully initialised reference.
+TEST(Zero, Stage3ShardedInitMatchesOneProcess) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
+  ZeroSetup s;
+  s.sharded_init = true;
+  stage_matches_reference(3, 2, "gpt2", s);
+  stage_matches_reference(3, 4, "llama", s);
+  // Without stage 3 across ranks there is nobody to initialise the parameters: a clear error.
+  s.stage = 2;
+  auto results = run_ranks(2, [&](int rank, int port) {
+    omp_set_num_threads(1);
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    try {
+      make_engine("gpt2", s, 2, pg.get());
+      ADD_FAILURE() << "stage 2 accepted a model without parameters";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("materialize_params"), std::string::npos) << e.what();
+    }
+  });
+  expect_all_pass(results);
 }
 
 TEST(Zero, OneRankIsStageZero) {

@@ -53,6 +53,10 @@ class Model {
 
   // GPT-2 initialisation: N(0, 0.02), residual output projections N(0, 0.02/sqrt(2L)), biases 0, norms 1.
   virtual void init_weights(uint64_t seed) = 0;
+  // The values init_weights(seed) gives the flat elements [flat_begin, flat_begin + dst.numel()) (padding 0), written
+  // into dst (any dtype of the model's, any device), without the parameter buffer: ZeRO-3 initialises only each
+  // rank's shard, so a model larger than one device never exists whole.
+  virtual void init_range(uint64_t seed, int64_t flat_begin, const Tensor& dst) const = 0;
   // tokens, targets: i32 [B, T]. Returns the mean cross-entropy over targets >= 0 and keeps what backward needs.
   virtual float forward(const Tensor& tokens, const Tensor& targets) = 0;
   // Accumulates (+=) into params().grad(...) the gradient of dloss * (mean loss of the last forward), then frees
@@ -93,6 +97,7 @@ struct ModelOptions {
   // so each unit splits evenly across the ranks).
   int64_t pad_multiple = 16;
   bool allocate_grads = true;  // false: no flat gradient buffer (ZeRO-2/3 attach per-unit windows)
+  bool materialize_params = true;  // false: no flat parameter buffer (ZeRO-3 shards come from Model::init_range)
 };
 
 // Declares the parameters of cfg.arch and materializes them (zeros until init_weights or a checkpoint load).

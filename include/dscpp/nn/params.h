@@ -50,10 +50,11 @@ class ParamSet {
 
   // Allocates the parameter and gradient buffers (gradients zeroed). Call once, after all add()s. The gradients
   // take `grad_dtype` when given (mixed precision: 16-bit parameters, f32 gradient accumulation), else `dtype`.
-  // allocate_grads false leaves the flat gradient buffer out (ZeRO-2/3 supply unit windows).
+  // allocate_grads false leaves the flat gradient buffer out (ZeRO-2/3 supply unit windows); allocate_params false
+  // the parameter buffer (ZeRO-3 initialises only each rank's shard): the layout is fixed either way.
   void materialize(DType dtype = DType::f32, Device device = Device::cpu(), int64_t align = 16,
                    int64_t pad_multiple = 16, std::optional<DType> grad_dtype = std::nullopt,
-                   bool allocate_grads = true);
+                   bool allocate_grads = true, bool allocate_params = true);
   bool materialized() const { return materialized_; }
 
   int size() const { return int(infos_.size()); }

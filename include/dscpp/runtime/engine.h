@@ -65,6 +65,10 @@ struct EngineOptions {
   // the config's dp_world_size; start-up checks that every rank has the same config and broadcasts rank 0's
   // parameters.
   ProcessGroup* dp_group = nullptr;
+  // ZeRO-3 sharded initialisation: a model built without its parameter buffer (ModelOptions::materialize_params
+  // false) gets each rank's shard from Model::init_range(init_seed, ...), the values init_weights(init_seed) would
+  // give, so the whole model never exists on one device (DeepSpeed's zero.Init). Every rank computes the same values.
+  std::optional<uint64_t> init_seed;
 };
 
 class Engine {
@@ -141,7 +145,7 @@ class Engine {
   void set_scheduled_betas();     // OneCycle momentum cycling
 
   void init_data_parallel(ProcessGroup* pg);
-  void init_zero();          // after init_data_parallel: partition, optimizer, reducers, stage-3 shards
+  void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, reducers, stage-3 shards
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
   void gather_updated_params();  // stage 1/2: all-gather every unit's updated chunks
 

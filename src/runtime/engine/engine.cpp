@@ -76,7 +76,7 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
                 "or build the model in f32");
   }
   init_data_parallel(options.dp_group);
-  init_zero();
+  init_zero(options.init_seed);
   if (mixed_) refresh_master();
   const auto& ac = cfg_.activation_checkpointing;
   if (ac.number_checkpoints)

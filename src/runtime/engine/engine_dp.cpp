@@ -15,8 +15,9 @@ void Engine::init_data_parallel(ProcessGroup* pg) {
   check_same_config(*pg, *pg->store(), cfg_.hash());
   ParamSet& ps = model_->params();
   Tensor params = ps.flat_params();
-  DSCPP_CHECK(params.defined(), "initialize: the model's parameters are already sharded");
-  pg->broadcast(params, 0)->wait();  // every rank starts from rank 0's parameters
+  // Every rank starts from rank 0's parameters; a sharded initialisation (EngineOptions::init_seed) computes the
+  // same values on every rank instead.
+  if (params.defined()) pg->broadcast(params, 0)->wait();
   dp_ = pg;
 }
 

@@ -10,10 +10,15 @@ namespace {
 double gib(int64_t bytes) { return double(bytes) / double(1 << 30); }
 }  // namespace
 
-void Engine::init_zero() {
+void Engine::init_zero(std::optional<uint64_t> init_seed) {
   ParamSet& ps = model_->params();
   const ZeroConfig& z = cfg_.zero_optimization;
   zp_ = ZeroPartition(z.stage, dp_world_size(), dp_rank(), ps.units());
+  if (!ps.flat_params().defined())
+    DSCPP_CHECK(zp_.sharded() && zp_.stage() == 3 && init_seed.has_value(), "initialize: the model was built "
+                "without its parameter buffer (ModelOptions::materialize_params false), which only ZeRO stage 3 "
+                "across ranks with EngineOptions::init_seed can initialise (this run: stage ", z.stage, ", ",
+                dp_world_size(), " rank(s))");
   const std::vector<FlatRange> owned = zp_.owned();
   owned_offset_.clear();
   int64_t off = 0;
@@ -45,8 +50,11 @@ void Engine::init_zero() {
       MemoryCategoryScope scope(MemoryCategory::parameters);
       param_shard_ = Tensor::empty({zp_.shard_numel()}, ps.dtype(), ps.device());
     }
-    for (size_t u = 0; u < owned.size(); u++)
-      param_shard_.slice(owned_offset_[u], owned[u].size()).copy_from(ps.flat_params().slice(owned[u].begin, owned[u].size()));
+    for (size_t u = 0; u < owned.size(); u++) {
+      Tensor dst = param_shard_.slice(owned_offset_[u], owned[u].size());
+      if (ps.flat_params().defined()) dst.copy_from(ps.flat_params().slice(owned[u].begin, owned[u].size()));
+      else model_->init_range(*init_seed, owned[u].begin, dst);  // sharded init: only this rank's chunks
+    }
     ps.drop_flat_params();
     zparams_ = std::make_unique<ZeroParamCoordinator>(*dp_, ps, zp_, param_shard_, z);
     ZeroParamCoordinator* c = zparams_.get();
