@@ -100,6 +100,38 @@ TEST(LaunchTrain, TwoCpuRanksTrainAndOnlyRankZeroPrints) {
   EXPECT_EQ(loss_at(resumed, 8, 8), loss_at(fresh, 8, 8)) << resumed << fresh;
 }
 
+// ZeRO-3 through the launcher: every rank writes its shard (in the background), the tag converts to universal, and
+// one rank at stage 1 resumes from it.
+TEST(LaunchTrain, ZeroStage3SavesShardsAndReshardsThroughUniversal) {
+  if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
+  Job job;
+  auto config = [&](int stage, bool universal) {
+    std::ofstream(job.dir / "ds_config.json") << R"({"train_batch_size": 8, "gradient_accumulation_steps": 2,
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}, "gradient_clipping": 1.0, "steps_per_print": 2,
+        "checkpoint": {"writer": {"decoupled": true}, "load_universal": )" << (universal ? "true" : "false") << R"(},
+        "zero_optimization": {"stage": )" << stage << "}}";
+  };
+  config(3, false);
+  int rc = 0;
+  const std::string launch = dscpp_binary() + " launch --nproc 2 --master_port 0 -H /nonexistent";
+  std::string out = run(launch + job.args + " --steps 6 --samples 1", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("model states per rank (ZeRO stage 3, 2 ranks)"), std::string::npos) << out;
+  EXPECT_NE(out.find("--- sample 1 ---"), std::string::npos) << out;  // every rank generates in step under ZeRO-3
+  const fs::path ckpt = job.dir / "out" / "checkpoints";
+  for (const char* f : {"zero/rank_0.safetensors", "zero/rank_1.safetensors", "model_states.safetensors"})
+    EXPECT_TRUE(fs::exists(ckpt / "global_step6" / f)) << f;
+
+  std::string conv = run(dscpp_binary() + " ckpt to-universal " + ckpt.string(), &rc);
+  ASSERT_EQ(rc, 0) << conv;
+  EXPECT_TRUE(fs::exists(ckpt / "latest_universal")) << conv;
+  config(1, true);
+  std::string one = run(dscpp_binary() + job.args + " --steps 8 --resume --samples 0", &rc);
+  ASSERT_EQ(rc, 0) << one;
+  EXPECT_NE(one.find("resumed from"), std::string::npos) << one;
+  EXPECT_FALSE(loss_at(one, 8, 8).empty()) << one;
+}
+
 TEST(LaunchTrain, KilledRankStopsTheJobWithAMessage) {
   if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
   Job job;

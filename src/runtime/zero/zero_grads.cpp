@@ -8,7 +8,7 @@
 namespace dscpp {
 
 namespace {
-// At most this many reduce-scatters in flight before the oldest is retired (bounds the live windows in stage 2/3).
+// Stage 2/3: at most this many reduce-scatters in flight before the oldest is retired (bounds the live windows).
 constexpr size_t kMaxInFlight = 3;
 }  // namespace
 
@@ -85,7 +85,9 @@ void ZeroGradPartitioner::launch(size_t u) {
   f.work = pg_.reduce_scatter(f.out, in, ReduceOp::avg);
   launched_[u] = true;
   in_flight_.push_back(std::move(f));
-  if (in_flight_.size() > kMaxInFlight) retire_oldest();
+  // Only windows need bounding (memory); retiring makes the compute stream wait for the oldest reduce-scatter, so
+  // stage 1 (reducing in place in the flat buffer) leaves everything in flight until end_backward.
+  if (windows_ && in_flight_.size() > kMaxInFlight) retire_oldest();
 }
 
 void ZeroGradPartitioner::retire_oldest() {
