@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dscpp/core/check.h"
+#include "dscpp/core/dtype.h"
 #include "dscpp/runtime/config_sections.h"
 
 namespace dscpp {
@@ -80,6 +81,11 @@ struct DeepSpeedConfig {
   Fp16Config fp16;
   Bf16Config bf16;
   ZeroConfig zero_optimization;
+  // Gradient averaging dtype: "" (None) = f32, our gradients' dtype (DeepSpeed's None follows the model dtype, since
+  // its gradients are 16-bit; ours accumulate in f32, and we keep the exact average unless asked); "bf16"/"fp16"
+  // halve the bytes on the wire, "fp32" is the default spelled out.
+  std::string communication_data_type;
+  DType communication_dtype() const;     // f32, bf16 or f16
   uint64_t seed = 1234;                  // our extension: seed of every RNG (DeepSpeed takes it from the script)
 
   // dp_world_size resolves the batch-size triple. Warnings (unknown top-level keys, deprecated keys) are appended

@@ -30,7 +30,9 @@ std::vector<GradBucket> plan_grad_buckets(const ParamSet& ps, int64_t bucket_siz
 class GradReducer {
  public:
   // pg and ps must outlive the reducer. The gradients must be on a device pg's backend handles.
-  GradReducer(ProcessGroup& pg, ParamSet& ps, int64_t bucket_size, bool overlap_comm);
+  // comm_dtype (communication_data_type): buckets travel in it (bf16/f16 halve the bytes) and are cast back into the
+  // f32 gradients when they complete.
+  GradReducer(ProcessGroup& pg, ParamSet& ps, int64_t bucket_size, bool overlap_comm, DType comm_dtype = DType::f32);
 
   void begin_backward(bool boundary);            // before the model's backward
   void grads_ready(int64_t begin, int64_t end);  // the model's grad-ready hook
@@ -50,6 +52,8 @@ class GradReducer {
   std::vector<int> pending_;                           // bucket -> parameters not final yet
   std::vector<bool> param_ready_, launched_;
   std::vector<WorkPtr> work_;
+  std::vector<Tensor> wire_;  // per bucket: the 16-bit copy on the wire (communication_data_type), else undefined
+  DType comm_dtype_;
   bool active_ = false;  // inside a boundary backward
   int64_t early_ = 0;
 };

@@ -21,7 +21,10 @@ class ZeroGradPartitioner {
  public:
   // pg, ps and zp must outlive this. stage 2/3: `partition` is the f32 shard [zp.shard_numel()] the averaged
   // gradients accumulate into (zeroed by the engine after each step); ps has no flat gradient buffer.
-  ZeroGradPartitioner(ProcessGroup& pg, ParamSet& ps, const ZeroPartition& zp, bool overlap_comm, Tensor partition);
+  // comm_dtype (communication_data_type): gradients travel in it (bf16/f16 halve the bytes), cast from and back
+  // into the f32 gradients around the reduce-scatter.
+  ZeroGradPartitioner(ProcessGroup& pg, ParamSet& ps, const ZeroPartition& zp, bool overlap_comm, Tensor partition,
+                      DType comm_dtype = DType::f32);
 
   void begin_backward(bool boundary);
   void grads_ready(int64_t begin, int64_t end);  // the model's grad-ready hook
@@ -39,17 +42,19 @@ class ZeroGradPartitioner {
   void launch(size_t unit);
   void retire_oldest();           // waits for the oldest reduce-scatter, accumulates it, frees its window
 
+  enum class Finish { none, copy, add };  // out is dst / copy (cast) out into dst / add out into dst
   struct InFlight {
     size_t unit;
     WorkPtr work;
-    Tensor out;  // the reduce-scatter's output: the partition chunk itself, or a temporary to add into it
-    bool add;    // out is a temporary
+    Tensor out, dst;  // the reduce-scatter's output, and the f32 chunk it ends in
+    Finish finish;
   };
   ProcessGroup& pg_;
   ParamSet& ps_;
   const ZeroPartition& zp_;
   bool overlap_, windows_;
   Tensor partition_;
+  DType comm_dtype_;
   std::vector<int> unit_params_;       // unit -> parameters it holds
   std::vector<int> pending_;           // unit -> parameters not final yet in this backward
   std::vector<bool> param_ready_, launched_, accumulated_;  // accumulated_: the chunk holds this step's sum already

@@ -183,6 +183,7 @@ json DeepSpeedConfig::to_json() const {
                      {"writer", {{"decoupled", checkpoint.async_save}}}};
   j["bf16"] = {{"enabled", bf16.enabled}, {"immediate_grad_update", bf16.immediate_grad_update}};
   j["zero_optimization"] = zero_json(zero_optimization);
+  j["communication_data_type"] = communication_data_type.empty() ? nlohmann::json() : nlohmann::json(communication_data_type);
   j["seed"] = seed;
   return j;
 }
@@ -195,4 +196,12 @@ uint64_t DeepSpeedConfig::hash() const {
   return h;
 }
 
+}  // namespace dscpp
+
+namespace dscpp {
+DType DeepSpeedConfig::communication_dtype() const {
+  if (communication_data_type == "bf16") return DType::bf16;
+  if (communication_data_type == "fp16") return DType::f16;
+  return DType::f32;
+}
 }  // namespace dscpp

@@ -23,7 +23,7 @@ void warn(std::vector<std::string>* warnings, const std::string& msg) {
 static const std::vector<std::string> kDeepSpeedOnlyKeys = {
     "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "amp", "zero_allow_untested_optimizer",
     "zero_force_ds_cpu_optimizer", "memory_breakdown", "dump_state", "dataloader_drop_last",
-    "tensorboard", "wandb", "csv_monitor", "communication_data_type", "data_types", "elasticity",
+    "tensorboard", "wandb", "csv_monitor", "data_types", "elasticity",
     "autotuning", "aio", "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
     "vocabulary_size", "graph_harvesting", "sparse_attention", "nebula", "compile", "timers", "hybrid_engine",
     "seq_parallel_communication_data_type", "eigenvalue", "progressive_layer_drop", "quantize_training",
@@ -33,7 +33,7 @@ static const std::vector<std::string> kTopLevelKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
     "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "activation_checkpointing", "fp16", "bf16",
     "bfloat16", "zero_optimization", "allgather_size", "seed", "flops_profiler",
-    "comms_logger", "checkpoint"};
+    "comms_logger", "checkpoint", "communication_data_type"};
 
 static void parse_fp16(const json& j, Fp16Config& f) {
   SectionReader r(j, "fp16");
@@ -169,6 +169,12 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
   int64_t seed = int64_t(c.seed);
   top.get("seed", seed, 0);
   c.seed = uint64_t(seed);
+  if (const json* v = top.raw("communication_data_type"); v && !v->is_null()) {
+    if (!v->is_string() || (*v != "fp16" && *v != "bf16" && *v != "fp32"))
+      throw ConfigError("communication_data_type", "Invalid communication_data_type. Supported data types: "
+                        "['fp16', 'bf16', 'fp32']. Got: " + v->dump());
+    c.communication_data_type = v->get<std::string>();
+  }
 
   if (c.fp16.enabled && c.bf16.enabled)
     throw ConfigError("bf16.enabled", "bfloat16 and fp16 modes cannot be simultaneously enabled");

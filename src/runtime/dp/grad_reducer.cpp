@@ -29,8 +29,8 @@ std::vector<GradBucket> plan_grad_buckets(const ParamSet& ps, int64_t bucket_siz
   return out;
 }
 
-GradReducer::GradReducer(ProcessGroup& pg, ParamSet& ps, int64_t bucket_size, bool overlap_comm)
-    : pg_(pg), ps_(ps), overlap_(overlap_comm), buckets_(plan_grad_buckets(ps, bucket_size)) {
+GradReducer::GradReducer(ProcessGroup& pg, ParamSet& ps, int64_t bucket_size, bool overlap_comm, DType comm_dtype)
+    : pg_(pg), ps_(ps), overlap_(overlap_comm), buckets_(plan_grad_buckets(ps, bucket_size)), comm_dtype_(comm_dtype) {
   DSCPP_CHECK(ps.materialized(), "GradReducer: the parameters are not materialized");
   buckets_of_param_.resize(size_t(ps.size()));
   for (int i = 0; i < ps.size(); i++) {
@@ -50,6 +50,7 @@ void GradReducer::begin_backward(bool boundary) {
   param_ready_.assign(size_t(ps_.size()), false);
   launched_.assign(buckets_.size(), false);
   work_.assign(buckets_.size(), nullptr);
+  wire_.assign(buckets_.size(), Tensor());
   early_ = 0;
 }
 
@@ -72,7 +73,13 @@ void GradReducer::grads_ready(int64_t begin, int64_t end) {
 
 void GradReducer::launch(size_t k) {
   Tensor g = ps_.flat_grads().slice(buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
-  work_[k] = pg_.all_reduce(g, ReduceOp::avg);
+  if (comm_dtype_ != g.dtype()) {
+    MemoryCategoryScope scope(MemoryCategory::communication);
+    wire_[k] = g.to(comm_dtype_);
+    work_[k] = pg_.all_reduce(wire_[k], ReduceOp::avg);
+  } else {
+    work_[k] = pg_.all_reduce(g, ReduceOp::avg);
+  }
   launched_[k] = true;
 }
 
@@ -81,8 +88,15 @@ void GradReducer::end_backward() {
   active_ = false;
   for (size_t k = 0; k < buckets_.size(); k++)
     if (!launched_[k]) launch(k);
-  for (WorkPtr& w : work_) w->wait();
+  for (size_t k = 0; k < work_.size(); k++) {
+    work_[k]->wait();
+    if (wire_[k].defined()) {  // back into the f32 gradients
+      Tensor g = ps_.flat_grads().slice(buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
+      g.copy_from(wire_[k]);
+    }
+  }
   work_.clear();
+  wire_.clear();
 }
 
 std::vector<float> all_reduce_values(ProcessGroup& pg, const std::vector<float>& values, ReduceOp op,

@@ -226,7 +226,11 @@ void Engine::set_scheduled_betas() {
 bool Engine::boundary_step() {
   const double scale = scaler_.loss_scale();  // the scale these gradients carry (1 unless fp16)
   double sumsq = 0.0;
-  for (size_t k = 0; k < optimizer_->owned().size(); k++) sumsq += grad_sum_squares(owned_grads(k));
+  if (grad_partition_.defined()) {
+    sumsq = grad_sum_squares(grad_partition_);  // stage 2/3: the owned gradients are one buffer (padding is 0)
+  } else {
+    for (size_t k = 0; k < optimizer_->owned().size(); k++) sumsq += grad_sum_squares(owned_grads(k));
+  }
   if (zp_.sharded())  // each rank summed its partition: the global norm is the sum over ranks
     sumsq = all_reduce_values(*dp_, {float(sumsq)}, ReduceOp::sum, model_->params().device())[0];
   double grad_scale;

@@ -29,7 +29,8 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
               "ModelOptions::allocate_grads = true");
   if (!dp_) return;
   if (!zp_.sharded()) {  // stage 0: every rank keeps everything; gradients are all-reduced in buckets
-    reducer_ = std::make_unique<GradReducer>(*dp_, ps, z.reduce_bucket_size, z.overlap_comm);
+    reducer_ = std::make_unique<GradReducer>(*dp_, ps, z.reduce_bucket_size, z.overlap_comm,
+                                             cfg_.communication_dtype());
     GradReducer* r = reducer_.get();
     model_->set_grad_ready_hook([r](int64_t b, int64_t e) { r->grads_ready(b, e); });
     return;
@@ -42,7 +43,8 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
     DSCPP_CHECK(ps.flat_grads().defined(), "ZeRO stage 1 needs the model's flat gradient buffer "
                 "(ModelOptions::allocate_grads)");
   }
-  zgrads_ = std::make_unique<ZeroGradPartitioner>(*dp_, ps, zp_, z.overlap_comm, grad_partition_);
+  zgrads_ = std::make_unique<ZeroGradPartitioner>(*dp_, ps, zp_, z.overlap_comm, grad_partition_,
+                                                  cfg_.communication_dtype());
   ZeroGradPartitioner* g = zgrads_.get();
   model_->set_grad_ready_hook([g](int64_t b, int64_t e) { g->grads_ready(b, e); });
   if (zp_.stage() == 3) {

@@ -13,8 +13,14 @@ constexpr size_t kMaxInFlight = 3;
 }  // namespace
 
 ZeroGradPartitioner::ZeroGradPartitioner(ProcessGroup& pg, ParamSet& ps, const ZeroPartition& zp, bool overlap_comm,
-                                         Tensor partition)
-    : pg_(pg), ps_(ps), zp_(zp), overlap_(overlap_comm), windows_(zp.stage() >= 2), partition_(std::move(partition)) {
+                                         Tensor partition, DType comm_dtype)
+    : pg_(pg),
+      ps_(ps),
+      zp_(zp),
+      overlap_(overlap_comm),
+      windows_(zp.stage() >= 2),
+      partition_(std::move(partition)),
+      comm_dtype_(comm_dtype) {
   DSCPP_CHECK(zp.sharded() && zp.units() == ps.units(), "ZeroGradPartitioner: the partition does not match the model");
   unit_params_.assign(zp.units().size(), 0);
   for (const ParamInfo& p : ps.infos()) unit_params_[size_t(ps.unit_of(p.offset))]++;
@@ -70,17 +76,27 @@ void ZeroGradPartitioner::launch(size_t u) {
   } else {
     in = ps_.flat_grads().slice(unit.begin, unit.size());
   }
-  InFlight f{u, nullptr, Tensor(), false};
+  InFlight f{u, nullptr, Tensor(), Tensor(), Finish::none};
+  bool add = false;
   if (!windows_) {
     const FlatRange mine = zp_.owned_in(u, zp_.rank());
-    f.out = ps_.flat_grads().slice(mine.begin, mine.size());  // in place: rank r's block of the input
-  } else if (!accumulated_[u]) {
-    f.out = partition_.slice(zp_.shard_offset(u), zp_.chunk(u));  // first micro-batch of the step: write directly
-    accumulated_[u] = true;
+    f.dst = ps_.flat_grads().slice(mine.begin, mine.size());  // rank r's block of the input: in place
   } else {
+    f.dst = partition_.slice(zp_.shard_offset(u), zp_.chunk(u));
+    add = accumulated_[u];  // the first micro-batch of the step writes, later ones add
+    accumulated_[u] = true;
+  }
+  if (comm_dtype_ != in.dtype()) {  // communication_data_type: travel in 16 bits, land in f32
+    MemoryCategoryScope scope(MemoryCategory::communication);
+    in = in.to(comm_dtype_);
+    f.out = Tensor::empty({zp_.chunk(u)}, comm_dtype_, ps_.device());
+    f.finish = add ? Finish::add : Finish::copy;
+  } else if (add) {
     MemoryCategoryScope scope(MemoryCategory::communication);
     f.out = Tensor::empty({zp_.chunk(u)}, DType::f32, ps_.device());
-    f.add = true;
+    f.finish = Finish::add;
+  } else {
+    f.out = f.dst;
   }
   f.work = pg_.reduce_scatter(f.out, in, ReduceOp::avg);
   launched_[u] = true;
@@ -94,9 +110,11 @@ void ZeroGradPartitioner::retire_oldest() {
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
   f.work->wait();
-  if (f.add) {
-    Tensor dst = partition_.slice(zp_.shard_offset(f.unit), zp_.chunk(f.unit));
-    ops::residual_forward(dst, dst, f.out);
+  if (f.finish == Finish::copy) {
+    f.dst.copy_from(f.out);  // cast to f32
+  } else if (f.finish == Finish::add) {
+    const Tensor o = f.out.dtype() == f.dst.dtype() ? f.out : f.out.to(f.dst.dtype());
+    ops::residual_forward(f.dst, f.dst, o);
   }
   if (windows_) {
     live_ -= zp_.units()[f.unit].size();
