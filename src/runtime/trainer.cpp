@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <iomanip>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -271,6 +272,10 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     DataLoaderState s = train.state();
     nlohmann::json cs = {{"dataloader", {{"epoch", s.epoch}, {"position", s.position}, {"seed", s.seed}}}};
     engine->save_checkpoint(ckpt_dir, "", cs, o.keep_last, data.tokenizer_path, "tokenizer.json");
+    if (!quiet)
+      log << "checkpoint global_step" << engine->global_steps() << ": training stalled "
+          << std::fixed << std::setprecision(2) << engine->last_save_stall_seconds() << std::defaultfloat << " s"
+          << (engine->config().checkpoint.async_save ? " (snapshot; written in the background)" : "") << std::endl;
   };
 
   const double flops_per_token = mcfg.train_flops_per_token(T);

@@ -126,13 +126,10 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
                                                nlohmann::json::parse(in)));
     }
   }
-  if (async_ckpt_) {
-    async_ckpt_->save(std::move(plan));  // snapshots, then writes in the background
-    last_save_stall_s_ = async_ckpt_->last_stats().stall_seconds;
-  } else {
-    ::dscpp::save_checkpoint(plan, save_group(dp_));
-    last_save_stall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  }
+  if (async_ckpt_) async_ckpt_->save(std::move(plan));  // snapshots, then writes in the background
+  else ::dscpp::save_checkpoint(plan, save_group(dp_));
+  // What training waited for: the stage-3 gather, the snapshot (async) or the whole write (sync).
+  last_save_stall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 ModelConfig read_checkpoint_model_config(const std::string& load_dir, const std::string& tag) {
