@@ -256,6 +256,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   EngineOptions eopts;
   eopts.dp_group = pg.get();
   if (sharded_init) eopts.init_seed = cfg.seed;
+  if (!quiet) eopts.log = &log;  // the engine reports its model-state bytes at start-up
   auto engine = initialize(std::move(model), cfg, eopts);
   if (!o.trace.empty()) engine->set_trace_file(o.trace);
   Model& m = engine->model();
@@ -294,7 +295,6 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
           << ", ZeRO stage " << cfg.zero_optimization.stage << ", reduce_bucket_size "
           << cfg.zero_optimization.reduce_bucket_size << ", overlap_comm "
           << (cfg.zero_optimization.overlap_comm ? "on" : "off") << std::endl;
-    log << engine->model_state_report() << std::endl;
   }
   res.first_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
   if (!quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;

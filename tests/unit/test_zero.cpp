@@ -273,6 +273,19 @@ TEST(Zero, Bf16CommunicationFollowsTheF32Reference) {
                ConfigError);
 }
 
+TEST(Zero, EnginePrintsModelStatesAtStartUp) {
+  DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(ZeroSetup{}), 1);
+  auto m = make_model(tiny_model_config("gpt2"));
+  m->init_weights(1);
+  std::ostringstream log;
+  EngineOptions o;
+  o.log = &log;
+  auto e = initialize(std::move(m), cfg, o);
+  EXPECT_EQ(log.str(), e->model_state_report() + "\n");
+  EXPECT_NE(log.str().find("allocated params"), std::string::npos) << log.str();
+  EXPECT_NE(log.str().find("theoretical"), std::string::npos) << log.str();
+}
+
 TEST(Zero, OneRankIsStageZero) {
   if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (int stage : {1, 2, 3}) stage_matches_reference(stage, 1, "llama");
@@ -361,6 +374,7 @@ TEST(Zero, ModelStateBytesMatchTheory) {
         auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
         auto e = make_engine("llama", s, world, pg.get());
         ModelStateBytes a = e->model_state_bytes(), t = e->theoretical_model_state_bytes();
+        EXPECT_NE(e->model_state_report().find("ZeRO stage " + std::to_string(stage)), std::string::npos);
         const std::string what = "stage " + std::to_string(stage) + " world " + std::to_string(world);
         for (auto [got, want, name] : {std::tuple{a.params, t.params, "params"}, {a.grads, t.grads, "grads"},
                                        {a.optimizer, t.optimizer, "optimizer"}}) {

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -69,6 +70,9 @@ struct EngineOptions {
   // false) gets each rank's shard from Model::init_range(init_seed, ...), the values init_weights(init_seed) would
   // give, so the whole model never exists on one device (DeepSpeed's zero.Init). Every rank computes the same values.
   std::optional<uint64_t> init_seed;
+  // Where rank 0 prints, at start-up, the model-state bytes it allocated next to the stage's theoretical figure
+  // (model_state_report()); null = silent.
+  std::ostream* log = nullptr;
 };
 
 class Engine {
