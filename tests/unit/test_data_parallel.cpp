@@ -12,10 +12,12 @@
 #include <sstream>
 
 #include "dist/multiprocess.h"
+#include "train_compare.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/runtime/engine.h"
 
 using namespace dscpp;
+using dscpp::test_fixtures::expect_close;
 using dscpp::test::expect_all_pass;
 using dscpp::test::run_ranks;
 namespace fs = std::filesystem;
@@ -108,21 +110,6 @@ Trained reference(const std::string& arch, int world, int64_t gas, const std::st
   return train(*e, arch, 0, gas * world);
 }
 
-// Worst |a - b| / (|b| + 1e-3 * max|b|) with its index, so a failure says where and how far.
-void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double scale = 0;
-  for (float v : b) scale = std::max(scale, double(std::fabs(v)));
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < a.size(); i++) {
-    ASSERT_TRUE(std::isfinite(a[i])) << what << ": element " << i << " is " << a[i];
-    double err = std::fabs(double(a[i]) - double(b[i])) / (std::fabs(double(b[i])) + 1e-3 * scale);
-    if (err > worst) worst = err, at = i;
-  }
-  EXPECT_LE(worst, tol) << what << ": worst relative error " << worst << " (" << worst / tol
-                        << " of the tolerance) at element " << at << ": " << a[at] << " vs " << b[at];
-}
 
 // Every rank's params equal rank 0's bit for bit (stage 0 replicas).
 void expect_replicas_identical(ProcessGroup& pg, const std::vector<float>& mine) {

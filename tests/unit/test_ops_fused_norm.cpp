@@ -14,92 +14,17 @@
 #include "dscpp/core/rng.h"
 #include "dscpp/core/tensor.h"
 #include "dscpp/kernels/ops.h"
+#include "cpu_op_checks.h"
 
 using namespace dscpp;
-using Vec = std::vector<double>;
+using namespace dscpp::op_checks;
 
 namespace {
-
-Tensor randn(const Shape& s, Rng& rng, float scale = 1.0f, float shift = 0.0f) {
-  Tensor x = Tensor::empty(s, DType::f32);
-  for (int64_t i = 0; i < x.numel(); i++) store_from_float(x, i, shift + scale * rng.normal());
-  return x;
-}
-
-Tensor poisoned(const Shape& s, DType t = DType::f32) {
-  Tensor x = Tensor::empty(s, t);
-  x.fill(NAN);
-  return x;
-}
-
-Vec dvec(const Tensor& t) {
-  std::vector<float> f = to_float_vector(t);
-  return Vec(f.begin(), f.end());
-}
-
-Vec add(Vec a, const Vec& b) {
-  for (size_t i = 0; i < a.size(); i++) a[i] += b[i];
-  return a;
-}
-
-double proj(const Vec& r, const Vec& y) {
-  double s = 0;
-  for (size_t i = 0; i < r.size(); i++) s += r[i] * y[i];
-  return s;
-}
 
 Tensor ones(const Shape& s, DType t) {
   Tensor x = Tensor::empty(s, t);
   x.fill(1.0f);
   return x;
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
-
-// Fails when any element is NaN/Inf or |got - want| > atol + rtol * |want|; reports the worst element.
-void expect_close(const Tensor& got, const Vec& want, double atol, double rtol, const std::string& what) {
-  std::vector<float> g = to_float_vector(got);
-  ASSERT_EQ(g.size(), want.size()) << what;
-  double worst = 0;
-  size_t wi = 0;
-  for (size_t i = 0; i < g.size(); i++) {
-    const double err = std::fabs(double(g[i]) - want[i]);
-    double ratio = err == 0 ? 0.0 : err / (atol + rtol * std::fabs(want[i]));
-    if (!std::isfinite(g[i]) || std::isnan(ratio)) ratio = INFINITY;
-    if (ratio > worst) worst = ratio, wi = i;
-  }
-  if (worst > 1.0)
-    ADD_FAILURE() << what << ": worst error at [" << wi << "] of " << g.size() << ": got " << g[wi] << ", want "
-                  << want[wi] << ", |err| = " << std::fabs(g[wi] - want[wi]) << " = " << worst
-                  << "x the tolerance (atol " << atol << ", rtol " << rtol << ")";
-}
-
-// Central differences of a scalar function of x, in double.
-Vec fd_grad(const Vec& x0, const std::function<double(const Vec&)>& f) {
-  const double h = 1e-6;
-  Vec x = x0, g(x.size());
-  for (size_t i = 0; i < x.size(); i++) {
-    const double xi = x[i];
-    x[i] = xi + h;
-    const double lp = f(x);
-    x[i] = xi - h;
-    const double lm = f(x);
-    x[i] = xi;
-    g[i] = (lp - lm) / (2 * h);
-  }
-  return g;
-}
-
-void expect_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected dscpp::Error mentioning " << parts[0];
-  } catch (const Error& e) {
-    std::string msg = e.what();
-    for (const std::string& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
-  }
 }
 
 // ---- double-precision references: norm of s[N,C] (LN with weight and optional bias, or RMS) ----
@@ -166,7 +91,7 @@ TEST_P(FusedNorm, ForwardMatchesReference) {
     Tensor resid = poisoned({N, C}), out = poisoned({N, C});
     const Stats st = fused_forward(k, resid, out, x, r, w, b);
     const std::string tag = std::string(k.name) + " C=" + std::to_string(C);
-    const Vec sv = add(dvec(x), dvec(r)), bv = k.ln ? dvec(b) : Vec();
+    const Vec sv = plus(dvec(x), dvec(r)), bv = k.ln ? dvec(b) : Vec();
     expect_close(resid, sv, 1e-6, 1e-6, tag + " resid = x + residual");
     Vec m, rs;
     // The statistics are those of the stored (f32) resid: the reference normalises what was written.
@@ -196,7 +121,7 @@ TEST_P(FusedNorm, ForwardInPlaceAndWithoutStatistics) {
   Tensor resid2 = poisoned({N, C}), out2 = poisoned({N, C});
   if (k.ln) ops::fused_residual_layernorm_forward(resid2, out2, Tensor(), Tensor(), x, r, w, Tensor(), float(k.eps));
   else ops::fused_residual_rmsnorm_forward(resid2, out2, Tensor(), x, r, w, float(k.eps));
-  const Vec sv = add(dvec(x), dvec(r));
+  const Vec sv = plus(dvec(x), dvec(r));
   expect_close(resid2, sv, 1e-6, 1e-6, std::string(k.name) + " resid without statistics");
   expect_close(out2, norm_ref(k.ln, dvec(resid2), dvec(w), nullptr, N, C, k.eps), 1e-5, 1e-5,
                std::string(k.name) + " norm without statistics / bias");
@@ -224,10 +149,10 @@ TEST_P(FusedNorm, BackwardMatchesFiniteDifferences) {
   const std::string tag = k.name;
   expect_close(dresid, fd_grad(sv, [&](const Vec& v) { return loss(v, wv, k.ln ? &bv : nullptr); }), 1e-4, 1e-4,
                tag + " dresid = dskip + norm'(dnorm)");
-  expect_close(dw, add(dw0, fd_grad(wv, [&](const Vec& v) { return loss(sv, v, k.ln ? &bv : nullptr); })), 1e-4, 1e-4,
+  expect_close(dw, plus(dw0, fd_grad(wv, [&](const Vec& v) { return loss(sv, v, k.ln ? &bv : nullptr); })), 1e-4, 1e-4,
                tag + " dweight (+=)");
   if (k.ln)
-    expect_close(db, add(db0, fd_grad(bv, [&](const Vec& v) { return loss(sv, wv, &v); })), 1e-4, 1e-4,
+    expect_close(db, plus(db0, fd_grad(bv, [&](const Vec& v) { return loss(sv, wv, &v); })), 1e-4, 1e-4,
                  tag + " dbias (+=)");
 }
 

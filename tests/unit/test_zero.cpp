@@ -15,11 +15,13 @@
 #include "dscpp/checkpoint/universal.h"
 
 #include "dist/multiprocess.h"
+#include "train_compare.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/runtime/engine.h"
 #include "tiny_models.h"
 
 using namespace dscpp;
+using dscpp::test_fixtures::expect_close;
 using dscpp::test::expect_all_pass;
 using dscpp::test::run_ranks;
 using dscpp::test_fixtures::tiny_model_config;
@@ -118,20 +120,6 @@ Trained reference(const std::string& arch, int world, ZeroSetup s) {
   return train(*e, arch, 0, s.gas);
 }
 
-void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double scale = 0;
-  for (float v : b) scale = std::max(scale, double(std::fabs(v)));
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < a.size(); i++) {
-    ASSERT_TRUE(std::isfinite(a[i])) << what << ": element " << i << " is " << a[i];
-    double err = std::fabs(double(a[i]) - double(b[i])) / (std::fabs(double(b[i])) + 1e-3 * scale);
-    if (err > worst) worst = err, at = i;
-  }
-  EXPECT_LE(worst, tol) << what << ": worst relative error " << worst << " at element " << at << ": " << a[at]
-                        << " vs " << b[at];
-}
 
 void stage_matches_reference(int stage, int world, const std::string& arch, ZeroSetup s = {}) {
   s.stage = stage;

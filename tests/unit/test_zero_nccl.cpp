@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "dist/multiprocess.h"
+#include "train_compare.h"
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/rng.h"
@@ -34,6 +35,7 @@
 #endif
 
 using namespace dscpp;
+using dscpp::test_fixtures::expect_close;
 using dscpp::test::expect_all_pass;
 using dscpp::test::run_ranks;
 
@@ -141,21 +143,6 @@ Trained reference(const std::string& arch, int world, bool bf16, int device) {
   return train(*e, 0, kGas * world);
 }
 
-// Worst |a - b| / (|b| + 1e-3 max|b|) over the elements.
-void expect_close(const std::vector<float>& a, const std::vector<float>& b, double tol, const std::string& what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double scale = 0;
-  for (float v : b) scale = std::max(scale, double(std::fabs(v)));
-  double worst = 0;
-  size_t at = 0;
-  for (size_t i = 0; i < a.size(); i++) {
-    ASSERT_TRUE(std::isfinite(a[i])) << what << ": element " << i << " is " << a[i];
-    double err = std::fabs(double(a[i]) - double(b[i])) / (std::fabs(double(b[i])) + 1e-3 * scale);
-    if (err > worst) worst = err, at = i;
-  }
-  EXPECT_LE(worst, tol) << what << ": worst relative error " << worst << " at element " << at << ": " << a[at]
-                        << " vs " << b[at] << " (tolerance " << tol << ")";
-}
 
 // ||(a - init) - (b - init)|| / ||b - init||: how far the whole update departs from the reference's.
 void expect_same_update(const Trained& got, const Trained& want, double tol, const std::string& what) {
