@@ -19,34 +19,21 @@
 #include "dscpp/checkpoint/fault_injection.h"
 #include "dscpp/comm/store.h"
 #include "dscpp/core/rng.h"
+#include "checkpoint_fixtures.h"
 
 using namespace dscpp;
+using dscpp::test_fixtures::random_tensor;
+using dscpp::test_fixtures::slurp;
+using dscpp::test_fixtures::spit;
+using dscpp::test_fixtures::expect_ckpt_error;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 namespace {
 
-std::string test_dir() {
-  std::string d = (fs::temp_directory_path() / ("dscpp_ckpt_async_" + std::to_string(getpid()) + "_" +
-                                                ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-                      .string();
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string test_dir() { return test_fixtures::checkpoint_test_dir("dscpp_ckpt_async"); }
 
-Tensor random_tensor(const Shape& s, DType t, uint64_t seed) {
-  Tensor x = Tensor::empty(s, t);
-  Rng rng(seed);
-  auto* p = static_cast<uint8_t*>(x.raw());
-  for (size_t i = 0; i < x.nbytes(); i++) p[i] = uint8_t(rng.next_u32());
-  return x;
-}
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 // Every file below dir/tag, by relative name.
 std::map<std::string, std::string> tree(const std::string& d) {

@@ -14,8 +14,13 @@
 #include "dscpp/checkpoint/crc32.h"
 #include "dscpp/checkpoint/fault_injection.h"
 #include "dscpp/core/rng.h"
+#include "checkpoint_fixtures.h"
 
 using namespace dscpp;
+using dscpp::test_fixtures::random_tensor;
+using dscpp::test_fixtures::slurp;
+using dscpp::test_fixtures::spit;
+using dscpp::test_fixtures::expect_ckpt_error;
 namespace fs = std::filesystem;
 using K = CheckpointErrorKind;
 
@@ -38,14 +43,6 @@ class CheckpointTest : public ::testing::Test {
   std::string dir_;
 };
 
-// Random bit patterns (NaNs included for floats: the round trip must preserve bytes, not values).
-Tensor random_tensor(const Shape& s, DType t, uint64_t seed) {
-  Tensor x = Tensor::empty(s, t);
-  Rng rng(seed);
-  auto* p = static_cast<uint8_t*>(x.raw());
-  for (size_t i = 0; i < x.nbytes(); i++) p[i] = uint8_t(rng.next_u32());
-  return x;
-}
 
 Tensor poisoned_like(const Tensor& t) {
   Tensor x = Tensor::empty(t.shape(), t.dtype());
@@ -62,24 +59,7 @@ void expect_same_bytes(const Tensor& a, const Tensor& b, const std::string& what
     ASSERT_EQ(pa[i], pb[i]) << what << ": first differing byte " << i << " of " << a.nbytes();
 }
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
-void spit(const std::string& p, const std::string& s) { std::ofstream(p, std::ios::binary) << s; }
 
-// Runs fn, expects a CheckpointError of `kind` whose message contains every needle.
-template <typename Fn>
-void expect_ckpt_error(Fn fn, K kind, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected CheckpointError(" << checkpoint_error_kind_name(kind) << "), nothing thrown";
-  } catch (const CheckpointError& e) {
-    EXPECT_EQ(e.kind, kind) << "got " << checkpoint_error_kind_name(e.kind) << ": " << e.what();
-    for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-        << "message lacks \"" << n << "\": " << e.what();
-  }
-}
 
 // A hand-built safetensors file: header JSON text (padded here) + raw data.
 std::string st_file(std::string json, const std::string& data, bool pad = true) {

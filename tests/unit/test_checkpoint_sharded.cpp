@@ -18,31 +18,21 @@
 #include "dscpp/checkpoint/sharded_writer.h"
 #include "dscpp/comm/store.h"
 #include "dscpp/core/rng.h"
+#include "checkpoint_fixtures.h"
 
 using namespace dscpp;
+using dscpp::test_fixtures::random_tensor;
+using dscpp::test_fixtures::slurp;
+using dscpp::test_fixtures::spit;
+using dscpp::test_fixtures::expect_ckpt_error;
 namespace fs = std::filesystem;
 using K = CheckpointErrorKind;
 using namespace std::chrono_literals;
 
 namespace {
 
-std::string test_dir() {
-  std::string d = (fs::temp_directory_path() / ("dscpp_ckpt_sharded_" + std::to_string(getpid()) + "_" +
-                                                ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-                      .string();
-  fs::remove_all(d);
-  fs::create_directories(d);
-  return d;
-}
+std::string test_dir() { return test_fixtures::checkpoint_test_dir("dscpp_ckpt_sharded"); }
 
-// Random bit patterns (NaNs included: the round trip must preserve bytes, not values).
-Tensor random_tensor(const Shape& s, DType t, uint64_t seed) {
-  Tensor x = Tensor::empty(s, t);
-  Rng rng(seed);
-  auto* p = static_cast<uint8_t*>(x.raw());
-  for (size_t i = 0; i < x.nbytes(); i++) p[i] = uint8_t(rng.next_u32());
-  return x;
-}
 
 void expect_same_bytes(const Tensor& a, const Tensor& b, const std::string& what) {
   ASSERT_EQ(a.dtype(), b.dtype()) << what;
@@ -50,10 +40,6 @@ void expect_same_bytes(const Tensor& a, const Tensor& b, const std::string& what
   ASSERT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << what << ": bytes differ";
 }
 
-std::string slurp(const std::string& p) {
-  std::ifstream f(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), {});
-}
 
 std::string shard_name(int rank) { return "zero/rank_" + std::to_string(rank) + ".safetensors"; }
 
@@ -291,17 +277,6 @@ TEST(ShardedFailure, HungRankTimesOutNamingIt) {
 
 // ---- loading a damaged multi-rank checkpoint ----
 
-template <typename Fn>
-void expect_ckpt_error(Fn fn, K kind, std::initializer_list<std::string> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected CheckpointError(" << checkpoint_error_kind_name(kind) << "), nothing thrown";
-  } catch (const CheckpointError& e) {
-    EXPECT_EQ(e.kind, kind) << "got " << checkpoint_error_kind_name(e.kind) << ": " << e.what();
-    for (const auto& n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "message lacks \"" << n << "\": " << e.what();
-  }
-}
 
 TEST(ShardedLoad, DamagedShardsAndForeignWorldSizeAreNamed) {
   const std::string dir = test_dir();
