@@ -23,6 +23,8 @@
 #include "dscpp/core/cuda.h"
 #include "dscpp/runtime/grad_reducer.h"
 
+#include "bench_flags.h"
+
 using namespace dscpp;
 
 namespace {
@@ -32,52 +34,30 @@ struct Args {
   std::vector<DType> dtypes{DType::bf16, DType::f32};
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "allreduce_bench: %s\nusage: allreduce_bench [--min-mib 1] [--max-mib 1024] [--factor 4]\n"
-               "                       [--dtypes bf16,f32] [--warmup 5] [--iters 0 (auto)]\n"
-               "run one process per GPU: dscpp launch --num_gpus N -- allreduce_bench ...\n",
-               why.c_str());
-  std::exit(2);
-}
-
-int64_t to_int(const std::string& k, const std::string& v, int64_t min) {
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || x < min) usage("--" + k + " needs an integer >= " + std::to_string(min) + ", got '" + v + "'");
-  return x;
-}
+const bench::Flags kFlags{"allreduce_bench",
+                          "allreduce_bench [--min-mib 1] [--max-mib 1024] [--factor 4]\n"
+                          "                       [--dtypes bf16,f32] [--warmup 5] [--iters 0 (auto)]\n"
+                          "run one process per GPU: dscpp launch --num_gpus N -- allreduce_bench ...\n"};
+[[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; i++) {
-    std::string k = argv[i], v;
-    if (k == "-h" || k == "--help") usage("help");
-    if (k.rfind("--", 0) != 0) usage("unexpected argument '" + k + "'");
-    k = k.substr(2);
-    if (size_t eq = k.find('='); eq != std::string::npos) {
-      v = k.substr(eq + 1);
-      k = k.substr(0, eq);
-    } else {
-      if (i + 1 >= argc) usage("--" + k + " needs a value");
-      v = argv[++i];
-    }
-    if (k == "min-mib") a.min_mib = to_int(k, v, 1);
-    else if (k == "max-mib") a.max_mib = to_int(k, v, 1);
-    else if (k == "factor") a.factor = to_int(k, v, 2);
-    else if (k == "warmup") a.warmup = to_int(k, v, 0);
-    else if (k == "iters") a.iters = to_int(k, v, 0);
+  kFlags.parse(argc, argv, {}, {}, [&](const std::string& k, const std::string& v) {
+    if (k == "min-mib") a.min_mib = kFlags.to_int(k, v, 1);
+    else if (k == "max-mib") a.max_mib = kFlags.to_int(k, v, 1);
+    else if (k == "factor") a.factor = kFlags.to_int(k, v, 2);
+    else if (k == "warmup") a.warmup = kFlags.to_int(k, v, 0);
+    else if (k == "iters") a.iters = kFlags.to_int(k, v, 0);
     else if (k == "dtypes") {
       a.dtypes.clear();
-      std::stringstream ss(v);
-      for (std::string d; std::getline(ss, d, ',');) {
+      for (const std::string& d : bench::Flags::list(v)) {
         if (d == "bf16") a.dtypes.push_back(DType::bf16);
         else if (d == "f32") a.dtypes.push_back(DType::f32);
         else if (d == "f16") a.dtypes.push_back(DType::f16);
         else usage("--dtypes: unknown dtype '" + d + "' (bf16, f32, f16)");
       }
     } else usage("unknown option --" + k);
-  }
+  });
   if (a.max_mib < a.min_mib) usage("--max-mib is below --min-mib");
   return a;
 }

@@ -37,6 +37,8 @@
 #include "dscpp/core/rng.h"
 #include "dscpp/runtime/engine.h"
 
+#include "bench_flags.h"
+
 using namespace dscpp;
 namespace fs = std::filesystem;
 
@@ -48,48 +50,24 @@ struct Args {
   bool keep = false;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "ckpt_bench: %s\nusage: ckpt_bench --dir PATH [--model llama-1b] [--device cpu|cuda] [--steps 1]\n"
-               "                  [--batch 1] [--seq 64] [--async-saves 2] [--keep]\n",
-               why.c_str());
-  std::exit(2);
-}
-
-int64_t to_int(const std::string& k, const std::string& v) {
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || x <= 0) usage("--" + k + " needs a positive integer, got '" + v + "'");
-  return x;
-}
+const bench::Flags kFlags{"ckpt_bench",
+                          "ckpt_bench --dir PATH [--model llama-1b] [--device cpu|cuda] [--steps 1]\n"
+                          "                  [--batch 1] [--seq 64] [--async-saves 2] [--keep]\n"};
+[[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; i++) {
-    std::string k = argv[i], v;
-    if (k == "-h" || k == "--help") usage("help");
-    if (k == "--keep") {
-      a.keep = true;
-      continue;
-    }
-    if (k.rfind("--", 0) != 0) usage("unexpected argument '" + k + "'");
-    k = k.substr(2);
-    if (size_t eq = k.find('='); eq != std::string::npos) {
-      v = k.substr(eq + 1);
-      k = k.substr(0, eq);
-    } else {
-      if (i + 1 >= argc) usage("--" + k + " needs a value");
-      v = argv[++i];
-    }
-    if (k == "model") a.model = v;
-    else if (k == "device") a.device = v;
-    else if (k == "dir") a.dir = v;
-    else if (k == "steps") a.steps = to_int(k, v);
-    else if (k == "batch") a.batch = to_int(k, v);
-    else if (k == "seq") a.seq = to_int(k, v);
-    else if (k == "async-saves") a.async_saves = to_int(k, v);
-    else usage("unknown option --" + k);
-  }
+  kFlags.parse(argc, argv, {"keep"}, [&](const std::string&) { a.keep = true; },
+               [&](const std::string& k, const std::string& v) {
+                 if (k == "model") a.model = v;
+                 else if (k == "device") a.device = v;
+                 else if (k == "dir") a.dir = v;
+                 else if (k == "steps") a.steps = kFlags.to_int(k, v, 1);
+                 else if (k == "batch") a.batch = kFlags.to_int(k, v, 1);
+                 else if (k == "seq") a.seq = kFlags.to_int(k, v, 1);
+                 else if (k == "async-saves") a.async_saves = kFlags.to_int(k, v, 1);
+                 else usage("unknown option --" + k);
+               });
   if (a.dir.empty()) usage("--dir is required");
   if (a.device != "cpu" && a.device != "cuda") usage("--device must be cpu or cuda");
   return a;

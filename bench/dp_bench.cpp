@@ -44,6 +44,8 @@
 #include "dscpp/runtime/engine.h"
 #include "dscpp/runtime/grad_reducer.h"
 
+#include "bench_flags.h"
+
 using namespace dscpp;
 
 namespace {
@@ -60,70 +62,45 @@ struct Args {
   std::string trace;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "dp_bench: %s\nusage: dp_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024] [--steps 10]\n"
-               "                [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]\n"
-               "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
-               "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F]\n"
-               "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n",
-               why.c_str());
-  std::exit(2);
-}
-
-int64_t to_int(const std::string& k, const std::string& v, int64_t min) {
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || x < min) usage("--" + k + " needs an integer >= " + std::to_string(min) + ", got '" + v + "'");
-  return x;
-}
+const bench::Flags kFlags{
+    "dp_bench",
+    "dp_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024] [--steps 10]\n"
+    "                [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]\n"
+    "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
+    "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F]\n"
+    "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n"};
+[[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; i++) {
-    std::string k = argv[i], v;
-    if (k == "-h" || k == "--help") usage("help");
-    if (k == "--overlap" || k == "--checkpointing") {
-      (k == "--overlap" ? a.overlap : a.checkpointing) = true;
-      continue;
-    }
-    if (k.rfind("--", 0) != 0) usage("unexpected argument '" + k + "'");
-    k = k.substr(2);
-    if (size_t eq = k.find('='); eq != std::string::npos) {
-      v = k.substr(eq + 1);
-      k = k.substr(0, eq);
-    } else {
-      if (i + 1 >= argc) usage("--" + k + " needs a value");
-      v = argv[++i];
-    }
+  auto on_switch = [&](const std::string& k) { (k == "overlap" ? a.overlap : a.checkpointing) = true; };
+  kFlags.parse(argc, argv, {"overlap", "checkpointing"}, on_switch, [&](const std::string& k, const std::string& v) {
+    auto to_int = [&](const std::string& x, int64_t min) { return kFlags.to_int(k, x, min); };
     if (k == "models" || k == "model") {
-      a.models.clear();
-      std::stringstream ss(v);
-      for (std::string m; std::getline(ss, m, ',');)
-        if (!m.empty()) a.models.push_back(m);
+      a.models = bench::Flags::list(v);
     } else if (k == "zero-stage") {
       a.stages.clear();
-      std::stringstream ss(v);
-      for (std::string x; std::getline(ss, x, ',');) {
-        const int64_t st = to_int(k, x, 0);
+      for (const std::string& x : bench::Flags::list(v)) {
+        const int64_t st = to_int(x, 0);
         if (st > 3) usage("--zero-stage takes stages 0..3, got " + x);
         a.stages.push_back(int(st));
       }
       if (a.stages.empty()) usage("--zero-stage needs a stage");
-    } else if (k == "stage3-reuse-distance") a.reuse = to_int(k, v, 0);
-    else if (k == "prefetch") a.prefetch = to_int(k, v, 0);
-    else if (k == "n-layer") a.n_layer = to_int(k, v, 1);
-    else if (k == "n-embd") a.n_embd = to_int(k, v, 1);
-    else if (k == "n-head") a.n_head = to_int(k, v, 1);
-    else if (k == "n-kv-head") a.n_kv_head = to_int(k, v, 1);
-    else if (k == "n-ffn") a.n_ffn = to_int(k, v, 1); else if (k == "batch") a.batch = to_int(k, v, 1);
-    else if (k == "seq") a.seq = to_int(k, v, 1);
-    else if (k == "steps") a.steps = to_int(k, v, 1);
-    else if (k == "warmup") a.warmup = to_int(k, v, 0);
-    else if (k == "bucket") a.bucket = to_int(k, v, 0);
+    } else if (k == "stage3-reuse-distance") a.reuse = to_int(v, 0);
+    else if (k == "prefetch") a.prefetch = to_int(v, 0);
+    else if (k == "n-layer") a.n_layer = to_int(v, 1);
+    else if (k == "n-embd") a.n_embd = to_int(v, 1);
+    else if (k == "n-head") a.n_head = to_int(v, 1);
+    else if (k == "n-kv-head") a.n_kv_head = to_int(v, 1);
+    else if (k == "n-ffn") a.n_ffn = to_int(v, 1);
+    else if (k == "batch") a.batch = to_int(v, 1);
+    else if (k == "seq") a.seq = to_int(v, 1);
+    else if (k == "steps") a.steps = to_int(v, 1);
+    else if (k == "warmup") a.warmup = to_int(v, 0);
+    else if (k == "bucket") a.bucket = to_int(v, 0);
     else if (k == "trace") a.trace = v;
     else usage("unknown option --" + k);
-  }
+  });
   if (!a.trace.empty() && a.warmup < 2) usage("--trace profiles step 1, which must be a warm-up step: --warmup >= 2");
   return a;
 }

@@ -21,6 +21,8 @@
 #include "dscpp/core/rng.h"
 #include "dscpp/runtime/engine.h"
 
+#include "bench_flags.h"
+
 using namespace dscpp;
 
 namespace {
@@ -34,49 +36,23 @@ struct Args {
   std::string dtype = "bf16";
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "train_bench: %s\nusage: train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024]\n"
-               "                   [--steps 10] [--warmup 3] [--gemm-tflops 678] [--dtype bf16|fp16|f32]\n",
-               why.c_str());
-  std::exit(2);
-}
-
-int64_t to_int(const std::string& k, const std::string& v) {
-  char* end = nullptr;
-  long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end || x <= 0) usage("--" + k + " needs a positive integer, got '" + v + "'");
-  return x;
-}
+const bench::Flags kFlags{"train_bench",
+                          "train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024]\n"
+                          "                   [--steps 10] [--warmup 3] [--gemm-tflops 678] [--dtype bf16|fp16|f32]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
-  for (int i = 1; i < argc; i++) {
-    std::string k = argv[i], v;
-    if (k == "-h" || k == "--help") usage("help");
-    if (k.rfind("--", 0) != 0) usage("unexpected argument '" + k + "'");
-    k = k.substr(2);
-    if (size_t eq = k.find('='); eq != std::string::npos) {
-      v = k.substr(eq + 1);
-      k = k.substr(0, eq);
-    } else {
-      if (i + 1 >= argc) usage("--" + k + " needs a value");
-      v = argv[++i];
-    }
-    if (k == "models") {
-      a.models.clear();
-      std::stringstream ss(v);
-      for (std::string m; std::getline(ss, m, ',');)
-        if (!m.empty()) a.models.push_back(m);
-    } else if (k == "batch") a.batch = to_int(k, v);
-    else if (k == "seq") a.seq = to_int(k, v);
-    else if (k == "steps") a.steps = to_int(k, v);
-    else if (k == "warmup") a.warmup = to_int(k, v);
+  kFlags.parse(argc, argv, {}, {}, [&](const std::string& k, const std::string& v) {
+    if (k == "models") a.models = bench::Flags::list(v);
+    else if (k == "batch") a.batch = kFlags.to_int(k, v, 1);
+    else if (k == "seq") a.seq = kFlags.to_int(k, v, 1);
+    else if (k == "steps") a.steps = kFlags.to_int(k, v, 1);
+    else if (k == "warmup") a.warmup = kFlags.to_int(k, v, 1);
     else if (k == "gemm-tflops") a.gemm_tflops = std::atof(v.c_str());
     else if (k == "dtype") a.dtype = v;
-    else usage("unknown option --" + k);
-  }
-  if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "f32") usage("--dtype must be bf16, fp16 or f32");
+    else kFlags.fail("unknown option --" + k);
+  });
+  if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "f32") kFlags.fail("--dtype must be bf16, fp16 or f32");
   return a;
 }
 
