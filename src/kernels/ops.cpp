@@ -310,6 +310,41 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
                         weight.data<float>(), rstd.data<float>(), N, C);
 }
 
+void layernorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                     const Tensor& mean, const Tensor& rstd) {
+  const char* op = "layernorm_apply";
+  const bool cuda = on_cuda(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}, {"mean", mean},
+                                 {"rstd", rstd}});
+  const DType t = need_act(op, {"inp", inp}, cuda);
+  const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
+  need_dtype(op, {"out", out}, t);
+  need_rows(op, {"out", out}, N, C);
+  need_param(op, {"weight", weight}, t, cuda);
+  need_shape(op, {"weight", weight}, {C});
+  if (bias.defined()) {
+    need_dtype(op, {"bias", bias}, weight.dtype());
+    need_shape(op, {"bias", bias}, {C});
+  }
+  need_stats(op, {{"mean", mean}, {"rstd", rstd}}, N, true);
+  if (cuda) CUDA_DISPATCH(op, layernorm_apply, out, inp, weight, bias, mean, rstd);
+  cpu::layernorm_apply(out.data<float>(), inp.data<float>(), weight.data<float>(), f32_or_null(bias),
+                       mean.data<float>(), rstd.data<float>(), N, C);
+}
+
+void rmsnorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
+  const char* op = "rmsnorm_apply";
+  const bool cuda = on_cuda(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"rstd", rstd}});
+  const DType t = need_act(op, {"inp", inp}, cuda);
+  const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
+  need_dtype(op, {"out", out}, t);
+  need_rows(op, {"out", out}, N, C);
+  need_param(op, {"weight", weight}, t, cuda);
+  need_shape(op, {"weight", weight}, {C});
+  need_stats(op, {{"rstd", rstd}}, N, true);
+  if (cuda) CUDA_DISPATCH(op, rmsnorm_apply, out, inp, weight, rstd);
+  cpu::rmsnorm_apply(out.data<float>(), inp.data<float>(), weight.data<float>(), rstd.data<float>(), N, C);
+}
+
 // ---- residual add fused with the norm ----
 namespace {
 // Rows of the fused norms: every tensor in `rows` has dtype t and N rows of C.

@@ -19,6 +19,11 @@ void CausalSelfAttention::forward(const ParamSet& ps, const Tensor& out, const T
 
 void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
                                    const SeqInfo& s) {
+  backward(ps, dinp, dout, [&] { return inp; }, s);
+}
+
+void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout,
+                                   const std::function<Tensor()>& make_inp, const SeqInfo& s) {
   DSCPP_CHECK(att_.defined(), "attention backward without a saved forward");
   MemoryCategoryScope scope(MemoryCategory::activations);
   const int64_t H = n_head, Hkv = n_kv_head, D = head_dim, N = s.N();
@@ -28,7 +33,7 @@ void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const
   ops::attention_backward(dqkv, datt, qkv_out_, att_, lse_, s.B, s.T, H, Hkv, D);
   datt = Tensor();
   if (rope) ops::rope_backward(dqkv, s.pos, H, Hkv, D, rope_theta);
-  qkv.backward(ps, dinp, dqkv, inp);
+  qkv.backward(ps, dinp, dqkv, make_inp());  // a made input lives for this GEMM only
 }
 
 void CausalSelfAttention::release() {

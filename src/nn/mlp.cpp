@@ -21,6 +21,11 @@ void Mlp::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp) {
 }
 
 void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+  backward(ps, dinp, dout, [&] { return inp; });
+}
+
+void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout,
+                   const std::function<Tensor()>& make_inp) {
   DSCPP_CHECK(act_.defined(), "mlp backward without a saved forward");
   MemoryCategoryScope scope(MemoryCategory::activations);
   const int64_t N = act_.size(0);
@@ -30,7 +35,7 @@ void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, c
     Tensor dpre = Tensor::empty({N, ffn}, dout.dtype(), dout.device());
     ops::matmul_dgelu_backward(dpre, dout, down.weight(ps), pre_);
     down.backward(ps, Tensor(), dout, act_);
-    up.backward(ps, dinp, dpre, inp);
+    up.backward(ps, dinp, dpre, make_inp());
     return;
   }
   Tensor dact = Tensor::empty({N, ffn}, dout.dtype(), dout.device());
@@ -38,7 +43,7 @@ void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, c
   Tensor dpre = Tensor::empty(pre_.shape(), dout.dtype(), dout.device());
   ops::swiglu_backward(dpre, dact, pre_);
   dact = Tensor();
-  up.backward(ps, dinp, dpre, inp);
+  up.backward(ps, dinp, dpre, make_inp());  // a made input lives for this GEMM only
 }
 
 void Mlp::release() {

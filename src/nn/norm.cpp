@@ -26,6 +26,13 @@ NormStats Norm::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp
   return s;
 }
 
+void Norm::apply(const ParamSet& ps, const Tensor& out, const Tensor& inp, const NormStats& s) const {
+  if (kind == NormKind::layernorm)
+    ops::layernorm_apply(out, inp, ps.param(weight_id), ps.param(bias_id), s.mean, s.rstd);
+  else
+    ops::rmsnorm_apply(out, inp, ps.param(weight_id), s.rstd);
+}
+
 void Norm::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
                     const NormStats& s) const {
   if (kind == NormKind::layernorm) {

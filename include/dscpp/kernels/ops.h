@@ -49,6 +49,12 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
 void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps);
 void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd);
+// The forward's output again from its saved mean/rstd[N] (no reduction): out[N,C] (=), the same formula and
+// rounding as the *_forward ops and the fused_residual_*_forward ops below (whose resid is this inp), so a block can
+// recompute a norm output in backward instead of keeping it. bias optional.
+void layernorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                     const Tensor& mean, const Tensor& rstd);
+void rmsnorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& rstd);
 
 // ---- residual add fused with the norm after it (pre-norm blocks: x1 = x + branch; h = norm(x1)) ----
 // resid[N,C] (=) = x + residual, the residual stream (stored in its dtype); norm[N,C] (=) = the norm of the stored

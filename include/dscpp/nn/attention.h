@@ -2,6 +2,8 @@
 // on q and k, causal softmax attention with grouped-query heads (H % Hkv == 0), and an output projection.
 // Saved for backward: the (rotated) qkv, the attention output and the row log-sum-exp; release() frees them.
 #pragma once
+#include <functional>
+
 #include "dscpp/nn/linear.h"
 
 namespace dscpp {
@@ -24,6 +26,10 @@ struct CausalSelfAttention {
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const SeqInfo& s);
   // dinp[N,C] (=); parameter gradients (+=). `inp` must be the input of the last forward.
   void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp, const SeqInfo& s);
+  // The same with the input made by make_inp() right before the qkv projection's backward GEMM and dropped after it,
+  // for a caller that rebuilds the input instead of keeping it (Block: its norm1 output).
+  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const std::function<Tensor()>& make_inp,
+                const SeqInfo& s);
   void release();
 
  private:

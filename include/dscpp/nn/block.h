@@ -2,6 +2,10 @@
 //   x1 = x + attn(norm1(x));  y = x1 + mlp(norm2(x1))
 // The add that makes x1 runs fused with norm2 (one pass writes x1 and norm2(x1)); in backward each norm's input
 // gradient is added to the skip path's in the same kernel (ops::fused_residual_*), so d(x1) and d(x) build in place.
+// Kept for backward: x1, both norms' statistics and the sublayers' own tensors, not the norm outputs: backward
+// rebuilds norm1(x) and norm2(x1) from x, x1 and the statistics (Norm::apply, one elementwise pass with the forward's
+// bits) right before the qkv / up projection GEMM that reads them, and drops each after it: 2 C fewer values kept
+// per token and block, for one [N, C] temporary at a time in backward.
 // forward(save = false) frees its activations before returning (activation checkpointing keeps only x); backward
 // then needs a forward(save = true) on the same input first, which recomputes them bit for bit.
 #pragma once
@@ -26,7 +30,7 @@ struct Block {
   bool saved() const { return x1_.defined(); }
 
  private:
-  Tensor ln1_, x1_, ln2_;
+  Tensor x1_;
   NormStats st1_, st2_;
 };
 

@@ -2,6 +2,8 @@
 // swiglu (Llama): gate/up fused [2F, C] (gate first), silu(gate) * up, down_proj [C, F]; no biases.
 // Saved for backward: the pre- and post-activation hidden states; release() frees them.
 #pragma once
+#include <functional>
+
 #include "dscpp/nn/linear.h"
 
 namespace dscpp {
@@ -18,6 +20,9 @@ struct Mlp {
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp);
   // dinp[N,C] (=); parameter gradients (+=). `inp` must be the input of the last forward.
   void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
+  // The same with the input made by make_inp() right before the up projection's backward GEMM and dropped after it,
+  // for a caller that rebuilds the input instead of keeping it (Block: its norm2 output).
+  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const std::function<Tensor()>& make_inp);
   void release();
 
  private:

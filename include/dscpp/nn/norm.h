@@ -26,6 +26,9 @@ struct Norm {
 
   // out[N,C] (=); returns the saved statistics (allocated here, on out's device).
   NormStats forward(const ParamSet& ps, const Tensor& out, const Tensor& inp) const;
+  // out[N,C] (=): the forward's output again from its input and saved statistics (one elementwise pass, the same
+  // bits), so a caller can drop the output after its last forward use and rebuild it for backward.
+  void apply(const ParamSet& ps, const Tensor& out, const Tensor& inp, const NormStats& stats) const;
   // dinp[N,C] (=); dweight, dbias (+=)
   void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
                 const NormStats& stats) const;

@@ -44,6 +44,12 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, 
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                       int64_t N, int64_t C);
 
+// out[N,C] (=): the forward's output from its saved mean[N] (LN) and rstd[N], with no reduction; bit for bit the
+// out of layernorm_forward / rmsnorm_forward and of the fused_residual_*_forward below. b may be null.
+void layernorm_apply(float* out, const float* inp, const float* w, const float* b, const float* mean,
+                     const float* rstd, int64_t N, int64_t C);
+void rmsnorm_apply(float* out, const float* inp, const float* w, const float* rstd, int64_t N, int64_t C);
+
 // fused_norm.cpp: the residual add fused with the norm after it, row by row.
 // resid[N,C] = x + r (=, may alias x or r); out[N,C] = norm(resid) (=); mean[N], rstd[N] saved when non-null.
 void fused_residual_layernorm_forward(float* resid, float* out, float* mean, float* rstd, const float* x,

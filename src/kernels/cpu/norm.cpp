@@ -91,6 +91,29 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w, 
   }
 }
 
+// The forward's output from saved statistics, no reduction: the last loop of layernorm_forward / rmsnorm_forward
+// (and of fused_norm.cpp's forward, whose RMS case is the same product), so the recomputed bits are the saved ones.
+void layernorm_apply(float* out, const float* inp, const float* w, const float* b, const float* mean,
+                     const float* rstd, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; n++) {
+    const float* x = inp + n * C;
+    const float m = mean[n], s = rstd[n];
+    float* o = out + n * C;
+    for (int64_t c = 0; c < C; c++) o[c] = (x[c] - m) * s * w[c] + (b ? b[c] : 0.0f);
+  }
+}
+
+void rmsnorm_apply(float* out, const float* inp, const float* w, const float* rstd, int64_t N, int64_t C) {
+#pragma omp parallel for if (N * C >= kParallelMin)
+  for (int64_t n = 0; n < N; n++) {
+    const float* x = inp + n * C;
+    const float s = rstd[n];
+    float* o = out + n * C;
+    for (int64_t c = 0; c < C; c++) o[c] = x[c] * s * w[c];
+  }
+}
+
 void rmsnorm_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, const float* rstd,
                       int64_t N, int64_t C) {
   // y = x * r * w with r = (mean(x^2) + eps)^-1/2, so dr/dx_j = -r^3 x_j / C and

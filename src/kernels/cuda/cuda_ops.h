@@ -31,6 +31,9 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
 void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps);
 void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dout, const Tensor& inp,
                       const Tensor& weight, const Tensor& rstd);
+void layernorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                     const Tensor& mean, const Tensor& rstd);
+void rmsnorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& rstd);
 
 // ---- residual add fused with the norm (fused_norm.cu) ----
 void fused_residual_layernorm_forward(const Tensor& resid, const Tensor& norm, const Tensor& mean, const Tensor& rstd,

@@ -1,4 +1,5 @@
-// LayerNorm and RMSNorm on CUDA, forward and backward. Same formulas as src/kernels/cpu/norm.cpp.
+// LayerNorm and RMSNorm on CUDA, forward, backward and apply (the forward's output from saved statistics). Same
+// formulas as src/kernels/cpu/norm.cpp.
 //
 // Forward and the dinp part of backward: one warp per row (8 rows per 256-thread block), f32 statistics, 16-byte
 // vector loads (Note [Vector width] in common.cuh). The row is read two or three times; the re-reads hit L1/L2.
@@ -63,6 +64,29 @@ __global__ void norm_fwd_kernel(T* out, float* mean_out, float* rstd_out, const 
   if (lane == 0) {
     if (LN && mean_out) mean_out[n] = m;
     if (rstd_out) rstd_out[n] = rs;
+  }
+}
+
+// The forward's output from saved statistics (no reduction): the last loop of norm_fwd_kernel, written the same way
+// (m = 0 for RMS; the same expression, so the same contraction into FMAs) to give the bits the forward wrote, here
+// and in fused_norm.cu's residual_norm_fwd_kernel, whose output loop is the same.
+template <typename T, typename W, int V, bool LN>
+__global__ void norm_apply_kernel(T* out, const T* inp, const W* w, const W* b, const float* mean, const float* rstd,
+                                  int64_t N, int C) {
+  const int lane = threadIdx.x & 31;
+  const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  if (n >= N) return;
+  const T* x = inp + n * C;
+  const float m = LN ? mean[n] : 0.0f, rs = rstd[n];
+  T* o = out + n * C;
+  for (int c = lane * V; c < C; c += 32 * V) {
+    float v[V], wv[V], bv[V];
+    load_f<T, V>(x + c, v);
+    load_f<W, V>(w + c, wv);
+    if (LN && b) load_f<W, V>(b + c, bv);
+#pragma unroll
+    for (int k = 0; k < V; k++) v[k] = (v[k] - m) * rs * wv[k] + ((LN && b) ? bv[k] : 0.0f);
+    store_f<T, V>(o + c, v);
   }
 }
 
@@ -191,6 +215,19 @@ void launch_norm_forward(T* out, float* mean, float* rstd, const T* inp, const W
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
+// out[N,C], inp[N,C], w[C], b[C] (may be null; LN only), mean[N] (LN only), rstd[N].
+template <typename T, typename W, bool LN>
+void launch_norm_apply(T* out, const T* inp, const W* w, const W* b, const float* mean, const float* rstd, int64_t N,
+                       int C, cudaStream_t s) {
+  constexpr int V = 16 / sizeof(T);
+  const unsigned grid = unsigned(ceil_div(N, kRowsPerBlock));
+  if (C % V == 0 && all_aligned16(out, inp) && all_aligned16(w, b))
+    norm_apply_kernel<T, W, V, LN><<<grid, 32 * kRowsPerBlock, 0, s>>>(out, inp, w, b, mean, rstd, N, C);
+  else
+    norm_apply_kernel<T, W, 1, LN><<<grid, 32 * kRowsPerBlock, 0, s>>>(out, inp, w, b, mean, rstd, N, C);
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
 // dinp[N,C] (=), dw[C] (+=, may be null), db[C] (+=, may be null; LN only). Weight W, gradients G (each f32 or T).
 template <typename T, typename W, typename G, bool LN>
 void launch_norm_backward(T* dinp, G* dw, G* db, const T* dout, const T* inp, const W* w, const float* mean,
@@ -285,6 +322,31 @@ void rmsnorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& d
     launch_norm_backward<T, W, G, false>(ptr<T>(dinp), ptr_or_null<G>(dweight), static_cast<G*>(nullptr),
                                          ptr<T>(dout), ptr<T>(inp), ptr<W>(weight), nullptr, ptr<float>(rstd), N,
                                          int(C), L.stream);
+  });
+}
+
+void layernorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                     const Tensor& mean, const Tensor& rstd) {
+  const int64_t C = inp.size(-1), N = inp.numel() / C;
+  if (N == 0) return;
+  OpLaunch L(out);
+  dispatch_act_param("layernorm_apply", inp.dtype(), weight.dtype(), [&](auto* tt, auto* wt) {
+    using T = std::remove_pointer_t<decltype(tt)>;
+    using W = std::remove_pointer_t<decltype(wt)>;
+    launch_norm_apply<T, W, true>(ptr<T>(out), ptr<T>(inp), ptr<W>(weight), ptr_or_null<W>(bias), ptr<float>(mean),
+                                  ptr<float>(rstd), N, int(C), L.stream);
+  });
+}
+
+void rmsnorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
+  const int64_t C = inp.size(-1), N = inp.numel() / C;
+  if (N == 0) return;
+  OpLaunch L(out);
+  dispatch_act_param("rmsnorm_apply", inp.dtype(), weight.dtype(), [&](auto* tt, auto* wt) {
+    using T = std::remove_pointer_t<decltype(tt)>;
+    using W = std::remove_pointer_t<decltype(wt)>;
+    launch_norm_apply<T, W, false>(ptr<T>(out), ptr<T>(inp), ptr<W>(weight), static_cast<const W*>(nullptr), nullptr,
+                                   ptr<float>(rstd), N, int(C), L.stream);
   });
 }
 
