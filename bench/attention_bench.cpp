@@ -9,6 +9,7 @@
 
 #include "bench/bench_util.h"
 #include "dscpp/core/cuda.h"
+#include "dscpp/kernels/attention_backend.h"
 #include "dscpp/kernels/ops.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -96,6 +97,12 @@ void run_timing(DType dt) {
                 (long long)c.B, (long long)c.T, (long long)c.H, (long long)c.Hkv, (long long)c.D, fwd,
                 flops / fwd * 1e-9, bwd, 2.5 * flops / bwd * 1e-9, 3.5 * flops / (fwd + bwd) * 1e-9);
   }
+  // Which implementation the rows timed (run_attention_bench.sh drops the cuDNN column when it did not run).
+  const dscpp::AttentionCalls n = dscpp::attention_calls();
+  std::printf("attention backend %s: cuDNN %lld fwd / %lld bwd calls, own %lld / %lld%s\n",
+              dscpp::attention_backend_name(dscpp::attention_backend()), (long long)n.cudnn_forward,
+              (long long)n.cudnn_backward, (long long)n.own_forward, (long long)n.own_backward,
+              n.cudnn_forward == 0 ? " (cuDNN attention: off)" : "");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Our flash attention (`attention_bench time`) next to PyTorch's flash SDPA (attention_torch.py) on the same shapes,
+# Our attention (`attention_bench time`; own kernels and cuDNN's) next to PyTorch's flash SDPA (attention_torch.py) on the same shapes,
 # causal, bf16 by default, as one table. "fwd+bwd" is ours forward + backward (timed apart, added) and torch's call +
 # backward in one timed region; ratio = torch ms / ours ms (> 1: ours is faster). TFLOP/s as attention_bench (causal
 # forward = half of 4*B*H*T^2*D, backward 2.5x). Usage:
@@ -27,17 +27,22 @@ if [ ! -x "$bin" ]; then
   echo "attention_bench not found at $bin (build with -DDSCPP_CUDA=ON, target attention_bench)" >&2
   exit 1
 fi
-echo "== dscpp: $bin time $dtype (log: $out/ours.txt)" >&2
-"$bin" time "$dtype" > "$out/ours.txt" 2> "$out/ours.err" || { echo "attention_bench exited with $?" >&2; cat "$out/ours.err" >&2; exit 1; }
-
-# attention_bench rows: dtype B T H Hkv D | fwd_ms fwd_tf | bwd_ms bwd_tf | fb_tf
-awk -v dt="$dtype" '$1 == dt && $7 == "|" && $10 == "|" { printf "%s,%s,%s,%s,%s\t%s\t%s\n", $2, $3, $4, $5, $6, $8, $11 }' \
-  "$out/ours.txt" > "$out/ours.tsv"
-if [ ! -s "$out/ours.tsv" ]; then
-  echo "no timing rows in $out/ours.txt" >&2
+# Ours twice: our own kernels and cuDNN's fused attention (dscpp/kernels/attention_backend.h); the cuDNN columns
+# read "-" where it is not built in.
+for be in own cudnn; do
+  echo "== dscpp: DSCPP_ATTENTION=$be $bin time $dtype (log: $out/$be.txt)" >&2
+  DSCPP_ATTENTION=$be "$bin" time "$dtype" > "$out/$be.txt" 2> "$out/$be.err" ||
+    { echo "attention_bench ($be) exited with $?" >&2; cat "$out/$be.err" >&2; exit 1; }
+  # attention_bench rows: dtype B T H Hkv D | fwd_ms fwd_tf | bwd_ms bwd_tf | fb_tf
+  awk -v dt="$dtype" '$1 == dt && $7 == "|" && $10 == "|" { printf "%s,%s,%s,%s,%s\t%s\t%s\n", $2, $3, $4, $5, $6, $8, $11 }' \
+    "$out/$be.txt" > "$out/$be.tsv"
+done
+if [ ! -s "$out/own.tsv" ]; then
+  echo "no timing rows in $out/own.txt" >&2
   exit 1
 fi
-shapes="$(cut -f1 "$out/ours.tsv" | paste -sd';')"
+grep -q "cuDNN attention: off" "$out/cudnn.txt" 2>/dev/null && : > "$out/cudnn.tsv"
+shapes="$(cut -f1 "$out/own.tsv" | paste -sd';')"
 
 : > "$out/torch.out"
 if [ "$run_torch" = 1 ]; then
@@ -47,22 +52,24 @@ if [ "$run_torch" = 1 ]; then
   head -1 "$out/torch.err" >&2
 fi
 
-# One table: join on the shape.
+# One table: join on the shape. x = torch ms / ours ms (> 1: ours is faster).
 awk -F'\t' '
-  FILENAME == ARGV[1] { if ($1 == "RESULT") { k = $3 "," $4 "," $5 "," $6 "," $7; tf[k] = $8; tfb[k] = $10; note[k] = $12 } next }
-  FNR == 1 {  # the first row of ours.tsv
-    printf "%-22s %9s %9s %9s %9s %9s %9s %9s %9s  %s\n", "shape B,T,H,Hkv,D", "ours fwd", "torch fwd", "ours f+b",
-           "torch f+b", "fwd x", "f+b x", "ours TF/s", "torch TF/s", "(ms; x = torch/ours; TF/s of f+b)"
+  FILENAME == ARGV[1] { if ($1 == "RESULT") { k = $3 "," $4 "," $5 "," $6 "," $7; tf[k] = $8; tfb[k] = $10 } next }
+  FILENAME == ARGV[2] { cf[$1] = $2; cfb[$1] = $2 + $3; next }
+  FNR == 1 {
+    printf "%-20s %8s %8s %8s | %8s %8s %8s | %7s %7s | %7s %7s\n", "shape B,T,H,Hkv,D", "own fwd", "cudnn fwd",
+           "torch fwd", "own f+b", "cudnn f+b", "torch f+b", "x own", "x cudnn", "TF own", "TF cudnn"
   }
   {
     k = $1; of = $2 + 0; ofb = $2 + $3; split(k, s, ",")
-    flops = 4.0 * s[1] * s[3] * s[2] * s[2] * s[5] * 0.5
+    flops = 3.5 * 4.0 * s[1] * s[3] * s[2] * s[2] * s[5] * 0.5
     t1 = (k in tf) ? tf[k] : "-"; t2 = (k in tfb) ? tfb[k] : "-"
-    r1 = (t1 + 0 > 0) ? sprintf("%.2f", t1 / of) : "-"
-    r2 = (t2 + 0 > 0) ? sprintf("%.2f", t2 / ofb) : "-"
-    ttf = (t2 + 0 > 0) ? sprintf("%.1f", 3.5 * flops / t2 * 1e-9) : "-"
-    n = (k in note && note[k] != "-") ? note[k] : ""
-    printf "%-22s %9.3f %9s %9.3f %9s %9s %9s %9.1f %9s  %s\n", k, of, t1, ofb, t2, r1, r2, 3.5 * flops / ofb * 1e-9,
-           ttf, n
-  }' "$out/torch.out" "$out/ours.tsv"
+    c1 = (k in cf) ? sprintf("%.3f", cf[k]) : "-"; c2 = (k in cfb) ? sprintf("%.3f", cfb[k]) : "-"
+    xo = (t2 + 0 > 0) ? sprintf("%.2f", t2 / ofb) : "-"
+    xc = (t2 + 0 > 0 && c2 != "-") ? sprintf("%.2f", t2 / c2) : "-"
+    tc = (c2 != "-") ? sprintf("%.1f", flops / c2 * 1e-9) : "-"
+    printf "%-20s %8.3f %8s %8s | %8.3f %8s %8s | %7s %7s | %7.1f %7s\n", k, of, c1, t1, ofb, c2, t2, xo, xc,
+           flops / ofb * 1e-9, tc
+  }' "$out/torch.out" "$out/cudnn.tsv" "$out/own.tsv"
+echo "(ms; f+b = forward + backward; x = torch f+b / ours; TF = TFLOP/s of f+b, causal half, backward 2.5x forward)"
 echo "(raw output and logs: $out)" >&2

@@ -3,13 +3,15 @@
 # back to back on this machine's GPU, then prints one table. Usage:
 #   bench/run_train_bench.sh [--build DIR] [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024]
 #                            [--steps 10] [--warmup 3] [--gemm-tflops 678] [--no-torch] [--no-dscpp]
+#                            [--attention auto|own|cudnn[,...]]  (ours once per attention backend, e.g. own,cudnn)
+#                            [--torch-modes eager,compile]
 # A model that does not fit shows OOM; a failed run shows ERROR (its log is in the stderr files named below).
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 build="$root/build"
 models="gpt2,gpt2-medium,llama-1b"
-batch=32 seq=1024 steps=10 warmup=3 gemm=0 run_torch=1 run_dscpp=1
+batch=32 seq=1024 steps=10 warmup=3 gemm=0 run_torch=1 run_dscpp=1 attention=auto torch_modes=eager,compile
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -21,6 +23,8 @@ while [ $# -gt 0 ]; do
     --gemm-tflops) gemm="$2"; shift 2 ;;
     --no-torch) run_torch=0; shift ;;
     --no-dscpp) run_dscpp=0; shift ;;
+    --attention) attention="$2"; shift 2 ;;
+    --torch-modes) torch_modes="$2"; shift 2 ;;
     -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
     *) echo "run_train_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -32,15 +36,21 @@ common=(--models "$models" --batch "$batch" --seq "$seq" --steps "$steps" --warm
 if [ "$run_dscpp" = 1 ]; then
   bin="$build/bench/train_bench"
   if [ -x "$bin" ]; then
-    echo "== dscpp: $bin (log: $out/dscpp.err)" >&2
-    "$bin" "${common[@]}" > "$out/dscpp.out" 2> "$out/dscpp.err" || echo "train_bench exited with $?" >&2
+    for be in ${attention//,/ }; do
+      echo "== dscpp: DSCPP_ATTENTION=$be $bin (log: $out/dscpp-$be.err)" >&2
+      DSCPP_ATTENTION=$be "$bin" "${common[@]}" > "$out/dscpp-$be.raw" 2> "$out/dscpp-$be.err" ||
+        echo "train_bench exited with $?" >&2
+      # One backend keeps train_bench's name; several get the backend appended (dscpp-bf16+cudnn).
+      if [ "$attention" = "$be" ]; then cp "$out/dscpp-$be.raw" "$out/dscpp-$be.out"
+      else awk -F'\t' -v OFS='\t' -v be="$be" '$1 == "RESULT" { $2 = $2 "+" be } { print }' "$out/dscpp-$be.raw" > "$out/dscpp-$be.out"; fi
+    done
   else
     echo "train_bench not found at $bin (build with -DDSCPP_CUDA=ON, target train_bench)" >&2
   fi
 fi
 if [ "$run_torch" = 1 ]; then
   echo "== torch: $here/train_torch.py (log: $out/torch.err)" >&2
-  python3 "$here/train_torch.py" "${common[@]}" > "$out/torch.out" 2> "$out/torch.err" ||
+  python3 "$here/train_torch.py" "${common[@]}" --modes "$torch_modes" > "$out/torch.out" 2> "$out/torch.err" ||
     echo "train_torch.py exited with $? (see $out/torch.err)" >&2
 fi
 

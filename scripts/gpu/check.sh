@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # On a GPU machine (H100/H200): build for sm_90a, then run the op harness, the GPU unit tests and the kernel
 # self-checks/benchmarks. Logs go to $OUT (or ./gpu-out). Extra libraries the image lacks (ICU) may be unpacked under
-# .carry/root (see docs/GPU.md). Usage: scripts/gpu/check.sh [build|ops|unit|kernels|train|all|losscurve|attn]...
-# losscurve (GPT-2 124M loss curves, CPU vs GPU f32/bf16/fp16, ~2 min) and attn (our attention vs PyTorch flash SDPA)
-# run only when named; "all" leaves them out.
+# .carry/root (see docs/GPU.md). Usage: scripts/gpu/check.sh [build|ops|unit|kernels|train|all|losscurve|attn|ckpt]...
+# losscurve (GPT-2 124M loss curves, CPU vs GPU f32/bf16/fp16, ~2 min), attn (our attention vs PyTorch flash SDPA) and
+# ckpt (checkpoint save/load speed, llama-1b) run only when named; "all" leaves them out.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -32,6 +32,9 @@ if want build; then
   fi
   summary+=("build: ok in $(( $(date +%s) - t0 )) s")
 fi
+# cuDNN may live outside the loader's path (a Python wheel's lib folder): put the one CMake linked on it.
+cudnn_lib=$(grep -E "^CUDNN_LIBRARY:" build-gpu/CMakeCache.txt 2>/dev/null | cut -d= -f2)
+[ -f "$cudnn_lib" ] && export LD_LIBRARY_PATH=$(dirname "$cudnn_lib"):${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 
 if want ops; then
@@ -71,5 +74,11 @@ if named attn; then
   timeout 300 bash bench/run_attention_bench.sh --build build-gpu >"$OUT/attention_vs_torch.log" 2>&1
   summary+=("attention vs torch rc=$?")
   cat "$OUT/attention_vs_torch.log"
+fi
+if named ckpt; then
+  # Checkpoint save/load of llama-1b on the GPU and on the CPU (bench/run_ckpt_bench.sh), ~35 GB of disk at a time.
+  timeout 560 bash bench/run_ckpt_bench.sh --build build-gpu --no-hf >"$OUT/ckpt_bench.log" 2>&1
+  summary+=("ckpt bench rc=$?")
+  grep -v "^\[" "$OUT/ckpt_bench.log" | tail -25
 fi
 printf '%s\n' "== summary" "${summary[@]}"

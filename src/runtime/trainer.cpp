@@ -19,6 +19,7 @@
 #include "dscpp/data/dataloader.h"
 #include "dscpp/data/shard.h"
 #include "dscpp/data/tokenizer.h"
+#include "dscpp/kernels/attention_backend.h"
 #include "dscpp/inference/sampler.h"
 #include "dscpp/runtime/engine.h"
 
@@ -366,6 +367,10 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     log << "trained " << steps_run << " steps in " << fmt_duration(train_seconds) << ": " << long(res.tokens_per_second)
         << " tokens/s; peak tensor memory " << fmt_bytes(res.peak_tensor_bytes) << ", peak RSS "
         << fmt_bytes(res.peak_rss_bytes) << std::endl;
+    const AttentionCalls att = attention_calls();
+    if (att.cudnn_forward + att.own_forward > 0)  // CUDA attention ran: say which implementation
+      log << "attention: " << (att.cudnn_forward ? "cuDNN fused" : "own kernels") << " (" << att.cudnn_forward
+          << " cuDNN / " << att.own_forward << " own forward calls; DSCPP_ATTENTION=auto|cudnn|own)" << std::endl;
     log << "checkpoint: " << ckpt_dir << "/" << read_latest_tag(ckpt_dir) << std::endl;
   }
 

@@ -31,6 +31,8 @@
 // masked explicitly, so any T >= 1 works. Query blocks run heaviest-first (reversed block index).
 #include <cmath>
 
+#include "kernels/attention_calls.h"
+#include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -825,6 +827,13 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, 
   DSCPP_CHECK(lse.dtype() == DType::f32, op, ": lse must be f32");
   if (B == 0 || T == 0) return;
   OpLaunch l(qkv);
+  AttentionCallCounters& calls = attention_call_counters();
+  if (cudnn_attention::forward(qkv.dtype(), {d.B, d.T, d.H, d.Hkv, d.D}, out.raw(), ptr<float>(lse), qkv.raw(),
+                               qkv.device().index, l.stream)) {
+    calls.cudnn_forward++;
+    return;
+  }
+  calls.own_forward++;
   const bool flash = use_flash(qkv.dtype(), d.D, {qkv.raw(), out.raw()});
   dispatch_float(op, qkv.dtype(), [&](auto* tag) {
     using E = std::remove_pointer_t<decltype(tag)>;
@@ -853,6 +862,13 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
   DSCPP_CHECK(lse.dtype() == DType::f32, op, ": lse must be f32");
   if (B == 0 || T == 0) return;
   OpLaunch l(qkv);
+  AttentionCallCounters& calls = attention_call_counters();
+  if (cudnn_attention::backward(t, {d.B, d.T, d.H, d.Hkv, d.D}, dqkv.raw(), dout.raw(), qkv.raw(), out.raw(),
+                                ptr<const float>(lse), qkv.device().index, l.stream)) {
+    calls.cudnn_backward++;
+    return;
+  }
+  calls.own_backward++;
   Tensor Di = Tensor::empty({B, H, T}, DType::f32, qkv.device());  // stream-ordered reuse (Note [Current stream])
   const bool flash = use_flash(t, d.D, {dqkv.raw(), dout.raw(), qkv.raw(), out.raw()});
   dispatch_float(op, t, [&](auto* tag) {

@@ -1,0 +1,44 @@
+// Which implementation runs attention_forward / attention_backward on CUDA tensors.
+//
+//   automatic  cuDNN's fused flash attention (Hopper kernels) where it is built in and supports the call
+//              (bf16/f16, head dim a multiple of 8 up to 128, 16-byte aligned buffers), else our own kernels
+//   cudnn      the same choice; the name documents intent (and "dscpp train" reports which one ran)
+//   own        always our kernels (src/kernels/cuda/attention.cu)
+//
+// The environment variable DSCPP_ATTENTION=auto|cudnn|own sets the process-wide default on first use. The contract
+// (ops.h) is the same for every backend, including the saved lse, so a forward from one may feed a backward from
+// the other. CPU tensors always use the CPU reference.
+#pragma once
+#include <cstdint>
+#include <string>
+
+namespace dscpp {
+
+enum class AttentionBackend { automatic, cudnn, own };
+
+AttentionBackend attention_backend();
+void set_attention_backend(AttentionBackend b);
+AttentionBackend parse_attention_backend(const std::string& name);  // "auto"|"cudnn"|"own"; throws naming the value
+const char* attention_backend_name(AttentionBackend b);
+
+bool cudnn_attention_built();  // compiled with cuDNN's frontend (a CUDA build that found cudnn_frontend.h)
+
+// Calls served by cuDNN since start-up (forward and backward counted separately), for tests and reports.
+struct AttentionCalls {
+  int64_t cudnn_forward = 0, cudnn_backward = 0, own_forward = 0, own_backward = 0;
+};
+AttentionCalls attention_calls();
+
+// Sets the backend for a scope (tests), restoring the previous one.
+class ScopedAttentionBackend {
+ public:
+  explicit ScopedAttentionBackend(AttentionBackend b) : prev_(attention_backend()) { set_attention_backend(b); }
+  ~ScopedAttentionBackend() { set_attention_backend(prev_); }
+  ScopedAttentionBackend(const ScopedAttentionBackend&) = delete;
+  ScopedAttentionBackend& operator=(const ScopedAttentionBackend&) = delete;
+
+ private:
+  AttentionBackend prev_;
+};
+
+}  // namespace dscpp
