@@ -377,6 +377,43 @@ void add_norms() {
             x.compare("dinp", ddinp, dinp);
             x.compare("dweight", ddw, dw, w == DType::f32 ? std::max(1e-5, x.tol.of(t) / 10) : x.tol.of(w));
           });
+          // The forward's output from saved statistics: against the CPU, and bit for bit against what the GPU's
+          // plain and residual-fused forwards wrote with those statistics (a block rebuilds it in backward).
+          for (bool ln : {true, false})
+            add(ln ? "layernorm_apply" : "rmsnorm_apply", t, sh, [=](Ctx& x) {
+              const float eps = ln ? 1e-5f : 1e-6f;
+              Tensor inp = x.rand({N, C}, -2.0f, 3.0f), r = x.rand({N, C}), wt = x.rand({C}, w), b = x.rand({C}, w);
+              Tensor ref = Tensor::empty({N, C}, DType::f32), mean = Tensor::empty({N}, DType::f32),
+                     rstd = Tensor::empty({N}, DType::f32);
+              if (ln) ops::layernorm_forward(ref, mean, rstd, inp, wt, b, eps);
+              else ops::rmsnorm_forward(ref, rstd, inp, wt, eps);
+              Tensor di = x.dev(inp, "inp"), dr = x.dev(r, "residual"), dw = x.dev(wt, w, "weight"),
+                     db = x.dev(b, w, "bias");
+              Tensor dmean = x.dev(mean, DType::f32, "mean"), drstd = x.dev(rstd, DType::f32, "rstd");
+              auto apply = [&](const Tensor& out, const Tensor& in, const Tensor& m, const Tensor& s) {
+                if (ln) ops::layernorm_apply(out, in, dw, db, m, s);
+                else ops::rmsnorm_apply(out, in, dw, s);
+              };
+              Tensor dout = x.out({N, C}, "out");
+              x.run([&] { apply(dout, di, dmean, drstd); });
+              x.compare("out", dout, ref);
+              auto same_as_forward = [&](const std::string& name, const Tensor& a, const Tensor& f) {
+                const Tensor ha = x.host_of(a), hf = x.host_of(f);  // bf16/f16 -> f32 is exact and one-to-one
+                if (std::memcmp(ha.raw(), hf.raw(), ha.nbytes()) != 0) x.fail(name + ": not the forward's bits");
+              };
+              Tensor fout = x.out({N, C}, "out(forward)"), fmean = x.out({N}, DType::f32, "mean(forward)"),
+                     frstd = x.out({N}, DType::f32, "rstd(forward)"), again = x.out({N, C}, "out(apply)");
+              if (ln) ops::layernorm_forward(fout, fmean, frstd, di, dw, db, eps);
+              else ops::rmsnorm_forward(fout, frstd, di, dw, eps);
+              apply(again, di, fmean, frstd);
+              same_as_forward("out vs norm forward", again, fout);
+              Tensor res = x.out({N, C}, "resid"), fnorm = x.out({N, C}, "norm(fused forward)"),
+                     again2 = x.out({N, C}, "norm(apply)");
+              if (ln) ops::fused_residual_layernorm_forward(res, fnorm, fmean, frstd, di, dr, dw, db, eps);
+              else ops::fused_residual_rmsnorm_forward(res, fnorm, frstd, di, dr, dw, eps);
+              apply(again2, res, fmean, frstd);
+              same_as_forward("out vs fused residual forward", again2, fnorm);
+            });
         }
 }
 
