@@ -1,13 +1,15 @@
 // Training throughput of our engine on one GPU: GPT-2 124M (vocab padded to 50304), GPT-2 350M and Llama ~1B on
 // random tokens, bf16 with f32 master weights, AdamW, gradient clipping 1.0 (the settings of bench/train_torch.py).
 //   train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024] [--steps 10] [--warmup 3]
-//               [--gemm-tflops 678] [--dtype bf16|fp16|f32]
+//               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--nvtx-step]
 // Prints one line per model, tab-separated and prefixed "RESULT" (bench/run_train_bench.sh collects them):
 //   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
 // tokens/s = B*T / median step time (forward + backward + step, synchronised) over --steps steps after --warmup;
 // MFU = tokens/s * ModelConfig::train_flops_per_token(T) / 989.4e12 (H100 SXM dense bf16), and the same against
 // the measured GEMM ceiling --gemm-tflops. Peak memory: the CUDA allocator's peak live bytes (PyTorch's
 // max_memory_allocated counterpart). An out-of-memory model prints "OOM" in the numeric columns and the run goes on.
+// --nvtx-step: each model's first timed step runs inside the NVTX range "dscpp_step", so Nsight Compute profiles
+// exactly that step: ncu --nvtx --nvtx-include "dscpp_step/" ... (bench/run_kernel_profile.sh).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include "dscpp/core/allocator.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/rng.h"
+#include "dscpp/profiler/profiler.h"
 #include "dscpp/runtime/engine.h"
 
 #include "bench_flags.h"
@@ -34,15 +37,18 @@ struct Args {
   int64_t batch = 32, seq = 1024, steps = 10, warmup = 3;
   double gemm_tflops = 0;  // 0: column printed as "-"
   std::string dtype = "bf16";
+  bool nvtx_step = false;
 };
 
 const bench::Flags kFlags{"train_bench",
                           "train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024]\n"
-                          "                   [--steps 10] [--warmup 3] [--gemm-tflops 678] [--dtype bf16|fp16|f32]\n"};
+                          "                   [--steps 10] [--warmup 3] [--gemm-tflops 678] [--dtype bf16|fp16|f32]\n"
+                          "                   [--nvtx-step]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
-  kFlags.parse(argc, argv, {}, {}, [&](const std::string& k, const std::string& v) {
+  auto on_switch = [&](const std::string&) { a.nvtx_step = true; };  // the only switch
+  kFlags.parse(argc, argv, {"nvtx-step"}, on_switch, [&](const std::string& k, const std::string& v) {
     if (k == "models") a.models = bench::Flags::list(v);
     else if (k == "batch") a.batch = kFlags.to_int(k, v, 1);
     else if (k == "seq") a.seq = kFlags.to_int(k, v, 1);
@@ -108,17 +114,23 @@ void bench_one(const std::string& name, const Args& a) {
     Tensor x = Tensor::empty({a.batch, a.seq}, DType::i32), y = Tensor::empty({a.batch, a.seq}, DType::i32);
     Rng rng(42);
     std::vector<double> ms;
+    // A profiler of its own that is never made active: it only pushes and pops the NVTX range (Options::nvtx; a
+    // no-op unless a tool such as ncu is attached, and in builds without CUDA).
+    Profiler nvtx(Profiler::Options{.enabled = a.nvtx_step});
     for (int64_t s = 0; s < a.warmup + a.steps; s++) {
       for (int64_t i = 0; i < x.numel(); i++) {
         x.data<int32_t>()[i] = int32_t(rng.below(uint32_t(mc.vocab_size)));
         y.data<int32_t>()[i] = int32_t(rng.below(uint32_t(mc.vocab_size)));
       }
       cuda_synchronize(0);
+      const bool marked = a.nvtx_step && s == a.warmup;
       auto t0 = std::chrono::steady_clock::now();
+      if (marked) nvtx.begin("dscpp_step");
       engine->forward(x, y);
       engine->backward();
       engine->step();
       cuda_synchronize(0);
+      if (marked) nvtx.end("dscpp_step");
       double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s >= a.warmup) ms.push_back(dt);
       std::fprintf(stderr, "  %s step %lld: %.1f ms, loss %.4f\n", name.c_str(), (long long)s, dt,

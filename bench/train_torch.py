@@ -9,10 +9,16 @@ lm head, F.scaled_dot_product_attention causal); the Llama ~1B is transformers' 
 Prints one tab-separated line per (model, mode), prefixed RESULT, with the columns of train_bench:
   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
 An out-of-memory run prints OOM in the numeric columns and the next one starts.
+
+--profile-step OUT.json: after the timed steps, one more step under torch.profiler (CUPTI) writes its GPU kernels,
+in launch order, as a JSON list of {"name": kernel name, "us": device microseconds} (bench/kernel_table.py reads
+it). With more than one (model, mode) the files are OUT-<model>-<mode>.json.
 """
 import argparse
 import gc
+import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -99,6 +105,40 @@ def train_flops_per_token(n_params, L, C, T):
     return 6 * n_params + 6 * L * C * T  # llm.c's formula, as ModelConfig::train_flops_per_token
 
 
+def kernel_events(torch, prof):
+    """[{"name", "us"}] of the GPU kernels among a finished profiler's events, in start order. Memcpy and memset
+    activities are left out, as Nsight Compute (our side) sees kernels only."""
+    out = []
+    for ev in prof.events():
+        if getattr(ev, "device_type", None) != torch.autograd.DeviceType.CUDA:  # host-side events
+            continue
+        if ev.name.startswith(("Memcpy", "Memset")):
+            continue
+        tr = getattr(ev, "time_range", None)
+        if tr is not None:
+            us, start = tr.end - tr.start, tr.start
+        else:  # the per-event device time under its name of the day (device_time; cuda_time before torch 2.4)
+            us = next(getattr(ev, a) for a in ("device_time", "cuda_time") if hasattr(ev, a))
+            start = 0
+        out.append((start, {"name": ev.name, "us": float(us)}))
+    out.sort(key=lambda e: e[0])
+    return [k for _, k in out]
+
+
+def profile_step(torch, step, idx, tgt, path):
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        step(idx, tgt)
+        torch.cuda.synchronize()
+    kernels = kernel_events(torch, prof)
+    with open(path, "w") as f:
+        json.dump(kernels, f, indent=0)
+    total = sum(k["us"] for k in kernels) / 1e3
+    print(f"  profiled step: {len(kernels)} kernels, {total:.1f} ms of kernel time -> {path}", file=sys.stderr)
+
+
 def run(name, mode, args, torch):
     import torch.nn as nn
     import torch.nn.functional as F
@@ -145,6 +185,11 @@ def run(name, mode, args, torch):
     flops = tps * train_flops_per_token(n_params, L, C, T)
     peak = torch.cuda.max_memory_allocated() / 2**30
     gemm = f"{100 * flops / (args.gemm_tflops * 1e12):.1f}" if args.gemm_tflops > 0 else "-"
+    if args.profile_step:
+        try:  # a failure here leaves the timings above valid
+            profile_step(torch, step, idx, tgt, args.profile_step)
+        except Exception as e:
+            print(f"train_torch: {name} {mode}: --profile-step failed: {type(e).__name__}: {e}", file=sys.stderr)
     return [f"{tps:.0f}", f"{med:.1f}", f"{100 * flops / PEAK_BF16_FLOPS:.1f}", gemm, f"{peak:.2f}"]
 
 
@@ -157,6 +202,8 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3, help="compile mode adds 2 more (compilation)")
     ap.add_argument("--gemm-tflops", type=float, default=0.0)
+    ap.add_argument("--profile-step", metavar="OUT.json", default=None,
+                    help="after the timed steps, profile one more and write its kernels (see above)")
     args = ap.parse_args()
     for m in args.models.split(","):
         if m not in PRESETS:
@@ -177,6 +224,9 @@ def main():
     for name in args.models.split(","):
         for mode in modes:
             run_args = argparse.Namespace(**vars(args))
+            if args.profile_step and len(args.models.split(",")) * len(modes) > 1:
+                root, ext = os.path.splitext(args.profile_step)
+                run_args.profile_step = f"{root}-{name}-{mode}{ext or '.json'}"
             if mode == "compile":
                 run_args.warmup = args.warmup + 2
             try:
