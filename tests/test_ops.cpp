@@ -25,6 +25,7 @@
 
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/tensor.h"
+#include "dscpp/kernels/attention_backend.h"
 #include "dscpp/kernels/ops.h"
 
 #ifdef DSCPP_WITH_CUDA
@@ -842,41 +843,60 @@ void add_matmul_epilogue() {
         });
 }
 
+// Each backend (dscpp/kernels/attention_backend.h) against the CPU reference: our kernels for every dtype, cuDNN's
+// fused attention (when built in) for bf16/f16. A cuDNN case fails if cuDNN declined a shape it should take
+// (T a multiple of 64); for tiny or odd T it may decline and our kernels answer, which the case then checks.
 void add_attention() {
   struct S {
     int64_t B, T, H, Hkv, D;
   };
-  const S shapes[] = {{2, 1, 12, 12, 64}, {2, 17, 12, 12, 64}, {1, 17, 32, 8, 128},
-                      {1, 256, 12, 12, 64}, {1, 256, 32, 8, 128}};
-  for (DType t : kDtypes)
-    for (S s : shapes) {
-      const std::string sh = dims({{"B", s.B}, {"T", s.T}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}});
-      const int64_t row = (s.H + 2 * s.Hkv) * s.D;
-      add("attention_forward", t, sh, [=](Ctx& x) {
-        x.tol = kAttentionTol;
-        Tensor qkv = x.rand({s.B, s.T, row}, -2.0f, 2.0f);
-        Tensor out = Tensor::empty({s.B, s.T, s.H * s.D}, DType::f32), lse = Tensor::empty({s.B, s.H, s.T}, DType::f32);
-        ops::attention_forward(out, lse, qkv, s.B, s.T, s.H, s.Hkv, s.D);
-        Tensor dq = x.dev(qkv, "qkv"), dout = x.out({s.B, s.T, s.H * s.D}, "out"),
-               dlse = x.out({s.B, s.H, s.T}, DType::f32, "lse");
-        x.run([&] { ops::attention_forward(dout, dlse, dq, s.B, s.T, s.H, s.Hkv, s.D); });
-        x.compare("out", dout, out);
-        x.compare("lse", dlse, lse, 1e-4);
-      });
-      add("attention_backward", t, sh, [=](Ctx& x) {
-        x.tol = kAttentionTol;
-        Tensor qkv = x.rand({s.B, s.T, row}, -2.0f, 2.0f), dy = x.rand({s.B, s.T, s.H * s.D});
-        Tensor out = Tensor::empty({s.B, s.T, s.H * s.D}, DType::f32), lse = Tensor::empty({s.B, s.H, s.T}, DType::f32);
-        ops::attention_forward(out, lse, qkv, s.B, s.T, s.H, s.Hkv, s.D);
-        if (x.dt != DType::f32) out = out.to(x.dt).to(DType::f32);  // the device sees a rounded out; so does the ref
-        Tensor ref = Tensor::empty({s.B, s.T, row}, DType::f32);
-        ops::attention_backward(ref, dy, qkv, out, lse, s.B, s.T, s.H, s.Hkv, s.D);
-        Tensor dq = x.dev(qkv, "qkv"), ddy = x.dev(dy, "dout"), dout = x.dev(out, "out"),
-               dlse = x.dev(lse, DType::f32, "lse"), ddq = x.out({s.B, s.T, row}, "dqkv");
-        x.run([&] { ops::attention_backward(ddq, ddy, dq, dout, dlse, s.B, s.T, s.H, s.Hkv, s.D); });
-        x.compare("dqkv", ddq, ref);
-      });
-    }
+  const S shapes[] = {{2, 1, 12, 12, 64},   {2, 17, 12, 12, 64},   {1, 17, 32, 8, 128},
+                      {1, 256, 12, 12, 64}, {1, 256, 32, 8, 128},  {2, 1024, 12, 12, 64}};
+  for (AttentionBackend be : {AttentionBackend::own, AttentionBackend::cudnn})
+    for (DType t : kDtypes)
+      for (S s : shapes) {
+        const bool cudnn = be == AttentionBackend::cudnn;
+        if (cudnn && (t == DType::f32 || !cudnn_attention_built())) continue;
+        if (!cudnn && s.T > 256) continue;  // our kernels' long case is the attention benchmark's self-check
+        const std::string sh = dims({{"B", s.B}, {"T", s.T}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}});
+        const int64_t row = (s.H + 2 * s.Hkv) * s.D;
+        const std::string suffix = cudnn ? "[cudnn]" : "";
+        // Runs `call` on the backend; a cuDNN case must have been served by cuDNN where it should be.
+        auto on_backend = [=](Ctx& x, bool backward, const std::function<void()>& call) {
+          ScopedAttentionBackend scope(be);
+          const AttentionCalls before = attention_calls();
+          x.run(call);
+          const AttentionCalls after = attention_calls();
+          const int64_t served = backward ? after.cudnn_backward - before.cudnn_backward
+                                          : after.cudnn_forward - before.cudnn_forward;
+          if (cudnn && served == 0 && s.T % 64 == 0) x.fail("cuDNN declined this shape (see stderr)");
+          if (!cudnn && served != 0) x.fail("the 'own' backend ran cuDNN");
+        };
+        add("attention_forward" + suffix, t, sh, [=](Ctx& x) {
+          x.tol = kAttentionTol;
+          Tensor qkv = x.rand({s.B, s.T, row}, -2.0f, 2.0f);
+          Tensor out = Tensor::empty({s.B, s.T, s.H * s.D}, DType::f32), lse = Tensor::empty({s.B, s.H, s.T}, DType::f32);
+          ops::attention_forward(out, lse, qkv, s.B, s.T, s.H, s.Hkv, s.D);
+          Tensor dq = x.dev(qkv, "qkv"), dout = x.out({s.B, s.T, s.H * s.D}, "out"),
+                 dlse = x.out({s.B, s.H, s.T}, DType::f32, "lse");
+          on_backend(x, false, [&] { ops::attention_forward(dout, dlse, dq, s.B, s.T, s.H, s.Hkv, s.D); });
+          x.compare("out", dout, out);
+          x.compare("lse", dlse, lse, 1e-4);
+        });
+        add("attention_backward" + suffix, t, sh, [=](Ctx& x) {
+          x.tol = kAttentionTol;
+          Tensor qkv = x.rand({s.B, s.T, row}, -2.0f, 2.0f), dy = x.rand({s.B, s.T, s.H * s.D});
+          Tensor out = Tensor::empty({s.B, s.T, s.H * s.D}, DType::f32), lse = Tensor::empty({s.B, s.H, s.T}, DType::f32);
+          ops::attention_forward(out, lse, qkv, s.B, s.T, s.H, s.Hkv, s.D);
+          if (x.dt != DType::f32) out = out.to(x.dt).to(DType::f32);  // the device sees a rounded out; so does the ref
+          Tensor ref = Tensor::empty({s.B, s.T, row}, DType::f32);
+          ops::attention_backward(ref, dy, qkv, out, lse, s.B, s.T, s.H, s.Hkv, s.D);
+          Tensor dq = x.dev(qkv, "qkv"), ddy = x.dev(dy, "dout"), dout = x.dev(out, "out"),
+                 dlse = x.dev(lse, DType::f32, "lse"), ddq = x.out({s.B, s.T, row}, "dqkv");
+          on_backend(x, true, [&] { ops::attention_backward(ddq, ddy, dq, dout, dlse, s.B, s.T, s.H, s.Hkv, s.D); });
+          x.compare("dqkv", ddq, ref);
+        });
+      }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
