@@ -741,20 +741,53 @@ void add_matmul() {
             x.compare("c", dc, ref);
         });
       }
+#ifdef DSCPP_WITH_CUDA
+  // The bias gradient kernel alone (cuda::bias_grad, Note [Bias gradient kernel]): dbias += column sums of dout,
+  // reference in double. N = 1; OC = 8 with N = 40001 (several unrolled iterations per split plus a one-row tail in
+  // the last split); odd OC (scalar loads); OC = 768 with N = 3000 (N not a multiple of the 64-row step); and a dout
+  // one element off 16-byte alignment (scalar path for an OC that would vectorise). Deterministic: two runs agree.
+  struct B {
+    int64_t N, OC;
+    bool misaligned;
+  };
+  for (DType t : kDtypes)
+    for (B s : {B{1, 8, false}, B{40001, 8, false}, B{4097, 13, false}, B{3000, 768, false}, B{1000, 2304, true}})
+      for (DType g : param_dtypes(t))
+        add("bias_grad", t,
+            dims({{"N", s.N}, {"OC", s.OC}}) + " dbias=" + dt_name(g) + (s.misaligned ? " misaligned" : ""),
+            [=](Ctx& x) {
+              const int64_t off = s.misaligned ? 1 : 0;
+              Tensor dy = x.rand({s.N * s.OC + off}), db0 = x.rand({s.OC}, g), ref = db0.clone();
+              const float* py = dy.data<float>() + off;
+              for (int64_t o = 0; o < s.OC; o++) {
+                double sum = 0;
+                for (int64_t n = 0; n < s.N; n++) sum += py[n * s.OC + o];
+                ref.data<float>()[o] = float(ref.data<float>()[o] + sum);
+              }
+              Tensor ddy = x.dev(dy, "dout").view_at(off, {s.N, s.OC});
+              Tensor ddb = x.dev(db0, g, "dbias"), ddb2 = x.dev(db0, g, "dbias2");
+              x.run([&] { cuda::bias_grad(ddb, ddy); });
+              x.compare("dbias", ddb, ref, g == DType::f32 ? 1e-5 : x.tol.of(g));  // f32: only summation order
+              cuda::bias_grad(ddb2, ddy);
+              x.same_bits("dbias", ddb, ddb2);
+            });
+#endif
 }
 
-// The matmul switches for one case (cuBLASLt epilogues on/off, TF32 for f32 GEMMs), back to the defaults after.
+// The matmul switches for one case (cuBLASLt epilogues on/off, TF32 for f32 GEMMs, dbias through BGRADB), back to
+// the defaults after.
 struct MatmulMode {
-  MatmulMode(bool epilogues, bool tf32) { set(epilogues, tf32); }
-  ~MatmulMode() { set(true, true); }
+  MatmulMode(bool epilogues, bool tf32, bool bgradb = false) { set(epilogues, tf32, bgradb); }
+  ~MatmulMode() { set(true, true, false); }
   MatmulMode(const MatmulMode&) = delete;
   MatmulMode& operator=(const MatmulMode&) = delete;
-  static void set(bool epilogues, bool tf32) {
+  static void set(bool epilogues, bool tf32, bool bgradb) {
 #ifdef DSCPP_WITH_CUDA
     cuda::set_matmul_epilogues(epilogues);
     cuda::set_matmul_allow_tf32(tf32);
+    cuda::set_matmul_bgradb(bgradb);
 #else
-    (void)epilogues, (void)tf32;
+    (void)epilogues, (void)tf32, (void)bgradb;
 #endif
   }
 };
@@ -795,27 +828,31 @@ void add_matmul_epilogue() {
           x.run([&] { ops::matmul_dgelu_backward(ddpre, ddy, dw, dp); });
           x.compare("dpre", ddpre, ref);
         });
-        // dbias through the BGRADB epilogue of the weight-gradient GEMM: accumulates (+=) onto non-zero gradients,
-        // f32 (mixed precision) or in the activations' dtype; deterministic.
+        // dbias by bias_grad (the default) and, fused, through the BGRADB epilogue of the weight-gradient GEMM
+        // (DSCPP_BGRADB=1): accumulates (+=) onto non-zero gradients, f32 (mixed precision) or in the activations'
+        // dtype; deterministic.
         for (DType g : param_dtypes(t))
-          add("matmul_backward", t, dims({{"N", s.N}, {"C", s.C}, {"OC", s.F}}) + " bias dw=" + dt_name(g) +
-                                        (fused ? " fused" : " unfused"), [=](Ctx& x) {
-            x.tol = kGemmTol;
-            MatmulMode mode(fused, true);
-            const int64_t N = s.N, C = s.C, OC = s.F;
-            Tensor inp = x.rand({N, C}), w = x.rand({OC, C}), dy = x.rand({N, OC});
-            Tensor dw0 = x.rand({OC, C}, g), db0 = x.rand({OC}, g);
-            Tensor rdw = dw0.clone(), rdb = db0.clone();
-            ops::matmul_backward(Tensor(), rdw, rdb, dy, inp, w);
-            Tensor di = x.dev(inp, "inp"), dwt = x.dev(w, "weight"), ddy = x.dev(dy, "dout");
-            Tensor ddw = x.dev(dw0, g, "dweight"), ddb = x.dev(db0, g, "dbias");
-            Tensor ddw2 = x.dev(dw0, g, "dweight2"), ddb2 = x.dev(db0, g, "dbias2");
-            x.run([&] { ops::matmul_backward(Tensor(), ddw, ddb, ddy, di, dwt); });
-            x.compare("dweight", ddw, rdw, x.tol.of(g == DType::f32 ? t : g));
-            x.compare("dbias", ddb, rdb, x.tol.of(g == DType::f32 ? t : g));
-            ops::matmul_backward(Tensor(), ddw2, ddb2, ddy, di, dwt);
-            x.same_bits("dbias", ddb, ddb2);
-          });
+          for (bool bgradb : {false, true}) {
+            if (bgradb && !fused) continue;
+            add("matmul_backward", t, dims({{"N", s.N}, {"C", s.C}, {"OC", s.F}}) + " bias dw=" + dt_name(g) +
+                                          (fused ? " fused" : " unfused") + (bgradb ? " bgradb" : ""), [=](Ctx& x) {
+              x.tol = kGemmTol;
+              MatmulMode mode(fused, true, bgradb);
+              const int64_t N = s.N, C = s.C, OC = s.F;
+              Tensor inp = x.rand({N, C}), w = x.rand({OC, C}), dy = x.rand({N, OC});
+              Tensor dw0 = x.rand({OC, C}, g), db0 = x.rand({OC}, g);
+              Tensor rdw = dw0.clone(), rdb = db0.clone();
+              ops::matmul_backward(Tensor(), rdw, rdb, dy, inp, w);
+              Tensor di = x.dev(inp, "inp"), dwt = x.dev(w, "weight"), ddy = x.dev(dy, "dout");
+              Tensor ddw = x.dev(dw0, g, "dweight"), ddb = x.dev(db0, g, "dbias");
+              Tensor ddw2 = x.dev(dw0, g, "dweight2"), ddb2 = x.dev(db0, g, "dbias2");
+              x.run([&] { ops::matmul_backward(Tensor(), ddw, ddb, ddy, di, dwt); });
+              x.compare("dweight", ddw, rdw, x.tol.of(g == DType::f32 ? t : g));
+              x.compare("dbias", ddb, rdb, x.tol.of(g == DType::f32 ? t : g));
+              ops::matmul_backward(Tensor(), ddw2, ddb2, ddy, di, dwt);
+              x.same_bits("dbias", ddb, ddb2);
+            });
+          }
       }
   // cuBLASLt's GELU must be GPT-2's tanh form: f32 without TF32, where the erf GELU (4.7e-4 away at most, 1.5e-4
   // normalised over [-4, 4]) fails the 5e-5 threshold and a precise tanh GELU (about 1e-7) passes.

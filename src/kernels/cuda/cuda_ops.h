@@ -22,6 +22,11 @@ void matmul_bias_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor
 void matmul_dgelu_backward(const Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre);
 // false: every matmul takes the unfused path (GEMM, then separate bias/GELU/dbias kernels); for tests. Default true.
 void set_matmul_epilogues(bool enable);
+// true: matmul_backward computes dbias with cuBLASLt's BGRADB epilogue instead of bias_grad (Note [Matmul
+// epilogues]); for A/B timing. Default: the environment variable DSCPP_BGRADB=1, read once.
+void set_matmul_bgradb(bool enable);
+// dbias[OC] += sum over the rows of dout[N, OC] (bias_grad.cu): bandwidth-bound, deterministic; dbias any float dtype.
+void bias_grad(const Tensor& dbias, const Tensor& dout);
 
 // ---- normalisation ----
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,

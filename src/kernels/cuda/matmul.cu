@@ -22,12 +22,16 @@
 //     cuBLASLt wants its leading dimension (F) divisible by 8 and a 16-byte aligned pointer.
 //   - matmul_dgelu_backward: CUBLASLT_EPILOGUE_DGELU computes dpre = (dout @ W) * gelu'(pre) with pre as the aux
 //     input (same conditions on F and pre). We do not use DGELU_BGRAD: its bias gradient would be written in D's
-//     16-bit dtype; the up projection's dbias comes in f32 from its own weight-gradient GEMM instead (below).
-//   - matmul_backward: dbias fused into the weight-gradient GEMM dW[OC,C] += dout^T @ inp with
-//     CUBLASLT_EPILOGUE_BGRADB (cuBLASLt's B is dout, whose reduction over k = N rows is the column sum). The
-//     epilogue writes (=) a vector in D's dtype, while parameter gradients accumulate (+=): it writes into a
-//     temporary of dW's dtype (f32 in mixed precision) and a small kernel adds that into dbias, so gradient
-//     accumulation across micro-batches stays correct and no 16-bit rounding is added in mixed precision.
+//     16-bit dtype; the up projection's dbias comes in f32 from matmul_backward instead (below).
+//   - matmul_backward: dbias is NOT fused by default. It is the column sum of dout, computed by our own
+//     bandwidth-bound kernel (bias_grad, Note [Bias gradient kernel] in bias_grad.cu) after the plain
+//     weight-gradient GEMM dW[OC,C] += dout^T @ inp. It replaced the fused CUBLASLT_EPILOGUE_BGRADB because a
+//     profile of a GPT-2 124M step on H100 (bf16, N = 32768) showed BGRADB's helper kernel
+//     (globalKernelBgradAB_v2) at 3.0 ms over 48 calls, reading dout at ~1.8 TB/s where the GPU copies at ~3.0.
+//     DSCPP_BGRADB=1 (or set_matmul_bgradb(true)) keeps the old path for comparison (bench/gemm_bench times both):
+//     BGRADB (cuBLASLt's B is dout, whose reduction over k = N rows is the column sum) writes (=) a vector in D's
+//     dtype, while parameter gradients accumulate (+=), so it writes into a temporary of dW's dtype (f32 in mixed
+//     precision) and a small kernel adds that into dbias; gradient accumulation across micro-batches stays correct.
 //   cuBLASLt's GELU is the tanh approximation (GPT-2's gelu_new), the formula of our CPU reference; test_ops checks
 //   it on f32 without TF32 at a tolerance that the erf GELU (up to 4e-4 away) would fail.
 //   When the heuristic has no algorithm for an epilogue, or cublasLtMatmul refuses it, the plan is marked unusable
@@ -35,6 +39,7 @@
 #include <cublasLt.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -49,6 +54,17 @@ namespace {
 constexpr size_t kWorkspaceBytes = 32u << 20;
 std::atomic<bool> g_allow_tf32{true};
 std::atomic<bool> g_epilogues{true};
+std::atomic<int> g_bgradb{-1};  // -1: follow DSCPP_BGRADB; 0/1: set_matmul_bgradb
+
+// dbias through cuBLASLt's BGRADB epilogue instead of bias_grad (Note [Matmul epilogues]).
+bool use_bgradb() {
+  static const bool from_env = [] {
+    const char* e = std::getenv("DSCPP_BGRADB");
+    return e != nullptr && std::strcmp(e, "1") == 0;
+  }();
+  const int v = g_bgradb.load();
+  return v < 0 ? from_env : v == 1;
+}
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -235,38 +251,6 @@ __global__ void add_bias_kernel(TC* out, const TB* bias, int64_t rows, int64_t c
     out[i] = from_f<TC>(to_f(out[i]) + to_f(bias[i % cols]));
 }
 
-// dbias, stage 1: partial[s, o] = sum of dout[n, o] over the rows n of split s (kRowsPerSplit rows).
-// Block (32, 8): 32 columns, 8 row lanes summed in a fixed order, so the result does not depend on scheduling.
-constexpr int kRowsPerSplit = 256;
-template <typename T>
-__global__ void dbias_partial_kernel(float* partial, const T* dout, int64_t N, int64_t OC) {
-  __shared__ float red[8][33];
-  const int64_t o = int64_t(blockIdx.x) * 32 + threadIdx.x;
-  const int64_t n0 = int64_t(blockIdx.y) * kRowsPerSplit;
-  const int64_t n1 = n0 + kRowsPerSplit < N ? n0 + kRowsPerSplit : N;
-  float acc = 0.0f;
-  if (o < OC)
-    for (int64_t n = n0 + threadIdx.y; n < n1; n += 8) acc += to_f(dout[n * OC + o]);
-  red[threadIdx.y][threadIdx.x] = acc;
-  __syncthreads();
-  if (threadIdx.y == 0 && o < OC) {
-    float s = 0.0f;
-#pragma unroll
-    for (int y = 0; y < 8; y++) s += red[y][threadIdx.x];
-    partial[int64_t(blockIdx.y) * OC + o] = s;
-  }
-}
-
-// dbias, stage 2: dbias[o] += sum over splits in order.
-template <typename TB>
-__global__ void dbias_finish_kernel(TB* dbias, const float* partial, int64_t splits, int64_t OC) {
-  const int64_t o = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (o >= OC) return;
-  float s = 0.0f;
-  for (int64_t i = 0; i < splits; i++) s += partial[i * OC + o];
-  dbias[o] = from_f<TB>(to_f(dbias[o]) + s);
-}
-
 // dst[i] += src[i]: a bias gradient written fresh by the BGRADB epilogue, accumulated into the parameter gradient.
 template <typename TD, typename TS>
 __global__ void accumulate_kernel(TD* dst, const TS* src, int64_t n) {
@@ -381,6 +365,7 @@ void need_cuda_float(const char* op, const char* name, const Tensor& t) {
 
 void set_matmul_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 void set_matmul_epilogues(bool enable) { g_epilogues.store(enable); }
+void set_matmul_bgradb(bool enable) { g_bgradb.store(enable ? 1 : 0); }
 
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
   const char* op = "matmul_forward";
@@ -426,8 +411,8 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
   if (dweight.defined()) {  // dweight[OC,C] += dout^T @ inp   (dout[N,OC] is op(a) = a^T with a stored [K=N, M=OC])
     need_cuda_float(op, "dweight", dweight);
     const RowGemm gw{dweight.raw(), dweight.dtype(), dout.raw(), true, inp.raw(), false, t, OC, C, N, 1.0f, 1.0f};
-    if (dbias.defined() && OC > 0 && C > 0 && N > 0 && g_epilogues.load()) {
-      // dbias fused (Note [Matmul epilogues]): BGRADB writes sum_n dout into a temporary of dweight's dtype.
+    if (dbias.defined() && OC > 0 && C > 0 && N > 0 && g_epilogues.load() && use_bgradb()) {
+      // dbias fused, on request (Note [Matmul epilogues]): BGRADB writes sum_n dout into a temporary of dW's dtype.
       need_cuda_float(op, "dbias", dbias);
       Tensor fresh = Tensor::empty({OC}, dweight.dtype(), dout.device());
       if (lt_run(dev, l.stream, gw, CUBLASLT_EPILOGUE_BGRADB, fresh.raw(), fresh.dtype(), nullptr)) {
@@ -445,23 +430,9 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
     }
     if (!dbias_done) lt_gemm(dev, l.stream, gw);
   }
-  if (dbias.defined() && !dbias_done && OC > 0 && N > 0) {
+  if (dbias.defined() && !dbias_done) {  // dbias[OC] += column sums of dout[N, OC] (Note [Bias gradient kernel])
     need_cuda_float(op, "dbias", dbias);
-    const int64_t splits = ceil_div(N, kRowsPerSplit);
-    DSCPP_CHECK(splits <= 65535, op, ": N = ", N, " rows is too many for the dbias kernel");
-    Tensor partial = Tensor::empty({splits, OC}, DType::f32, dout.device());
-    dispatch_float(op, t, [&](auto* tag) {
-      using T = std::remove_pointer_t<decltype(tag)>;
-      dbias_partial_kernel<T><<<dim3(unsigned(ceil_div(OC, 32)), unsigned(splits)), dim3(32, 8), 0, l.stream>>>(
-          ptr<float>(partial), ptr<const T>(dout), N, OC);
-      DSCPP_CUDA_CHECK_LAUNCH();
-    });
-    dispatch_float(op, dbias.dtype(), [&](auto* tag) {
-      using TB = std::remove_pointer_t<decltype(tag)>;
-      dbias_finish_kernel<TB><<<unsigned(ceil_div(OC, 256)), 256, 0, l.stream>>>(ptr<TB>(dbias),
-                                                                                 ptr<const float>(partial), splits, OC);
-      DSCPP_CUDA_CHECK_LAUNCH();
-    });
+    bias_grad(dbias, dout);
   }
 }
 
