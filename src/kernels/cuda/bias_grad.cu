@@ -4,9 +4,9 @@
 // kernel is built to keep HBM busy and to give the same bits on every run:
 //   - stage 1, grid (column tiles) x (row splits), block (32, kLanes): a thread owns V consecutive columns (one
 //     16-byte load: 8 bf16/f16 or 4 f32, Note [Vector width]) and the rows ty, ty + kLanes, ... of its split; a
-//     warp reads 512 contiguous bytes of a row (vector path). Each thread issues kUnroll independent loads before it adds any of
-//     them, so enough bytes are in flight to cover the memory latency. The kLanes row lanes are added in a fixed
-//     order through shared memory and the tile's partial sums go to partial[split, o] (f32).
+//     warp reads 512 contiguous bytes of a row (vector path). Each thread issues kUnroll independent loads before
+//     it adds any of them, so enough bytes are in flight to cover the memory latency. The kLanes row lanes are
+//     added in a fixed order through shared memory and the tile's partial sums go to partial[split, o] (f32).
 //   - stage 2: dbias[o] += sum over the splits of partial[., o], 32 lanes each summing a fixed subset in order,
 //     then a fixed butterfly across the lanes.
 //   The split count depends only on (N, OC, V), never on the GPU or on timing, and every addition has a fixed order,
