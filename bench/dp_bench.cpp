@@ -179,10 +179,15 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
   const bool sharded = stage > 0 && world > 1;
   if (sharded) mo.pad_multiple = 16 * world;           // every unit splits evenly (Note [ZeRO units])
   mo.allocate_grads = !(sharded && stage >= 2);        // stage 2/3: per-unit gradient windows
+  // Stage 3 initialises each rank's shard only (zero.Init, as dscpp train): no whole model on any GPU or host, and
+  // the init runs in parallel across ranks, so the largest-model probe is bounded by the shards.
+  const bool sharded_init = sharded && stage == 3;
+  mo.materialize_params = !sharded_init;
   auto model = make_model(mc, mo);
-  model->init_weights(1234);
+  if (!sharded_init) model->init_weights(1234);
   EngineOptions eo;
   eo.dp_group = pg;
+  if (sharded_init) eo.init_seed = 1234;
   auto engine = initialize(std::move(model), cfg, eo);
   if (rank == 0) {
     std::printf("STATES\t%s\tstage %d: %s\n", label.c_str(), stage, engine->model_state_report().c_str());

@@ -100,8 +100,8 @@ if [ "$run_torch" = 1 ]; then
 fi
 
 # 2. The largest Llama at stage 3 (activation checkpointing). Shapes: name L C H Hkv F (vocab 32000, tied). Stage 3
-# model states are 18 bytes per parameter / N GPUs (bf16 params, f32 grads, masters, Adam m and v); start-up also
-# holds the whole bf16 model on every GPU before sharding it.
+# model states are 18 bytes per parameter / N GPUs (bf16 params, f32 grads, masters, Adam m and v); each rank
+# initialises only its shard (dp_bench uses the engine's sharded init at stage 3).
 shape() {
   case "$1" in
     1b) echo "16 2048 32 8 8192" ;;     # the llama-1b preset (1.0B)

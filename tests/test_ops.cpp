@@ -620,21 +620,32 @@ void add_crossentropy() {
       };
       add("crossentropy_forward", t, sh, [=](Ctx& x) {
         Tensor logits = x.rand({s.N, s.Vp}, -4.0f, 4.0f), tg = targets(x), ref = Tensor::empty({s.N}, DType::f32);
-        ops::crossentropy_forward(ref, logits, tg, s.V);
+        Tensor ref_lse = Tensor::empty({s.N}, DType::f32);
+        ops::crossentropy_forward(ref, logits, tg, s.V, ref_lse);
         Tensor dl = x.dev(logits, "logits"), dtg = x.dev(tg, "targets"), dloss = x.out({s.N}, DType::f32, "losses");
-        x.run([&] { ops::crossentropy_forward(dloss, dl, dtg, s.V); });
+        Tensor dlse = x.out({s.N}, DType::f32, "lse");
+        x.run([&] { ops::crossentropy_forward(dloss, dl, dtg, s.V, dlse); });
         x.compare("losses", dloss, ref, 1e-5);
+        x.compare("lse", dlse, ref_lse, 1e-5);
       });
-      for (bool in_place : {false, true})
-        add("crossentropy_backward", t, sh + (in_place ? " in-place" : ""), [=](Ctx& x) {
-          Tensor logits = x.rand({s.N, s.Vp}, -4.0f, 4.0f), tg = targets(x), ref = Tensor::empty({s.N, s.Vp}, DType::f32);
-          const float dloss = 1.0f / float(s.N);
-          ops::crossentropy_backward(ref, logits, tg, dloss, s.V);
-          Tensor dl = x.dev(logits, "logits"), dtg = x.dev(tg, "targets");
-          Tensor dd = in_place ? dl : x.out({s.N, s.Vp}, "dlogits");
-          x.run([&] { ops::crossentropy_backward(dd, dl, dtg, dloss, s.V); });
-          x.compare("dlogits", dd, ref);
-        });
+      // Backward with the forward's lse (one read of the row) and without (recomputed), in and out of place.
+      for (bool with_lse : {false, true})
+        for (bool in_place : {false, true})
+          add("crossentropy_backward", t, sh + (with_lse ? " lse" : "") + (in_place ? " in-place" : ""), [=](Ctx& x) {
+            Tensor logits = x.rand({s.N, s.Vp}, -4.0f, 4.0f), tg = targets(x);
+            Tensor ref = Tensor::empty({s.N, s.Vp}, DType::f32), losses = Tensor::empty({s.N}, DType::f32),
+                   lse = Tensor::empty({s.N}, DType::f32);
+            const float dloss = 1.0f / float(s.N);
+            // The device reads its own rounded logits: the reference's lse comes from the same rounded values.
+            if (x.dt != DType::f32) logits = logits.to(x.dt).to(DType::f32);
+            ops::crossentropy_forward(losses, logits, tg, s.V, lse);
+            ops::crossentropy_backward(ref, logits, tg, dloss, s.V);
+            Tensor dl = x.dev(logits, "logits"), dtg = x.dev(tg, "targets");
+            Tensor dlse = with_lse ? x.dev(lse, DType::f32, "lse") : Tensor();
+            Tensor dd = in_place ? dl : x.out({s.N, s.Vp}, "dlogits");
+            x.run([&] { ops::crossentropy_backward(dd, dl, dtg, dloss, s.V, dlse); });
+            x.compare("dlogits", dd, ref);
+          });
     }
 }
 

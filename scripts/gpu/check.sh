@@ -26,11 +26,14 @@ if want build; then
   t0=$(date +%s)
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSCPP_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
     "${icu[@]}" >"$OUT/cmake.log" 2>&1 || { tail -40 "$OUT/cmake.log"; exit 1; }
-  if ! ninja -C build-gpu -j "$(nproc)" >"$OUT/build.log" 2>&1; then
-    grep -E "error|Error" "$OUT/build.log" | head -60
-    exit 1
+  # -k 0: one broken target (a test in progress) must not keep the others from being built and run.
+  if ! ninja -C build-gpu -k 0 -j "$(nproc)" >"$OUT/build.log" 2>&1; then
+    grep -E "error|Error|FAILED" "$OUT/build.log" | head -40
+    summary+=("build: FAILED targets (see build.log) after $(( $(date +%s) - t0 )) s")
+  else
+    summary+=("build: ok in $(( $(date +%s) - t0 )) s")
   fi
-  summary+=("build: ok in $(( $(date +%s) - t0 )) s")
+  grep -E "cuDNN attention" "$OUT/cmake.log"
 fi
 # cuDNN may live outside the loader's path (a Python wheel's lib folder): put the one CMake linked on it.
 cudnn_lib=$(grep -E "^CUDNN_LIBRARY:" build-gpu/CMakeCache.txt 2>/dev/null | cut -d= -f2)

@@ -644,28 +644,39 @@ CeDims ce_checked(const char* op, const Tensor& logits, const Tensor& targets, i
 }
 }  // namespace
 
-void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V) {
+void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V,
+                          const Tensor& lse) {
   const char* op = "crossentropy_forward";
-  const bool cuda = on_cuda(op, {{"losses", losses}, {"logits", logits}, {"targets", targets}});
+  const bool cuda = on_cuda(op, {{"losses", losses}, {"logits", logits}, {"targets", targets}, {"lse", lse}});
   const CeDims d = ce_checked(op, logits, targets, V, cuda);
   need_dtype(op, {"losses", losses}, DType::f32);
   need_numel(op, {"losses", losses}, d.N, "N");
-  if (cuda) CUDA_DISPATCH(op, crossentropy_forward, losses, logits, targets, d.V);
+  if (lse.defined()) {
+    need_dtype(op, {"lse", lse}, DType::f32);
+    need_numel(op, {"lse", lse}, d.N, "N");
+  }
+  if (cuda) CUDA_DISPATCH(op, crossentropy_forward, losses, logits, targets, d.V, lse);
   need_indices(op, "targets", targets.data<int32_t>(), d.N, INT32_MIN, d.V);
-  cpu::crossentropy_forward(losses.data<float>(), logits.data<float>(), targets.data<int32_t>(), d.N, d.V, d.Vp);
+  cpu::crossentropy_forward(losses.data<float>(), lse.defined() ? lse.data<float>() : nullptr, logits.data<float>(),
+                            targets.data<int32_t>(), d.N, d.V, d.Vp);
 }
 
 void crossentropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
-                           int64_t V) {
+                           int64_t V, const Tensor& lse) {
   const char* op = "crossentropy_backward";
-  const bool cuda = on_cuda(op, {{"dlogits", dlogits}, {"logits", logits}, {"targets", targets}});
+  const bool cuda =
+      on_cuda(op, {{"dlogits", dlogits}, {"logits", logits}, {"targets", targets}, {"lse", lse}});
   const CeDims d = ce_checked(op, logits, targets, V, cuda);
   need_dtype(op, {"dlogits", dlogits}, logits.dtype());
   need_rows(op, {"dlogits", dlogits}, d.N, d.Vp);
-  if (cuda) CUDA_DISPATCH(op, crossentropy_backward, dlogits, logits, targets, dloss, d.V);
+  if (lse.defined()) {
+    need_dtype(op, {"lse", lse}, DType::f32);
+    need_numel(op, {"lse", lse}, d.N, "N");
+  }
+  if (cuda) CUDA_DISPATCH(op, crossentropy_backward, dlogits, logits, targets, dloss, d.V, lse);
   need_indices(op, "targets", targets.data<int32_t>(), d.N, INT32_MIN, d.V);
-  cpu::crossentropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(), dloss, d.N, d.V,
-                             d.Vp);
+  cpu::crossentropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(),
+                             lse.defined() ? lse.data<float>() : nullptr, dloss, d.N, d.V, d.Vp);
 }
 
 // ---- optimizers (adam_update and sgd_update are in kernels/cpu/optim.cpp) ----

@@ -208,9 +208,10 @@ float Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     ops::matmul_forward(logits_, xf_, params_.param(m_.lm_head_id), Tensor());
   }
   Tensor losses = Tensor::empty({N}, DType::f32, device_);
+  loss_lse_ = Tensor::empty({N}, DType::f32, device_);
   {
     DSCPP_PROFILE_RANGE("model.loss");
-    ops::crossentropy_forward(losses, logits_, targets_);
+    ops::crossentropy_forward(losses, logits_, targets_, 0, loss_lse_);
   }
   Tensor hl = device_.is_cpu() ? losses : losses.to(Device::cpu());
   const float* lp = hl.data<float>();
@@ -237,7 +238,8 @@ void Decoder::backward(float dloss) {
   // Loss and lm head: the logits buffer becomes dlogits in place.
   {
     DSCPP_PROFILE_RANGE("model.loss");
-    ops::crossentropy_backward(logits_, logits_, targets_, scale);
+    ops::crossentropy_backward(logits_, logits_, targets_, scale, 0, loss_lse_);
+    loss_lse_ = Tensor();
   }
   Tensor dxf = Tensor::empty({N, C}, act_, device_);
   {
@@ -340,7 +342,7 @@ void Decoder::grads_ready(int id) {
 void Decoder::release() {
   for (Block& b : m_.blocks) b.release();
   x_.clear();
-  xf_ = logits_ = ids_ = targets_ = Tensor();
+  xf_ = logits_ = loss_lse_ = ids_ = targets_ = Tensor();
   stf_.release();
   num_valid_ = 0;
 }

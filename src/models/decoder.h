@@ -80,6 +80,7 @@ class Decoder final : public Model {
   Tensor xf_;                     // final norm output [N, C]
   NormStats stf_;
   Tensor logits_;                 // [N, V]
+  Tensor loss_lse_;               // [N] f32: each row's log-sum-exp, so the loss backward reads the logits once
   Tensor ids_, targets_;          // i32 [N]
   SeqInfo seq_;
   int64_t num_valid_ = 0;

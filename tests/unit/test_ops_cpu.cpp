@@ -619,6 +619,30 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
       }
 }
 
+TEST(CrossEntropy, ForwardLseFeedsTheOnePassBackward) {
+  Rng rng(105);
+  CeCase k(rng);
+  Tensor losses = poisoned({k.N}), lse = poisoned({k.N});
+  ops::crossentropy_forward(losses, k.logits, ints(k.targets), k.V, lse);
+  expect_close(losses, crossentropy_ref(dvec(k.logits), k.targets, k.V, k.Vp), 1e-5, 1e-5, "losses with lse");
+  // lse - x[target] is the loss, for every row that is not ignored; ignored rows get 0.
+  for (int64_t n = 0; n < k.N; n++) {
+    const int32_t t = k.targets[size_t(n)];
+    const float want = t < 0 ? 0.0f : losses.data<float>()[n] + k.logits.data<float>()[n * k.Vp + t];
+    EXPECT_NEAR(lse.data<float>()[n], want, 1e-5f) << "row " << n;
+  }
+  const float dloss = 0.37f;
+  Tensor two_pass = poisoned({k.N, k.Vp}), one_pass = poisoned({k.N, k.Vp}), in_place = k.logits.clone();
+  ops::crossentropy_backward(two_pass, k.logits, ints(k.targets), dloss, k.V);
+  ops::crossentropy_backward(one_pass, k.logits, ints(k.targets), dloss, k.V, lse);
+  ops::crossentropy_backward(in_place, in_place, ints(k.targets), dloss, k.V, lse);
+  expect_close(one_pass, dvec(two_pass), 1e-7, 1e-5, "backward with lse vs without");
+  EXPECT_TRUE(bitwise_equal(one_pass, in_place));
+  Tensor wrong = Tensor::empty({k.N + 1}, DType::f32);
+  expect_error([&] { ops::crossentropy_backward(one_pass, k.logits, ints(k.targets), dloss, k.V, wrong); },
+               {"crossentropy_backward", "lse"});
+}
+
 TEST(CrossEntropy, InPlaceEqualsOutOfPlace) {
   Rng rng(102);
   CeCase k(rng);

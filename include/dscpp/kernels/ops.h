@@ -111,11 +111,14 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 // ---- loss ----
 // losses[N] = logsumexp(logits[n, :V]) - logits[n, targets[n]]; rows with targets[n] < 0 are ignored (loss 0).
 // logits[N, Vp] may be padded (Vp >= V): the padded columns are not part of the softmax. V = 0 means Vp.
-void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V = 0);
+// lse (optional, f32 [N]) receives logsumexp(logits[n, :V]) (0 for ignored rows), for the backward.
+void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V = 0,
+                          const Tensor& lse = Tensor());
 // dlogits[N,Vp] = dloss * (softmax(logits) - onehot(target)) (0 for ignored rows and padded columns).
-// dlogits may alias logits (in place: no extra copy of the logits).
+// dlogits may alias logits (in place: no extra copy of the logits). Given the forward's lse, the softmax is
+// exp(logits - lse) and the row is read once (else its log-sum-exp is recomputed first).
 void crossentropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
-                           int64_t V = 0);
+                           int64_t V = 0, const Tensor& lse = Tensor());
 
 // ---- optimizers (flat f32 buffers of equal numel) ----
 struct AdamParams {

@@ -91,10 +91,12 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D);
 
 // crossentropy.cpp. logits[N,Vp], softmax over the first V columns; targets[N] < 0 are ignored.
-void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int64_t N, int64_t V,
-                          int64_t Vp);
+// lse (nullable) receives each row's log-sum-exp (0 for ignored rows).
+void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,
+                          int64_t V, int64_t Vp);
 // dlogits[N,Vp] (=) = dloss * (softmax - onehot), 0 in ignored rows and padded columns; may alias logits.
-void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, float dloss, int64_t N,
-                           int64_t V, int64_t Vp);
+// lse (nullable): the forward's, so the softmax is exp(x - lse) in one pass.
+void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, const float* lse, float dloss,
+                           int64_t N, int64_t V, int64_t Vp);
 
 }  // namespace dscpp::cpu

@@ -76,9 +76,10 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
                         const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D);
 
 // ---- loss ----
-void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V);
+void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V,
+                          const Tensor& lse);
 void crossentropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
-                           int64_t V);
+                           int64_t V, const Tensor& lse);
 
 // ---- optimizers (flat f32 buffers of equal numel) ----
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
