@@ -11,6 +11,7 @@
 # Usage: LOGDIR=$OUT/zero bash bench/run_zero_bench.sh [--build DIR (default build-gpu, else build)] [--gpus 4]
 #          [--models "gpt2-medium llama-1b"] [--batch 8] [--seq 1024] [--steps 5] [--warmup 2] [--no-compile]
 #          [--no-torch] [--no-probe] [--probe "3b 7b 13b 20b 30b"] [--probe-batch 4] [--budget 420]
+#          [--stages 0,1,2,3]
 # Output: the table (model, impl: ours zero-0..3 / torch-fsdp2, tokens/s per GPU, MFU, peak GiB = allocator peak
 # (ours) or max_memory_allocated (torch), ours/FSDP2 = tokens/s per GPU against FSDP2's on the same model), the
 # engine's model-state report per stage, and the probe's rows (params, tokens/s per GPU, MFU, peak GiB, or the
@@ -23,7 +24,7 @@ root="$(dirname "$here")"
 build="$root/build"
 [ -x "$root/build-gpu/bench/dp_bench" ] && build="$root/build-gpu"  # scripts/gpu/check.sh's build
 gpus=4 models="gpt2-medium llama-1b" batch=8 seq=1024 steps=5 warmup=2
-compile=1 run_torch=1 run_probe=1 probe="3b 7b 13b 20b 30b" probe_batch=4 budget=420
+compile=1 run_torch=1 run_probe=1 probe="3b 7b 13b 20b 30b" probe_batch=4 budget=420 stages=0,1,2,3
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -39,6 +40,7 @@ while [ $# -gt 0 ]; do
     --probe) probe="$2"; shift 2 ;;
     --probe-batch) probe_batch="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
+    --stages) stages="$2"; shift 2 ;;
     -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "run_zero_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -89,7 +91,7 @@ run() {
 # 1. Stages 0-3 and FSDP2 on each model.
 common=(--batch "$batch" --seq "$seq" --steps "$steps" --warmup "$warmup")
 for m in $models; do
-  run "dscpp_zero_$m" 240 "${launch[@]}" "$build/bench/dp_bench" --model "$m" --zero-stage 0,1,2,3 "${common[@]}" \
+  run "dscpp_zero_$m" 240 "${launch[@]}" "$build/bench/dp_bench" --model "$m" --zero-stage "$stages" "${common[@]}" \
     --overlap --bucket 6250000 --stage3-reuse-distance 0
 done
 if [ "$run_torch" = 1 ]; then

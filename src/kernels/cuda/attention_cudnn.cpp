@@ -14,8 +14,10 @@ bool backward(DType, const Shape&, void*, const void*, const void*, const void*,
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -53,7 +55,18 @@ struct Plan {
   std::shared_ptr<Graph> graph;  // null: cuDNN declined this call
   int64_t workspace = 0;
   std::string why;               // why it declined
+  bool tuned = false;            // autotune has timed the candidates on real buffers (first call)
 };
+
+// DSCPP_CUDNN_AUTOTUNE=1: build every engine cuDNN offers for a shape and keep the fastest, timed on the first call's
+// buffers (a few ms, once per shape), instead of the heuristics' first choice.
+bool autotune_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("DSCPP_CUDNN_AUTOTUNE");
+    return e && std::string(e) == "1";
+  }();
+  return on;
+}
 
 struct State {
   std::mutex mu;
@@ -125,7 +138,9 @@ Plan build(const Key& k, cudnnHandle_t handle) {
   };
   if (!step("validate", g->validate()) || !step("build_operation_graph", g->build_operation_graph(handle)) ||
       !step("create_execution_plans", g->create_execution_plans({fe::HeurMode_t::A})) ||
-      !step("check_support", g->check_support(handle)) || !step("build_plans", g->build_plans(handle)) ||
+      !step("check_support", g->check_support(handle)) ||
+      !step("build_plans", g->build_plans(autotune_enabled() ? fe::BuildPlanPolicy_t::ALL
+                                                              : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE)) ||
       !step("get_workspace_size", g->get_workspace_size(p.workspace)))
     return p;
   p.graph = std::move(g);
@@ -152,12 +167,21 @@ bool run(const Key& k, std::unordered_map<int64_t, void*>& pack, cudaStream_t st
       std::fprintf(stderr, "[dscpp] cuDNN attention declined %s B=%d T=%d H=%d Hkv=%d D=%d (%s); using own kernels\n",
                    k.backward ? "backward" : "forward", k.B, k.T, k.H, k.Hkv, k.D, it->second.why.c_str());
   }
-  const Plan& p = it->second;
+  Plan& p = it->second;
   if (!p.graph) return false;
-  Tensor ws;  // stream-ordered reuse by the caching allocator (Note [Current stream])
-  if (p.workspace > 0) ws = Tensor::empty({p.workspace}, DType::i8, Device::cuda(k.device));
   cudnnStatus_t rc = cudnnSetStream(h, stream);
   DSCPP_CHECK(rc == CUDNN_STATUS_SUCCESS, "cudnnSetStream: ", cudnnGetErrorString(rc));
+  if (autotune_enabled() && !p.tuned) {  // outputs are overwritten by the real call below
+    p.tuned = true;
+    const int64_t tune_ws = std::max<int64_t>(p.graph->get_autotune_workspace_size(), 1);
+    Tensor tws = Tensor::empty({tune_ws}, DType::i8, Device::cuda(k.device));
+    fe::error_t e = p.graph->autotune(h, pack, tws.raw());
+    DSCPP_CHECK(e.is_good(), "cuDNN attention autotune failed: ", e.get_message());
+    fe::error_t w = p.graph->get_workspace_size(p.workspace);
+    DSCPP_CHECK(w.is_good(), "cuDNN attention workspace size: ", w.get_message());
+  }
+  Tensor ws;  // stream-ordered reuse by the caching allocator (Note [Current stream])
+  if (p.workspace > 0) ws = Tensor::empty({p.workspace}, DType::i8, Device::cuda(k.device));
   fe::error_t e = p.graph->execute(h, pack, ws.defined() ? ws.raw() : nullptr);
   DSCPP_CHECK(e.is_good(), "cuDNN attention ", k.backward ? "backward" : "forward", " B=", k.B, " T=", k.T, " H=",
               k.H, " Hkv=", k.Hkv, " D=", k.D, " failed: ", e.get_message());
