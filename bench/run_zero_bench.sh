@@ -9,7 +9,7 @@
 #      until one fails (out of memory: dp_bench's failing rank aborts the job, the launcher stops the others) or no
 #      new shape starts after --budget seconds of the whole script.
 # Usage: LOGDIR=$OUT/zero bash bench/run_zero_bench.sh [--build DIR (default build-gpu, else build)] [--gpus 4]
-#          [--models "gpt2-medium llama-1b"] [--batch 8] [--seq 1024] [--steps 5] [--warmup 2] [--no-compile]
+#          [--models "gpt2-medium llama-1b" | "gpt2-medium:32 llama-1b:16"] [--batch 8] [--seq 1024] [--steps 5] [--warmup 2] [--no-compile]
 #          [--no-torch] [--no-probe] [--probe "3b 7b 13b 20b 30b"] [--probe-batch 4] [--budget 420]
 #          [--stages 0,1,2,3]
 # Output: the table (model, impl: ours zero-0..3 / torch-fsdp2, tokens/s per GPU, MFU, peak GiB = allocator peak
@@ -88,18 +88,20 @@ run() {
   return $rc
 }
 
-# 1. Stages 0-3 and FSDP2 on each model.
-common=(--batch "$batch" --seq "$seq" --steps "$steps" --warmup "$warmup")
-for m in $models; do
+# 1. The stages and FSDP2 on each model, at the model's micro-batch ("name:B"; --batch otherwise).
+names=""
+flags=()
+[ "$compile" = 1 ] && flags=(--compile)
+for entry in $models; do
+  m=${entry%%:*} b=$batch
+  [ "$m" != "$entry" ] && b=${entry#*:}
+  names="$names $m"
+  common=(--batch "$b" --seq "$seq" --steps "$steps" --warmup "$warmup")
   run "dscpp_zero_$m" 240 "${launch[@]}" "$build/bench/dp_bench" --model "$m" --zero-stage "$stages" "${common[@]}" \
     --overlap --bucket 6250000 --stage3-reuse-distance 0
-done
-if [ "$run_torch" = 1 ]; then
-  flags=()
-  [ "$compile" = 1 ] && flags=(--compile)
-  run "torch_fsdp2" 360 "${torchrun[@]}" "$here/fsdp_torch.py" --models "${models// /,}" "${common[@]}" \
+  [ "$run_torch" = 1 ] && run "torch_fsdp2_$m" 360 "${torchrun[@]}" "$here/fsdp_torch.py" --models "$m" "${common[@]}" \
     ${flags[@]+"${flags[@]}"}
-fi
+done
 
 # 2. The largest Llama at stage 3 (activation checkpointing). Shapes: name L C H Hkv F (vocab 32000, tied). Stage 3
 # model states are 18 bytes per parameter / N GPUs (bf16 params, f32 grads, masters, Adam m and v); each rank
@@ -144,7 +146,7 @@ if [ "$run_probe" = 1 ]; then
 fi
 
 # One table from the RESULT lines: impl model world B T tps_total tps_gpu ms peak stage mfu n_params.
-python3 - "$LOGDIR/results.tsv" "$LOGDIR/states.txt" "$LOGDIR/probe.tsv" "$largest" "$stopped" $models <<'PY'
+python3 - "$LOGDIR/results.tsv" "$LOGDIR/states.txt" "$LOGDIR/probe.tsv" "$largest" "$stopped" $names <<'PY'
 import sys
 results, states, probe, largest, stopped, models = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6:]
 rows = {}
@@ -160,10 +162,10 @@ def num(s):
     except ValueError:
         return None
 world = next((r[3] for r in rows.values()), "?")
-print(f"\nZeRO on {world} GPUs, micro-batch {next((r[4] for r in rows.values()), '?')} per GPU, "
-      f"T {next((r[5] for r in rows.values()), '?')}, bf16 + f32 masters, AdamW, clip 1.0")
-hdr = ["model", "impl", "tok/s/GPU", "MFU %", "peak GiB", "ms/step", "ours/FSDP2"]
-w = [12, 22, 10, 6, 9, 9, 10]
+print(f"\nZeRO on {world} GPUs, T {next((r[5] for r in rows.values()), '?')}, bf16 + f32 masters, AdamW, clip 1.0; "
+      "B = micro-batch per GPU")
+hdr = ["model", "impl", "B", "tok/s/GPU", "MFU %", "peak GiB", "ms/step", "ours/FSDP2"]
+w = [12, 22, 4, 10, 6, 9, 9, 10]
 print(" ".join(h.rjust(x) for h, x in zip(hdr, w)))
 for m in models:
     fsdp = next((r for (mm, impl), r in rows.items() if mm == m and impl.startswith("torch-fsdp2")), None)
@@ -175,7 +177,7 @@ for m in models:
             continue
         tps = num(r[7])
         ratio = f"{tps / base:.3f}x" if tps and base and impl.startswith("ours") else "-"
-        print(" ".join(c.rjust(x) for c, x in zip([m, impl, r[7], r[11], r[9], r[8], ratio], w)))
+        print(" ".join(c.rjust(x) for c, x in zip([m, impl, r[4], r[7], r[11], r[9], r[8], ratio], w)))
 st = [l.rstrip("\n") for l in open(states)]
 if st:
     print("\nmodel states per rank (rank 0's Engine::model_state_report):")

@@ -123,7 +123,15 @@ class NcclProcessGroup : public ProcessGroup {
       DSCPP_CHECK(b.size() == sizeof id, "nccl: the unique id in the store has ", b.size(), " bytes");
       std::memcpy(&id, b.data(), sizeof id);
     }
-    DSCPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    // DSCPP_NCCL_STREAM_PRIORITY=high puts the collectives on a high-priority stream, so overlapped reductions
+    // are scheduled ahead of queued backward kernels (an experiment for DP scaling; default: normal priority).
+    int priority = 0;
+    if (const char* p = std::getenv("DSCPP_NCCL_STREAM_PRIORITY"); p && std::string(p) == "high") {
+      int least = 0, greatest = 0;
+      DSCPP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+      priority = greatest;
+    }
+    DSCPP_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
     DSCPP_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
