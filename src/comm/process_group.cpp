@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
 #include <thread>
 
 #include "comm/process_group_impl.h"
@@ -190,8 +193,18 @@ std::unique_ptr<ProcessGroup> init_process_group(const std::string& backend, std
   return new_process_group(be, e.rank, e.world_size, e.master_addr, e.master_port, timeout);
 }
 
+// Note [Config checks per group]: the n-th check this process makes on a group uses its own keys (.../<n>/<rank>).
+// Every rank builds its engines in the same order, so the n-th checks of all ranks meet; a second engine on the same
+// group never reads the hashes the first one left in the store.
+static int next_config_check(const std::string& group) {
+  static std::mutex mu;
+  static std::map<std::string, int> count;
+  std::lock_guard<std::mutex> lock(mu);
+  return count[group]++;
+}
+
 void check_same_config(ProcessGroup& pg, TcpStore& store, uint64_t config_hash) {
-  std::string base = "pg/" + pg.name() + "/config_hash/";
+  std::string base = "pg/" + pg.name() + "/config_hash/" + std::to_string(next_config_check(pg.name())) + "/";
   store.set(base + std::to_string(pg.rank()), std::to_string(config_hash));
   std::vector<std::string> keys;
   for (int r = 0; r < pg.size(); ++r) keys.push_back(base + std::to_string(r));

@@ -129,6 +129,23 @@ TEST(CommFailure, SameConfigHashPasses) {
   }));
 }
 
+// A second engine on the same group checks under fresh keys: the first check's hashes cannot hide a mismatch.
+TEST(CommFailure, SecondConfigCheckOnAGroupSeesOnlyItsOwnHashes) {
+  auto results = run_ranks(2, [](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(10));
+    check_same_config(*pg, *pg->store(), 42);  // both ranks agree
+    pg->barrier()->wait();
+    if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 reads first
+    try {
+      check_same_config(*pg, *pg->store(), rank == 1 ? 43 : 42);
+      ADD_FAILURE() << "the second check's mismatch was not detected";
+    } catch (const Error& e) {
+      expect_contains(e.what(), "ranks 1 (43) differ");
+    }
+  });
+  expect_all_pass(results);
+}
+
 TEST(CommFailure, WrongWorldSizeIsReported) {
   auto results = run_ranks(2, [](int rank, int port) {
     if (rank == 0) {

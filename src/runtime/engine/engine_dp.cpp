@@ -11,7 +11,7 @@ void Engine::init_data_parallel(ProcessGroup* pg) {
               " ranks (resolve the config with the group's size)");
   if (pg->size() == 1) return;  // nothing to communicate
   DSCPP_CHECK(pg->store() != nullptr, "initialize: process group '", pg->name(), "' has no store");
-  // Keys are per group: one engine per data-parallel group (see check_same_config).
+  // Each engine on a group checks under its own keys (Note [Config checks per group]).
   check_same_config(*pg, *pg->store(), cfg_.hash());
   ParamSet& ps = model_->params();
   Tensor params = ps.flat_params();
