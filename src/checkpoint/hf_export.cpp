@@ -23,6 +23,7 @@
 #include "dscpp/checkpoint/atomic_file.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/hf_interop.h"
+#include "checkpoint/state_source.h"
 
 namespace fs = std::filesystem;
 
@@ -152,49 +153,33 @@ HfExportResult export_hf_checkpoint(const std::string& save_dir, const std::stri
   } catch (const Error& e) {
     checkpoint_fail(K::bad_header, state_path, ": model_config: ", e.what());
   }
-  SafetensorsFile mf = r.open_tensors("model_states.safetensors");
-
-  // fp32 masters (mixed precision) when their owned range covers every parameter, as zero_to_fp32 does.
-  Tensor master;
-  int64_t owned_begin = 0;
-  if (r.has_file("optim_states.safetensors") && st.contains("layout")) {
-    SafetensorsFile of = r.open_tensors("optim_states.safetensors");
-    if (of.find("fp32_master")) {
-      const nlohmann::json& om = st.value("optimizer", nlohmann::json::object());
-      int64_t owned_end = st.at("layout").value("flat_numel", int64_t(0));
-      bool covers = true;
-      if (om.contains("owned")) {  // one range (stage 0); a ZeRO shard cannot cover every parameter
-        covers = om.at("owned").size() == 1;
-        if (covers) owned_begin = om.at("owned")[0][0].get<int64_t>(), owned_end = om.at("owned")[0][1].get<int64_t>();
-      } else {
-        owned_begin = om.value("owned_begin", int64_t(0));
-        owned_end = om.value("owned_end", owned_end);
-      }
-      covers = covers && of.find("fp32_master")->shape == Shape{owned_end - owned_begin};
-      for (const auto& p : st.at("layout").at("params"))
-        covers = covers && p.at(1).get<int64_t>() >= owned_begin &&
-                 p.at(1).get<int64_t>() + p.at(2).get<int64_t>() <= owned_end;
-      if (covers) master = of.read("fp32_master");
-    }
-  }
+  // Note [Export weights]: DeepSpeed's zero_to_fp32. With a flat layout in engine_state.json the weights are the f32
+  // training state ("fp32" of checkpoint/state_source.h): the fp32 masters of a mixed-precision run, gathered from
+  // every rank's ZeRO shard at stages 1-3 or from a universal tag, or the f32 parameters; the model's 16-bit copy in
+  // model_states is used only by tags without a layout.
   NamedTensors params;
-  std::map<std::string, int64_t> offsets;
-  if (master.defined())
-    for (const auto& p : st.at("layout").at("params")) offsets[p.at(0).get<std::string>()] = p.at(1).get<int64_t>();
-  for (const auto& e : mf.entries()) {
-    if (!master.defined()) {
-      params.emplace_back(e.name, mf.read(e.name));
-      continue;
+  std::string source = "model_states";
+  if (st.contains("layout")) {
+    StateSource src(r);
+    for (size_t i = 0; i < src.layout().size(); i++) {
+      const FlatParam& p = src.layout()[i];
+      Tensor t = Tensor::empty(src.shape(i), DType::f32);
+      src.read("fp32", i, 0, p.numel, t.data<float>());
+      params.emplace_back(p.name, std::move(t));
     }
-    auto it = offsets.find(e.name);
-    if (it == offsets.end())
-      checkpoint_fail(K::mismatch, state_path, ": layout has no parameter ", e.name, " (found in ", mf.path(), ")");
-    params.emplace_back(e.name, master.view_at(it->second - owned_begin, e.shape));
+    const ZeroPartition& part = src.partition();
+    source = src.kind() == TagKind::universal ? "fp32 (universal tag)"
+             : src.kind() == TagKind::sharded   ? "fp32 (ZeRO stage " + std::to_string(part.stage()) + " shards of " +
+                                                    std::to_string(part.world_size()) + " ranks)"
+                                                : "fp32 (stage 0)";
+  } else {
+    SafetensorsFile mf = r.open_tensors("model_states.safetensors");
+    for (const auto& e : mf.entries()) params.emplace_back(e.name, mf.read(e.name));
   }
   if (opts.tokenizer_json.empty() && r.has_file("tokenizer.json"))
     opts.tokenizer_json = r.read_json("tokenizer.json").dump();
   HfExportResult res = export_hf_tensors(cfg, params, out_dir, opts);
-  res.source = master.defined() ? "fp32_master" : "model_states";
+  res.source = source;
   return res;
 }
 

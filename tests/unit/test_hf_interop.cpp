@@ -251,7 +251,7 @@ TEST_F(HfTest, ExportFromEngineCheckpoint) {
   std::ofstream(tok) << R"({"version": "1.0", "model": {"type": "BPE"}})";
   engine->save_checkpoint(dir_ + "/ckpt", "", {}, 0, tok, "tokenizer.json");
   HfExportResult r = export_hf_checkpoint(dir_ + "/ckpt", "", dir_ + "/hf");
-  EXPECT_EQ(r.source, "model_states");
+  EXPECT_EQ(r.source, "fp32 (stage 0)");
   EXPECT_EQ(read_json(dir_ + "/hf/tokenizer.json"), read_json(tok));
   auto b = poisoned_model(cfg);
   load_hf_model(dir_ + "/hf", *b);
@@ -281,7 +281,7 @@ TEST_F(HfTest, ExportFromCheckpointUsesFp32Masters) {
                                    {"optimizer", {{"type", "adamw"}, {"owned_begin", 0}, {"owned_end", ps.flat_numel()}}}});
   w.commit();
   HfExportResult r = export_hf_checkpoint(dir_ + "/ckpt", "global_step3", dir_ + "/hf");
-  EXPECT_EQ(r.source, "fp32_master");
+  EXPECT_EQ(r.source, "fp32 (stage 0)");
   EXPECT_FALSE(fs::exists(dir_ + "/hf/tokenizer.json"));
   auto b = poisoned_model(cfg);
   load_hf_model(dir_ + "/hf", *b);

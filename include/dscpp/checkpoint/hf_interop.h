@@ -29,16 +29,18 @@ struct HfExportResult {
   std::vector<std::string> files;  // written, relative to the output folder
   uint64_t total_size = 0;         // tensor bytes (the index's metadata.total_size)
   int64_t num_tensors = 0;
-  std::string source;              // "model_states" or "fp32_master" (checkpoint export)
+  std::string source;              // checkpoint export: "fp32 (stage 0)", "fp32 (ZeRO stage S shards of W ranks)",
+                                    // "fp32 (universal tag)", or "model_states" (a tag without a flat layout)
 };
 
 // Parameters in our layout ([out, in]) by HF name; GPT-2 Conv1D weights are transposed on the way out.
 HfExportResult export_hf_tensors(const ModelConfig& cfg, const NamedTensors& params, const std::string& out_dir,
                                  const HfExportOptions& opts = {});
 HfExportResult export_hf_model(const Model& model, const std::string& out_dir, const HfExportOptions& opts = {});
-// From an engine checkpoint tag ("" = `latest`), verified first. Uses the fp32 master weights when the tag has
-// them for every parameter (mixed precision), else model_states; copies the tag's tokenizer.json when present
-// (unless opts.tokenizer_json is set).
+// From an engine checkpoint tag ("" = `latest`), verified first: DeepSpeed's zero_to_fp32. The weights are the tag's
+// f32 training state (fp32 masters of a mixed-precision run, else the f32 parameters), gathered from every rank's
+// shard at ZeRO stages 1-3 or read from a universal tag; model_states only for a tag without a flat layout. Copies
+// the tag's tokenizer.json when present (unless opts.tokenizer_json is set).
 HfExportResult export_hf_checkpoint(const std::string& save_dir, const std::string& tag, const std::string& out_dir,
                                     HfExportOptions opts = {});
 
