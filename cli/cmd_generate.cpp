@@ -1,9 +1,11 @@
 // dscpp generate: sample text from a checkpoint saved by `dscpp train`.
 #include <cstdio>
 #include <iostream>
+#include <map>
 
 #include "cli/commands.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
+#include "dscpp/checkpoint/universal.h"
 #include "dscpp/data/tokenizer.h"
 #include "dscpp/inference/sampler.h"
 #include "dscpp/runtime/engine.h"
@@ -59,10 +61,17 @@ Command register_generate(CLI::App& app) {
     ModelConfig mcfg = read_checkpoint_model_config(o->checkpoint, o->tag);
     auto model = make_model(mcfg);
     CheckpointReader r(o->checkpoint, o->tag);
+    // The f32 weights, whatever the ZeRO stage that saved them (a stage-3 tag need not hold model_states).
     const ParamSet& ps = model->params();
-    NamedTensors dsts;
-    for (int i = 0; i < ps.size(); i++) dsts.emplace_back(ps.info(i).name, ps.param(i));
-    r.read_into("model_states.safetensors", dsts);
+    std::map<std::string, Tensor> weights;
+    for (auto& [name, t] : read_fp32_weights(r)) weights.emplace(name, std::move(t));
+    for (int i = 0; i < ps.size(); i++) {
+      auto it = weights.find(ps.info(i).name);
+      DSCPP_CHECK(it != weights.end(), r.dir(), " has no weights for ", ps.info(i).name);
+      DSCPP_CHECK(it->second.numel() == ps.info(i).numel, r.dir(), ": ", ps.info(i).name, " has ",
+                  it->second.numel(), " elements, the model ", ps.info(i).numel);
+      ps.param(i).copy_from(it->second.view(ps.param(i).shape()));
+    }
     DSCPP_CHECK(r.has_file("tokenizer.json"), r.dir(), " has no tokenizer.json");
     std::string tok_path = r.dir() + "/tokenizer.json";
     Tokenizer tok = Tokenizer::load_hf(tok_path);

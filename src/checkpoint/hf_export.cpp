@@ -23,7 +23,7 @@
 #include "dscpp/checkpoint/atomic_file.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/hf_interop.h"
-#include "checkpoint/state_source.h"
+#include "dscpp/checkpoint/universal.h"
 
 namespace fs = std::filesystem;
 
@@ -153,29 +153,8 @@ HfExportResult export_hf_checkpoint(const std::string& save_dir, const std::stri
   } catch (const Error& e) {
     checkpoint_fail(K::bad_header, state_path, ": model_config: ", e.what());
   }
-  // Note [Export weights]: DeepSpeed's zero_to_fp32. With a flat layout in engine_state.json the weights are the f32
-  // training state ("fp32" of checkpoint/state_source.h): the fp32 masters of a mixed-precision run, gathered from
-  // every rank's ZeRO shard at stages 1-3 or from a universal tag, or the f32 parameters; the model's 16-bit copy in
-  // model_states is used only by tags without a layout.
-  NamedTensors params;
-  std::string source = "model_states";
-  if (st.contains("layout")) {
-    StateSource src(r);
-    for (size_t i = 0; i < src.layout().size(); i++) {
-      const FlatParam& p = src.layout()[i];
-      Tensor t = Tensor::empty(src.shape(i), DType::f32);
-      src.read("fp32", i, 0, p.numel, t.data<float>());
-      params.emplace_back(p.name, std::move(t));
-    }
-    const ZeroPartition& part = src.partition();
-    source = src.kind() == TagKind::universal ? "fp32 (universal tag)"
-             : src.kind() == TagKind::sharded   ? "fp32 (ZeRO stage " + std::to_string(part.stage()) + " shards of " +
-                                                    std::to_string(part.world_size()) + " ranks)"
-                                                : "fp32 (stage 0)";
-  } else {
-    SafetensorsFile mf = r.open_tensors("model_states.safetensors");
-    for (const auto& e : mf.entries()) params.emplace_back(e.name, mf.read(e.name));
-  }
+  std::string source;
+  const NamedTensors params = read_fp32_weights(r, &source);  // zero_to_fp32 (checkpoint/universal.h)
   if (opts.tokenizer_json.empty() && r.has_file("tokenizer.json"))
     opts.tokenizer_json = r.read_json("tokenizer.json").dump();
   HfExportResult res = export_hf_tensors(cfg, params, out_dir, opts);

@@ -238,6 +238,31 @@ std::map<std::string, Tensor> read_owned_states(const CheckpointReader& r, const
   return read_owned_states(r, target, layout);
 }
 
+NamedTensors read_fp32_weights(const CheckpointReader& r, std::string* source) {
+  NamedTensors out;
+  if (!r.read_json(kStateFile).contains("layout")) {  // an older tag: the model's own parameters
+    SafetensorsFile mf = r.open_tensors("model_states.safetensors");
+    for (const auto& e : mf.entries()) out.emplace_back(e.name, mf.read(e.name).to(DType::f32));
+    if (source) *source = "model_states";
+    return out;
+  }
+  StateSource src(r);
+  for (size_t i = 0; i < src.layout().size(); i++) {
+    const FlatParam& p = src.layout()[i];
+    Tensor t = Tensor::empty(src.shape(i), DType::f32);
+    src.read("fp32", i, 0, p.numel, t.data<float>());
+    out.emplace_back(p.name, std::move(t));
+  }
+  if (source) {
+    const ZeroPartition& part = src.partition();
+    *source = src.kind() == TagKind::universal ? "fp32 (universal tag)"
+              : src.kind() == TagKind::sharded  ? "fp32 (ZeRO stage " + std::to_string(part.stage()) + " shards of " +
+                                                     std::to_string(part.world_size()) + " ranks)"
+                                                 : "fp32 (stage 0)";
+  }
+  return out;
+}
+
 std::string read_latest_universal_tag(const std::string& dir) {
   const std::string p = dir + "/" + kLatestUniversalFile;
   std::error_code ec;

@@ -40,6 +40,7 @@ struct ZeroSetup {
   bool checkpointing = true;   // activation checkpointing on every block
   bool sharded_init = false;   // stage 3: no full parameter buffer; each rank initialises its shard (init_range)
   std::string comm;            // communication_data_type ("" = f32)
+  bool gather16 = false;       // stage3_gather_16bit_weights_on_model_save
   int64_t prefetch = 50000000, persistence = 100000, reuse = 1000000000, max_live = 1000000000;
 };
 
@@ -54,7 +55,8 @@ std::string config_json(const ZeroSetup& s) {
   j << R"(, "zero_optimization": {"stage": )" << s.stage << R"(, "reduce_bucket_size": 3000,
         "stage3_prefetch_bucket_size": )" << s.prefetch << R"(, "stage3_param_persistence_threshold": )"
     << s.persistence << R"(, "stage3_max_reuse_distance": )" << s.reuse << R"(, "stage3_max_live_parameters": )"
-    << s.max_live << "}}";
+    << s.max_live << R"(, "stage3_gather_16bit_weights_on_model_save": )" << (s.gather16 ? "true" : "false")
+    << "}}";
   return j.str();
 }
 
@@ -451,6 +453,8 @@ TEST(ZeroCheckpoint, ExportGathersFp32FromEveryShard) {
     e->save_checkpoint(dir, "step2");  // returns once every rank's shard is committed
     const Tensor full = e->gather_full_params();
     if (rank != 0) return;
+    // DeepSpeed's default (stage3_gather_16bit_weights_on_model_save false): no gathered 16-bit model in the tag.
+    EXPECT_FALSE(CheckpointReader(dir, "step2").has_file("model_states.safetensors"));
     const HfExportResult r = export_hf_checkpoint(dir, "step2", dir + "/hf");
     EXPECT_EQ(r.source, "fp32 (ZeRO stage 3 shards of 2 ranks)");
     auto back = make_model(tiny_model_config("llama"));
@@ -465,6 +469,37 @@ TEST(ZeroCheckpoint, ExportGathersFp32FromEveryShard) {
       const Tensor got = back->params().param(j);
       ASSERT_EQ(got.numel(), w.numel) << w.name;
       EXPECT_EQ(std::memcmp(got.raw(), full.data<float>() + w.offset, size_t(w.numel) * sizeof(float)), 0) << w.name;
+    }
+  });
+  expect_all_pass(results);
+  std::filesystem::remove_all(dir);
+}
+
+// stage3_gather_16bit_weights_on_model_save: true gathers the units into model_states (the model's own parameters,
+// by name), as DeepSpeed's save_16bit_model.
+TEST(ZeroCheckpoint, Stage3GathersModelStatesWhenAsked) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
+  const std::string dir = temp_dir("gather16");
+  ZeroSetup s;
+  s.stage = 3;
+  s.gather16 = true;
+  auto results = run_ranks(2, [&](int rank, int port) {
+    omp_set_num_threads(1);
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    auto e = make_engine("gpt2", s, 2, pg.get());
+    train(*e, "gpt2", rank, s.gas, 1, 0);
+    e->save_checkpoint(dir, "step1");
+    const Tensor full = e->gather_full_params();
+    if (rank != 0) return;
+    CheckpointReader r(dir, "step1");
+    ASSERT_TRUE(r.has_file("model_states.safetensors"));
+    SafetensorsFile mf = r.open_tensors("model_states.safetensors");
+    const ParamSet& ps = e->model().params();
+    for (int i = 0; i < ps.size(); i++) {
+      const Tensor t = mf.read(ps.info(i).name);
+      ASSERT_EQ(t.numel(), ps.info(i).numel) << ps.info(i).name;
+      EXPECT_EQ(std::memcmp(t.raw(), full.data<float>() + ps.info(i).offset, size_t(t.numel()) * sizeof(float)), 0)
+          << ps.info(i).name;
     }
   });
   expect_all_pass(results);

@@ -67,4 +67,11 @@ std::map<std::string, Tensor> read_owned_states(const CheckpointReader& r, const
 
 std::string read_latest_universal_tag(const std::string& dir);  // throws CheckpointError(missing_latest)
 
+// Every parameter's f32 weights by name, in its model shape: DeepSpeed's zero_to_fp32. A tag with a flat layout gives
+// its f32 training state (the fp32 masters of a mixed-precision run, else the f32 parameters), gathered from every
+// rank's shard at ZeRO stages 1-3 or read from a universal tag; a tag without a layout gives model_states, converted.
+// `source` (optional) says which: "fp32 (stage 0)", "fp32 (ZeRO stage S shards of W ranks)", "fp32 (universal
+// tag)" or "model_states".
+NamedTensors read_fp32_weights(const CheckpointReader& r, std::string* source = nullptr);
+
 }  // namespace dscpp

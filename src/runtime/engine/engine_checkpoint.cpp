@@ -3,7 +3,9 @@
 //                              model config, the flat layout, "zero" (stage, world size, units) when partitioned,
 //                              and the caller's client_state (e.g. the data loader position)
 //   model_states.safetensors   rank 0: every parameter by its Hugging Face name, our [out, in] layout, the model
-//                              dtype (stage 3 gathers the units first, as stage3_gather_16bit_weights_on_model_save)
+//                              dtype. Stage 3 writes it only with stage3_gather_16bit_weights_on_model_save (as
+//                              DeepSpeed; default false), gathering the units first: the f32 state in the shards is
+//                              the checkpoint's weights either way (read_fp32_weights: generate, export, universal)
 //   optim_states.safetensors   stage 0, rank 0: the optimizer's flat states and, mixed precision, "fp32_master"
 //   zero/rank_<r>.safetensors  stages 1-3, every rank r: its shard of "fp32" (masters, or the f32 parameters) and
 //                              of each optimizer state
@@ -74,9 +76,11 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
   plan.keep_last = keep_last;
   const ParamSet& ps = model_->params();
   const bool rank0 = dp_rank() == 0;
+  // Stage 3 gathers the whole 16-bit model only when asked: it is a collective and needs the model's size on rank 0.
+  const bool model_file = !zparams_ || cfg_.zero_optimization.stage3_gather_16bit_weights_on_model_save;
   Tensor gathered;
-  if (zparams_) gathered = gather_full_params();  // a collective: every rank takes part
-  if (rank0) {
+  if (zparams_ && model_file) gathered = gather_full_params();  // every rank takes part
+  if (rank0 && model_file) {
     NamedTensors params;
     for (int i = 0; i < ps.size(); i++) {
       const ParamInfo& p = ps.info(i);
