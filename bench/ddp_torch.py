@@ -16,33 +16,21 @@ after the warm-up. Rank 0 prints per model, with dp_bench's columns:
 peak_mem_gib = the largest torch.cuda.max_memory_allocated() over ranks.
 """
 import argparse
-import gc
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_torch  # noqa: E402  (the same model code as the single-GPU benchmark)
 
 
 def run(name, args, torch, dist, rank, world, dev):
-    import torch.nn as nn
-    import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    arch, L, C, H, Hkv, FF, V = train_torch.PRESETS[name]
+    V = train_torch.PRESETS[name][-1]
     T, B = args.seq, args.batch
-    torch.manual_seed(1234)  # the same initial weights everywhere (DDP also broadcasts rank 0's)
-    if arch == "gpt2":
-        model = train_torch.build_gpt2(torch, nn, F, L, C, H, V, T)
-    else:
-        model = train_torch.build_llama(torch, L, C, H, Hkv, FF, V, T)
-    model = model.to(dev)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    model = train_torch.build_model(torch, name, T, dev)  # the same weights everywhere (DDP also broadcasts rank 0's)
+    opt = train_torch.make_adamw(torch, model)
     ddp = DDP(model, device_ids=[dev.index], bucket_cap_mb=args.bucket_mb)
     step_model = torch.compile(ddp) if args.compile else ddp
 
@@ -56,30 +44,14 @@ def run(name, args, torch, dist, rank, world, dev):
         return loss
 
     torch.cuda.reset_peak_memory_stats()
-    g = torch.Generator(device=dev).manual_seed(42 + rank)
     warmup = args.warmup + (2 if args.compile else 0)
-    times = []
-    slowest = torch.zeros(1, dtype=torch.float64, device=dev)
-    for s in range(warmup + args.steps):
-        idx = torch.randint(0, V, (B, T), device=dev, generator=g)
-        tgt = torch.randint(0, V, (B, T), device=dev, generator=g)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        loss = step(idx, tgt)
-        torch.cuda.synchronize()
-        slowest.fill_((time.perf_counter() - t0) * 1e3)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        dt = slowest.item()
-        if rank == 0:
-            print(f"  torch-ddp {name} x{world} step {s}: {dt:.1f} ms, loss {loss.item():.4f}", file=sys.stderr,
-                  flush=True)
-        if s >= warmup:
-            times.append(dt)
+    times, _ = train_torch.timed_steps(torch, step, V, B, T, dev, 42 + rank, warmup, args.steps,
+                                       f"torch-ddp {name} x{world}", train_torch.slowest_rank(torch, dist, dev),
+                                       log=rank == 0)
     med = statistics.median(times)
     per_gpu = B * T / (med / 1e3)
-    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], dtype=torch.float64, device=dev)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-    return [f"{per_gpu * world:.0f}", f"{per_gpu:.0f}", f"{med:.2f}", f"{peak.item():.2f}"]
+    peak = train_torch.peak_gib_over_ranks(torch, dist, dev)
+    return [f"{per_gpu * world:.0f}", f"{per_gpu:.0f}", f"{med:.2f}", f"{peak:.2f}"]
 
 
 def main():
@@ -96,42 +68,9 @@ def main():
     for m in models:
         if m not in train_torch.PRESETS:
             ap.error(f"unknown model {m!r} (known: {', '.join(train_torch.PRESETS)})")
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # as our NCCL backend
-
-    import torch
-    import torch.distributed as dist
-
-    if not torch.cuda.is_available():
-        print("ddp_torch: no CUDA device; nothing to measure", file=sys.stderr)
-        return 1
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    dev = torch.device("cuda", torch.cuda.current_device())
-    dist.init_process_group("nccl", device_id=dev)
-    rank, world = dist.get_rank(), dist.get_world_size()
     impl = "torch-ddp-compile" if args.compile else "torch-ddp-eager"
-    if rank == 0:
-        print(f"ddp_torch: {world} rank(s) on {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, {impl}, "
-              f"B={args.batch} T={args.seq}, buckets {args.bucket_mb} MB", file=sys.stderr)
-    rc = 0
-    for name in models:
-        try:
-            cols = run(name, args, torch, dist, rank, world, dev)
-        except torch.cuda.OutOfMemoryError as e:
-            # Every rank runs out alike (same model and batch); the others' collectives would hang otherwise.
-            print(f"ddp_torch: rank {rank}: {name}: {e}", file=sys.stderr)
-            cols, rc = ["OOM"] * 4, 1
-        if rank == 0:
-            print("\t".join(["RESULT", impl, name, str(world), str(args.batch), str(args.seq)] + cols), flush=True)
-        gc.collect()
-        torch.cuda.empty_cache()
-        if args.compile:
-            torch._dynamo.reset()
-    dist.barrier()
-    dist.destroy_process_group()
-    return rc
+    return train_torch.run_distributed(f"ddp_torch (buckets {args.bucket_mb} MB)", impl, args, models, run,
+                                       ["OOM"] * 4)
 
 
 if __name__ == "__main__":

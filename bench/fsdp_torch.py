@@ -25,7 +25,6 @@ import gc
 import os
 import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train_torch  # noqa: E402  (the same model code as the single-GPU and DDP benchmarks)
@@ -36,18 +35,11 @@ def blocks_of(model, arch):
 
 
 def run(name, args, torch, dist, rank, world, dev):
-    import torch.nn as nn
-    import torch.nn.functional as F
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     arch, L, C, H, Hkv, FF, V = train_torch.PRESETS[name]
     T, B = args.seq, args.batch
-    torch.manual_seed(1234)
-    if arch == "gpt2":
-        model = train_torch.build_gpt2(torch, nn, F, L, C, H, V, T)
-    else:
-        model = train_torch.build_llama(torch, L, C, H, Hkv, FF, V, T)
-    model = model.to(dev)
+    model = train_torch.build_model(torch, name, T, dev)
     n_params = sum(p.numel() for p in model.parameters())  # tied weights counted once
     blocks = blocks_of(model, arch)
     if args.compile:
@@ -57,10 +49,7 @@ def run(name, args, torch, dist, rank, world, dev):
     for b in blocks:
         fully_shard(b, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    opt = train_torch.make_adamw(torch, model)
 
     def step(idx, tgt):
         loss = model(idx, tgt)
@@ -73,31 +62,15 @@ def run(name, args, torch, dist, rank, world, dev):
     gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
-    g = torch.Generator(device=dev).manual_seed(42 + rank)
     warmup = args.warmup + (2 if args.compile else 0)
-    times = []
-    slowest = torch.zeros(1, dtype=torch.float64, device=dev)
-    for s in range(warmup + args.steps):
-        idx = torch.randint(0, V, (B, T), device=dev, generator=g)
-        tgt = torch.randint(0, V, (B, T), device=dev, generator=g)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        loss = step(idx, tgt)
-        torch.cuda.synchronize()
-        slowest.fill_((time.perf_counter() - t0) * 1e3)
-        dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
-        dt = slowest.item()
-        if rank == 0:
-            print(f"  torch-fsdp2 {name} x{world} step {s}: {dt:.1f} ms, loss {loss.item():.4f}", file=sys.stderr,
-                  flush=True)
-        if s >= warmup:
-            times.append(dt)
+    times, _ = train_torch.timed_steps(torch, step, V, B, T, dev, 42 + rank, warmup, args.steps,
+                                       f"torch-fsdp2 {name} x{world}", train_torch.slowest_rank(torch, dist, dev),
+                                       log=rank == 0)
     med = statistics.median(times)
     per_gpu = B * T / (med / 1e3)
     mfu = 100 * per_gpu * train_torch.train_flops_per_token(n_params, L, C, T) / train_torch.PEAK_BF16_FLOPS
-    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], dtype=torch.float64, device=dev)
-    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
-    return [f"{per_gpu * world:.0f}", f"{per_gpu:.0f}", f"{med:.2f}", f"{peak.item():.2f}", "fsdp2", f"{mfu:.1f}",
+    peak = train_torch.peak_gib_over_ranks(torch, dist, dev)
+    return [f"{per_gpu * world:.0f}", f"{per_gpu:.0f}", f"{med:.2f}", f"{peak:.2f}", "fsdp2", f"{mfu:.1f}",
             str(n_params)]
 
 
@@ -114,42 +87,8 @@ def main():
     for m in models:
         if m not in train_torch.PRESETS:
             ap.error(f"unknown model {m!r} (known: {', '.join(train_torch.PRESETS)})")
-    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # as our NCCL backend
-
-    import torch
-    import torch.distributed as dist
-
-    if not torch.cuda.is_available():
-        print("fsdp_torch: no CUDA device; nothing to measure", file=sys.stderr)
-        return 1
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local_rank % torch.cuda.device_count())
-    dev = torch.device("cuda", torch.cuda.current_device())
-    dist.init_process_group("nccl", device_id=dev)
-    rank, world = dist.get_rank(), dist.get_world_size()
     impl = "torch-fsdp2-compile" if args.compile else "torch-fsdp2"
-    if rank == 0:
-        print(f"fsdp_torch: {world} rank(s) on {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, {impl}, "
-              f"B={args.batch} T={args.seq}", file=sys.stderr)
-    rc = 0
-    for name in models:
-        try:
-            cols = run(name, args, torch, dist, rank, world, dev)
-        except torch.cuda.OutOfMemoryError as e:
-            # Every rank runs out alike (same model and batch); the others' collectives would hang otherwise.
-            print(f"fsdp_torch: rank {rank}: {name}: {e}", file=sys.stderr)
-            cols, rc = ["OOM"] * 4 + ["fsdp2", "OOM", "-"], 1
-        if rank == 0:
-            print("\t".join(["RESULT", impl, name, str(world), str(args.batch), str(args.seq)] + cols), flush=True)
-        gc.collect()
-        torch.cuda.empty_cache()
-        if args.compile:
-            torch._dynamo.reset()
-    dist.barrier()
-    dist.destroy_process_group()
-    return rc
+    return train_torch.run_distributed("fsdp_torch", impl, args, models, run, ["OOM"] * 4 + ["fsdp2", "OOM", "-"])
 
 
 if __name__ == "__main__":

@@ -139,21 +139,115 @@ def profile_step(torch, step, idx, tgt, path):
     print(f"  profiled step: {len(kernels)} kernels, {total:.1f} ms of kernel time -> {path}", file=sys.stderr)
 
 
-def run(name, mode, args, torch):
+# ---- shared by this script, ddp_torch.py and fsdp_torch.py ----
+
+def build_model(torch, name, T, dev):
+    """The preset's model on dev, from seed 1234 (the same initial weights on every rank)."""
     import torch.nn as nn
     import torch.nn.functional as F
 
     arch, L, C, H, Hkv, FF, V = PRESETS[name]
-    T, B = args.seq, args.batch
     torch.manual_seed(1234)
-    dev = torch.device("cuda")
     model = (build_gpt2(torch, nn, F, L, C, H, V, T) if arch == "gpt2" else build_llama(torch, L, C, H, Hkv, FF, V, T))
-    model = model.to(dev)
-    n_params = sum(p.numel() for p in model.parameters())  # tied weights counted once
+    return model.to(dev)
+
+
+def make_adamw(torch, model):
+    """Fused AdamW as our engine's: lr 3e-4, betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on matrices only."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+
+
+def timed_steps(torch, step, V, B, T, dev, seed, warmup, steps, label, agree=None, log=True):
+    """Runs warmup + steps training steps on random tokens and returns (the timed steps' ms, the last batch). Each
+    step is timed between two device synchronisations; agree(ms) -> ms makes ranks agree on one time (the slowest)."""
+    g = torch.Generator(device=dev).manual_seed(seed)
+    times = []
+    for s in range(warmup + steps):
+        idx = torch.randint(0, V, (B, T), device=dev, generator=g)
+        tgt = torch.randint(0, V, (B, T), device=dev, generator=g)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        loss = step(idx, tgt)
+        loss_v = loss.item()
+        torch.cuda.synchronize()
+        dt = (time.perf_counter() - t0) * 1e3
+        if agree:
+            dt = agree(dt)
+        if log:
+            print(f"  {label} step {s}: {dt:.1f} ms, loss {loss_v:.4f}", file=sys.stderr, flush=True)
+        if s >= warmup:
+            times.append(dt)
+    return times, (idx, tgt)
+
+
+def run_distributed(tool, impl, args, models, run, oom_cols):
+    """ddp_torch.py / fsdp_torch.py after their arguments: one NCCL process group over torchrun's ranks, then
+    run(name, args, torch, dist, rank, world, dev) -> RESULT columns per model, printed by rank 0. Returns the exit
+    code (1 when no GPU or a model ran out of memory)."""
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # as our NCCL backend
+    import torch
+    import torch.distributed as dist
+
+    if not torch.cuda.is_available():
+        print(f"{tool}: no CUDA device; nothing to measure", file=sys.stderr)
+        return 1
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    torch.cuda.set_device(local_rank % torch.cuda.device_count())
+    dev = torch.device("cuda", torch.cuda.current_device())
+    dist.init_process_group("nccl", device_id=dev)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    if rank == 0:
+        print(f"{tool}: {world} rank(s) on {torch.cuda.get_device_name(dev)}, torch {torch.__version__}, {impl}, "
+              f"B={args.batch} T={args.seq}", file=sys.stderr)
+    rc = 0
+    for name in models:
+        try:
+            cols = run(name, args, torch, dist, rank, world, dev)
+        except torch.cuda.OutOfMemoryError as e:
+            # Every rank runs out alike (same model and batch); the others' collectives would hang otherwise.
+            print(f"{tool}: rank {rank}: {name}: {e}", file=sys.stderr)
+            cols, rc = oom_cols, 1
+        if rank == 0:
+            print("\t".join(["RESULT", impl, name, str(world), str(args.batch), str(args.seq)] + cols), flush=True)
+        gc.collect()
+        torch.cuda.empty_cache()
+        if args.compile:
+            torch._dynamo.reset()
+    dist.barrier()
+    dist.destroy_process_group()
+    return rc
+
+
+def slowest_rank(torch, dist, dev):
+    """agree() for timed_steps: every rank takes the slowest rank's step time (a step lasts that long)."""
+    buf = torch.zeros(1, dtype=torch.float64, device=dev)
+
+    def agree(ms):
+        buf.fill_(ms)
+        dist.all_reduce(buf, op=dist.ReduceOp.MAX)
+        return buf.item()
+
+    return agree
+
+
+def peak_gib_over_ranks(torch, dist, dev):
+    peak = torch.tensor([torch.cuda.max_memory_allocated() / 2**30], dtype=torch.float64, device=dev)
+    dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+    return peak.item()
+
+
+def run(name, mode, args, torch):
+    arch, L, C, H, Hkv, FF, V = PRESETS[name]
+    T, B = args.seq, args.batch
+    dev = torch.device("cuda")
+    model = build_model(torch, name, T, dev)
+    n_params = sum(p.numel() for p in model.parameters())  # tied weights counted once
+    opt = make_adamw(torch, model)
     step_model = torch.compile(model) if mode == "compile" else model
 
     def step(idx, tgt):
@@ -166,20 +260,7 @@ def run(name, mode, args, torch):
         return loss
 
     torch.cuda.reset_peak_memory_stats()
-    g = torch.Generator(device=dev).manual_seed(42)
-    times = []
-    for s in range(args.warmup + args.steps):
-        idx = torch.randint(0, V, (B, T), device=dev, generator=g)
-        tgt = torch.randint(0, V, (B, T), device=dev, generator=g)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        loss = step(idx, tgt)
-        loss_v = loss.item()
-        torch.cuda.synchronize()
-        dt = (time.perf_counter() - t0) * 1e3
-        print(f"  torch-{mode} {name} step {s}: {dt:.1f} ms, loss {loss_v:.4f}", file=sys.stderr, flush=True)
-        if s >= args.warmup:
-            times.append(dt)
+    times, (idx, tgt) = timed_steps(torch, step, V, B, T, dev, 42, args.warmup, args.steps, f"torch-{mode} {name}")
     med = statistics.median(times)
     tps = B * T / (med / 1e3)
     flops = tps * train_flops_per_token(n_params, L, C, T)
