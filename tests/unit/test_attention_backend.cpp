@@ -52,7 +52,8 @@ TEST(AttentionBackend, CpuTensorsNeverReachAGpuBackend) {
   EXPECT_EQ(after.own_forward, before.own_forward);
 }
 
-// On a GPU with cuDNN built in, the default sends a GPT-2-shaped bf16 call to cuDNN and "own" keeps it away.
+// On a GPU with cuDNN built in, the default sends a GPT-2-shaped bf16 call to cuDNN and "own" keeps it away; a length
+// that is not a multiple of 64 (generation's) stays on our kernels unless cuDNN is asked for by name.
 TEST(AttentionBackendGpu, AutoUsesCudnnForTrainingShapes) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   if (!cudnn_attention_built()) GTEST_SKIP() << "built without cuDNN's frontend";
@@ -71,6 +72,20 @@ TEST(AttentionBackendGpu, AutoUsesCudnnForTrainingShapes) {
     const AttentionCalls after = attention_calls();
     const bool cudnn = after.cudnn_forward > before.cudnn_forward;
     EXPECT_EQ(cudnn, b == AttentionBackend::automatic) << attention_backend_name(b);
+  }
+  const int64_t T2 = 100;  // not a multiple of 64
+  Tensor q2 = Tensor::empty({B, T2, 3 * H * D}, DType::f32);
+  for (int64_t i = 0; i < q2.numel(); i++) q2.data<float>()[i] = float((i * 29) % 13) / 13.0f - 0.5f;
+  Tensor g2 = q2.to(DType::bf16).to(Device::cuda(0));
+  Tensor out2 = Tensor::empty({B, T2, H * D}, DType::bf16, Device::cuda(0));
+  Tensor lse2 = Tensor::empty({B, H, T2}, DType::f32, Device::cuda(0));
+  for (AttentionBackend b : {AttentionBackend::automatic, AttentionBackend::cudnn}) {
+    ScopedAttentionBackend scope(b);
+    const AttentionCalls before = attention_calls();
+    ops::attention_forward(out2, lse2, g2, B, T2, H, H, D);
+    cuda_synchronize();
+    const bool cudnn = attention_calls().cudnn_forward > before.cudnn_forward;
+    EXPECT_EQ(cudnn, b == AttentionBackend::cudnn) << attention_backend_name(b) << " at T = " << T2;
   }
 }
 

@@ -1,8 +1,9 @@
 // Which implementation runs attention_forward / attention_backward on CUDA tensors.
 //
 //   automatic  cuDNN's fused flash attention (Hopper kernels) where it is built in and supports the call
-//              (bf16/f16, head dim a multiple of 8 up to 128, 16-byte aligned buffers), else our own kernels
-//   cudnn      the same choice; the name documents intent (and "dscpp train" reports which one ran)
+//              (bf16/f16, head dim a multiple of 8 up to 128, 16-byte aligned buffers) and T is a multiple of 64
+//              (cuDNN builds a graph per shape: generation's every-length calls stay on our kernels), else ours
+//   cudnn      cuDNN wherever it supports the call, any T ("dscpp train" reports which one ran)
 //   own        always our kernels (src/kernels/cuda/attention.cu)
 //
 // The environment variable DSCPP_ATTENTION=auto|cudnn|own sets the process-wide default on first use. The contract

@@ -148,7 +148,12 @@ Plan build(const Key& k, cudnnHandle_t handle) {
 }
 
 bool supported_call(DType t, const Shape& s, std::initializer_list<const void*> ptrs) {
-  if (attention_backend() == AttentionBackend::own) return false;
+  const AttentionBackend be = attention_backend();
+  if (be == AttentionBackend::own) return false;
+  // A graph is built per shape (tens to hundreds of ms). Generation without a KV cache calls with every length
+  // 1, 2, 3, ...: left to our kernels unless T is a multiple of 64, as training shapes are (explicit "cudnn" takes
+  // every T).
+  if (be == AttentionBackend::automatic && s.T % 64) return false;
   if (t != DType::bf16 && t != DType::f16) return false;
   if (s.D % 8 || s.D > 128) return false;
   for (const void* p : ptrs)
