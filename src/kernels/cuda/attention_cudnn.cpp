@@ -71,19 +71,25 @@ bool autotune_enabled() {
 struct State {
   std::mutex mu;
   std::unordered_map<Key, Plan, KeyHash> plans;
-  std::unordered_map<int, cudnnHandle_t> handles;  // per device; kept for the process's life
+  std::unordered_map<int, cudnnHandle_t> handles;  // per device; kept for the process's life; null: unusable
 };
 State& state() {
   static State* s = new State;  // never destroyed: handles may be used by other static destructors' work
   return *s;
 }
 
+// Null when cuDNN cannot start on this machine (a partial install, a driver it does not support): then every call
+// declines and our kernels run, after one message, rather than failing the job.
 cudnnHandle_t handle_for(State& st, int device) {
   auto it = st.handles.find(device);
   if (it != st.handles.end()) return it->second;
   cudnnHandle_t h = nullptr;
   const cudnnStatus_t rc = cudnnCreate(&h);  // the caller's DeviceGuard made `device` current
-  DSCPP_CHECK(rc == CUDNN_STATUS_SUCCESS, "cudnnCreate on cuda:", device, ": ", cudnnGetErrorString(rc));
+  if (rc != CUDNN_STATUS_SUCCESS) {
+    std::fprintf(stderr, "[dscpp] cuDNN attention off on cuda:%d: cudnnCreate failed (%s); using own kernels\n",
+                 device, cudnnGetErrorString(rc));
+    h = nullptr;
+  }
   st.handles.emplace(device, h);
   return h;
 }
@@ -165,9 +171,16 @@ bool run(const Key& k, std::unordered_map<int64_t, void*>& pack, cudaStream_t st
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   cudnnHandle_t h = handle_for(st, k.device);
+  if (!h) return false;
   auto it = st.plans.find(k);
   if (it == st.plans.end()) {
-    it = st.plans.emplace(k, build(k, h)).first;
+    Plan built;
+    try {
+      built = build(k, h);
+    } catch (const std::exception& e) {  // the frontend reports most problems as error_t, some by throwing
+      built.why = e.what();
+    }
+    it = st.plans.emplace(k, std::move(built)).first;
     if (!it->second.graph && attention_backend() == AttentionBackend::cudnn)
       std::fprintf(stderr, "[dscpp] cuDNN attention declined %s B=%d T=%d H=%d Hkv=%d D=%d (%s); using own kernels\n",
                    k.backward ? "backward" : "forward", k.B, k.T, k.H, k.Hkv, k.D, it->second.why.c_str());
