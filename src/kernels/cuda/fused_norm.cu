@@ -20,6 +20,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/norm_rows.cuh"
 
 namespace dscpp::cuda {
 namespace {
@@ -63,15 +64,7 @@ __global__ void residual_norm_fwd_kernel(T* resid, T* out, float* mean_out, floa
     var = warp_sum(sum) / float(C);
   }
   const float rs = 1.0f / sqrtf(var + eps);
-  for (int c = lane * V; c < C; c += 32 * V) {
-    float a[V], wv[V], bv[V];
-    load_f<T, V>(resid + row + c, a);
-    load_f<W, V>(w + c, wv);
-    if (LN && b) load_f<W, V>(b + c, bv);
-#pragma unroll
-    for (int k = 0; k < V; k++) a[k] = (a[k] - m) * rs * wv[k] + ((LN && b) ? bv[k] : 0.0f);
-    store_f<T, V>(out + row + c, a);
-  }
+  write_normalized_row<T, W, V, LN>(out + row, resid + row, w, b, m, rs, C, lane);
   if (lane == 0) {
     if (LN && mean_out) mean_out[n] = m;
     if (rstd_out) rstd_out[n] = rs;
@@ -174,23 +167,6 @@ __global__ void residual_norm_bwd_tile_kernel(T* dresid, float* part_w, float* p
   }
 }
 
-// Kernel 3: dw[c] += sum_g part_w[g, c] in order of g; db alike. Either pair may be null.
-template <typename G>
-__global__ void residual_norm_param_final_kernel(G* dw, G* db, const float* part_w, const float* part_b, int nchunks,
-                                                 int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  if (dw) {
-    float s = 0.0f;
-    for (int g = 0; g < nchunks; g++) s += part_w[int64_t(g) * C + c];
-    dw[c] = from_f<G>(to_f(dw[c]) + s);
-  }
-  if (db) {
-    float s = 0.0f;
-    for (int g = 0; g < nchunks; g++) s += part_b[int64_t(g) * C + c];
-    db[c] = from_f<G>(to_f(db[c]) + s);
-  }
-}
 
 }  // namespace
 
@@ -249,7 +225,7 @@ void launch_fused_residual_norm_backward(T* dresid, G* dw, G* db, const T* dskip
   }
   DSCPP_CUDA_CHECK_LAUNCH();
   if (dw || db) {
-    residual_norm_param_final_kernel<G><<<unsigned(ceil_div(C, 256)), 256, 0, s>>>(dw, db, part_w, part_b, nchunks,
+    norm_param_final_kernel<G><<<unsigned(ceil_div(C, 256)), 256, 0, s>>>(dw, db, part_w, part_b, nchunks,
                                                                                   C);
     DSCPP_CUDA_CHECK_LAUNCH();
   }

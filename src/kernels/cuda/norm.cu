@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/norm_rows.cuh"
 
 namespace dscpp::cuda {
 namespace {
@@ -51,43 +52,22 @@ __global__ void norm_fwd_kernel(T* out, float* mean_out, float* rstd_out, const 
     for (int k = 0; k < V; k++) ss += (v[k] - m) * (v[k] - m);
   }
   const float rs = 1.0f / sqrtf(warp_sum(ss) / float(C) + eps);
-  T* o = out + n * C;
-  for (int c = lane * V; c < C; c += 32 * V) {
-    float v[V], wv[V], bv[V];
-    load_f<T, V>(x + c, v);
-    load_f<W, V>(w + c, wv);
-    if (LN && b) load_f<W, V>(b + c, bv);
-#pragma unroll
-    for (int k = 0; k < V; k++) v[k] = (v[k] - m) * rs * wv[k] + ((LN && b) ? bv[k] : 0.0f);
-    store_f<T, V>(o + c, v);
-  }
+  write_normalized_row<T, W, V, LN>(out + n * C, x, w, b, m, rs, C, lane);
   if (lane == 0) {
     if (LN && mean_out) mean_out[n] = m;
     if (rstd_out) rstd_out[n] = rs;
   }
 }
 
-// The forward's output from saved statistics (no reduction): the last loop of norm_fwd_kernel, written the same way
-// (m = 0 for RMS; the same expression, so the same contraction into FMAs) to give the bits the forward wrote, here
-// and in fused_norm.cu's residual_norm_fwd_kernel, whose output loop is the same.
+// The forward's output from saved statistics (no reduction): the row writer of norm_fwd_kernel and of fused_norm.cu's
+// residual_norm_fwd_kernel (norm_rows.cuh), so the bits the forward wrote.
 template <typename T, typename W, int V, bool LN>
 __global__ void norm_apply_kernel(T* out, const T* inp, const W* w, const W* b, const float* mean, const float* rstd,
                                   int64_t N, int C) {
   const int lane = threadIdx.x & 31;
   const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   if (n >= N) return;
-  const T* x = inp + n * C;
-  const float m = LN ? mean[n] : 0.0f, rs = rstd[n];
-  T* o = out + n * C;
-  for (int c = lane * V; c < C; c += 32 * V) {
-    float v[V], wv[V], bv[V];
-    load_f<T, V>(x + c, v);
-    load_f<W, V>(w + c, wv);
-    if (LN && b) load_f<W, V>(b + c, bv);
-#pragma unroll
-    for (int k = 0; k < V; k++) v[k] = (v[k] - m) * rs * wv[k] + ((LN && b) ? bv[k] : 0.0f);
-    store_f<T, V>(o + c, v);
-  }
+  write_normalized_row<T, W, V, LN>(out + n * C, inp + n * C, w, b, LN ? mean[n] : 0.0f, rstd[n], C, lane);
 }
 
 // dinp[N,C] (=). LN: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w, xhat = (x - mean) * rstd.
@@ -182,22 +162,6 @@ __global__ void norm_param_partial_kernel(float* part_w, float* part_b, const T*
   }
 }
 
-// Second pass: dw[c] += sum_g part_w[g, c] (in order of g); same for db. Either output may be null.
-template <typename W>
-__global__ void norm_param_final_kernel(W* dw, W* db, const float* part_w, const float* part_b, int G, int C) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= C) return;
-  if (dw) {
-    float s = 0.0f;
-    for (int g = 0; g < G; g++) s += part_w[int64_t(g) * C + c];
-    dw[c] = from_f<W>(to_f(dw[c]) + s);
-  }
-  if (db) {
-    float s = 0.0f;
-    for (int g = 0; g < G; g++) s += part_b[int64_t(g) * C + c];
-    db[c] = from_f<W>(to_f(db[c]) + s);
-  }
-}
 
 }  // namespace
 
