@@ -32,16 +32,7 @@ def run(name, args, torch, dist, rank, world, dev):
     model = train_torch.build_model(torch, name, T, dev)  # the same weights everywhere (DDP also broadcasts rank 0's)
     opt = train_torch.make_adamw(torch, model)
     ddp = DDP(model, device_ids=[dev.index], bucket_cap_mb=args.bucket_mb)
-    step_model = torch.compile(ddp) if args.compile else ddp
-
-    def step(idx, tgt):
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            loss = step_model(idx, tgt)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    step = train_torch.train_step(torch, torch.compile(ddp) if args.compile else ddp, model, opt)
 
     torch.cuda.reset_peak_memory_stats()
     warmup = args.warmup + (2 if args.compile else 0)

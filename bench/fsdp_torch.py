@@ -51,13 +51,7 @@ def run(name, args, torch, dist, rank, world, dev):
     fully_shard(model, mp_policy=mp)
     opt = train_torch.make_adamw(torch, model)
 
-    def step(idx, tgt):
-        loss = model(idx, tgt)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    step = train_torch.train_step(torch, model, model, opt, autocast=False)  # bf16 through FSDP2's policy
 
     gc.collect()
     torch.cuda.empty_cache()

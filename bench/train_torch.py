@@ -160,6 +160,24 @@ def make_adamw(torch, model):
                              lr=3e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
 
 
+def train_step(torch, forward, model, opt, autocast=True):
+    """One training step as our engine's: forward (bf16 autocast unless the model casts itself, as FSDP2's policy
+    does), backward, clip the global norm to 1.0, AdamW step."""
+    def step(idx, tgt):
+        if autocast:
+            with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+                loss = forward(idx, tgt)
+        else:
+            loss = forward(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
+    return step
+
+
 def timed_steps(torch, step, V, B, T, dev, seed, warmup, steps, label, agree=None, log=True):
     """Runs warmup + steps training steps on random tokens and returns (the timed steps' ms, the last batch). Each
     step is timed between two device synchronisations; agree(ms) -> ms makes ranks agree on one time (the slowest)."""
@@ -248,16 +266,7 @@ def run(name, mode, args, torch):
     model = build_model(torch, name, T, dev)
     n_params = sum(p.numel() for p in model.parameters())  # tied weights counted once
     opt = make_adamw(torch, model)
-    step_model = torch.compile(model) if mode == "compile" else model
-
-    def step(idx, tgt):
-        with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
-            loss = step_model(idx, tgt)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+    step = train_step(torch, torch.compile(model) if mode == "compile" else model, model, opt)
 
     torch.cuda.reset_peak_memory_stats()
     times, (idx, tgt) = timed_steps(torch, step, V, B, T, dev, 42, args.warmup, args.steps, f"torch-{mode} {name}")
