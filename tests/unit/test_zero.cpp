@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 
 #include "dscpp/checkpoint/hf_interop.h"
@@ -472,6 +473,17 @@ TEST(ZeroCheckpoint, ExportGathersFp32FromEveryShard) {
     }
   });
   expect_all_pass(results);
+  // The same tag made universal exports the same file, byte for byte.
+  convert_to_universal(dir, "step2", "", "");
+  const HfExportResult u = export_hf_checkpoint(dir, "step2_universal", dir + "/hf_universal");
+  EXPECT_EQ(u.source, "fp32 (universal tag)");
+  auto bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string a = bytes(dir + "/hf/model.safetensors"), b = bytes(dir + "/hf_universal/model.safetensors");
+  EXPECT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "exports of the sharded and the universal tag differ";
   std::filesystem::remove_all(dir);
 }
 
