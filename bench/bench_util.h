@@ -52,11 +52,17 @@ inline double rel_err(const Tensor& got, const Tensor& want, int64_t begin = 0, 
 }
 
 // Median milliseconds of `iters` runs of f on the current stream of device 0 (after `warmup` runs).
-inline double time_ms(const std::function<void()>& f, int warmup = 3, int iters = 20) {
+// `before` (optional) runs untimed ahead of every run, e.g. to flush the L2.
+inline double time_ms(const std::function<void()>& f, int warmup = 3, int iters = 20,
+                      const std::function<void()>& before = nullptr) {
   cudaStream_t s = dscpp::cuda::current_stream(0);
-  for (int i = 0; i < warmup; i++) f();
+  for (int i = 0; i < warmup; i++) {
+    if (before) before();
+    f();
+  }
   std::vector<double> ms;
   for (int i = 0; i < iters; i++) {
+    if (before) before();
     dscpp::cuda::Event a, b;
     a.record(s);
     f();

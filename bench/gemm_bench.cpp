@@ -113,20 +113,7 @@ void run_timing() {
 // Median ms of f over 20 runs (3 warm-ups), each after `flush` is overwritten, so f starts with a cold L2.
 double time_cold_ms(const std::function<void()>& f, const Tensor& flush) {
   cudaStream_t s = dscpp::cuda::current_stream(0);
-  auto clear = [&] { DSCPP_CUDA_CHECK(cudaMemsetAsync(flush.raw(), 0, flush.nbytes(), s)); };
-  for (int i = 0; i < 3; i++) clear(), f();
-  std::vector<double> ms;
-  for (int i = 0; i < 20; i++) {
-    clear();
-    dscpp::cuda::Event a, b;
-    a.record(s);
-    f();
-    b.record(s);
-    b.synchronize();
-    ms.push_back(b.elapsed_ms(a));
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return time_ms(f, 3, 20, [&] { DSCPP_CUDA_CHECK(cudaMemsetAsync(flush.raw(), 0, flush.nbytes(), s)); });
 }
 
 // The bias gradient of GPT-2 124M's linears at N = 32768 tokens, bf16 dout, f32 gradients (mixed precision):
