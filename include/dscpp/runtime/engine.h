@@ -156,6 +156,7 @@ class Engine {
   std::unique_ptr<Model> model_;
   DeepSpeedConfig cfg_;
   ProcessGroup* dp_ = nullptr;              // size > 1 only
+  int comm_sm_carveout_ = 0;                // SMs kept from GEMMs while collectives overlap (Note [GEMM SM carve-out])
   std::unique_ptr<GradReducer> reducer_;    // with dp_, stage 0
   ZeroPartition zp_;
   std::vector<int64_t> owned_offset_;       // where owned range k starts in the shard layout

@@ -14,11 +14,13 @@
 // releases the kernels waiting on dead peers), fails every pending op and marks the group broken.
 // DSCPP_NCCL_BLOCKING_WAIT=1 (or NCCL_BLOCKING_WAIT=1) makes Work::wait() also block the host until the op ends.
 #include "comm/process_group_impl.h"
+#include "dscpp/kernels/gemm_sm_carveout.h"
 #include "dscpp/profiler/profiler.h"
 
 #if DSCPP_WITH_NCCL
 #include <nccl.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
@@ -135,6 +137,12 @@ class NcclProcessGroup : public ProcessGroup {
     DSCPP_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
+    // The SMs the engine keeps free of GEMMs for overlapped collectives are NCCL's (Note [GEMM SM carve-out]);
+    // NCCL_MAX_CTAS, when set, still wins.
+    if (const int carve = comm_sm_carveout_from_env(); carve > 0 && !std::getenv("NCCL_MAX_CTAS")) {
+      config.maxCTAs = carve;
+      config.minCTAs = std::min(carve, 2);
+    }
     ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
     if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclCommInitRankConfig");
     settle("ncclCommInitRankConfig");

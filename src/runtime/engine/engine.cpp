@@ -16,6 +16,7 @@
 #include <cmath>
 #include <iostream>
 
+#include "dscpp/kernels/gemm_sm_carveout.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/profiler/memory_report.h"
 #include "dscpp/profiler/module_tree.h"
@@ -167,6 +168,7 @@ float Engine::forward(const Tensor& tokens, const Tensor& targets) {
   if (zparams_) zparams_->begin_micro_step();
   {
     ProfileRange r(prof_.get(), "forward");
+    ScopedGemmSmCarveout carve(zparams_ ? comm_sm_carveout_ : gemm_sm_carveout());  // stage 3 gathers overlap
     loss = model_->forward(tokens, targets);
   }
   times_.forward_ms += ms_since(t0);
@@ -186,7 +188,10 @@ void Engine::backward() {
   const bool boundary = is_gradient_accumulation_boundary();
   if (reducer_) reducer_->begin_backward(boundary);
   if (zgrads_) zgrads_->begin_backward(boundary);
-  model_->backward(mixed_ ? float(scaler_.loss_scale() / double(gas)) : 1.0f / gas);
+  {
+    ScopedGemmSmCarveout carve(comm_sm_carveout_ ? comm_sm_carveout_ : gemm_sm_carveout());
+    model_->backward(mixed_ ? float(scaler_.loss_scale() / double(gas)) : 1.0f / gas);
+  }
   if (reducer_) reducer_->end_backward();  // at the boundary: the gradients are now the average over the ranks
   if (zgrads_) zgrads_->end_backward();    // stage 2/3 every micro-batch, stage 1 at the boundary
   times_.backward_ms += ms_since(t0);

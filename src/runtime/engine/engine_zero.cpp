@@ -4,6 +4,8 @@
 
 #include "dscpp/runtime/engine.h"
 
+#include "dscpp/kernels/gemm_sm_carveout.h"
+
 namespace dscpp {
 
 namespace {
@@ -28,6 +30,8 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
               dp_world_size(), " rank(s) keeps the full gradient buffer: build the model with "
               "ModelOptions::allocate_grads = true");
   if (!dp_) return;
+  // Reserved only where collectives run beside compute: backward with overlap_comm, and stage 3's forward gathers.
+  if (z.overlap_comm || zp_.stage() == 3) comm_sm_carveout_ = comm_sm_carveout_from_env();
   if (!zp_.sharded()) {  // stage 0: every rank keeps everything; gradients are all-reduced in buckets
     reducer_ = std::make_unique<GradReducer>(*dp_, ps, z.reduce_bucket_size, z.overlap_comm,
                                              cfg_.communication_dtype());

@@ -1,0 +1,41 @@
+// Note [GEMM SM carve-out]: cuBLASLt's Hopper GEMMs are persistent: they launch one CTA per SM and give each CTA a
+// fixed share of the tiles. An NCCL kernel that overlaps them (a gradient bucket's all-reduce during backward, a
+// ZeRO-3 gather or reduce-scatter) holds some SMs for its whole duration, so the GEMM CTAs that cannot start there
+// run their share only after the others, or after NCCL is done: one overlapped collective can stretch a GEMM by up
+// to its own length, and data-parallel scaling loses about the communication time it meant to hide. Telling
+// cuBLASLt to target (SM count - k) SMs (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, the mechanism behind PyTorch's
+// _set_sm_carveout_experimental) leaves k SMs to NCCL, whose CTAs the backend caps at k (ncclConfig_t::maxCTAs):
+// the GEMMs then lose about k/132 of their speed inside the window instead of whole tail waves. The value is part
+// of the matmul plan key, so both kinds of plan stay cached.
+#include "dscpp/kernels/gemm_sm_carveout.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+
+#include "dscpp/core/check.h"
+
+namespace dscpp {
+
+namespace {
+std::atomic<int> g_carveout{0};
+}  // namespace
+
+int gemm_sm_carveout() { return g_carveout.load(std::memory_order_relaxed); }
+
+void set_gemm_sm_carveout(int sms) {
+  DSCPP_CHECK(sms >= 0, "set_gemm_sm_carveout: ", sms, " SMs (expected >= 0)");
+  g_carveout.store(sms, std::memory_order_relaxed);
+}
+
+int comm_sm_carveout_from_env() {
+  const char* e = std::getenv("DSCPP_COMM_SM_CARVEOUT");
+  if (!e || !*e) return 0;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  DSCPP_CHECK(end && *end == '\0' && v >= 0 && v <= 128, "DSCPP_COMM_SM_CARVEOUT='", e,
+              "': expected a number of SMs from 0 to 128");
+  return int(v);
+}
+
+}  // namespace dscpp
