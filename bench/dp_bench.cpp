@@ -6,12 +6,14 @@
 //       [--steps 10] [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]
 //       [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]
 //       [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F]
+//       [--comm-dtype fp32|bf16]
 // --model is --models. --bucket: zero_optimization.reduce_bucket_size in elements (0: DeepSpeed's default 5e8);
 // --overlap: overlap_comm (reductions during backward; PyTorch DDP's 25 MB buckets are --bucket 6250000 in f32).
 // --zero-stage: one stage or a comma list, each a fresh engine on a fresh sub-group of the ranks. Stage >= 1 builds
 // the model with every unit padded to 16 x world (Note [ZeRO units]) and, at stage 2/3, without a flat gradient
 // buffer, as src/runtime/trainer.cpp does. --stage3-reuse-distance: stage3_max_reuse_distance (0: release every
 // unit after its use, FSDP's reshard_after_forward); --prefetch: stage3_prefetch_bucket_size in elements.
+// --comm-dtype: communication_data_type (gradients reduced in bf16 instead of f32).
 // --checkpointing: activation checkpointing of every block. --n-*: override the preset's shape (the model is then
 // named <arch>-L<L>-C<C>), e.g. a Llama of 7B parameters for a memory probe.
 // --trace: a Chrome trace of step 1 (a warm-up step) per rank, FILE.rank<r> (scripts/check_trace.py).
@@ -60,6 +62,7 @@ struct Args {
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0;  // 0: the preset's
   bool overlap = false, checkpointing = false;
   std::string trace;
+  std::string comm_dtype;  // communication_data_type ("": the gradients' dtype, f32)
 };
 
 const bench::Flags kFlags{
@@ -68,6 +71,7 @@ const bench::Flags kFlags{
     "                [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]\n"
     "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
     "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F]\n"
+    "                [--comm-dtype fp32|bf16]\n"
     "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n"};
 [[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
@@ -99,6 +103,7 @@ Args parse(int argc, char** argv) {
     else if (k == "warmup") a.warmup = to_int(v, 0);
     else if (k == "bucket") a.bucket = to_int(v, 0);
     else if (k == "trace") a.trace = v;
+    else if (k == "comm-dtype") a.comm_dtype = v;
     else usage("unknown option --" + k);
   });
   if (!a.trace.empty() && a.warmup < 2) usage("--trace profiles step 1, which must be a warm-up step: --warmup >= 2");
@@ -142,7 +147,8 @@ DeepSpeedConfig bench_config(const Args& a, int stage, int64_t n_layer, int worl
           R"(, "gradient_accumulation_steps": 1,
           "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
                                                     "weight_decay": 0.1}},
-          "gradient_clipping": 1.0, "bf16": {"enabled": true})" + zero + "}",
+          "gradient_clipping": 1.0, "bf16": {"enabled": true})" + zero +
+          (a.comm_dtype.empty() ? "" : R"(, "communication_data_type": ")" + a.comm_dtype + "\"") + "}",
       world);
 }
 

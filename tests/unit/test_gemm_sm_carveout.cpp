@@ -93,14 +93,15 @@ TEST(GemmSmCarveout, CudaMatmulsMatchTheCpuReference) {
   const Tensor dout_d = dout.to(DType::bf16).to(gpu);
   for (int carve : {0, 16, 100}) {
     ScopedGemmSmCarveout scope(carve);
-    Tensor out = Tensor::empty({N, OC}, DType::f32, gpu), dinp = Tensor::empty({N, C}, DType::f32, gpu);
+    // out in f32; dinp has the inputs' dtype (the op's contract), hence bf16's rounding in its tolerance
+    Tensor out = Tensor::empty({N, OC}, DType::f32, gpu), dinp = Tensor::empty({N, C}, DType::bf16, gpu);
     out.fill(NAN);
     dinp.fill(NAN);
     Tensor dw = Tensor::zeros({OC, C}, DType::f32, gpu);
     ops::matmul_forward(out, inp_d, w_d, Tensor());
     ops::matmul_backward(dinp, dw, Tensor(), dout_d, inp_d, w_d);
     EXPECT_LE(rel_err(out, out_ref), 1e-3) << "forward, carve-out " << carve;
-    EXPECT_LE(rel_err(dinp, dinp_ref), 1e-3) << "dinp, carve-out " << carve;
+    EXPECT_LE(rel_err(dinp, dinp_ref), 8e-3) << "dinp, carve-out " << carve;
     EXPECT_LE(rel_err(dw, dw_ref), 1e-3) << "dweight, carve-out " << carve;
   }
 }
