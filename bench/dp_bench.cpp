@@ -39,6 +39,7 @@
 
 #include "dscpp/comm/dist_env.h"
 #include "dscpp/comm/process_group.h"
+#include "dscpp/core/crash_handler.h"
 #include "dscpp/comm/store.h"
 #include "dscpp/core/allocator.h"
 #include "dscpp/core/cuda.h"
@@ -239,6 +240,7 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
 }  // namespace
 
 int main(int argc, char** argv) {
+  install_crash_handler();
   const Args a = parse(argc, argv);
   if (!cuda_available()) {
     std::fprintf(stderr, "dp_bench: no CUDA device (or a CPU-only build); nothing to measure\n");

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "dscpp/core/allocator.h"
+#include "dscpp/core/crash_handler.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/profiler/profiler.h"
@@ -156,6 +157,7 @@ void bench_one(const std::string& name, const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  install_crash_handler();
   Args a = parse(argc, argv);
   if (!cuda_available()) {
     std::fprintf(stderr, "train_bench: no CUDA device (or a CPU-only build); nothing to measure\n");

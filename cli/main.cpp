@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "dscpp/core/check.h"
+#include "dscpp/core/crash_handler.h"
 
 // Note [OpenMP wait policy]: libgomp's threads spin for a while after each parallel region. With OpenBLAS's and our
 // regions back to back that is free on an idle machine, but on a shared or oversubscribed one (CI, several ranks per
@@ -20,6 +21,7 @@ static void ensure_passive_omp_wait(char** argv) {
 }
 
 int main(int argc, char** argv) {
+  dscpp::install_crash_handler();
   ensure_passive_omp_wait(argv);
   CLI::App app{"DeepSpeed.cpp: train and serve GPT-2 and Llama models (DeepSpeed's design, native C++/CUDA)"};
   app.require_subcommand(0, 1);
