@@ -136,7 +136,9 @@ class NcclProcessGroup : public ProcessGroup {
     DSCPP_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
     DSCPP_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
+    // Non-blocking, so that initialisation and every call can time out (settle()); DSCPP_NCCL_BLOCKING=1 makes
+    // NCCL's calls block instead (PyTorch's default; the watchdog's timeouts still abort stuck collectives).
+    config.blocking = env_flag("DSCPP_NCCL_BLOCKING") ? 1 : 0;
     // The SMs the engine keeps free of GEMMs for overlapped collectives are NCCL's (Note [GEMM SM carve-out]);
     // NCCL_MAX_CTAS, when set, still wins.
     if (const int carve = comm_sm_carveout_from_env(); carve > 0 && !std::getenv("NCCL_MAX_CTAS")) {
@@ -323,22 +325,23 @@ class NcclProcessGroup : public ProcessGroup {
         pending_.clear();
         continue;
       }
+      // Every op runs on stream_, so they finish in launch order: only the oldest needs querying, and it is the
+      // first to time out.
       std::string failure;
-      for (auto it = pending_.begin(); it != pending_.end();) {
-        NcclWork& w = **it;
-        if (cudaEventQuery(w.end_) == cudaSuccess) {
-          if (w.start_) {
-            float ms = 0;
-            cudaEventElapsedTime(&ms, w.start_, w.end_);
-            log_op(w.op_, w.bytes_, ms * 1e-3);
-          }
-          w.status_ = WorkStatus::completed;
-          it = pending_.erase(it);
-          continue;
+      while (!pending_.empty()) {
+        NcclWork& w = *pending_.front();
+        if (cudaEventQuery(w.end_) != cudaSuccess) {
+          if (Clock::now() - w.t0_ > timeout_)
+            failure = w.op_ + " timed out after " + std::to_string(timeout_.count()) + " ms";
+          break;
         }
-        if (failure.empty() && Clock::now() - w.t0_ > timeout_)
-          failure = w.op_ + " timed out after " + std::to_string(timeout_.count()) + " ms";
-        ++it;
+        if (w.start_) {
+          float ms = 0;
+          cudaEventElapsedTime(&ms, w.start_, w.end_);
+          log_op(w.op_, w.bytes_, ms * 1e-3);
+        }
+        w.status_ = WorkStatus::completed;
+        pending_.pop_front();
       }
       if (failure.empty() && !pending_.empty()) {
         ncclResult_t st = ncclSuccess;
