@@ -111,7 +111,45 @@ void check_nccl_collectives(int rank, int world, int port) {
   cuda_synchronize();
 }
 
+// Hundreds of all-reduces in flight at once, as data-parallel backward launches its buckets (Llama-1B in 6.25M-element
+// buckets: 166 per step), each waiting on compute work queued after the previous one, and waited on only at the
+// end. With the watchdog querying every pending op's event, this crashed inside cuEventQuery or hung (2 H200s,
+// 2026-11-22); the watchdog now queries only the oldest. Each bucket is checked against the serial sum.
+void check_many_ops_in_flight(int rank, int world, int port) {
+  cuda_set_device(rank);
+  auto pg = new_process_group("nccl", rank, world, "127.0.0.1", port, kTimeout);
+  constexpr int kOps = 300;
+  constexpr int64_t n = 4096;
+  std::vector<Tensor> bufs;
+  std::vector<WorkPtr> works;
+  for (int k = 0; k < kOps; ++k) {
+    Tensor src = on_gpu(make_tensor(rank_input(rank, 1000 + k, n, DType::f32), DType::f32), rank);
+    Tensor t = Tensor::empty({n}, DType::f32, Device::cuda(rank));
+    t.copy_from(src);  // work on the compute stream that the collective must wait for
+    works.push_back(pg->all_reduce(t, ReduceOp::sum));
+    bufs.push_back(t);
+  }
+  for (auto& w : works) w->wait();
+  for (int k = 0; k < kOps; k += 37) {
+    std::vector<std::vector<double>> in;
+    for (int r = 0; r < world; ++r) in.push_back(rank_input(r, 1000 + k, n, DType::f32));
+    expect_matches(on_cpu(bufs[size_t(k)]), [&](int64_t i) {
+      std::vector<double> xs;
+      for (int r = 0; r < world; ++r) xs.push_back(in[size_t(r)][size_t(i)]);
+      return reduce_ref(xs, ReduceOp::sum);
+    }, "all_reduce #" + std::to_string(k) + " of " + std::to_string(kOps) + " in flight");
+  }
+  pg->barrier()->wait();
+  cuda_synchronize();
+}
+
 }  // namespace
+
+TEST(CommNccl, ManyOpsInFlight2Gpus) {
+  if (!nccl_available()) GTEST_SKIP() << "no NCCL in this build";
+  if (gpu_count_without_touching_cuda_here() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  expect_all_pass(run_ranks(2, [](int r, int port) { check_many_ops_in_flight(r, 2, port); }, std::chrono::seconds(120)));
+}
 
 TEST(CommNccl, CollectivesMatchSerial2Gpus) {
   if (!nccl_available()) GTEST_SKIP() << "no NCCL in this build";
