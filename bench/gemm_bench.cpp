@@ -180,6 +180,10 @@ void run_carveout_timing() {
   const double hog_us = 300;  // about one 25 MB bucket's all-reduce on 4 H200s
   std::printf("\ncarve-out: fwd+bwd GEMM ms; 'beside': a kernel holds k SMs for %.0f us, started with the GEMMs\n",
               hog_us);
+  {
+    const double hog = time_ms([&] { launch_sm_hog(8, hog_us, main_s); });
+    std::printf("the stand-in kernel alone: %.3f ms ('beside' runs until both it and the GEMMs are done)\n", hog);
+  }
   std::printf("%-17s %3s | %9s %9s | %11s %11s\n", "linear (bf16)", "k", "alone k=0", "alone -k", "beside k=0",
               "beside -k");
   for (const Lin& l : lins) {
