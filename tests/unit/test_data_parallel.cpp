@@ -122,10 +122,23 @@ void expect_replicas_identical(ProcessGroup& pg, const std::vector<float>& mine)
 }
 
 // DP training on `world` ranks vs the single-process reference (f32, a few steps: 1e-5 relative).
+// Buckets overlapping the embedding tables: final only after the embedding backward, the last window.
+int64_t buckets_after_last_window(const ParamSet& ps, const std::vector<GradBucket>& buckets) {
+  int64_t emb_end = ps.flat_numel();
+  for (const auto& p : ps.infos())
+    if (p.name.find("wte") == std::string::npos && p.name.find("wpe") == std::string::npos &&
+        p.name.find("embed_tokens") == std::string::npos)
+      emb_end = std::min(emb_end, p.offset);
+  int64_t n = 0;
+  for (const GradBucket& b : buckets) n += b.begin < emb_end;
+  return n;
+}
+
 void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64_t bucket, bool overlap,
-                          const std::string& optimizer = "adamw") {
+                          const std::string& optimizer = "adamw", bool windows = false) {
   auto results = run_ranks(world, [&](int rank, int port) {
     omp_set_num_threads(1);
+    if (windows) setenv("DSCPP_COMM_WINDOW", "attention", 1);  // a forked rank: the parent's env is untouched
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(gas, bucket, overlap, optimizer), world);
     // Each rank initialises differently: the engine must broadcast rank 0's parameters.
@@ -135,8 +148,11 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     if (bucket < 1000) EXPECT_GT(buckets.size(), 3u) << "expected several buckets";
     else EXPECT_EQ(buckets.size(), 1u);
     Trained got = train(*e, arch, rank, gas);
-    EXPECT_EQ(e->grad_reducer()->buckets_launched_early(), overlap ? int64_t(buckets.size()) : 0)
-        << "overlap_comm launches every bucket from backward's hook";
+    EXPECT_EQ(e->grad_reducer()->launch_at_windows(), windows && overlap);
+    const int64_t late = windows ? buckets_after_last_window(e->model().params(), buckets) : 0;
+    if (windows) EXPECT_GT(late, 0);
+    EXPECT_EQ(e->grad_reducer()->buckets_launched_early(), overlap ? int64_t(buckets.size()) - late : 0)
+        << "overlap_comm launches every bucket during backward (at windows: all but the embeddings')";
     Trained want = reference(arch, world, gas, optimizer);
     if (optimizer != "sgd") {
       EXPECT_GT(*std::min_element(want.norms.begin(), want.norms.end()), 0.05) << "clipping never engaged";
@@ -191,6 +207,24 @@ TEST(DataParallel, LlamaTwoRanksNoOverlapOneBucketMatchesOneProcess) {
 }
 TEST(DataParallel, Gpt2FourRanksNoOverlapManyBuckets) { dp_matches_reference("gpt2", 4, 1, 500, false); }
 TEST(DataParallel, LlamaFourRanksOverlapManyBuckets) { dp_matches_reference("llama", 4, 2, 300, true); }
+// Note [Communication windows]: deferring buckets changes when they are reduced, not what.
+TEST(DataParallel, CommWindowsMatchOneProcess) {
+  dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", true);
+  dp_matches_reference("llama", 4, 1, 300, true, "adamw", true);
+}
+TEST(DataParallel, CommWindowBadValueIsAnError) {
+  expect_all_pass(run_ranks(2, [&](int rank, int port) {
+    setenv("DSCPP_COMM_WINDOW", "mlp", 1);
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(1, 700, true), 2);
+    try {
+      make_engine("gpt2", cfg, pg.get(), 42);
+      ADD_FAILURE() << "DSCPP_COMM_WINDOW=mlp was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("DSCPP_COMM_WINDOW='mlp'"), std::string::npos) << e.what();
+    }
+  }));
+}
 TEST(DataParallel, Fp16EnginePathTwoRanks) { dp_matches_reference("llama", 2, 2, 500, true, "fp16"); }
 TEST(DataParallel, SgdWithoutClippingTwoAndFourRanks) {
   dp_matches_reference("gpt2", 2, 2, 600, true, "sgd");

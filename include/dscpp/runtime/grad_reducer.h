@@ -10,6 +10,10 @@
 // them, so the engine steps on averaged gradients. Buckets are launched in the order they become ready, which is the
 // same on every rank (the same model runs the same backward), as collectives require.
 //
+// With launch_at_windows (DSCPP_COMM_WINDOW=attention) a ready bucket waits for the next communication window
+// (nn/comm_window.h: the attention core's backward, the embedding's) instead of launching at once; every rank passes
+// the same windows in the same order, so the launch order still agrees.
+//
 // Only the gradient accumulation boundary communicates: earlier micro-steps accumulate locally (DeepSpeed).
 #pragma once
 #include <cstdint>
@@ -36,10 +40,15 @@ class GradReducer {
 
   void begin_backward(bool boundary);            // before the model's backward
   void grads_ready(int64_t begin, int64_t end);  // the model's grad-ready hook
+  void comm_window();                            // with launch_at_windows: launch the buckets ready so far
   void end_backward();                           // after it: reduce what is left and wait for every bucket
 
+  // Defer ready buckets to communication windows (only with overlap_comm). Default false.
+  void set_launch_at_windows(bool on) { at_windows_ = on; }
+  bool launch_at_windows() const { return at_windows_; }
+
   const std::vector<GradBucket>& buckets() const { return buckets_; }
-  int64_t buckets_launched_early() const { return early_; }  // last boundary: launched from the hook (overlap)
+  int64_t buckets_launched_early() const { return early_; }  // last boundary: launched during backward (overlap)
 
  private:
   void launch(size_t k);
@@ -55,6 +64,8 @@ class GradReducer {
   std::vector<Tensor> wire_;  // per bucket: the 16-bit copy on the wire (communication_data_type), else undefined
   DType comm_dtype_;
   bool active_ = false;  // inside a boundary backward
+  bool at_windows_ = false;
+  std::vector<size_t> deferred_;  // ready, waiting for a window (launch order)
   int64_t early_ = 0;
 };
 

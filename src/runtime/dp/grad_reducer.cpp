@@ -51,6 +51,7 @@ void GradReducer::begin_backward(bool boundary) {
   launched_.assign(buckets_.size(), false);
   work_.assign(buckets_.size(), nullptr);
   wire_.assign(buckets_.size(), Tensor());
+  deferred_.clear();
   early_ = 0;
 }
 
@@ -65,10 +66,23 @@ void GradReducer::grads_ready(int64_t begin, int64_t end) {
       if (--pending_[k] == 0) ready.push_back(k);
   }
   std::sort(ready.begin(), ready.end());  // the same order on every rank
+  if (at_windows_) {
+    deferred_.insert(deferred_.end(), ready.begin(), ready.end());
+    return;
+  }
   for (size_t k : ready) {
     launch(k);
     early_++;
   }
+}
+
+void GradReducer::comm_window() {
+  if (!active_) return;
+  for (size_t k : deferred_) {
+    launch(k);
+    early_++;
+  }
+  deferred_.clear();
 }
 
 void GradReducer::launch(size_t k) {
@@ -86,6 +100,7 @@ void GradReducer::launch(size_t k) {
 void GradReducer::end_backward() {
   if (!active_) return;
   active_ = false;
+  deferred_.clear();  // launched below with the rest, in bucket order
   for (size_t k = 0; k < buckets_.size(); k++)
     if (!launched_[k]) launch(k);
   for (size_t k = 0; k < work_.size(); k++) {

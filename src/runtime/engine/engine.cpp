@@ -18,6 +18,7 @@
 
 #include "dscpp/kernels/gemm_sm_carveout.h"
 #include "dscpp/kernels/ops.h"
+#include "dscpp/nn/comm_window.h"
 #include "dscpp/profiler/memory_report.h"
 #include "dscpp/profiler/module_tree.h"
 #include "dscpp/profiler/report.h"
@@ -190,6 +191,8 @@ void Engine::backward() {
   if (zgrads_) zgrads_->begin_backward(boundary);
   {
     ScopedGemmSmCarveout carve(comm_sm_carveout_ ? comm_sm_carveout_ : gemm_sm_carveout());
+    GradReducer* r = reducer_ && reducer_->launch_at_windows() ? reducer_.get() : nullptr;
+    CommWindowHook windows(r ? std::function<void()>([r] { r->comm_window(); }) : nullptr);
     model_->backward(mixed_ ? float(scaler_.loss_scale() / double(gas)) : 1.0f / gas);
   }
   if (reducer_) reducer_->end_backward();  // at the boundary: the gradients are now the average over the ranks

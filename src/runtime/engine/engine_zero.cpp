@@ -1,5 +1,6 @@
 // The engine's ZeRO set-up (stage 0 all-reduce, or stages 1-3 partitions; Note [ZeRO units]) and its model-state
 // accounting.
+#include <cstdlib>
 #include <sstream>
 
 #include "dscpp/runtime/engine.h"
@@ -10,6 +11,14 @@ namespace dscpp {
 
 namespace {
 double gib(int64_t bytes) { return double(bytes) / double(1 << 30); }
+
+// DSCPP_COMM_WINDOW=attention defers overlapped gradient buckets to communication windows (nn/comm_window.h).
+bool comm_windows_from_env() {
+  const char* e = std::getenv("DSCPP_COMM_WINDOW");
+  if (!e || !*e || std::string(e) == "off") return false;
+  DSCPP_CHECK(std::string(e) == "attention", "DSCPP_COMM_WINDOW='", e, "': expected attention or off");
+  return true;
+}
 }  // namespace
 
 void Engine::init_zero(std::optional<uint64_t> init_seed) {
@@ -35,6 +44,7 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
   if (!zp_.sharded()) {  // stage 0: every rank keeps everything; gradients are all-reduced in buckets
     reducer_ = std::make_unique<GradReducer>(*dp_, ps, z.reduce_bucket_size, z.overlap_comm,
                                              cfg_.communication_dtype());
+    reducer_->set_launch_at_windows(z.overlap_comm && comm_windows_from_env());
     GradReducer* r = reducer_.get();
     model_->set_grad_ready_hook([r](int64_t b, int64_t e) { r->grads_ready(b, e); });
     return;
