@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Data-parallel scaling knobs, A/B in one call: dp_bench on 1 GPU (traced), then on N GPUs once per variant (traced),
 # each row with its tokens/s per GPU, its scaling against the 1-GPU run, and scripts/trace_compare.py's differences
-# of the traced step (GPU span, busy, idle, backward leaf time: N GPUs minus 1 GPU; comm: the NCCL ops' time).
+# of the traced step (GPU span, busy, outside the leaf ranges, backward leaf time: N GPUs minus 1 GPU; comm: the NCCL ops' time).
 # Usage: bench/run_dp_sweep.sh [--build DIR] [--gpus 2] [--model gpt2] [--batch 32] [--seq 1024] [--steps 8]
 #          VARIANT...   where VARIANT = "NAME|ENV|ARGS", e.g.
 #   bench/run_dp_sweep.sh "base||--overlap --bucket 6250000" \
@@ -42,7 +42,7 @@ result() { grep -h RESULT "$1" | sed -E 's/^\[rank [0-9]+\] //' | head -1 | cut 
 read -r base base_ms <<< "$(result "$LOGDIR/one.out")"
 [ -n "${base:-}" ] || { echo "run_dp_sweep.sh: the 1-GPU run failed (see $LOGDIR/one.err)" >&2; exit 1; }
 printf "%-14s %12s %8s | %8s %8s %8s %9s %8s   (1 GPU: %s tokens/s, %s ms)\n" variant "tok/s/GPU" scaling \
-  "span+ms" "busy+ms" "idle+ms" "bwd+ms" "comm ms" "$base" "$base_ms"
+  "span+ms" "busy+ms" "outside+" "bwd+ms" "comm ms" "$base" "$base_ms"
 for v in "${variants[@]}"; do
   IFS='|' read -r name envs args <<< "$v"
   # shellcheck disable=SC2086  # ENV and ARGS are word lists by design
@@ -54,7 +54,7 @@ for v in "${variants[@]}"; do
     continue
   fi
   diff=$(python3 "$root/scripts/trace_compare.py" "$LOGDIR/one.json.$model.z0" "$LOGDIR/$name.json.$model.z0.rank0" \
-         2>/dev/null | awk '/^GPU span|^busy|^idle|^leaf time, backward/ {printf "%8.2f ", $NF} /^communication/ {c=$3}
+         2>/dev/null | awk '/^GPU span|^busy|^outside|^leaf time, backward/ {printf "%8.2f ", $NF} /^communication/ {c=$3}
                             END {printf "%8.2f", c}')
   printf "%-14s %12s %7.1f%% | %s\n" "$name" "$tok" "$(python3 -c "print(round(100*$tok/$base, 1))")" "$diff"
 done

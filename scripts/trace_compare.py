@@ -4,10 +4,12 @@
   scripts/trace_compare.py BASE.json OTHER.json [--rank R] [--top 12]
 
 For each trace (one rank's pid; default the first): the GPU span of the step on the compute streams, the busy time
-(union of leaf ranges, as scripts/check_trace.py counts them), the idle time inside the span, the communication
-time, and the leaf time per phase (forward / backward / step). Then the leaf ranges, grouped by name with block
+(union of leaf ranges, as scripts/check_trace.py counts them), the time inside the span outside every leaf range
+(kernels that no leaf range covers, such as a block's norm backward between its attn and mlp ranges, plus true idle
+gaps), the communication time, and the leaf time per phase (forward / backward / step). Then the leaf ranges, grouped by name with block
 indices folded (model.blocks.*), whose total GPU time grew the most from BASE to OTHER: a range that grows while
-communication overlaps it is compute slowed by contention, growth of idle time points at the host or at waits.
+communication overlaps it is compute slowed by contention; growth outside the leaves is uncovered kernels slowed the
+same way, or waits (the host, an exposed collective).
 Typical use: dp_bench --trace on 1 GPU (BASE) and on N GPUs (OTHER).
 """
 import argparse
@@ -67,8 +69,8 @@ def main():
     rows = [("GPU span", "span"), ("busy (leaf union)", "busy"), ("communication", "comm")]
     for label, k in rows:
         print(f"{label:24} {ms(s[0][k])} {ms(s[1][k])} {ms(s[1][k] - s[0][k])}")
-    idle = [x["span"] - x["busy"] for x in s]
-    print(f"{'idle inside the span':24} {ms(idle[0])} {ms(idle[1])} {ms(idle[1] - idle[0])}")
+    outside = [x["span"] - x["busy"] for x in s]
+    print(f"{'outside leaf ranges':24} {ms(outside[0])} {ms(outside[1])} {ms(outside[1] - outside[0])}")
     for p in sorted(set(s[0]["phase"]) | set(s[1]["phase"])):
         a0, a1 = s[0]["phase"].get(p, 0.0), s[1]["phase"].get(p, 0.0)
         print(f"{'leaf time, ' + p:24} {ms(a0)} {ms(a1)} {ms(a1 - a0)}")

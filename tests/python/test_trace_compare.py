@@ -53,13 +53,13 @@ class TraceCompare(unittest.TestCase):
         line = next(l for l in text.splitlines() if l.startswith(label))
         return [float(x) for x in line[len(label):].split()]
 
-    def test_growth_and_idle(self):
+    def test_growth_and_outside(self):
         # base: mlp 100 us each, gaps 5 us; other: mlp 130 us each, gaps 25 us, two comm ops of 40 us (one overlapping)
         text = self.run_compare(trace(100, []), trace(130, [(10, 40), (300, 40)], gap_us=25))
         self.assertEqual(self.row(text, "GPU span"), [0.260, 0.360, 0.100])    # 250+10 -> 310+50
         self.assertEqual(self.row(text, "busy (leaf union)"), [0.250, 0.310, 0.060])
         self.assertEqual(self.row(text, "communication"), [0.000, 0.080, 0.080])
-        self.assertEqual(self.row(text, "idle inside the span"), [0.010, 0.050, 0.040])
+        self.assertEqual(self.row(text, "outside leaf ranges"), [0.010, 0.050, 0.040])
         self.assertEqual(self.row(text, "leaf time, backward"), [0.200, 0.260, 0.060])
         self.assertEqual(self.row(text, "leaf time, forward"), [0.050, 0.050, 0.000])
         # block indices fold into one name; the enclosing 'backward' range is not a leaf
