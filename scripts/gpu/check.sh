@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On a GPU machine (H100/H200): build for sm_90a, then run the op harness, the GPU unit tests and the kernel
 # self-checks/benchmarks. Logs go to $OUT (or ./gpu-out). Extra libraries the image lacks (ICU) may be unpacked under
-# .carry/root (see docs/GPU.md). Usage: scripts/gpu/check.sh [build|ops|unit|kernels|train|all|losscurve|attn|ckpt]...
-# losscurve (GPT-2 124M loss curves, CPU vs GPU f32/bf16/fp16, ~2 min), attn (our attention vs PyTorch flash SDPA) and
-# ckpt (checkpoint save/load speed, llama-1b) run only when named; "all" leaves them out.
+# .carry/root (see docs/GPU.md). Usage: scripts/gpu/check.sh [build|ops|unit|kernels|train|all|losscurve|attn|ckpt|dp]...
+# losscurve (GPT-2 124M loss curves, CPU vs GPU f32/bf16/fp16, ~2 min), attn (our attention vs PyTorch flash SDPA),
+# ckpt (checkpoint save/load speed, llama-1b) and dp (NCCL tests + data-parallel A/B; 2+ GPUs, DP_GPUS=N) run only
+# when named; "all" leaves them out.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -83,5 +84,17 @@ if named ckpt; then
   timeout 560 bash bench/run_ckpt_bench.sh --build build-gpu --no-hf >"$OUT/ckpt_bench.log" 2>&1
   summary+=("ckpt bench rc=$?")
   grep -v "^\[" "$OUT/ckpt_bench.log" | tail -25
+fi
+if named dp; then
+  # Multi-GPU: the NCCL tests, then the data-parallel A/B of bench/run_dp_sweep.sh on GPT-2 124M (DDP-like 25 MB and
+  # 100 MB buckets, each with and without communication windows). ~2.5 min on 2 H200s after the build.
+  (cd build-gpu && timeout 300 ctest -j 2 -R "Nccl|NCCL") >"$OUT/ctest_nccl.log" 2>&1
+  summary+=("nccl ctest rc=$?: $(grep -E 'tests passed' "$OUT/ctest_nccl.log" | tail -1)")
+  grep -E "Failed|\*\*\*" "$OUT/ctest_nccl.log" | head -10
+  LOGDIR=/tmp/dp_sweep timeout 400 bash bench/run_dp_sweep.sh --build build-gpu --gpus "${DP_GPUS:-2}" \
+    "b6M||--overlap --bucket 6250000" "b6M_win|DSCPP_COMM_WINDOW=attention|--overlap --bucket 6250000" \
+    "b25M||--overlap --bucket 25000000" "b25M_win|DSCPP_COMM_WINDOW=attention|--overlap --bucket 25000000" \
+    "one_bucket||--bucket 500000000" 2>&1 | tee "$OUT/dp_sweep.log"
+  summary+=("dp sweep rc=$?")
 fi
 printf '%s\n' "== summary" "${summary[@]}"
