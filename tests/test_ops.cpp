@@ -424,9 +424,10 @@ void add_norms() {
 // variants alias resid with x (forward) and dresid with dskip (backward), as the block uses them.
 void add_fused_norms() {
   const int64_t rows[] = {1, 7, 33, 257, 4099};  // 4099: many row chunks in the parameter-gradient reduction
+  const int64_t channels[] = {8, 13, 768, 2048};  // 2048: the widest row the one-pass backward takes (Llama-1B)
   for (DType t : kDtypes)
     for (int64_t N : rows)
-      for (int64_t C : kChannels)
+      for (int64_t C : channels)
         for (DType w : param_dtypes(t))
           for (bool ln : {true, false}) {
             const std::string kind = ln ? "layernorm" : "rmsnorm";
@@ -454,11 +455,23 @@ void add_fused_norms() {
                 if (ln) x.compare("mean", dmean, mean, 1e-5);
                 x.compare("rstd", drstd, rstd, 1e-5);
               });
-            // LayerNorm: f32 gradients (mixed precision); RMSNorm: gradients in the weight's dtype.
+            // LayerNorm: f32 gradients (mixed precision); RMSNorm: gradients in the weight's dtype. 16-bit
+            // activations also run the experimental one-pass kernel (Note [Fused norm backward, one pass]).
             const DType g = ln ? DType::f32 : w;
-            for (bool in_place : {false, true})
-              add("fused_residual_" + kind + "_backward", t, sh + " dw=" + dt_name(g) + (in_place ? " dresid=dskip" : ""),
+            for (bool onepass : {false, true})
+            for (bool in_place : {false, true}) {
+              if (onepass && t == DType::f32) continue;
+              add("fused_residual_" + kind + "_backward", t,
+                  sh + " dw=" + dt_name(g) + (in_place ? " dresid=dskip" : "") + (onepass ? " onepass" : ""),
                   [=](Ctx& x) {
+                    struct Onepass {  // the kernel choice for this case only
+#ifdef DSCPP_WITH_CUDA
+                      explicit Onepass(bool on) { cuda::set_norm_backward_onepass(on); }
+                      ~Onepass() { cuda::set_norm_backward_onepass(false); }
+#else
+                      explicit Onepass(bool) {}
+#endif
+                    } scoped(onepass);
                     Tensor s = x.rand({N, C}, -2.0f, 3.0f), wt = x.rand({C}, w), b = x.rand({C}, w);
                     Tensor dskip = x.rand({N, C}), dnorm = x.rand({N, C});
                     Tensor y = Tensor::empty({N, C}, DType::f32), mean = Tensor::empty({N}, DType::f32),
@@ -490,6 +503,7 @@ void add_fused_norms() {
                     x.same_bits("dweight", ddw, ddw2);
                     if (ln) x.same_bits("dbias", ddb, ddb2);
                   });
+            }
           }
 }
 

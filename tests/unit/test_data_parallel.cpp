@@ -150,7 +150,9 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     Trained got = train(*e, arch, rank, gas);
     EXPECT_EQ(e->grad_reducer()->launch_at_windows(), windows && overlap);
     const int64_t late = windows ? buckets_after_last_window(e->model().params(), buckets) : 0;
-    if (windows) EXPECT_GT(late, 0);
+    if (windows) {
+      EXPECT_GT(late, 0);
+    }
     EXPECT_EQ(e->grad_reducer()->buckets_launched_early(), overlap ? int64_t(buckets.size()) - late : 0)
         << "overlap_comm launches every bucket during backward (at windows: all but the embeddings')";
     Trained want = reference(arch, world, gas, optimizer);

@@ -29,6 +29,9 @@ void set_matmul_bgradb(bool enable);
 void bias_grad(const Tensor& dbias, const Tensor& dout);
 
 // ---- normalisation ----
+// true: fused_residual_*_backward takes the experimental one-pass kernel where it applies (Note [Fused norm backward,
+// one pass] in fused_norm.cu). Default: the environment variable DSCPP_NORM_BWD=onepass, read once.
+void set_norm_backward_onepass(bool enable);
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias, float eps);
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
