@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 
 #include "dscpp/core/allocator.h"
@@ -201,6 +202,34 @@ TEST(Optim, PartitionedRangesMatchWholeBuffer) {
   EXPECT_EQ(lo->state_tensors()[0].second.numel(), half);
   const Tensor &p = part.flat_params(), &g = part.flat_grads();
   EXPECT_THROW(lo->update_range(half, n, p.slice(half, n - half), g.slice(half, n - half), 0.1f), Error);
+}
+
+// The 16-bit copy an update writes (mixed precision's compute weights) is the update's result rounded, bit for bit,
+// across weight-decay segments, for Adam (fused) and SGD (copied after); a copy of the wrong size is refused.
+TEST(Optim, UpdateRangeWritesTheRoundedCopy) {
+  for (const char* type : {"adamw", "sgd"})
+    for (DType lowp_t : {DType::bf16, DType::f16}) {
+      OptimizerConfig c;
+      c.type = type;
+      c.sgd.momentum = 0.9;
+      c.adam.weight_decay = 0.1;
+      ParamSet ps;
+      build(ps, 9);
+      auto opt = make_optimizer(c, ps);
+      std::mt19937 r(3);
+      const int64_t n = ps.flat_numel();
+      Tensor lowp = Tensor::empty({n}, lowp_t);
+      for (int t = 0; t < 3; ++t) {
+        random_grads(ps, r);
+        lowp.fill(NAN);
+        opt->begin_step();
+        opt->update_range(0, n, ps.flat_params(), ps.flat_grads(), 0.01f, 1.0f, lowp);
+        Tensor want = ps.flat_params().to(lowp_t);
+        ASSERT_EQ(std::memcmp(lowp.raw(), want.raw(), lowp.nbytes()), 0) << type << " step " << t;
+      }
+      EXPECT_THROW(opt->update_range(0, n, ps.flat_params(), ps.flat_grads(), 0.01f, 1.0f, lowp.slice(0, n - 1)),
+                   Error);
+    }
 }
 
 TEST(Optim, StateRoundTripContinuesIdentically) {

@@ -31,9 +31,11 @@ class Optimizer {
   void step(float lr, float grad_scale = 1.0f);
   void begin_step() { ++step_count_; }
   // Updates flat elements [begin, end) (inside one owned range) with the current step count. param and grad are
-  // f32 tensors holding exactly those elements.
+  // f32 tensors holding exactly those elements. param_lowp, when given (bf16/f16, same numel), receives the updated
+  // values rounded to its dtype: mixed precision's compute copy, written in the update's own pass where the kernel
+  // can (Adam), else right after it.
   void update_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad, float lr,
-                    float grad_scale = 1.0f);
+                    float grad_scale = 1.0f, const Tensor& param_lowp = Tensor());
 
   int64_t step_count() const { return step_count_; }  // completed begin_step() calls
   const std::vector<FlatRange>& owned() const { return owned_; }
@@ -53,9 +55,10 @@ class Optimizer {
 
  protected:
   Optimizer(const ParamSet& params, std::vector<FlatRange> owned);
-  // Updates [begin, end) with one weight-decay setting; p/g are the range's tensors, state offset = begin - owned.
-  virtual void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, float lr,
-                              float grad_scale, bool decay) = 0;
+  // Updates [begin, end) with one weight-decay setting; p/g (and lowp, when defined) are the range's tensors, state
+  // offset = begin - owned.
+  virtual void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
+                              float lr, float grad_scale, bool decay) = 0;
   Tensor new_state() const;  // zeroed f32 buffer of owned_numel(), counted under MemoryCategory::optimizer
   int64_t state_offset(int64_t flat) const;  // index of owned flat element `flat` in the state buffers
   nlohmann::json owned_json() const;         // [[begin, end], ...]

@@ -271,8 +271,11 @@ bool Engine::boundary_step() {
     const FlatRange r = owned[k];
     Tensor p = owned_params(k);
     Tensor m = mixed_ ? master_.slice(owned_offset_[k], r.size()) : p;
-    optimizer_->update_range(r.begin, r.end, m, owned_grads(k), lr, float(grad_scale));
-    if (mixed_) p.copy_from(m);  // cast f32 -> the parameter dtype
+    // Mixed precision: the update also writes the 16-bit parameters (f32 master -> the parameter dtype). A mixed
+    // engine over f32 parameters (loss scaling on an f32 model) copies them after.
+    const bool lowp = mixed_ && p.dtype() != DType::f32;
+    optimizer_->update_range(r.begin, r.end, m, owned_grads(k), lr, float(grad_scale), lowp ? p : Tensor());
+    if (mixed_ && !lowp) p.copy_from(m);
   }
   if (zp_.sharded() && zp_.stage() <= 2) gather_updated_params();
   if (zparams_) zparams_->shards_changed();

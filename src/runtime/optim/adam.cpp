@@ -11,8 +11,8 @@ AdamOptimizer::AdamOptimizer(const AdamConfig& cfg, bool adamw_name, const Param
   exp_avg_sq_ = new_state();
 }
 
-void AdamOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, float lr,
-                                   float grad_scale, bool decay) {
+void AdamOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
+                                   float lr, float grad_scale, bool decay) {
   ops::AdamParams a;
   a.lr = lr;
   a.beta1 = float(cfg_.betas[0]);
@@ -24,7 +24,9 @@ void AdamOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, 
   a.step = step_count_;
   a.grad_scale = grad_scale;
   int64_t off = state_offset(begin);
-  ops::adam_update(p, g, exp_avg_.slice(off, end - begin), exp_avg_sq_.slice(off, end - begin), a);
+  const Tensor m = exp_avg_.slice(off, end - begin), v = exp_avg_sq_.slice(off, end - begin);
+  if (lowp.defined()) ops::adam_update_with_copy(p, g, m, v, lowp, a);  // one pass writes both copies
+  else ops::adam_update(p, g, m, v, a);
 }
 
 void AdamOptimizer::zero_state() {

@@ -69,12 +69,15 @@ void Optimizer::check_range(int64_t begin, int64_t end, const Tensor& param, con
 }
 
 void Optimizer::update_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad, float lr,
-                             float grad_scale) {
+                             float grad_scale, const Tensor& param_lowp) {
   check_range(begin, end, param, grad);
+  DSCPP_CHECK(!param_lowp.defined() || param_lowp.numel() == end - begin, name(), " optimizer: range [", begin, ", ",
+              end, ") has ", end - begin, " elements, got the 16-bit copy ", param_lowp.str());
   for (const Segment& s : segments_) {
     int64_t b = std::max(s.begin, begin), e = std::min(s.end, end);
     if (b >= e) continue;
-    update_segment(b, e, param.slice(b - begin, e - b), grad.slice(b - begin, e - b), lr, grad_scale, s.decay);
+    const Tensor lowp = param_lowp.defined() ? param_lowp.slice(b - begin, e - b) : Tensor();
+    update_segment(b, e, param.slice(b - begin, e - b), grad.slice(b - begin, e - b), lowp, lr, grad_scale, s.decay);
   }
 }
 

@@ -8,8 +8,8 @@ SgdOptimizer::SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, std::ve
   if (cfg_.momentum != 0.0) momentum_ = new_state();
 }
 
-void SgdOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, float lr,
-                                  float grad_scale, bool decay) {
+void SgdOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
+                                  float lr, float grad_scale, bool decay) {
   ops::SgdParams s;
   s.lr = lr;
   s.momentum = float(cfg_.momentum);
@@ -20,6 +20,7 @@ void SgdOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, c
   s.grad_scale = grad_scale;
   Tensor buf = momentum_.defined() ? momentum_.slice(state_offset(begin), end - begin) : Tensor();
   ops::sgd_update(p, g, buf, s);
+  if (lowp.defined()) Tensor(lowp).copy_from(p);  // a view of the same storage
 }
 
 void SgdOptimizer::zero_state() {
