@@ -87,12 +87,25 @@ bool run_checks() {
   return ok;
 }
 
+// One bf16 linear's buffers for timing: inp[N, C], w[OC, C], out[N, OC], dinp[N, C] and an f32 weight gradient.
+struct Linear {
+  int64_t N, C, OC;
+  const char* what;
+};
+struct LinearBufs {
+  explicit LinearBufs(const Linear& l)
+      : inp(to_device(randn_rounded({l.N, l.C}, DType::bf16, 1), DType::bf16)),
+        w(to_device(randn_rounded({l.OC, l.C}, DType::bf16, 2, 0.02f), DType::bf16)),
+        out(Tensor::empty({l.N, l.OC}, DType::bf16, Device::cuda(0))),
+        dinp(Tensor::empty({l.N, l.C}, DType::bf16, Device::cuda(0))),
+        dw(Tensor::zeros({l.OC, l.C}, DType::f32, Device::cuda(0))) {}
+  void forward() { dscpp::cuda::matmul_forward(out, inp, w, Tensor()); }
+  void backward() { dscpp::cuda::matmul_backward(dinp, dw, Tensor(), out, inp, w); }
+  Tensor inp, w, out, dinp, dw;
+};
+
 void run_timing() {
-  struct Shape3 {
-    int64_t N, C, OC;
-    const char* what;
-  };
-  const Shape3 shapes[] = {{8192, 8192, 8192, "8192^3"},
+  const Linear shapes[] = {{8192, 8192, 8192, "8192^3"},
                            {32768, 768, 2304, "GPT-2 qkv"},
                            {32768, 768, 3072, "GPT-2 fc"},
                            {32768, 3072, 768, "GPT-2 proj"},
@@ -100,15 +113,10 @@ void run_timing() {
                            {16384, 2048, 16384, "Llama-1B gate_up"}};
   std::printf("\n%-18s %6s %6s %6s | %9s %9s | %9s %9s\n", "shape (bf16)", "N", "C", "OC", "fwd ms", "fwd TF/s",
               "bwd ms", "bwd TF/s");
-  for (const Shape3& s : shapes) {
-    const Device dev = Device::cuda(0);
-    Tensor inp = to_device(randn_rounded({s.N, s.C}, DType::bf16, 1), DType::bf16);
-    Tensor w = to_device(randn_rounded({s.OC, s.C}, DType::bf16, 2, 0.02f), DType::bf16);
-    Tensor out = Tensor::empty({s.N, s.OC}, DType::bf16, dev);
-    Tensor dinp = Tensor::empty({s.N, s.C}, DType::bf16, dev);
-    Tensor dw = Tensor::zeros({s.OC, s.C}, DType::f32, dev);
-    const double fwd = time_ms([&] { dscpp::cuda::matmul_forward(out, inp, w, Tensor()); });
-    const double bwd = time_ms([&] { dscpp::cuda::matmul_backward(dinp, dw, Tensor(), out, inp, w); });
+  for (const Linear& s : shapes) {
+    LinearBufs b(s);
+    const double fwd = time_ms([&] { b.forward(); });
+    const double bwd = time_ms([&] { b.backward(); });
     const double flops = 2.0 * s.N * s.C * s.OC;
     std::printf("%-18s %6lld %6lld %6lld | %9.3f %9.1f | %9.3f %9.1f\n", s.what, (long long)s.N, (long long)s.C,
                 (long long)s.OC, fwd, flops / fwd * 1e-9, bwd, 2 * flops / bwd * 1e-9);
@@ -166,15 +174,10 @@ void run_dbias_timing() {
 // Forward + backward GEMMs of one linear at a time (bf16, f32 weight gradient): alone and beside a kernel holding k
 // SMs for hog_us, with the GEMMs targeting all SMs ("k=0") or carving the k out.
 void run_carveout_timing() {
-  struct Lin {
-    int64_t N, C, OC;
-    const char* what;
-  };
-  const Lin lins[] = {{32768, 768, 2304, "GPT-2 qkv"},
+  const Linear lins[] = {{32768, 768, 2304, "GPT-2 qkv"},
                       {32768, 768, 3072, "GPT-2 fc"},
                       {32768, 3072, 768, "GPT-2 proj"},
                       {16384, 2048, 16384, "Llama-1B gate_up"}};
-  const Device dev = Device::cuda(0);
   cudaStream_t main_s = dscpp::cuda::current_stream(0), side = nullptr;
   DSCPP_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
   const double hog_us = 300;  // about one 25 MB bucket's all-reduce on 4 H200s
@@ -186,15 +189,11 @@ void run_carveout_timing() {
   }
   std::printf("%-17s %3s | %9s %9s | %11s %11s\n", "linear (bf16)", "k", "alone k=0", "alone -k", "beside k=0",
               "beside -k");
-  for (const Lin& l : lins) {
-    Tensor inp = to_device(randn_rounded({l.N, l.C}, DType::bf16, 1), DType::bf16);
-    Tensor w = to_device(randn_rounded({l.OC, l.C}, DType::bf16, 2, 0.02f), DType::bf16);
-    Tensor out = Tensor::empty({l.N, l.OC}, DType::bf16, dev);
-    Tensor dinp = Tensor::empty({l.N, l.C}, DType::bf16, dev);
-    Tensor dw = Tensor::zeros({l.OC, l.C}, DType::f32, dev);
+  for (const Linear& l : lins) {
+    LinearBufs b(l);
     auto step = [&] {
-      dscpp::cuda::matmul_forward(out, inp, w, Tensor());
-      dscpp::cuda::matmul_backward(dinp, dw, Tensor(), out, inp, w);
+      b.forward();
+      b.backward();
     };
     for (int k : {8, 16, 32}) {
       auto beside = [&] {

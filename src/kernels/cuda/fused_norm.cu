@@ -84,6 +84,40 @@ __global__ void residual_norm_fwd_kernel(T* resid, T* out, float* mean_out, floa
   }
 }
 
+// The per-element math of the backward, shared by the two-kernel and the one-pass paths (the same bits either way
+// for a given summation order). Row sums over V elements: g = dnorm * w, and g * xhat (LN) or g * x (RMS).
+template <int V, bool LN>
+__device__ __forceinline__ void add_row_sums(const float* xv, const float* dv, const float* wv, float m, float s,
+                                             float& g_sum, float& gx_sum) {
+#pragma unroll
+  for (int k = 0; k < V; k++) {
+    const float g = dv[k] * wv[k];
+    g_sum += g;
+    gx_sum += LN ? g * ((xv[k] - m) * s) : g * xv[k];
+  }
+}
+
+// kv += dx over V elements, from the row's statistics and sums (gm, gxm); aw/ab += the column sums' terms.
+template <int V, bool LN>
+__device__ __forceinline__ void add_dx(float* kv, float* aw, float* ab, const float* xv, const float* dv,
+                                       const float* wv, float m, float s, float gm, float gxm) {
+  const float k_rms = s * s * s * gxm;
+#pragma unroll
+  for (int k = 0; k < V; k++) {
+    float dx;
+    if (LN) {
+      const float xhat = (xv[k] - m) * s;
+      aw[k] += dv[k] * xhat;
+      ab[k] += dv[k];
+      dx = s * (dv[k] * wv[k] - gm - xhat * gxm);
+    } else {
+      aw[k] += dv[k] * xv[k] * s;
+      dx = s * dv[k] * wv[k] - xv[k] * k_rms;
+    }
+    kv[k] += dx;
+  }
+}
+
 // Note [Fused norm backward], kernel 1: g_mean[n] = mean_c(dnorm * w), gx_mean[n] = mean_c(dnorm * w * xhat) (LN)
 // or mean_c(dnorm * w * resid) (RMS).
 template <typename T, typename W, int V, bool LN>
@@ -100,12 +134,7 @@ __global__ void residual_norm_bwd_rows_kernel(float* g_mean, float* gx_mean, con
     load_f<T, V>(resid + row + c, xv);
     load_f<T, V>(dnorm + row + c, dv);
     load_f<W, V>(w + c, wv);
-#pragma unroll
-    for (int k = 0; k < V; k++) {
-      const float g = dv[k] * wv[k];
-      g_sum += g;
-      gx_sum += LN ? g * ((xv[k] - m) * s) : g * xv[k];
-    }
+    add_row_sums<V, LN>(xv, dv, wv, m, s, g_sum, gx_sum);
   }
   g_sum = warp_sum(g_sum);
   gx_sum = warp_sum(gx_sum);
@@ -140,22 +169,8 @@ __global__ void residual_norm_bwd_tile_kernel(T* dresid, float* part_w, float* p
       load_f<T, V>(resid + i, xv);
       load_f<T, V>(dnorm + i, dv);
       load_f<T, V>(dskip + i, kv);
-      const float m = LN ? mean[n] : 0.0f, s = rstd[n], gm = g_mean[n], gxm = gx_mean[n];
-      const float k_rms = s * s * s * gxm;
-#pragma unroll
-      for (int k = 0; k < V; k++) {
-        float dx;
-        if (LN) {
-          const float xhat = (xv[k] - m) * s;
-          aw[k] += dv[k] * xhat;
-          ab[k] += dv[k];
-          dx = s * (dv[k] * wv[k] - gm - xhat * gxm);
-        } else {
-          aw[k] += dv[k] * xv[k] * s;
-          dx = s * dv[k] * wv[k] - xv[k] * k_rms;
-        }
-        kv[k] += dx;
-      }
+      const float m = LN ? mean[n] : 0.0f, s = rstd[n];
+      add_dx<V, LN>(kv, aw, ab, xv, dv, wv, m, s, g_mean[n], gx_mean[n]);
       store_f<T, V>(dresid + i, kv);  // after the loads of the same elements: dresid may alias dskip
     }
   }
@@ -209,15 +224,9 @@ __global__ void residual_norm_bwd_onepass_kernel(T* dresid, float* part_w, float
       load_f<T, V>(resid + row + c, xv);
       load_f<T, V>(dnorm + row + c, dv);
       load_f<W, V>(w + c, wv);
-#pragma unroll
-      for (int k = 0; k < V; k++) {
-        const float g = dv[k] * wv[k];
-        g_sum += g;
-        gx_sum += LN ? g * ((xv[k] - m) * s) : g * xv[k];
-      }
+      add_row_sums<V, LN>(xv, dv, wv, m, s, g_sum, gx_sum);
     }
     const float gm = warp_sum(g_sum) / float(C), gxm = warp_sum(gx_sum) / float(C);
-    const float k_rms = s * s * s * gxm;
 #pragma unroll
     for (int j = 0; j < J; j++) {
       const int c = (j * 32 + lane) * V;
@@ -227,20 +236,7 @@ __global__ void residual_norm_bwd_onepass_kernel(T* dresid, float* part_w, float
       load_f<T, V>(dnorm + row + c, dv);
       load_f<W, V>(w + c, wv);
       load_f<T, V>(dskip + row + c, kv);
-#pragma unroll
-      for (int k = 0; k < V; k++) {
-        float dx;
-        if (LN) {
-          const float xhat = (xv[k] - m) * s;
-          aw[j][k] += dv[k] * xhat;
-          ab[j][k] += dv[k];
-          dx = s * (dv[k] * wv[k] - gm - xhat * gxm);
-        } else {
-          aw[j][k] += dv[k] * xv[k] * s;
-          dx = s * dv[k] * wv[k] - xv[k] * k_rms;
-        }
-        kv[k] += dx;
-      }
+      add_dx<V, LN>(kv, aw[j], ab[j], xv, dv, wv, m, s, gm, gxm);
       store_f<T, V>(dresid + row + c, kv);  // after the loads of the same elements: dresid may alias dskip
     }
   }
