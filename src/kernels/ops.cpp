@@ -10,6 +10,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/optim.h"
@@ -225,11 +226,11 @@ void need_stats(const char* op, std::initializer_list<Arg> args, int64_t N, bool
 }
 }  // namespace
 
-void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
-                       const Tensor& weight, const Tensor& bias, float eps) {
-  const char* op = "layernorm_forward";
-  const bool cuda =
-      on_cuda(op, {{"out", out}, {"mean", mean}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}, {"bias", bias}});
+namespace {
+// The checks of a norm's forward and apply: inp a [N, C] activation, out like it, weight [C] (a parameter), bias [C]
+// of weight's dtype when given. Returns {N, C}.
+std::pair<int64_t, int64_t> need_norm_args(const char* op, const Tensor& out, const Tensor& inp, const Tensor& weight,
+                                           const Tensor& bias, bool cuda) {
   const DType t = need_act(op, {"inp", inp}, cuda);
   const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
   need_dtype(op, {"out", out}, t);
@@ -240,6 +241,17 @@ void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd
     need_dtype(op, {"bias", bias}, weight.dtype());
     need_shape(op, {"bias", bias}, {C});
   }
+  return {N, C};
+}
+
+}  // namespace
+
+void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
+                       const Tensor& weight, const Tensor& bias, float eps) {
+  const char* op = "layernorm_forward";
+  const bool cuda =
+      on_cuda(op, {{"out", out}, {"mean", mean}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}, {"bias", bias}});
+  const auto [N, C] = need_norm_args(op, out, inp, weight, bias, cuda);
   need_stats(op, {{"mean", mean}, {"rstd", rstd}}, N, false);
   if (cuda) CUDA_DISPATCH(op, layernorm_forward, out, mean, rstd, inp, weight, bias, eps);
   cpu::layernorm_forward(out.data<float>(), f32_or_null(mean), f32_or_null(rstd), inp.data<float>(),
@@ -276,12 +288,7 @@ void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor&
 void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& inp, const Tensor& weight, float eps) {
   const char* op = "rmsnorm_forward";
   const bool cuda = on_cuda(op, {{"out", out}, {"rstd", rstd}, {"inp", inp}, {"weight", weight}});
-  const DType t = need_act(op, {"inp", inp}, cuda);
-  const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
-  need_dtype(op, {"out", out}, t);
-  need_rows(op, {"out", out}, N, C);
-  need_param(op, {"weight", weight}, t, cuda);
-  need_shape(op, {"weight", weight}, {C});
+  const auto [N, C] = need_norm_args(op, out, inp, weight, Tensor(), cuda);
   need_stats(op, {{"rstd", rstd}}, N, false);
   if (cuda) CUDA_DISPATCH(op, rmsnorm_forward, out, rstd, inp, weight, eps);
   cpu::rmsnorm_forward(out.data<float>(), f32_or_null(rstd), inp.data<float>(), weight.data<float>(), N, C, eps);
@@ -315,16 +322,7 @@ void layernorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight,
   const char* op = "layernorm_apply";
   const bool cuda = on_cuda(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}, {"mean", mean},
                                  {"rstd", rstd}});
-  const DType t = need_act(op, {"inp", inp}, cuda);
-  const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
-  need_dtype(op, {"out", out}, t);
-  need_rows(op, {"out", out}, N, C);
-  need_param(op, {"weight", weight}, t, cuda);
-  need_shape(op, {"weight", weight}, {C});
-  if (bias.defined()) {
-    need_dtype(op, {"bias", bias}, weight.dtype());
-    need_shape(op, {"bias", bias}, {C});
-  }
+  const auto [N, C] = need_norm_args(op, out, inp, weight, bias, cuda);
   need_stats(op, {{"mean", mean}, {"rstd", rstd}}, N, true);
   if (cuda) CUDA_DISPATCH(op, layernorm_apply, out, inp, weight, bias, mean, rstd);
   cpu::layernorm_apply(out.data<float>(), inp.data<float>(), weight.data<float>(), f32_or_null(bias),
@@ -334,12 +332,7 @@ void layernorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight,
 void rmsnorm_apply(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& rstd) {
   const char* op = "rmsnorm_apply";
   const bool cuda = on_cuda(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"rstd", rstd}});
-  const DType t = need_act(op, {"inp", inp}, cuda);
-  const int64_t C = last_dim(op, {"inp", inp}), N = inp.numel() / C;
-  need_dtype(op, {"out", out}, t);
-  need_rows(op, {"out", out}, N, C);
-  need_param(op, {"weight", weight}, t, cuda);
-  need_shape(op, {"weight", weight}, {C});
+  const auto [N, C] = need_norm_args(op, out, inp, weight, Tensor(), cuda);
   need_stats(op, {{"rstd", rstd}}, N, true);
   if (cuda) CUDA_DISPATCH(op, rmsnorm_apply, out, inp, weight, rstd);
   cpu::rmsnorm_apply(out.data<float>(), inp.data<float>(), weight.data<float>(), rstd.data<float>(), N, C);
