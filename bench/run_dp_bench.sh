@@ -67,7 +67,9 @@ run() {
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
   echo "== $name: $*" >&2
-  timeout "$limit" "$@" > "$LOGDIR/$name.out" 2> "$LOGDIR/$name.err"
+  # --foreground: the job stays in the caller's process group, so a caller's timeout or Ctrl-C stops it too
+  # (a nested timeout starts its own group, and a torchrun left behind would run beside the next measurement).
+  timeout --foreground -k 10 "$limit" "$@" > "$LOGDIR/$name.out" 2> "$LOGDIR/$name.err"
   local rc=$?
   [ $rc -ne 0 ] && echo "   $name exited with $rc (see $LOGDIR/$name.err): $(tail -1 "$LOGDIR/$name.err")" >&2
   grep -E '^(\[rank [0-9]+\] )?RESULT' "$LOGDIR/$name.out" | sed -E 's/^\[rank [0-9]+\] //' >> "$LOGDIR/results.tsv"

@@ -46,7 +46,7 @@ printf "%-14s %12s %8s | %8s %8s %8s %9s %8s   (1 GPU: %s tokens/s, %s ms)\n" va
 for v in "${variants[@]}"; do
   IFS='|' read -r name envs args <<< "$v"
   # shellcheck disable=SC2086  # ENV and ARGS are word lists by design
-  env X=0 $envs timeout 180 "$build/dscpp" launch --hostfile "$LOGDIR/no-hostfile" --num_gpus "$gpus" --master_port 0 -- \
+  env X=0 $envs timeout --foreground -k 10 180 "$build/dscpp" launch --hostfile "$LOGDIR/no-hostfile" --num_gpus "$gpus" --master_port 0 -- \
     "$build/bench/dp_bench" "${common[@]}" $args --trace "$LOGDIR/$name.json" > "$LOGDIR/$name.out" 2> "$LOGDIR/$name.err"
   read -r tok ms <<< "$(result "$LOGDIR/$name.out")"
   if [ -z "${tok:-}" ]; then

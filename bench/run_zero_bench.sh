@@ -5,12 +5,12 @@
 #      and torchrun fsdp_torch.py (per-block fully_shard + root, bf16 params, f32 reduce; torch.compile unless
 #      --no-compile), same models, micro-batch and T.
 #   2. probe: dp_bench at stage 3 with activation checkpointing on Llama shapes of growing size (3B, 7B, 13B, 20B,
-#      30B; 1b also known; micro-batch --probe-batch), one launch each (180 s at most), 1 warm-up + 3 timed steps,
+#      24B, 28B, 30B; 1b also known; micro-batch --probe-batch), one launch each (180 s at most), 1 warm-up + 3 timed steps,
 #      until one fails (out of memory: dp_bench's failing rank aborts the job, the launcher stops the others) or no
 #      new shape starts after --budget seconds of the whole script.
 # Usage: LOGDIR=$OUT/zero bash bench/run_zero_bench.sh [--build DIR (default build-gpu, else build)] [--gpus 4]
 #          [--models "gpt2-medium llama-1b" | "gpt2-medium:32 llama-1b:16"] [--batch 8] [--seq 1024] [--steps 5] [--warmup 2] [--no-compile]
-#          [--no-torch] [--no-probe] [--probe "3b 7b 13b 20b 30b"] [--probe-batch 4] [--budget 420]
+#          [--no-torch] [--no-probe] [--probe "3b 7b 13b 20b 24b 28b 30b"] [--probe-batch 4] [--budget 420]
 #          [--stages 0,1,2,3]
 # Output: the table (model, impl: ours zero-0..3 / torch-fsdp2, tokens/s per GPU, MFU, peak GiB = allocator peak
 # (ours) or max_memory_allocated (torch), ours/FSDP2 = tokens/s per GPU against FSDP2's on the same model), the
@@ -24,7 +24,7 @@ root="$(dirname "$here")"
 build="$root/build"
 [ -x "$root/build-gpu/bench/dp_bench" ] && build="$root/build-gpu"  # scripts/gpu/check.sh's build
 gpus=4 models="gpt2-medium llama-1b" batch=8 seq=1024 steps=5 warmup=2
-compile=1 run_torch=1 run_probe=1 probe="3b 7b 13b 20b 30b" probe_batch=4 budget=420 stages=0,1,2,3
+compile=1 run_torch=1 run_probe=1 probe="3b 7b 13b 20b 24b 28b 30b" probe_batch=4 budget=420 stages=0,1,2,3
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -78,7 +78,9 @@ run() {
   local name=$1 limit=$2; shift 2
   local t0=$SECONDS
   echo "== $name: $*" >&2
-  timeout -k 10 "$limit" "$@" > "$LOGDIR/$name.out" 2> "$LOGDIR/$name.err"
+  # --foreground: the job stays in the caller's process group, so a caller's timeout or Ctrl-C stops it too
+  # (a nested timeout starts its own group, and a torchrun left behind would run beside the next measurement).
+  timeout --foreground -k 10 "$limit" "$@" > "$LOGDIR/$name.out" 2> "$LOGDIR/$name.err"
   local rc=$?
   [ $rc -ne 0 ] && echo "   $name exited with $rc (see $LOGDIR/$name.err): $(grep -m1 -E 'dp_bench: rank|Error|error' \
     "$LOGDIR/$name.err" | cut -c1-300)" >&2
@@ -113,6 +115,8 @@ shape() {
     7b) echo "32 4096 32 32 11008" ;;   # Llama 2 7B's blocks (6.6B with this vocab)
     13b) echo "40 5120 40 40 13824" ;;  # Llama 2 13B's blocks (12.9B)
     20b) echo "48 6144 48 8 16384" ;;   # GQA, 18.9B
+    24b) echo "60 6144 48 8 16384" ;;   # the 20b blocks, 60 deep (23.6B): 106 GB of model states per GPU on 4
+    28b) echo "70 6144 48 8 16384" ;;   # 70 deep (27.5B): 124 GB of model states per GPU on 4
     30b) echo "60 6656 52 52 17920" ;;  # LLaMA 33B's blocks (32.3B): 145 GB of model states per GPU on 4
     *) return 1 ;;
   esac
