@@ -4,8 +4,8 @@
 #      25 MB buckets as DDP; stage 3 releases every unit after use, as FSDP's reshard)
 #      and torchrun fsdp_torch.py (per-block fully_shard + root, bf16 params, f32 reduce; torch.compile unless
 #      --no-compile), same models, micro-batch and T.
-#   2. probe: dp_bench at stage 3 with activation checkpointing on Llama shapes of growing size (3B, 7B, 13B, 20B,
-#      24B, 28B, 30B; 1b also known; micro-batch --probe-batch), one launch each (180 s at most), 1 warm-up + 3 timed steps,
+#   2. probe: dp_bench at stage 3 (overlapped, DeepSpeed's stage-3 default) with activation checkpointing on Llama
+#      shapes of growing size (3B, 7B, 13B, 20B, 24B, 28B, 30B; 1b also known; micro-batch --probe-batch), one launch each (180 s at most), 1 warm-up + 3 timed steps,
 #      until one fails (out of memory: dp_bench's failing rank aborts the job, the launcher stops the others) or no
 #      new shape starts after --budget seconds of the whole script.
 # Usage: LOGDIR=$OUT/zero bash bench/run_zero_bench.sh [--build DIR (default build-gpu, else build)] [--gpus 4]
@@ -131,7 +131,7 @@ if [ "$run_probe" = 1 ]; then
     fi
     read -r L C H KV F <<< "$s"
     before=$(wc -l < "$LOGDIR/results.tsv")
-    run "probe_$p" 180 "${launch[@]}" "$build/bench/dp_bench" --model llama-1b --zero-stage 3 --checkpointing \
+    run "probe_$p" 180 "${launch[@]}" "$build/bench/dp_bench" --model llama-1b --zero-stage 3 --checkpointing --overlap \
       --batch "$probe_batch" --seq "$seq" --steps 3 --warmup 1 --stage3-reuse-distance 0 \
       --n-layer "$L" --n-embd "$C" --n-head "$H" --n-kv-head "$KV" --n-ffn "$F"
     rc=$?

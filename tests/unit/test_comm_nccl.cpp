@@ -7,6 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <optional>
+
 #include "dist/comm_reference.h"
 #include "dist/multiprocess.h"
 #include "dscpp/comm/process_group.h"
@@ -183,4 +186,42 @@ TEST(CommNccl, DeadRankMakesOthersThrow) {
     }
   }, std::chrono::seconds(60));
   EXPECT_TRUE(results[0].passed) << results[0].message;
+}
+
+// A rank whose exception unwinds past its group while a collective is queued that no peer will join: the group's
+// destructor must not wait for it (that took the whole timeout), and the peers learn of the failure at once.
+TEST(CommNccl, ThrowingRankLeavesWithoutWaiting2Gpus) {
+  if (!nccl_available()) GTEST_SKIP() << "no NCCL in this build";
+  if (gpu_count_without_touching_cuda_here() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  using Clock = std::chrono::steady_clock;
+  constexpr auto kGroupTimeout = std::chrono::seconds(60);
+  auto results = run_ranks(2, [&](int rank, int port) {
+    cuda_set_device(rank);
+    if (rank == 1) {
+      Clock::time_point t0;
+      try {
+        auto pg = new_process_group("nccl", rank, 2, "127.0.0.1", port, kGroupTimeout);
+        pg->barrier()->wait();
+        cuda_synchronize();
+        Tensor t = on_gpu(make_tensor(rank_input(1, 1, 1000, DType::f32), DType::f32), 1);
+        WorkPtr w = pg->all_reduce(t);  // rank 0 never joins it
+        t0 = Clock::now();
+        throw Error("rank 1 fails on purpose");
+      } catch (const Error& e) {
+        const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+        EXPECT_LT(s, 10.0) << "leaving the group took " << s << " s (group timeout 60 s)";
+      }
+      return;
+    }
+    auto pg = new_process_group("nccl", rank, 2, "127.0.0.1", port, kGroupTimeout);
+    pg->barrier()->wait();
+    cuda_synchronize();
+    const auto t0 = Clock::now();
+    std::optional<std::string> why;
+    while (!(why = pg->store()->abort_reason()) && Clock::now() - t0 < std::chrono::seconds(30)) ::usleep(10000);
+    ASSERT_TRUE(why.has_value()) << "rank 1's failure never reached the store";
+    EXPECT_NE(why->find("rank 1"), std::string::npos) << *why;
+    EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 10.0) << *why;
+  }, std::chrono::seconds(150));
+  expect_all_pass(results);
 }

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 
 #include "dscpp/checkpoint/hf_interop.h"
@@ -43,6 +44,8 @@ struct ZeroSetup {
   std::string comm;            // communication_data_type ("" = f32)
   bool gather16 = false;       // stage3_gather_16bit_weights_on_model_save
   int64_t prefetch = 50000000, persistence = 100000, reuse = 1000000000, max_live = 1000000000;
+  std::optional<bool> overlap;  // overlap_comm as written (unset: DeepSpeed's default, true only at stage 3)
+  int64_t n_layer = 0;          // 0: the tiny model's
 };
 
 std::string config_json(const ZeroSetup& s) {
@@ -53,7 +56,9 @@ std::string config_json(const ZeroSetup& s) {
   if (s.fp16) j << R"(, "fp16": {"enabled": true, "initial_scale_power": 8, "hysteresis": 1})";
   if (s.checkpointing) j << R"(, "activation_checkpointing": {"number_checkpoints": 2})";
   if (!s.comm.empty()) j << R"(, "communication_data_type": ")" << s.comm << '"';
-  j << R"(, "zero_optimization": {"stage": )" << s.stage << R"(, "reduce_bucket_size": 3000,
+  j << R"(, "zero_optimization": {"stage": )" << s.stage;
+  if (s.overlap) j << R"(, "overlap_comm": )" << (*s.overlap ? "true" : "false");
+  j << R"(, "reduce_bucket_size": 3000,
         "stage3_prefetch_bucket_size": )" << s.prefetch << R"(, "stage3_param_persistence_threshold": )"
     << s.persistence << R"(, "stage3_max_reuse_distance": )" << s.reuse << R"(, "stage3_max_live_parameters": )"
     << s.max_live << R"(, "stage3_gather_16bit_weights_on_model_save": )" << (s.gather16 ? "true" : "false")
@@ -75,7 +80,9 @@ std::unique_ptr<Engine> make_engine(const std::string& arch, const ZeroSetup& s,
   mo.pad_multiple = 16 * world;  // units split evenly across the ranks
   mo.allocate_grads = !(s.stage >= 2 && world > 1);  // stage 2/3 across ranks: per-unit windows
   mo.materialize_params = !s.sharded_init;
-  auto m = make_model(tiny_model_config(arch), mo);
+  ModelConfig mc = tiny_model_config(arch);
+  if (s.n_layer) mc.n_layer = s.n_layer;
+  auto m = make_model(mc, mo);
   if (!s.sharded_init) m->init_weights(42);
   EngineOptions o;
   o.dp_group = pg;
@@ -319,6 +326,37 @@ TEST(Zero, Stage3PrefetchesAndBoundsLiveParameters) {
     EXPECT_EQ(ps.flat_grads().defined(), false) << "stage 3 keeps no full gradient buffer";
   });
   expect_all_pass(results);
+}
+
+// Without overlap_comm, stages 2 and 3 still reduce each unit as soon as backward has produced it (backward waits for
+// the reduction), so the live gradient windows stay a few units, not the whole model, and training is unchanged.
+TEST(Zero, WithoutOverlapStage2And3FreeEachGradientWindowAtOnce) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
+  for (int stage : {2, 3}) {
+    ZeroSetup s;
+    s.overlap = false;
+    s.n_layer = 6;
+    stage_matches_reference(stage, 2, "llama", s);
+    s.stage = stage;
+    auto results = run_ranks(2, [&](int rank, int port) {
+      omp_set_num_threads(1);
+      auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+      auto e = make_engine("llama", s, 2, pg.get());
+      train(*e, "llama", rank, s.gas, 1);
+      const std::vector<FlatRange>& units = e->model().params().units();
+      int64_t largest_block = 0;
+      for (size_t u = 1; u + 1 < units.size(); u++) largest_block = std::max(largest_block, units[u].size());
+      // Live at once: the tied embedding (its gradient is final only after the embedding backward), the head's
+      // final norm, and the block being differentiated.
+      const int64_t bound = units.front().size() + units.back().size() + largest_block;
+      ASSERT_EQ(units.size(), size_t(s.n_layer + 2));
+      ASSERT_LT(bound, e->model().params().flat_numel() / 2) << "the bound must be able to catch all windows live";
+      ASSERT_NE(e->zero_grads(), nullptr);
+      EXPECT_LE(e->zero_grads()->window_peak_elements(), bound) << "stage " << stage;
+      EXPECT_GT(e->zero_grads()->window_peak_elements(), 0) << "stage " << stage;
+    });
+    expect_all_pass(results);
+  }
 }
 
 // fp16: an overflow in one rank's gradients skips the step on every rank and halves the scale everywhere.

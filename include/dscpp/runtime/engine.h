@@ -100,6 +100,7 @@ class Engine {
   const Tensor& master_params() const { return master_; }    // f32 masters of the owned ranges (mixed only)
   const ZeroPartition& zero_partition() const { return zp_; }
   const ZeroParamCoordinator* zero_params() const { return zparams_.get(); }  // stage 3 across ranks, else null
+  const ZeroGradPartitioner* zero_grads() const { return zgrads_.get(); }     // stages 1-3 across ranks, else null
   int zero_stage() const { return cfg_.zero_optimization.stage; }
   // Rank's f32 gradients of its k-th owned range (after backward at a boundary: averaged across ranks).
   Tensor owned_grads(size_t k) const;

@@ -1,7 +1,9 @@
 // ZeroGradPartitioner: gradient reduction for ZeRO stages 1-3 (Note [ZeRO units], runtime/zero_partition.h).
 //
 // Each unit's gradients are reduce-scattered (avg) across the data-parallel ranks as soon as backward has produced
-// all of them (the model's grad-ready hook) when overlap_comm is on, else after backward; rank r keeps chunk r.
+// all of them (the model's grad-ready hook); rank r keeps chunk r. overlap_comm: backward goes on beside the
+// reductions (a few in flight); without it, backward waits for each one (stage 2/3), and stage 1 reduces after
+// backward.
 //   stage 1: the model keeps the full f32 gradient buffer and accumulates micro-batches locally; only the gradient
 //            accumulation boundary communicates, in place (rank r's chunk of the unit receives the average).
 //   stage 2/3: there is no full gradient buffer. A unit's gradients live in a zeroed window from its first use in

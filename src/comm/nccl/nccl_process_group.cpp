@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -158,6 +159,15 @@ class NcclProcessGroup : public ProcessGroup {
     }
     cv_.notify_all();
     watchdog_.join();
+    // Destroyed by stack unwinding: this rank is failing, and its peers may wait in collectives it will never join,
+    // so finishing the queued ops could take the whole timeout (a rank out of memory printed its error only after
+    // DEEPSPEED_TIMEOUT). Tell the peers through the store and abort the communicator without waiting.
+    const bool failing = std::uncaught_exceptions() > 0;
+    if (failing && comm_ && !aborted_) {
+      abort("left group '" + name_ + "' with an exception (its error is in that rank's output)");
+      ncclCommAbort(comm_);
+      aborted_ = true;
+    }
     if (comm_ && !aborted_) {
       // Finish the queued ops; a communicator that cannot (a peer is gone) is aborted instead of hanging.
       ncclResult_t r = ncclCommFinalize(comm_);
