@@ -136,6 +136,7 @@ class NcclProcessGroup : public ProcessGroup {
     }
     DSCPP_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
     DSCPP_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
+    DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     // Non-blocking, so that initialisation and every call can time out (settle()); DSCPP_NCCL_BLOCKING=1 makes
     // NCCL's calls block instead (PyTorch's default; the watchdog's timeouts still abort stuck collectives).
@@ -182,6 +183,7 @@ class NcclProcessGroup : public ProcessGroup {
       else ncclCommDestroy(comm_);
     }
     if (barrier_buf_) cudaFree(barrier_buf_);
+    if (ready_) cudaEventDestroy(ready_);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -200,11 +202,10 @@ class NcclProcessGroup : public ProcessGroup {
     cuda::DeviceGuard guard(device_);
     auto work = std::make_shared<NcclWork>(this, op, bytes, device_, std::move(keep));
     work->block_host = block_host;
-    cudaEvent_t ready;
-    DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming));
-    DSCPP_CUDA_CHECK(cudaEventRecord(ready, cuda::current_stream(device_)));
-    DSCPP_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready, 0));
-    DSCPP_CUDA_CHECK(cudaEventDestroy(ready));  // released once recorded work completes
+    // One event serves every launch (nccl_mu_ is held): a stream wait binds to the record made just before it, so
+    // recording the event again for the next op does not disturb this one.
+    DSCPP_CUDA_CHECK(cudaEventRecord(ready_, cuda::current_stream(device_)));
+    DSCPP_CUDA_CHECK(cudaStreamWaitEvent(stream_, ready_, 0));
     bool timed = logger_ && logger_->should_profile(op);
     if (timed) {
       DSCPP_CUDA_CHECK(cudaEventCreate(&work->start_));
@@ -219,11 +220,15 @@ class NcclProcessGroup : public ProcessGroup {
     if (prof_token >= 0) prof->comm_gpu_end(prof_token, stream_, {op, int64_t(bytes), 0, 0, name_});
     DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&work->end_, timed ? 0 : cudaEventDisableTiming));
     DSCPP_CUDA_CHECK(cudaEventRecord(work->end_, stream_));
+    bool was_idle;
     {
       std::lock_guard<std::mutex> l(mu_);
+      was_idle = pending_.empty();
       pending_.push_back(work);
     }
-    cv_.notify_all();
+    // Only an idle watchdog (sleeping 500 ms) needs waking; a busy one polls every 2 ms anyway, and waking it on
+    // every launch made it query CUDA beside each launch of a stream of small collectives.
+    if (was_idle) cv_.notify_all();
     return work;
   }
 
@@ -405,6 +410,7 @@ class NcclProcessGroup : public ProcessGroup {
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   float* barrier_buf_ = nullptr;
+  cudaEvent_t ready_ = nullptr;        // the compute stream's point each collective waits for (launch)
   std::mutex nccl_mu_;                 // NCCL calls and abort
   std::atomic<bool> aborted_{false};
   std::string abort_error_;
