@@ -104,6 +104,43 @@ TEST(CommFailure, AbortStopsOthersPromptly) {
   }));
 }
 
+// A rank whose exception unwinds past its groups while a collective is queued that no peer joins (on a sub-group):
+// the peer, sitting in a collective on the world group, must hear of it at once, not after the timeout. The failing
+// rank itself leaves within Gloo's timeout (Gloo cannot cancel a started op; NCCL aborts at once:
+// CommNccl.ThrowingRankLeavesWithoutWaiting2Gpus).
+TEST(CommFailure, ThrowingRankTellsPeersAtOnce) {
+  constexpr auto kGroupTimeout = std::chrono::seconds(8);
+  expect_all_pass(run_ranks(2, [&](int rank, int port) {
+    if (rank == 1) {
+      Clock::time_point t0;
+      try {
+        auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kGroupTimeout);
+        auto sub = pg->new_subgroup({0, 1});
+        pg->barrier()->wait();
+        Tensor t = Tensor::zeros({1000}, DType::f32);
+        WorkPtr w = sub->all_reduce(t);  // rank 0 never joins it
+        t0 = Clock::now();
+        throw Error("rank 1 fails on purpose");
+      } catch (const Error&) {
+        EXPECT_LT(seconds_since(t0), 8.0 + 5.0) << "leaving the groups took longer than the timeout";
+      }
+      return;
+    }
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kGroupTimeout);
+    auto sub = pg->new_subgroup({0, 1});
+    pg->barrier()->wait();
+    Tensor t = Tensor::zeros({7}, DType::f32);
+    auto t0 = Clock::now();
+    try {
+      pg->all_reduce(t)->wait();  // on the world group: rank 1 never joins
+      ADD_FAILURE() << "all_reduce succeeded without rank 1";
+    } catch (const Error& e) {
+      EXPECT_LT(seconds_since(t0), 3.0) << "rank 1's failure was not noticed promptly: " << e.what();
+      expect_contains(e.what(), "rank 1: left group");
+    }
+  }, std::chrono::seconds(60)));
+}
+
 TEST(CommFailure, MismatchedConfigHashIsReported) {
   auto results = run_ranks(4, [](int rank, int port) {
     auto pg = new_process_group("gloo", rank, 4, "127.0.0.1", port, std::chrono::seconds(10));

@@ -29,6 +29,7 @@
 #include <condition_variable>
 #include <cstdlib>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <list>
 #include <thread>
@@ -243,6 +244,11 @@ class GlooProcessGroup : public ProcessGroup {
   }
 
   ~GlooProcessGroup() override {
+    // Destroyed by stack unwinding: this rank is failing. Tell the peers before waiting for the comm thread (their
+    // waits poll the abort key), which may sit in an op no peer joins until Gloo's timeout: Gloo cannot cancel a
+    // started op (closing the connections does not end its wait).
+    if (std::uncaught_exceptions() > 0)
+      abort("left group '" + name_ + "' with an exception (its error is in that rank's output)");
     coll_.stop();  // a wedged op ends within Gloo's timeout
     for (auto& [thread, work] : p2p_) thread.join();
   }
