@@ -101,6 +101,9 @@ class Engine {
   const ZeroPartition& zero_partition() const { return zp_; }
   const ZeroParamCoordinator* zero_params() const { return zparams_.get(); }  // stage 3 across ranks, else null
   const ZeroGradPartitioner* zero_grads() const { return zgrads_.get(); }     // stages 1-3 across ranks, else null
+  // Stage 1/2: units whose post-step all-gather the next forward has not waited for yet (Note [Deferred parameter
+  // gathers]); 0 otherwise.
+  int64_t pending_param_gathers() const;
   int zero_stage() const { return cfg_.zero_optimization.stage; }
   // Rank's f32 gradients of its k-th owned range (after backward at a boundary: averaged across ranks).
   Tensor owned_grads(size_t k) const;
@@ -117,7 +120,10 @@ class Engine {
   // last_loss() averaged over the data-parallel ranks: a collective (every rank calls it at the same steps).
   float global_last_loss();
 
-  Model& model() { return *model_; }
+  Model& model() {  // the parameters are current (stage 1/2: the step's all-gathers are waited for)
+    finish_param_gathers();
+    return *model_;
+  }
   Optimizer& optimizer() { return *optimizer_; }
   LRScheduler& lr_scheduler() { return scheduler_; }
   const DeepSpeedConfig& config() const { return cfg_; }
@@ -152,7 +158,12 @@ class Engine {
   void init_data_parallel(ProcessGroup* pg);
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, reducers, stage-3 shards
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
-  void gather_updated_params();  // stage 1/2: all-gather every unit's updated chunks
+  // Stage 1/2 (Note [Deferred parameter gathers]): launches the all-gather of every unit's updated chunks; the next
+  // forward waits for each unit's just before using it (wait_param_gather), everything else that reads parameters
+  // for all of them (finish_param_gathers).
+  void gather_updated_params();
+  void wait_param_gather(int unit);
+  void finish_param_gathers();
 
   std::unique_ptr<Model> model_;
   DeepSpeedConfig cfg_;
@@ -165,6 +176,8 @@ class Engine {
   std::unique_ptr<ZeroParamCoordinator> zparams_; // stage 3
   Tensor grad_partition_;                   // stages 2/3: f32 [shard_numel]
   Tensor param_shard_;                      // stage 3: model dtype [shard_numel]
+  std::vector<WorkPtr> param_gathers_;      // stage 1/2: per unit, the all-gather still pending since the step
+  bool sync_param_gathers_ = false;         // DSCPP_SYNC_PARAM_GATHER=1: wait for them at the step (A/B)
   std::unique_ptr<AsyncCheckpointer> async_ckpt_;
   double last_save_stall_s_ = 0.0;
   bool mixed_ = false;

@@ -14,6 +14,7 @@
 // releases the kernels waiting on dead peers), fails every pending op and marks the group broken.
 // DSCPP_NCCL_BLOCKING_WAIT=1 (or NCCL_BLOCKING_WAIT=1) makes Work::wait() also block the host until the op ends.
 #include "comm/process_group_impl.h"
+#include "dscpp/core/env.h"
 #include "dscpp/kernels/gemm_sm_carveout.h"
 #include "dscpp/profiler/profiler.h"
 
@@ -68,11 +69,6 @@ ncclRedOp_t nccl_op(ReduceOp op) {
     case ReduceOp::min: return ncclMin;
   }
   return ncclSum;
-}
-
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
 }
 
 class NcclProcessGroup;

@@ -233,6 +233,7 @@ void Engine::set_scheduled_betas() {
 }
 
 bool Engine::boundary_step() {
+  finish_param_gathers();  // stage 1/2: a forward waited for them already, unless the model skipped a unit
   const double scale = scaler_.loss_scale();  // the scale these gradients carry (1 unless fp16)
   double sumsq = 0.0;
   if (grad_partition_.defined()) {

@@ -68,6 +68,7 @@ void Engine::wait_for_checkpoint() {
 
 void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const nlohmann::json& client_state,
                              int keep_last, const std::string& extra_file, const std::string& extra_file_name) {
+  finish_param_gathers();  // stage 1/2: the parameters written are the gathered ones
   if (tag.empty()) tag = "global_step" + std::to_string(global_steps_);
   const auto t0 = std::chrono::steady_clock::now();
   SavePlan plan;
@@ -144,6 +145,7 @@ ModelConfig read_checkpoint_model_config(const std::string& load_dir, const std:
 
 nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::string& tag) {
   wait_for_checkpoint();  // a save in flight must finish before its files are read
+  finish_param_gathers();  // and a stage-1/2 gather before the parameters are overwritten
   std::string t = tag;
   if (t.empty() && cfg_.checkpoint.load_universal) t = read_latest_universal_tag(load_dir);
   CheckpointReader r(load_dir, t);  // verifies the manifest, sizes and checksums first
