@@ -21,8 +21,9 @@
 //   STATES model stage: <Engine::model_state_report(), rank 0's>
 //   RESULT impl model world B T tokens_per_s_total tokens_per_s_per_gpu ms_per_step peak_mem_gib zero_stage mfu_pct
 //          n_params
-// Step time: every rank synchronises its device around forward + backward + step; a step takes the slowest rank's
-// time; the median over --steps after --warmup. tokens/s total = world * B * T / that median. MFU = tokens/s per GPU
+// Step time: forward + backward + step back to back, each ended by a synchronisation of the compute stream (work a
+// step leaves on the communication stream for the next overlaps it, as in training); a step takes the slowest
+// rank's time; the median over --steps after --warmup. tokens/s total = world * B * T / that median. MFU = tokens/s per GPU
 // x ModelConfig::train_flops_per_token(T) / 989.4 TFLOP/s (H100/H200 dense bf16; recomputation not counted). Peak
 // memory: the largest CUDA allocator peak over ranks (live tensors, as torch.cuda.max_memory_allocated).
 // A failure on any rank (e.g. out of memory) prints "dp_bench: rank R: ..." and a RESULT row of OOM/ERROR, sets the
@@ -202,27 +203,37 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
   }
   if (!a.trace.empty()) engine->set_trace_file(a.trace + "." + label + ".z" + std::to_string(stage));
 
-  Tensor x = Tensor::empty({a.batch, a.seq}, DType::i32), y = Tensor::empty({a.batch, a.seq}, DType::i32);
+  // Every step's batch is drawn before the timed loop, and a step ends when the compute stream is done with it
+  // (not the whole device): work the step leaves on the communication stream for the next one (stage 1/2's
+  // parameter gathers, Note [Deferred parameter gathers]) then costs what it costs in steady state, nothing
+  // between steps hides it, and the slowest rank's times are taken after the loop.
+  const int64_t n_steps = a.warmup + a.steps;
+  std::vector<Tensor> xs, ys;
   Rng rng(42 + uint64_t(rank));  // each rank its own batch, as a data-parallel loader
-  std::vector<double> ms;
-  for (int64_t s = 0; s < a.warmup + a.steps; s++) {
-    for (int64_t i = 0; i < x.numel(); i++) {
-      x.data<int32_t>()[i] = int32_t(rng.below(uint32_t(mc.vocab_size)));
-      y.data<int32_t>()[i] = int32_t(rng.below(uint32_t(mc.vocab_size)));
+  for (int64_t s = 0; s < n_steps; s++) {
+    xs.push_back(Tensor::empty({a.batch, a.seq}, DType::i32));
+    ys.push_back(Tensor::empty({a.batch, a.seq}, DType::i32));
+    for (int64_t i = 0; i < xs.back().numel(); i++) {
+      xs.back().data<int32_t>()[i] = int32_t(rng.below(uint32_t(mc.vocab_size)));
+      ys.back().data<int32_t>()[i] = int32_t(rng.below(uint32_t(mc.vocab_size)));
     }
-    cuda_synchronize(device.index);
+  }
+  std::vector<float> step_ms;
+  cuda_synchronize(device.index);
+  for (int64_t s = 0; s < n_steps; s++) {
     const auto t0 = std::chrono::steady_clock::now();
-    engine->forward(x, y);
+    engine->forward(xs[size_t(s)], ys[size_t(s)]);
     engine->backward();
     engine->step();
-    cuda_synchronize(device.index);
-    double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (pg) dt = all_reduce_values(*pg, {float(dt)}, ReduceOp::max, device)[0];  // the slowest rank's step
-    if (s >= a.warmup) ms.push_back(dt);
+    cuda_stream_synchronize(device.index);
+    step_ms.push_back(float(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()));
     if (rank == 0)
-      std::fprintf(stderr, "  %s zero-%d x%d step %lld: %.1f ms, loss %.4f\n", label.c_str(), stage, world,
-                   (long long)s, dt, engine->last_loss());
+      std::fprintf(stderr, "  %s zero-%d x%d step %lld: %.1f ms (rank 0), loss %.4f\n", label.c_str(), stage, world,
+                   (long long)s, step_ms.back(), engine->last_loss());
   }
+  cuda_synchronize(device.index);
+  if (pg) step_ms = all_reduce_values(*pg, step_ms, ReduceOp::max, device);  // each step's slowest rank
+  std::vector<double> ms(step_ms.begin() + a.warmup, step_ms.end());
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   double peak = double(dev_alloc.stats().peak_bytes) / double(1ull << 30);

@@ -17,6 +17,9 @@ void cuda_set_device(int device) {
 void cuda_synchronize(int device) {
   DSCPP_FAIL("cuda_synchronize(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
 }
+void cuda_stream_synchronize(int device) {
+  DSCPP_FAIL("cuda_stream_synchronize(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
+}
 
 std::string cuda_device_name(int device) {
   DSCPP_FAIL("cuda_device_name(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");

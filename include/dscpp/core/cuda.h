@@ -16,6 +16,7 @@ bool cuda_available();                      // built with CUDA and at least one 
 int cuda_device_count();                    // 0 without CUDA or without a device; never throws
 void cuda_set_device(int device);           // this thread's current device; throws without CUDA or if out of range
 void cuda_synchronize(int device = -1);     // wait for all work on `device` (-1: the current device)
+void cuda_stream_synchronize(int device = -1);  // wait for the work on this thread's current stream of `device` only
 std::string cuda_device_name(int device);   // "NVIDIA H100 80GB HBM3"
 
 // Page-locked host memory (cudaHostAlloc) with statistics, for asynchronous copies and checkpoint snapshots.

@@ -39,6 +39,13 @@ void cuda_synchronize(int device) {
   DSCPP_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+void cuda_stream_synchronize(int device) {
+  if (device < 0) device = cuda::current_device();
+  check_device_index(device);
+  cuda::DeviceGuard g(device);
+  DSCPP_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream(device)));
+}
+
 std::string cuda_device_name(int device) {
   check_device_index(device);
   cudaDeviceProp p{};
