@@ -39,7 +39,8 @@ ProcessGroup::ProcessGroup(std::string name, int rank, int size, std::vector<int
 
 ProcessGroup::~ProcessGroup() {
   // Dying by an exception (stack unwinding) means this rank failed: tell the others rather than let them time out.
-  if (std::uncaught_exceptions() > 0 && name_ == "world") abort("exited with an exception");
+  // The backends say so first, before they wait for their own threads (the first reason written stays).
+  if (std::uncaught_exceptions() > 0) abort("exited with an exception");
 }
 
 void ProcessGroup::abort(const std::string& reason) {

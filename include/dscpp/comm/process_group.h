@@ -38,6 +38,9 @@ using WorkPtr = std::shared_ptr<Work>;
 
 class ProcessGroup {
  public:
+  // A group destroyed by stack unwinding means this rank is failing: it sets the store's abort key, so that its
+  // peers stop instead of waiting out the timeout, and NCCL aborts the communicator rather than finish queued ops.
+  // Catching an exception past a group's scope therefore ends the job.
   virtual ~ProcessGroup();
   int rank() const { return rank_; }
   int size() const { return size_; }
