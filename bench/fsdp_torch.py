@@ -3,10 +3,12 @@
 
 Run one process per GPU:  python3 -m torch.distributed.run --standalone --nproc_per_node N bench/fsdp_torch.py
   [--models gpt2-medium,llama-1b] [--batch 8] [--seq 1024] [--steps 10] [--warmup 3] [--compile]
+  [--reduce-dtype fp32|bf16]
 
 The recipe of /work/shared/reference/anchors-measured.md (4x H200 table): torch.distributed.fsdp.fully_shard on every
 transformer block, then on the root (embeddings, final norm, tied head); MixedPrecisionPolicy(param_dtype=bf16,
-reduce_dtype=f32) (f32 sharded parameters and optimizer states, bf16 compute, f32 gradient reduce-scatter);
+reduce_dtype=f32) (f32 sharded parameters and optimizer states, bf16 compute, f32 gradient reduce-scatter;
+--reduce-dtype bf16: bf16 reduce-scatter, FSDP2's default when only param_dtype is set, impl suffix -bf16reduce);
 reshard after forward (the default; our --stage3-reuse-distance 0); --compile: torch.compile of every block before
 sharding (torchtitan's order), 2 extra warm-up steps for compilation. Fused AdamW (lr 3e-4, betas (0.9, 0.95), eps
 1e-8, weight decay 0.1 on matrices), gradient clipping 1.0, random tokens (each rank its own), micro-batch B per GPU,
@@ -45,7 +47,8 @@ def run(name, args, torch, dist, rank, world, dev):
     if args.compile:
         for i in range(len(blocks)):
             blocks[i] = torch.compile(blocks[i])
-    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    reduce = torch.bfloat16 if args.reduce_dtype == "bf16" else torch.float32
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=reduce)
     for b in blocks:
         fully_shard(b, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
@@ -76,12 +79,14 @@ def main():
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--compile", action="store_true", help="torch.compile every block before sharding")
+    ap.add_argument("--reduce-dtype", choices=["fp32", "bf16"], default="fp32",
+                    help="gradient reduce-scatter dtype (MixedPrecisionPolicy.reduce_dtype)")
     args = ap.parse_args()
     models = [m for m in args.models.replace(" ", ",").split(",") if m]
     for m in models:
         if m not in train_torch.PRESETS:
             ap.error(f"unknown model {m!r} (known: {', '.join(train_torch.PRESETS)})")
-    impl = "torch-fsdp2-compile" if args.compile else "torch-fsdp2"
+    impl = ("torch-fsdp2-compile" if args.compile else "torch-fsdp2") + ("-bf16reduce" if args.reduce_dtype == "bf16" else "")
     return train_torch.run_distributed("fsdp_torch", impl, args, models, run, ["OOM"] * 4 + ["fsdp2", "OOM", "-"])
 
 
