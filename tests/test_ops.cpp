@@ -605,7 +605,8 @@ void add_rope() {
     int64_t N, H, Hkv, D;
   };
   for (DType t : kDtypes)
-    for (S s : {S{1, 4, 2, 8}, S{17, 12, 12, 64}, S{17, 32, 8, 128}, S{256, 12, 12, 64}})
+    // D = 6: odd halves take the scalar path; the rest the 16-byte one. N = 300 > one block's tokens.
+    for (S s : {S{1, 4, 2, 8}, S{5, 3, 1, 6}, S{17, 12, 12, 64}, S{17, 32, 8, 128}, S{300, 32, 8, 64}})
       for (bool fwd : {true, false}) {
         const std::string op = fwd ? "rope_forward" : "rope_backward";
         add(op, t, dims({{"N", s.N}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}}), [=](Ctx& x) {

@@ -1,37 +1,67 @@
 // Rotary position embedding (HF Llama rotate_half) on CUDA, in place on the q and k heads of packed qkv.
 // Same angles as src/kernels/cpu/rope.cpp: inv_freq_i = 1 / theta^(2i/D) in f32, angle = pos * inv_freq_i.
-// One thread per (token, head, pair i): it owns x[i] and x[i + D/2], so the in-place update has no races.
+// A block row (threadIdx.y) owns one token: it first puts the token's D/2 cos/sin pairs in shared memory (one
+// powf + sincosf per pair, shared by all H + Hkv heads, where a thread per element made the kernel compute-bound at
+// ~4x the copy time), then each thread rotates V pairs of one head: x[i..i+V) and x[i+D/2..i+D/2+V), owned by that
+// thread alone, so the in-place update has no races. V > 1 uses 16-byte accesses (Note [Vector width]).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace dscpp::cuda {
 namespace {
 
-constexpr int kBlock = 256;
+constexpr int kThreads = 256;
 
 // qkv[N, (H+2Hkv)*D]: rotates heads [0, H+Hkv) (the q heads, then the k heads). sign = +1 forward, -1 backward
-// (the inverse rotation: sin negated).
-template <typename T>
+// (the inverse rotation: sin negated). Shared memory: blockDim.y * D floats.
+template <typename T, int V>
 __global__ void rope_kernel(T* qkv, const int32_t* pos, int64_t N, int heads, int Htot, int D, float theta,
                             float sign) {
-  const int half = D / 2;
-  const int64_t total = N * heads * half;
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; t < total; t += stride) {
-    const int i = int(t % half);
-    const int64_t nh = t / half;
-    const int h = int(nh % heads);
-    const int64_t n = nh / heads;
-    const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(D));
-    const float a = float(pos[n]) * inv_freq;
-    float sn, cs;
-    sincosf(a, &sn, &cs);
-    sn *= sign;
-    T* x = qkv + n * int64_t(Htot) * D + int64_t(h) * D;
-    const float x1 = to_f(x[i]), x2 = to_f(x[i + half]);
-    x[i] = from_f<T>(x1 * cs - x2 * sn);
-    x[i + half] = from_f<T>(x2 * cs + x1 * sn);
+  extern __shared__ float table[];
+  const int half = D / 2, groups = half / V, per_token = heads * groups;
+  float* cs = table + threadIdx.y * D;
+  float* sn = cs + half;
+  for (int64_t n0 = int64_t(blockIdx.x) * blockDim.y; n0 < N; n0 += int64_t(gridDim.x) * blockDim.y) {
+    const int64_t n = n0 + threadIdx.y;
+    __syncthreads();  // the previous token's readers are done with the table
+    if (n < N)
+      for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(D));
+        float s, c;
+        sincosf(float(pos[n]) * inv_freq, &s, &c);
+        cs[i] = c;
+        sn[i] = s * sign;
+      }
+    __syncthreads();
+    if (n >= N) continue;
+    T* row = qkv + n * int64_t(Htot) * D;
+    for (int j = threadIdx.x; j < per_token; j += blockDim.x) {
+      const int i0 = (j % groups) * V;
+      T* x = row + (j / groups) * D + i0;
+      float x1[V], x2[V], y1[V], y2[V];
+      load_f<T, V>(x, x1);
+      load_f<T, V>(x + half, x2);
+#pragma unroll
+      for (int k = 0; k < V; k++) {
+        y1[k] = x1[k] * cs[i0 + k] - x2[k] * sn[i0 + k];
+        y2[k] = x2[k] * cs[i0 + k] + x1[k] * sn[i0 + k];
+      }
+      store_f<T, V>(x, y1);
+      store_f<T, V>(x + half, y2);
+    }
   }
+}
+
+template <typename T, int V>
+void launch_rope_v(T* qkv, const int32_t* pos, int64_t N, int heads, int Htot, int D, float theta, float sign,
+                   cudaStream_t s) {
+  const int per_token = heads * (D / 2 / V);
+  const int x = per_token < kThreads ? per_token : kThreads;
+  const int y = kThreads / x;  // tokens per block
+  const dim3 block{unsigned(x), unsigned(y)};
+  rope_kernel<T, V><<<grid_for(N, y), block, size_t(y) * D * sizeof(float), s>>>(qkv, pos, N, heads, Htot, D, theta,
+                                                                                 sign);
+  DSCPP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -41,8 +71,13 @@ template <typename T>
 void launch_rope(T* qkv, const int32_t* pos, int64_t N, int H, int Hkv, int D, float theta, float sign,
                  cudaStream_t s) {
   const int heads = H + Hkv, Htot = H + 2 * Hkv;
-  rope_kernel<T><<<grid_for(N * heads * (D / 2), kBlock), kBlock, 0, s>>>(qkv, pos, N, heads, Htot, D, theta, sign);
-  DSCPP_CUDA_CHECK_LAUNCH();
+  constexpr int V = 16 / int(sizeof(T));
+  // 16-byte accesses need every head's two halves to start on a 16-byte boundary: half a multiple of V (which makes
+  // D and the row length multiples of V too) and an aligned base.
+  if ((D / 2) % V == 0 && aligned16(qkv))
+    launch_rope_v<T, V>(qkv, pos, N, heads, Htot, D, theta, sign, s);
+  else
+    launch_rope_v<T, 1>(qkv, pos, N, heads, Htot, D, theta, sign, s);
 }
 
 // ---- checked entries (ops.cpp has validated shapes and dtypes) ----
