@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dscpp/comm/process_group.h"
 #include "dscpp/data/corpus.h"
 
 namespace fs = std::filesystem;
@@ -74,6 +75,7 @@ int count(const std::string& text, const std::string& what) {
 
 TEST(LaunchTrain, TwoCpuRanksTrainAndOnlyRankZeroPrints) {
   if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
+  if (!dscpp::gloo_available()) GTEST_SKIP() << "CPU ranks need Gloo, not in this build";
   Job job;
   std::string log = (job.dir / "log").string();
   std::string cmd = dscpp_binary() + " launch --nproc 2 --master_port 0 -H /nonexistent" + job.args + " --steps 6 --samples 1 > " + log + " 2>&1";
@@ -104,6 +106,7 @@ TEST(LaunchTrain, TwoCpuRanksTrainAndOnlyRankZeroPrints) {
 // one rank at stage 1 resumes from it.
 TEST(LaunchTrain, ZeroStage3SavesShardsAndReshardsThroughUniversal) {
   if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
+  if (!dscpp::gloo_available()) GTEST_SKIP() << "CPU ranks need Gloo, not in this build";
   Job job;
   auto config = [&](int stage, bool universal) {
     std::ofstream(job.dir / "ds_config.json") << R"({"train_batch_size": 8, "gradient_accumulation_steps": 2,
@@ -140,6 +143,7 @@ TEST(LaunchTrain, ZeroStage3SavesShardsAndReshardsThroughUniversal) {
 
 TEST(LaunchTrain, KilledRankStopsTheJobWithAMessage) {
   if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
+  if (!dscpp::gloo_available()) GTEST_SKIP() << "CPU ranks need Gloo, not in this build";
   Job job;
   int p[2];
   ASSERT_EQ(pipe(p), 0);

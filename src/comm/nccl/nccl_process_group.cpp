@@ -211,8 +211,9 @@ class NcclProcessGroup : public ProcessGroup {
     Profiler* prof = active_profiler();
     const int32_t prof_token = prof ? prof->comm_gpu_begin(device_, stream_) : -1;
     ncclResult_t r = call(stream_);
-    if (r != ncclSuccess && r != ncclInProgress) check(r, op);
-    settle(op);
+    // ncclSuccess: enqueued, nothing to poll; only ncclInProgress (a nonblocking group job) needs settling.
+    if (r == ncclInProgress) settle(op);
+    else check(r, op);
     if (prof_token >= 0) prof->comm_gpu_end(prof_token, stream_, {op, int64_t(bytes), 0, 0, name_});
     DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&work->end_, timed ? 0 : cudaEventDisableTiming));
     DSCPP_CUDA_CHECK(cudaEventRecord(work->end_, stream_));
