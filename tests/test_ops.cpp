@@ -735,6 +735,18 @@ void add_matmul() {
           x.run([&] { ops::matmul_forward(dout, di, dw, bias ? db : Tensor()); });
           x.compare("out", dout, ref);
         });
+        // With a residual as the GEMM's C input: a separate tensor, or out itself (in place).
+        for (bool in_place : {false, true})
+          add("matmul_forward", t, sh + (in_place ? " residual=out" : " residual"), [=](Ctx& x) {
+            x.tol = kGemmTol;
+            Tensor inp = x.rand({s.N, s.C}), w = x.rand({s.OC, s.C}), b = x.rand({s.OC}), res = x.rand({s.N, s.OC});
+            Tensor ref = Tensor::empty({s.N, s.OC}, DType::f32);
+            ops::matmul_forward(ref, inp, w, bias ? b : Tensor(), res);
+            Tensor di = x.dev(inp, "inp"), dw = x.dev(w, "weight"), db = x.dev(b, "bias"), dres = x.dev(res, "residual");
+            Tensor dout = in_place ? dres : x.out({s.N, s.OC}, "out");
+            x.run([&] { ops::matmul_forward(dout, di, dw, bias ? db : Tensor(), dres); });
+            x.compare("out", dout, ref);
+          });
         add("matmul_backward", t, sh + " dw=f32", [=](Ctx& x) {
           x.tol = kGemmTol;
           Tensor inp = x.rand({s.N, s.C}), w = x.rand({s.OC, s.C}), dy = x.rand({s.N, s.OC});

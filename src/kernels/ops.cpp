@@ -137,9 +137,11 @@ void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& 
 }
 
 // ---- matmul ----
-void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    const Tensor& residual) {
   const char* op = "matmul_forward";
-  const bool cuda = on_cuda(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}});
+  const bool cuda =
+      on_cuda(op, {{"out", out}, {"inp", inp}, {"weight", weight}, {"bias", bias}, {"residual", residual}});
   need_defined(op, {"inp", inp});
   const DType t = inp.dtype();
   if (t != DType::f32 && !is_float16(t)) fail(op, "inp has dtype ", dtype_name(t), ", expected f32, bf16 or f16");
@@ -156,8 +158,17 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
     if (bias.dtype() != DType::f32 && bias.dtype() != t)
       fail(op, "bias has dtype ", dtype_name(bias.dtype()), ", expected f32 or ", dtype_name(t));
   }
-  if (cuda) CUDA_DISPATCH(op, matmul_forward, out, inp, weight, bias);
+  if (residual.defined()) {
+    need_dtype(op, {"residual", residual}, out.dtype());
+    need_rows(op, {"residual", residual}, N, OC);
+  }
+  if (cuda) CUDA_DISPATCH(op, matmul_forward, out, inp, weight, bias, residual);
   if (N == 0 || OC == 0) return;
+  if (residual.defined()) {  // the CPU reference: the product in a temporary, then the sum (out may be residual)
+    Tensor prod = Tensor::empty(out.shape(), out.dtype(), out.device());
+    matmul_forward(prod, inp, weight, bias);
+    return residual_forward(out, prod, residual);
+  }
   if (t == DType::f32 && out.dtype() == DType::f32 && (!bias.defined() || bias.dtype() == DType::f32))
     return cpu::matmul_forward(out.data<float>(), inp.data<float>(), weight.data<float>(), f32_or_null(bias), N, C,
                                OC);

@@ -29,10 +29,9 @@ void Block::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, co
   st2_ = norm2.forward_residual(ps, x1_, h, x1_, inp);  // x1 = attn + x and h = norm2(x1), one pass
   {
     DSCPP_PROFILE_RANGE("model.blocks.*.mlp", index);
-    mlp.forward(ps, out, h);
+    mlp.forward(ps, out, h, x1_);  // out = mlp(h) + x1: the residual is the down projection's GEMM input C
   }
   h = Tensor();
-  ops::residual_forward(out, out, x1_);
   if (!save) release();
 }
 

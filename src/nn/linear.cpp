@@ -42,8 +42,8 @@ Tensor Linear::bias_grad(const ParamSet& ps) const {
   return fused == 1 ? ps.grad(bias_id) : ps.fused_grad(bias_id, fused);
 }
 
-void Linear::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp) const {
-  ops::matmul_forward(out, inp, weight(ps), bias(ps));
+void Linear::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual) const {
+  ops::matmul_forward(out, inp, weight(ps), bias(ps), residual);
 }
 
 void Linear::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) const {

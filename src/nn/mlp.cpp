@@ -4,7 +4,7 @@
 
 namespace dscpp {
 
-void Mlp::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp) {
+void Mlp::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual) {
   MemoryCategoryScope scope(MemoryCategory::activations);
   const int64_t N = inp.numel() / inp.size(-1);
   Device dev = out.device();
@@ -17,7 +17,7 @@ void Mlp::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp) {
     up.forward(ps, pre_, inp);
     ops::swiglu_forward(act_, pre_);
   }
-  down.forward(ps, out, act_);
+  down.forward(ps, out, act_, residual);
 }
 
 void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {

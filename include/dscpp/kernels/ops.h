@@ -21,8 +21,10 @@ void embedding_forward(const Tensor& out, const Tensor& ids, const Tensor& table
 void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids);
 
 // ---- matmul (torch.nn.Linear layout: weight[OC, C]) ----
-// out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC]   (bias optional). out f32 or the inputs' dtype.
-void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
+// out[N,OC] = inp[N,C] @ weight[OC,C]^T + bias[OC] + residual[N,OC]   (bias and residual optional). out f32 or the
+// inputs' dtype; residual has out's shape and dtype and may be out itself (on CUDA the GEMM's C input, beta = 1).
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    const Tensor& residual = Tensor());
 // dinp[N,C] = dout @ weight (skipped if dinp undefined); dweight[OC,C] += dout^T @ inp; dbias[OC] += sum_n dout
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight);

@@ -27,8 +27,8 @@ struct Linear {
   Tensor bias(const ParamSet& ps) const;       // undefined when there is no bias
   Tensor bias_grad(const ParamSet& ps) const;
 
-  // out[N,OC] (=)
-  void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp) const;
+  // out[N,OC] (=) = inp W^T + b (+ residual[N,OC], which may be out itself)
+  void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual = Tensor()) const;
   // dinp[N,C] (=, skipped when undefined); dW += dout^T inp; db += sum_n dout
   void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) const;
 };

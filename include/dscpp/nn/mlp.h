@@ -16,8 +16,8 @@ struct Mlp {
   Linear down;  // [C, F]
   int64_t ffn = 0;  // F
 
-  // out[N,C] (=)
-  void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp);
+  // out[N,C] (=) = mlp(inp) (+ residual[N,C], added by the down projection's GEMM)
+  void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual = Tensor());
   // dinp[N,C] (=); parameter gradients (+=). `inp` must be the input of the last forward.
   void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
   // The same with the input made by make_inp() right before the up projection's backward GEMM and dropped after it,

@@ -12,7 +12,8 @@ void embedding_forward(const Tensor& out, const Tensor& ids, const Tensor& table
 void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids);
 
 // ---- matmul (torch.nn.Linear layout: weight[OC, C]) ----
-void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias);
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    const Tensor& residual = Tensor());
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight);
 void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta);

@@ -235,10 +235,10 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& k, const void* bias, cons
 }
 
 // ---- fallback kernels ----
-// c[M,N] = alpha * op(a) @ op(b) + beta * c (+ bias[N]), 16x16 tiles through shared memory, f32 accumulation.
+// c[M,N] = alpha * op(a) @ op(b) + beta * c_in (+ bias[N]), 16x16 tiles through shared memory, f32 accumulation.
 template <typename TA, typename TC, typename TB>
-__global__ void gemm_fallback_kernel(TC* c, const TA* a, bool trans_a, const TA* b, bool trans_b, const TB* bias,
-                                     int64_t M, int64_t N, int64_t K, float alpha, float beta) {
+__global__ void gemm_fallback_kernel(TC* c, const TC* c_in, const TA* a, bool trans_a, const TA* b, bool trans_b,
+                                     const TB* bias, int64_t M, int64_t N, int64_t K, float alpha, float beta) {
   __shared__ float sa[16][17], sb[16][17];
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t row = int64_t(blockIdx.y) * 16 + ty, col = int64_t(blockIdx.x) * 16 + tx;
@@ -258,7 +258,7 @@ __global__ void gemm_fallback_kernel(TC* c, const TA* a, bool trans_a, const TA*
   }
   if (row < M && col < N) {
     float v = alpha * acc;
-    if (beta != 0.0f) v += beta * to_f(c[row * N + col]);  // beta == 0: c is not read (it may hold NaN)
+    if (beta != 0.0f) v += beta * to_f(c_in[row * N + col]);  // beta == 0: C is not read (it may hold NaN)
     if (bias) v += to_f(bias[col]);
     c[row * N + col] = from_f<TC>(v);
   }
@@ -280,7 +280,8 @@ __global__ void accumulate_kernel(TD* dst, const TS* src, int64_t n) {
 }
 
 // ---- the one entry for every matrix multiply ----
-// Row-major c[M,N] = alpha * op(a)[M,K] @ op(b)[K,N] + beta * c (+ bias[N]); a and b share ab_t.
+// Row-major c[M,N] = alpha * op(a)[M,K] @ op(b)[K,N] + beta * C (+ bias[N]); a and b share ab_t. C is c_in when set
+// (c's dtype, layout and alignment: a residual added by the GEMM), else c itself.
 struct RowGemm {
   void* c;
   DType c_t;
@@ -293,6 +294,8 @@ struct RowGemm {
   float alpha, beta;
   const void* bias = nullptr;
   DType bias_t = DType::f32;
+  const void* c_in = nullptr;
+  const void* c_read() const { return c_in ? c_in : c; }
 };
 
 template <typename F>
@@ -312,7 +315,8 @@ void gemm_fallback(const RowGemm& g, bool with_bias, cudaStream_t stream) {
     const dim3 block(16, 16), grid(unsigned(ceil_div(g.N, 16)), unsigned(ceil_div(g.M, 16)));
     DSCPP_CHECK(grid.y <= 65535u, "matmul fallback: M = ", g.M, " is too large");
     gemm_fallback_kernel<TA, TC, TB><<<grid, block, 0, stream>>>(
-        static_cast<TC*>(g.c), static_cast<const TA*>(g.a), g.trans_a, static_cast<const TA*>(g.b), g.trans_b,
+        static_cast<TC*>(g.c), static_cast<const TC*>(g.c_read()), static_cast<const TA*>(g.a), g.trans_a,
+        static_cast<const TA*>(g.b), g.trans_b,
         with_bias ? static_cast<const TB*>(g.bias) : nullptr, g.M, g.N, g.K, g.alpha, g.beta);
     DSCPP_CUDA_CHECK_LAUNCH();
   });
@@ -352,8 +356,8 @@ bool lt_run(int device, cudaStream_t stream, const RowGemm& g, cublasLtEpilogue_
     DSCPP_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
   // cuBLASLt's A is our b and its B our a (Note [Row-major on cuBLASLt]).
-  const cublasStatus_t st = cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.la, g.a, p.lb, &g.beta, g.c, p.lc, g.c,
-                                           p.lc, &p.algo, ws, kWorkspaceBytes, stream);
+  const cublasStatus_t st = cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.la, g.a, p.lb, &g.beta, g.c_read(), p.lc,
+                                           g.c, p.lc, &p.algo, ws, kWorkspaceBytes, stream);
   if (st == CUBLAS_STATUS_SUCCESS) return true;
   if (epi == CUBLASLT_EPILOGUE_DEFAULT || epi == CUBLASLT_EPILOGUE_BIAS) DSCPP_CUBLAS_CHECK(st);  // a plain GEMM failed
   p.ok = false;  // the epilogue was refused (validated before any launch): this case runs unfused from now on
@@ -389,7 +393,8 @@ void set_matmul_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 void set_matmul_epilogues(bool enable) { g_epilogues.store(enable); }
 void set_matmul_bgradb(bool enable) { g_bgradb.store(enable ? 1 : 0); }
 
-void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias) {
+void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
+                    const Tensor& residual) {
   const char* op = "matmul_forward";
   need_cuda_float(op, "inp", inp);
   need_cuda_float(op, "weight", weight);
@@ -406,6 +411,19 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
     need_cuda_float(op, "bias", bias);
     g.bias = bias.raw();
     g.bias_t = bias.dtype();
+  }
+  if (residual.defined() && N > 0 && OC > 0) {
+    // The residual is the GEMM's C (beta = 1): no separate add kernel. The plan is keyed on out's alignment, so a
+    // residual aligned less than out is first copied into out.
+    need_cuda_float(op, "residual", residual);
+    g.beta = 1.0f;
+    if (residual.raw() != out.raw()) {
+      if (alignment_of(residual.raw()) >= alignment_of(out.raw())) {
+        g.c_in = residual.raw();
+      } else {
+        DSCPP_CUDA_CHECK(cudaMemcpyAsync(out.raw(), residual.raw(), out.nbytes(), cudaMemcpyDeviceToDevice, l.stream));
+      }
+    }
   }
   lt_gemm(out.device().index, l.stream, g);
 }
