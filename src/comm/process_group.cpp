@@ -132,7 +132,7 @@ WorkPtr ProcessGroup::recv(Tensor& t, int src) {
   return do_recv(t, src);
 }
 
-std::unique_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>& ranks) {
+std::unique_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>& ranks, const GroupOptions& options) {
   DSCPP_CHECK(!ranks.empty(), "new_subgroup of '", name_, "': no ranks");
   for (size_t i = 0; i < ranks.size(); ++i)
     DSCPP_CHECK(ranks[i] >= 0 && ranks[i] < size_ && (i == 0 || ranks[i] > ranks[i - 1]), "new_subgroup of '",
@@ -141,7 +141,8 @@ std::unique_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
   std::string sub_name = name_ + "/sub" + std::to_string(subgroups_made_++);
   auto it = std::find(ranks.begin(), ranks.end(), rank_);
   if (it == ranks.end()) return nullptr;
-  auto sub = make_subgroup(sub_name, int(it - ranks.begin()), ranks);
+  DSCPP_CHECK(options.max_ctas >= 0, "new_subgroup of '", name_, "': max_ctas ", options.max_ctas, " (expected >= 0)");
+  auto sub = make_subgroup(sub_name, int(it - ranks.begin()), ranks, options);
   sub->logger_ = logger_;
   return sub;
 }

@@ -15,6 +15,7 @@ struct GroupArgs {
   std::vector<int> global_ranks;   // world rank of each group rank
   StoreHandle store;
   std::chrono::milliseconds timeout{};
+  GroupOptions options;
 };
 
 std::unique_ptr<ProcessGroup> make_gloo_group(GroupArgs args);   // gloo/gloo_process_group.cpp

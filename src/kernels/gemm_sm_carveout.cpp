@@ -17,6 +17,7 @@
 #include <string>
 
 #include "dscpp/core/check.h"
+#include "dscpp/core/env.h"
 
 namespace dscpp {
 
@@ -31,14 +32,6 @@ void set_gemm_sm_carveout(int sms) {
   g_carveout.store(sms, std::memory_order_relaxed);
 }
 
-int comm_sm_carveout_from_env() {
-  const char* e = std::getenv("DSCPP_COMM_SM_CARVEOUT");
-  if (!e || !*e) return 0;
-  char* end = nullptr;
-  const long v = std::strtol(e, &end, 10);
-  DSCPP_CHECK(end && *end == '\0' && v >= 0 && v <= 128, "DSCPP_COMM_SM_CARVEOUT='", e,
-              "': expected a number of SMs from 0 to 128");
-  return int(v);
-}
+int comm_sm_carveout_from_env() { return env_int("DSCPP_COMM_SM_CARVEOUT", 0, 0, 128); }
 
 }  // namespace dscpp

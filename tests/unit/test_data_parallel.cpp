@@ -135,10 +135,11 @@ int64_t buckets_after_last_window(const ParamSet& ps, const std::vector<GradBuck
 }
 
 void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64_t bucket, bool overlap,
-                          const std::string& optimizer = "adamw", bool windows = false) {
+                          const std::string& optimizer = "adamw", bool windows = false, bool lean = false) {
   auto results = run_ranks(world, [&](int rank, int port) {
     omp_set_num_threads(1);
     if (windows) setenv("DSCPP_COMM_WINDOW", "attention", 1);  // a forked rank: the parent's env is untouched
+    if (lean) setenv("DSCPP_DP_LEAN_CTAS", "4", 1), setenv("DSCPP_DP_TAIL_BUCKETS", "1", 1);
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(gas, bucket, overlap, optimizer), world);
     // Each rank initialises differently: the engine must broadcast rank 0's parameters.
@@ -149,6 +150,7 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     else EXPECT_EQ(buckets.size(), 1u);
     Trained got = train(*e, arch, rank, gas);
     EXPECT_EQ(e->grad_reducer()->launch_at_windows(), windows && overlap);
+    EXPECT_EQ(e->grad_reducer()->buckets_on_lean_group(), lean && overlap ? int64_t(buckets.size()) - 1 : 0);
     const int64_t late = windows ? buckets_after_last_window(e->model().params(), buckets) : 0;
     if (windows) {
       EXPECT_GT(late, 0);
@@ -213,6 +215,24 @@ TEST(DataParallel, LlamaFourRanksOverlapManyBuckets) { dp_matches_reference("lla
 TEST(DataParallel, CommWindowsMatchOneProcess) {
   dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", true);
   dp_matches_reference("llama", 4, 1, 300, true, "adamw", true);
+}
+// Note [Lean buckets]: all but the last bucket through a second group (on Gloo an ordinary one): same result.
+TEST(DataParallel, LeanGroupForEarlyBucketsMatchesOneProcess) {
+  dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", false, true);
+  dp_matches_reference("llama", 4, 1, 300, true, "adamw", true, true);
+}
+TEST(DataParallel, LeanCtasBadValueIsAnError) {
+  expect_all_pass(run_ranks(2, [&](int rank, int port) {
+    setenv("DSCPP_DP_LEAN_CTAS", "many", 1);
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(1, 700, true), 2);
+    try {
+      make_engine("gpt2", cfg, pg.get(), 42);
+      ADD_FAILURE() << "DSCPP_DP_LEAN_CTAS=many was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("DSCPP_DP_LEAN_CTAS='many'"), std::string::npos) << e.what();
+    }
+  }));
 }
 TEST(DataParallel, CommWindowBadValueIsAnError) {
   expect_all_pass(run_ranks(2, [&](int rank, int port) {

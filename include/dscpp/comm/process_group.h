@@ -25,6 +25,13 @@ const char* reduce_op_name(ReduceOp op);
 
 enum class WorkStatus { pending, completed, failed };
 
+// How a new sub-group's collectives run. max_ctas (NCCL's ncclConfig_t::maxCTAs): at most this many thread blocks
+// per collective, 0 = NCCL's choice; fewer leave more SMs to the compute running beside it and take longer. Gloo
+// ignores it.
+struct GroupOptions {
+  int max_ctas = 0;
+};
+
 class Work {
  public:
   virtual ~Work() = default;
@@ -63,7 +70,7 @@ class ProcessGroup {
 
   // Collective over this group: every member calls it with the same sorted ranks (of this group), in the same order
   // as its other new_subgroup calls. Returns the sub-group on members, nullptr on the others.
-  std::unique_ptr<ProcessGroup> new_subgroup(const std::vector<int>& ranks);
+  std::unique_ptr<ProcessGroup> new_subgroup(const std::vector<int>& ranks, const GroupOptions& options = {});
 
   // Ops finished from now on are recorded (when the logger is enabled); sub-groups made later share it.
   void set_comms_logger(std::shared_ptr<CommsLogger> logger) { logger_ = std::move(logger); }
@@ -90,7 +97,7 @@ class ProcessGroup {
   virtual WorkPtr do_recv(Tensor& t, int src) = 0;
   // Members only: a group of the same backend named `name` over `ranks` (ranks of this group), my rank `sub_rank`.
   virtual std::unique_ptr<ProcessGroup> make_subgroup(const std::string& name, int sub_rank,
-                                                      const std::vector<int>& ranks) = 0;
+                                                      const std::vector<int>& ranks, const GroupOptions& options) = 0;
   void check_tensor(const char* op, const Tensor& t) const;  // defined, dtype and device this backend handles
   virtual bool device_ok(const Tensor& t) const = 0;
 

@@ -169,6 +169,8 @@ class Engine {
   DeepSpeedConfig cfg_;
   ProcessGroup* dp_ = nullptr;              // size > 1 only
   int comm_sm_carveout_ = 0;                // SMs kept from GEMMs while collectives overlap (Note [GEMM SM carve-out])
+  std::unique_ptr<ProcessGroup> lean_dp_;   // Note [Lean buckets]: dp_'s ranks on few CTAs (before reducer_,
+                                            // which points at it, so it is destroyed after)
   std::unique_ptr<GradReducer> reducer_;    // with dp_, stage 0
   ZeroPartition zp_;
   std::vector<int64_t> owned_offset_;       // where owned range k starts in the shard layout

@@ -14,6 +14,16 @@
 // (nn/comm_window.h: the attention core's backward, the embedding's) instead of launching at once; every rank passes
 // the same windows in the same order, so the launch order still agrees.
 //
+// Note [Lean buckets]: an all-reduce running beside backward takes SMs from the GEMMs, and cuBLASLt's persistent
+// kernels lose more than their share (2 H200s, GPT-2 124M in 25 MB buckets: backward +1.6 ms with NCCL's default
+// CTAs, +0.1 ms on 4 CTAs). On few CTAs, though, the reductions take ~10x longer, and the buckets that are ready
+// only at the end of backward (the first blocks' and the tied embedding's, which is final only after the embedding
+// backward) become a tail that the step waits for. With a lean group (set_lean_group: the same ranks, a
+// communicator capped at a few CTAs) every bucket but the last `tail` is reduced through it during backward; the
+// last ones, which have nothing to hide behind, go through the full group. Which group a bucket uses depends only
+// on its index, so every rank issues the same ops on each group in the same order. DSCPP_DP_LEAN_CTAS=k (with
+// overlap_comm; default 0 = off) and DSCPP_DP_TAIL_BUCKETS=n (default 2) turn it on in the engine.
+//
 // Only the gradient accumulation boundary communicates: earlier micro-steps accumulate locally (DeepSpeed).
 #pragma once
 #include <cstdint>
@@ -46,6 +56,10 @@ class GradReducer {
   // Defer ready buckets to communication windows (only with overlap_comm). Default false.
   void set_launch_at_windows(bool on) { at_windows_ = on; }
   bool launch_at_windows() const { return at_windows_; }
+  // Note [Lean buckets]: buckets [0, size - tail) go through `lean` (same ranks as pg; outlives the reducer); null
+  // turns it off.
+  void set_lean_group(ProcessGroup* lean, int tail);
+  int64_t buckets_on_lean_group() const;  // how many buckets use the lean group
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   int64_t buckets_launched_early() const { return early_; }  // last boundary: launched during backward (overlap)
@@ -67,6 +81,8 @@ class GradReducer {
   bool at_windows_ = false;
   std::vector<size_t> deferred_;  // ready, waiting for a window (launch order)
   int64_t early_ = 0;
+  ProcessGroup* lean_ = nullptr;
+  size_t tail_ = 0;
 };
 
 // All-reduces a few host values among the group (loss, tokens/s for printing) through a tensor on `device` (nccl

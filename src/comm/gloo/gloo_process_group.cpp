@@ -400,8 +400,8 @@ class GlooProcessGroup : public ProcessGroup {
     return post_p2p("recv", t, buf);
   }
 
-  std::unique_ptr<ProcessGroup> make_subgroup(const std::string& name, int sub_rank,
-                                              const std::vector<int>& ranks) override {
+  std::unique_ptr<ProcessGroup> make_subgroup(const std::string& name, int sub_rank, const std::vector<int>& ranks,
+                                              const GroupOptions& options) override {
     GroupArgs a;
     a.name = name;
     a.rank = sub_rank;
@@ -409,6 +409,7 @@ class GlooProcessGroup : public ProcessGroup {
     for (int r : ranks) a.global_ranks.push_back(global_rank(r));
     a.store = store_;
     a.timeout = timeout_;
+    a.options = options;
     return std::make_unique<GlooProcessGroup>(std::move(a), device_);
   }
 

@@ -139,9 +139,11 @@ class NcclProcessGroup : public ProcessGroup {
     config.blocking = env_flag("DSCPP_NCCL_BLOCKING") ? 1 : 0;
     // The SMs the engine keeps free of GEMMs for overlapped collectives are NCCL's (Note [GEMM SM carve-out]);
     // NCCL_MAX_CTAS, when set, still wins.
-    if (const int carve = comm_sm_carveout_from_env(); carve > 0 && !std::getenv("NCCL_MAX_CTAS")) {
-      config.maxCTAs = carve;
-      config.minCTAs = std::min(carve, 2);
+    // A group made with GroupOptions::max_ctas takes that cap instead (Note [Lean buckets], runtime/grad_reducer.h).
+    const int max_ctas = a.options.max_ctas > 0 ? a.options.max_ctas : comm_sm_carveout_from_env();
+    if (max_ctas > 0 && (a.options.max_ctas > 0 || !std::getenv("NCCL_MAX_CTAS"))) {
+      config.maxCTAs = max_ctas;
+      config.minCTAs = std::min(max_ctas, 2);
     }
     ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
     if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclCommInitRankConfig");
@@ -266,8 +268,8 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
 
-  std::unique_ptr<ProcessGroup> make_subgroup(const std::string& name, int sub_rank,
-                                              const std::vector<int>& ranks) override {
+  std::unique_ptr<ProcessGroup> make_subgroup(const std::string& name, int sub_rank, const std::vector<int>& ranks,
+                                              const GroupOptions& options) override {
     GroupArgs a;
     a.name = name;
     a.rank = sub_rank;
@@ -275,6 +277,7 @@ class NcclProcessGroup : public ProcessGroup {
     for (int r : ranks) a.global_ranks.push_back(global_rank(r));
     a.store = store_;
     a.timeout = timeout_;
+    a.options = options;
     cuda::DeviceGuard guard(device_);
     return std::make_unique<NcclProcessGroup>(std::move(a));
   }

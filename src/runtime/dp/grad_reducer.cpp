@@ -85,14 +85,27 @@ void GradReducer::comm_window() {
   deferred_.clear();
 }
 
+void GradReducer::set_lean_group(ProcessGroup* lean, int tail) {
+  DSCPP_CHECK(tail >= 0, "GradReducer: tail of ", tail, " buckets (expected >= 0)");
+  DSCPP_CHECK(!lean || lean->size() == pg_.size(), "GradReducer: the lean group has ", lean ? lean->size() : 0,
+              " ranks, the data-parallel group ", pg_.size());
+  lean_ = lean;
+  tail_ = size_t(tail);
+}
+
+int64_t GradReducer::buckets_on_lean_group() const {
+  return lean_ && buckets_.size() > tail_ ? int64_t(buckets_.size() - tail_) : 0;
+}
+
 void GradReducer::launch(size_t k) {
+  ProcessGroup& pg = int64_t(k) < buckets_on_lean_group() ? *lean_ : pg_;  // Note [Lean buckets]
   Tensor g = ps_.flat_grads().slice(buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
   if (comm_dtype_ != g.dtype()) {
     MemoryCategoryScope scope(MemoryCategory::communication);
     wire_[k] = g.to(comm_dtype_);
-    work_[k] = pg_.all_reduce(wire_[k], ReduceOp::avg);
+    work_[k] = pg.all_reduce(wire_[k], ReduceOp::avg);
   } else {
-    work_[k] = pg_.all_reduce(g, ReduceOp::avg);
+    work_[k] = pg.all_reduce(g, ReduceOp::avg);
   }
   launched_[k] = true;
 }

@@ -47,6 +47,12 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
     reducer_ = std::make_unique<GradReducer>(*dp_, ps, z.reduce_bucket_size, z.overlap_comm,
                                              cfg_.communication_dtype());
     reducer_->set_launch_at_windows(z.overlap_comm && comm_windows_from_env());
+    if (const int ctas = env_int("DSCPP_DP_LEAN_CTAS", 0, 0, 64); ctas > 0 && z.overlap_comm) {  // Note [Lean buckets]
+      std::vector<int> everyone(size_t(dp_->size()));
+      for (int i = 0; i < dp_->size(); i++) everyone[size_t(i)] = i;
+      lean_dp_ = dp_->new_subgroup(everyone, GroupOptions{.max_ctas = ctas});
+      reducer_->set_lean_group(lean_dp_.get(), env_int("DSCPP_DP_TAIL_BUCKETS", 2, 0, 1 << 20));
+    }
     GradReducer* r = reducer_.get();
     model_->set_grad_ready_hook([r](int64_t b, int64_t e) { r->grads_ready(b, e); });
     return;
