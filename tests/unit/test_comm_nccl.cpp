@@ -225,3 +225,37 @@ TEST(CommNccl, ThrowingRankLeavesWithoutWaiting2Gpus) {
   }, std::chrono::seconds(150));
   expect_all_pass(results);
 }
+
+// Note [Waited ops]: once the compute stream waits for an op, the op stops holding its tensors, so memory freed by
+// the caller comes back at once even though the GPU has not run the collective yet (rank 1 joins 300 ms late). A
+// tensor that then reuses the block is written on the compute stream after the collective, so it stays intact.
+TEST(CommNccl, WaitedOpReleasesItsTensors2Gpus) {
+  if (!nccl_available()) GTEST_SKIP() << "no NCCL in this build";
+  if (gpu_count_without_touching_cuda_here() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  expect_all_pass(run_ranks(2, [](int rank, int port) {
+    cuda_set_device(rank);
+    auto pg = new_process_group("nccl", rank, 2, "127.0.0.1", port, kTimeout);
+    pg->barrier()->wait();
+    cuda_synchronize();
+    Allocator& a = allocator_for(Device::cuda(rank));
+    constexpr int64_t n = int64_t(16) << 20;
+    const int64_t before = a.stats().current_bytes;
+    Tensor t = on_gpu(make_tensor(rank_input(rank, 7, n, DType::f32), DType::f32), rank);
+    const int64_t with_t = a.stats().current_bytes;
+    ASSERT_GE(with_t - before, n * 4);
+    if (rank == 1) ::usleep(300000);
+    WorkPtr w = pg->all_reduce(t);
+    w->wait();
+    t = Tensor();
+    if (rank == 0) {
+      EXPECT_EQ(a.stats().current_bytes, before) << "the waited all_reduce still holds its " << n * 4 << " bytes";
+      Tensor reuse = on_gpu(make_tensor(rank_input(5, 9, n, DType::f32), DType::f32), rank);
+      cuda_synchronize();
+      expect_matches(on_cpu(reuse), [&](int64_t i) { return rank_input(5, 9, n, DType::f32)[size_t(i)]; },
+                     "a tensor reusing the released block");
+    }
+    cuda_synchronize();
+    pg->barrier()->wait();
+    cuda_synchronize();
+  }, std::chrono::seconds(120)));
+}

@@ -36,7 +36,10 @@ class Work {
  public:
   virtual ~Work() = default;
   // gloo: blocks until the op is done. nccl: makes the current compute stream wait for the op's end event; the host
-  // does not block (DSCPP_NCCL_BLOCKING_WAIT=1 makes it block too). Throws dscpp::Error when the op failed.
+  // does not block (DSCPP_NCCL_BLOCKING_WAIT=1 makes it block too). When that is the stream current at launch, the op
+  // stops holding its tensors: memory freed after wait() is reused only after the op (Note [Waited ops]). A tensor
+  // allocated on another stream must be kept alive by the caller until that stream is done with it. Throws
+  // dscpp::Error when the op failed.
   virtual void wait() = 0;
   virtual bool is_completed() = 0;  // non-blocking; true once finished, successfully or not
   virtual WorkStatus status() = 0;   // non-blocking

@@ -36,6 +36,18 @@ size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
 
 std::string mib(int64_t bytes) { return detail::concat(double(bytes) / double(1 << 20), " MiB"); }
 
+// "parameters 12 MiB, gradients 3 MiB, ...": the live bytes of every category that has any, for the OOM message.
+std::string live_by_category(const MemoryStats& s) {
+  std::string out;
+  for (size_t c = 0; c < s.category_current.size(); c++) {
+    if (s.category_current[c] <= 0) continue;
+    if (!out.empty()) out += ", ";
+    out += detail::concat(memory_category_name(MemoryCategory(c)), " ",
+                          int64_t(double(s.category_current[c]) / double(1 << 20)), " MiB");
+  }
+  return out.empty() ? "nothing" : out;
+}
+
 struct Block {
   char* ptr = nullptr;
   size_t size = 0;
@@ -135,7 +147,8 @@ class CachingAllocator final : public Allocator {
       DSCPP_FAIL("CUDA out of memory on cuda:", device_, ": asked for ", bytes, " bytes (", mib(int64_t(bytes)),
                  "); this allocator has ", mib(reserved_), " reserved and ", mib(allocated_),
                  " allocated; the device has ", mib(int64_t(free_b)), " free of ", mib(int64_t(total_b)),
-                 " (category ", memory_category_name(MemoryCategoryScope::current()), ")");
+                 " (category ", memory_category_name(MemoryCategoryScope::current()), "; live: ",
+                 live_by_category(counter_.snapshot()), ")");
     }
     DSCPP_CUDA_CHECK(e);
     reserved_ += int64_t(seg);
