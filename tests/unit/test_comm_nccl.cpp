@@ -238,7 +238,7 @@ TEST(CommNccl, WaitedOpReleasesItsTensors2Gpus) {
     pg->barrier()->wait();
     cuda_synchronize();
     Allocator& a = allocator_for(Device::cuda(rank));
-    constexpr int64_t n = int64_t(16) << 20;
+    constexpr int64_t n = int64_t(4) << 20;
     const int64_t before = a.stats().current_bytes;
     Tensor t = on_gpu(make_tensor(rank_input(rank, 7, n, DType::f32), DType::f32), rank);
     const int64_t with_t = a.stats().current_bytes;
@@ -249,10 +249,10 @@ TEST(CommNccl, WaitedOpReleasesItsTensors2Gpus) {
     t = Tensor();
     if (rank == 0) {
       EXPECT_EQ(a.stats().current_bytes, before) << "the waited all_reduce still holds its " << n * 4 << " bytes";
-      Tensor reuse = on_gpu(make_tensor(rank_input(5, 9, n, DType::f32), DType::f32), rank);
+      const auto want = rank_input(5, 9, n, DType::f32);
+      Tensor reuse = on_gpu(make_tensor(want, DType::f32), rank);
       cuda_synchronize();
-      expect_matches(on_cpu(reuse), [&](int64_t i) { return rank_input(5, 9, n, DType::f32)[size_t(i)]; },
-                     "a tensor reusing the released block");
+      expect_matches(on_cpu(reuse), [&](int64_t i) { return want[size_t(i)]; }, "a tensor reusing the released block");
     }
     cuda_synchronize();
     pg->barrier()->wait();
