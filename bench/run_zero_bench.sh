@@ -5,7 +5,7 @@
 #      and torchrun fsdp_torch.py (per-block fully_shard + root, bf16 params, f32 reduce; torch.compile unless
 #      --no-compile), same models, micro-batch and T.
 #   2. probe: dp_bench at stage 3 (overlapped, DeepSpeed's stage-3 default) with activation checkpointing on Llama
-#      shapes of growing size (3B, 7B, 13B, 20B, 24B, 28B, 30B; 1b also known; micro-batch --probe-batch), one launch each (180 s at most), 1 warm-up + 3 timed steps,
+#      shapes of growing size (3B, 7B, 13B, 20B, 24B, 28B, 30B; 1b, 29b and 31b also known; micro-batch --probe-batch), one launch each (180 s at most), 1 warm-up + 3 timed steps,
 #      until one fails (out of memory: dp_bench's failing rank aborts the job, the launcher stops the others) or no
 #      new shape starts after --budget seconds of the whole script.
 # Usage: LOGDIR=$OUT/zero bash bench/run_zero_bench.sh [--build DIR (default build-gpu, else build)] [--gpus 4]
@@ -120,6 +120,8 @@ shape() {
     20b) echo "48 6144 48 8 16384" ;;   # GQA, 18.9B
     24b) echo "60 6144 48 8 16384" ;;   # the 20b blocks, 60 deep (23.6B): 106 GB of model states per GPU on 4
     28b) echo "70 6144 48 8 16384" ;;   # 70 deep (27.5B): 124 GB of model states per GPU on 4
+    29b) echo "74 6144 48 8 16384" ;;   # 74 deep (29.1B): 131 GB on 4, ~10 GiB under an H200 with 13B's overheads
+    31b) echo "78 6144 48 8 16384" ;;   # 78 deep (30.6B): 138 GB on 4, at the edge
     30b) echo "60 6656 52 52 17920" ;;  # LLaMA 33B's blocks (32.3B): 145 GB of model states per GPU on 4
     *) return 1 ;;
   esac
