@@ -10,7 +10,8 @@
 // Epilogues (Note [Matmul epilogues]) fuse the bias, the GELU and the bias gradient into the GEMMs where they apply.
 //
 // Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, dtype and pointer alignment,
-// so a training step queries the heuristic only on its first pass. When cuBLASLt has no algorithm for a case
+// so a training step queries the heuristic only on its first pass. DSCPP_GEMM_AUTOTUNE=1 asks the heuristic for up
+// to 8 algorithms instead and keeps the fastest, timed on the first call's operands (Note [GEMM autotune]). When cuBLASLt has no algorithm for a case
 // (odd leading dimensions, unusual dtype mixes), a plain tiled kernel computes it instead: slow, but never wrong.
 //
 // Note [Matmul epilogues]: what is fused, and when (anything else runs unfused: the GEMM, then a kernel).
@@ -46,6 +47,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "dscpp/core/env.h"
 #include "dscpp/kernels/gemm_sm_carveout.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -160,7 +162,18 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  cublasLtMatmulAlgo_t candidates[8] = {};  // Note [GEMM autotune]: still to be timed (first call)
+  int num_candidates = 0;
 };
+
+// Note [GEMM autotune]: cuBLASLt's first heuristic answer is a model's guess. With DSCPP_GEMM_AUTOTUNE=1 a plan
+// keeps the heuristic's top 8 and, on its first call, times each (1 warm-up + 3 runs) on that call's operands,
+// writing D into a scratch buffer (C is only read, so accumulating GEMMs are not disturbed; an aux output is
+// rewritten by the real call after), and keeps the fastest. The timing synchronises the stream once per shape.
+bool gemm_autotune_enabled() {
+  static const bool on = env_flag("DSCPP_GEMM_AUTOTUNE");
+  return on;
+}
 std::unordered_map<PlanKey, Plan, PlanKeyHash>& plan_cache() {
   static auto* c = new std::unordered_map<PlanKey, Plan, PlanKeyHash>();  // leaked on purpose, as lt_state
   return *c;
@@ -222,14 +235,17 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& k, const void* bias, cons
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4; i++)
     DSCPP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof(al[i])));
-  cublasLtMatmulHeuristicResult_t res{};
+  cublasLtMatmulHeuristicResult_t res[8] = {};
   int n = 0;
+  const int want = gemm_autotune_enabled() ? 8 : 1;
   const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &res, &n);
+      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, want, res, &n);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_SUCCESS && n > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
-    p.algo = res.algo;
+  if (st == CUBLAS_STATUS_SUCCESS && n > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
+    p.algo = res[0].algo;
     p.ok = true;
+    for (int i = 0; n > 1 && i < n; i++)
+      if (res[i].state == CUBLAS_STATUS_SUCCESS) p.candidates[p.num_candidates++] = res[i].algo;
   }
   return p;
 }
@@ -332,6 +348,38 @@ void add_bias(const RowGemm& g, cudaStream_t stream) {
   });
 }
 
+// Note [GEMM autotune]: times p's candidates on g's operands with D in a scratch buffer and keeps the fastest. The
+// caller holds lt_state().mu and has set the epilogue pointers.
+void tune(cublasLtHandle_t handle, Plan& p, const RowGemm& g, void* ws, cudaStream_t stream) {
+  const int n = p.num_candidates;
+  p.num_candidates = 0;
+  const int device = cuda::current_device();
+  Tensor scratch = Tensor::empty({g.M * g.N * int64_t(dtype_size(g.c_t))}, DType::i8, Device::cuda(device));
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  DSCPP_CUDA_CHECK(cudaEventCreate(&e0));
+  DSCPP_CUDA_CHECK(cudaEventCreate(&e1));
+  float best = 0.0f;
+  bool found = false;
+  for (int i = 0; i < n; i++) {
+    const cublasLtMatmulAlgo_t a_i = p.candidates[i];
+    const cublasLtMatmulAlgo_t* a = &a_i;
+    bool ok = true;
+    for (int r = 0; r < 4 && ok; r++) {  // run 0 is the warm-up; an algorithm that refuses is skipped
+      if (r == 1) DSCPP_CUDA_CHECK(cudaEventRecord(e0, stream));
+      ok = cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.la, g.a, p.lb, &g.beta, g.c_read(), p.lc, scratch.raw(),
+                          p.lc, a, ws, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
+    }
+    if (!ok) continue;
+    DSCPP_CUDA_CHECK(cudaEventRecord(e1, stream));
+    DSCPP_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0.0f;
+    DSCPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (!found || ms < best) best = ms, p.algo = *a, found = true;
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+}
+
 // Runs g (its own bias ignored) through cuBLASLt with epilogue epi: vec is the bias (read) or bias gradient
 // (written) of dtype vec_t, aux the aux matrix (Note [Matmul epilogues]). False, with nothing written, when cuBLASLt
 // has no algorithm for the case or refuses the epilogue at run time.
@@ -355,6 +403,7 @@ bool lt_run(int device, cudaStream_t stream, const RowGemm& g, cublasLtEpilogue_
   if (uses_aux)
     DSCPP_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+  if (p.num_candidates > 0) tune(handle, p, g, ws, stream);
   // cuBLASLt's A is our b and its B our a (Note [Row-major on cuBLASLt]).
   const cublasStatus_t st = cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.la, g.a, p.lb, &g.beta, g.c_read(), p.lc,
                                            g.c, p.lc, &p.algo, ws, kWorkspaceBytes, stream);
