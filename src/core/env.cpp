@@ -21,4 +21,15 @@ int env_int(const char* name, int fallback, int lo, int hi) {
   return int(x);
 }
 
+std::string env_choice(const char* name, std::initializer_list<const char*> choices, const char* fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  std::string list;
+  for (const char* c : choices) {
+    if (std::strcmp(v, c) == 0) return v;
+    list += list.empty() ? c : std::string(", ") + c;
+  }
+  DSCPP_FAIL(name, "='", v, "': expected one of ", list);
+}
+
 }  // namespace dscpp

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "dscpp/core/env.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/core/tensor.h"
 #include "dscpp/nn/params.h"
@@ -109,4 +110,36 @@ TEST(ParamSet, FlatLayoutAlignedFusedAndPadded) {
   EXPECT_EQ(ps.find("k.weight"), q + 1);
   EXPECT_EQ(ps.find("nope"), -1);
   EXPECT_THROW(ps.add("late", {1}, true), Error);
+}
+
+// The DSCPP_* experiment knobs: unset or empty means the default; a bad value is an error naming the variable.
+TEST(Env, IntAndChoiceParseOrNameTheVariable) {
+  const char* var = "DSCPP_TEST_KNOB";
+  unsetenv(var);
+  EXPECT_EQ(env_int(var, 7, 0, 10), 7);
+  EXPECT_EQ(env_choice(var, {"a", "b"}, "b"), "b");
+  setenv(var, "", 1);
+  EXPECT_EQ(env_int(var, 7, 0, 10), 7);
+  setenv(var, "3", 1);
+  EXPECT_EQ(env_int(var, 7, 0, 10), 3);
+  for (const char* bad : {"11", "-1", "3x", "x"}) {
+    setenv(var, bad, 1);
+    try {
+      env_int(var, 7, 0, 10);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("DSCPP_TEST_KNOB='") + bad + "': expected an integer from 0 to 10"),
+                std::string::npos) << e.what();
+    }
+  }
+  setenv(var, "a", 1);
+  EXPECT_EQ(env_choice(var, {"a", "b"}, "b"), "a");
+  setenv(var, "c", 1);
+  try {
+    env_choice(var, {"a", "b"}, "b");
+    ADD_FAILURE() << "c was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DSCPP_TEST_KNOB='c': expected one of a, b"), std::string::npos) << e.what();
+  }
+  unsetenv(var);
 }

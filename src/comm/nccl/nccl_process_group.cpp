@@ -127,7 +127,7 @@ class NcclProcessGroup : public ProcessGroup {
     // DSCPP_NCCL_STREAM_PRIORITY=high puts the collectives on a high-priority stream, so overlapped reductions
     // are scheduled ahead of queued backward kernels (an experiment for DP scaling; default: normal priority).
     int priority = 0;
-    if (const char* p = std::getenv("DSCPP_NCCL_STREAM_PRIORITY"); p && std::string(p) == "high") {
+    if (env_choice("DSCPP_NCCL_STREAM_PRIORITY", {"high", "normal"}, "normal") == "high") {
       int least = 0, greatest = 0;
       DSCPP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
       priority = greatest;

@@ -25,6 +25,7 @@ bool backward(DType, const Shape&, void*, const void*, const void*, const void*,
 #include <vector>
 
 #include "dscpp/core/check.h"
+#include "dscpp/core/env.h"
 #include "dscpp/core/tensor.h"
 #include "dscpp/kernels/attention_backend.h"
 
@@ -62,8 +63,7 @@ struct Plan {
 // buffers (a few ms, once per shape), instead of the heuristics' first choice.
 bool autotune_enabled() {
   static const bool on = [] {
-    const char* e = std::getenv("DSCPP_CUDNN_AUTOTUNE");
-    return e && std::string(e) == "1";
+    return env_flag("DSCPP_CUDNN_AUTOTUNE");
   }();
   return on;
 }

@@ -31,6 +31,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "dscpp/core/env.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/norm_rows.cuh"
@@ -268,8 +269,7 @@ std::atomic<int> g_onepass{-1};  // -1: follow DSCPP_NORM_BWD; 0/1: set_norm_bac
 
 bool use_onepass() {
   static const bool from_env = [] {
-    const char* e = std::getenv("DSCPP_NORM_BWD");
-    return e != nullptr && std::strcmp(e, "onepass") == 0;
+    return env_choice("DSCPP_NORM_BWD", {"onepass", "twopass"}, "twopass") == "onepass";
   }();
   const int v = g_onepass.load();
   return v < 0 ? from_env : v == 1;

@@ -63,8 +63,7 @@ std::atomic<int> g_bgradb{-1};  // -1: follow DSCPP_BGRADB; 0/1: set_matmul_bgra
 // dbias through cuBLASLt's BGRADB epilogue instead of bias_grad (Note [Matmul epilogues]).
 bool use_bgradb() {
   static const bool from_env = [] {
-    const char* e = std::getenv("DSCPP_BGRADB");
-    return e != nullptr && std::strcmp(e, "1") == 0;
+    return env_flag("DSCPP_BGRADB");
   }();
   const int v = g_bgradb.load();
   return v < 0 ? from_env : v == 1;

@@ -15,12 +15,7 @@ namespace {
 double gib(int64_t bytes) { return double(bytes) / double(1 << 30); }
 
 // DSCPP_COMM_WINDOW=attention defers overlapped gradient buckets to communication windows (nn/comm_window.h).
-bool comm_windows_from_env() {
-  const char* e = std::getenv("DSCPP_COMM_WINDOW");
-  if (!e || !*e || std::string(e) == "off") return false;
-  DSCPP_CHECK(std::string(e) == "attention", "DSCPP_COMM_WINDOW='", e, "': expected attention or off");
-  return true;
-}
+bool comm_windows_from_env() { return env_choice("DSCPP_COMM_WINDOW", {"attention", "off"}, "off") == "attention"; }
 }  // namespace
 
 void Engine::init_zero(std::optional<uint64_t> init_seed) {
