@@ -585,6 +585,14 @@ void add_elementwise() {
         x.run([&] { ops::scale_inplace(dv, 0.37f); });
         x.compare("x", dv, ref);
       });
+      for (int64_t blocks : {1, 2, 4, 8})
+        add("sum_blocks", t, dims({{"n", n}, {"blocks", blocks}}), [=](Ctx& x) {
+          Tensor in = x.rand({blocks * n}), ref = Tensor::empty({n}, DType::f32);
+          ops::sum_blocks(ref, in, 0.25f);
+          Tensor din = x.dev(in, "in"), dout = x.out({n}, "out");
+          x.run([&] { ops::sum_blocks(dout, din, 0.25f); });
+          x.compare("out", dout, ref);
+        });
       add("sum_squares", t, dims({{"n", n}}), [=](Ctx& x) {
         Tensor v = x.rand({n});
         const double ref = ops::sum_squares(v);

@@ -12,6 +12,7 @@
 #include "comm/process_group_impl.h"
 #include "dscpp/comm/dist_env.h"
 #include "dscpp/core/cuda.h"
+#include "dscpp/kernels/ops.h"
 
 namespace dscpp {
 
@@ -103,6 +104,46 @@ WorkPtr ProcessGroup::all_gather(Tensor& out, const Tensor& in) {
   DSCPP_CHECK(out.numel() == in.numel() * size_, "all_gather on group '", name_, "': out has ", out.numel(),
               " elements, expected in's ", in.numel(), " x ", size_, " ranks");
   return do_all_gather(out, in);
+}
+
+WorkPtr ProcessGroup::all_to_all(Tensor& out, const Tensor& in) {
+  check_tensor("all_to_all", out);
+  check_tensor("all_to_all", in);
+  DSCPP_CHECK(in.dtype() == out.dtype(), "all_to_all: dtypes differ (in ", dtype_name(in.dtype()), ", out ",
+              dtype_name(out.dtype()), ")");
+  DSCPP_CHECK(in.numel() == out.numel() && in.numel() % size_ == 0, "all_to_all on group '", name_, "': in has ",
+              in.numel(), " elements and out ", out.numel(), ", expected the same number, a multiple of ", size_,
+              " ranks");
+  return do_all_to_all(out, in);
+}
+
+WorkPtr ProcessGroup::all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op) {
+  check_tensor("all_reduce_by_copies", t);
+  check_tensor("all_reduce_by_copies", scratch);
+  DSCPP_CHECK(op == ReduceOp::sum || op == ReduceOp::avg, "all_reduce_by_copies: op ", reduce_op_name(op),
+              " (expected sum or avg)");
+  DSCPP_CHECK(dtype_is_float(t.dtype()) && scratch.dtype() == t.dtype(), "all_reduce_by_copies: t is ",
+              dtype_name(t.dtype()), " and scratch ", dtype_name(scratch.dtype()), " (expected one float dtype)");
+  DSCPP_CHECK(t.numel() % size_ == 0 && scratch.numel() >= t.numel(), "all_reduce_by_copies on group '", name_,
+              "': t has ", t.numel(), " elements (expected a multiple of ", size_, " ranks), scratch ",
+              scratch.numel(), " (expected >= t's)");
+  return do_all_reduce_by_copies(t, scratch, op);
+}
+
+WorkPtr ProcessGroup::do_all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op) {
+  const int64_t n = t.numel() / size_;
+  Tensor received = scratch.slice(0, t.numel());
+  do_all_to_all(received, t)->wait();
+  Tensor mine = t.slice(int64_t(rank_) * n, n);
+  ops::sum_blocks(mine, received, op == ReduceOp::avg ? 1.0f / float(size_) : 1.0f);
+  return do_all_gather(t, mine);
+}
+
+Tensor ProcessGroup::alloc_symmetric(int64_t numel, DType dtype) {
+  DSCPP_CHECK(broken_.empty(), "alloc_symmetric on group '", name_, "': the group is broken by an earlier failure: ",
+              broken_);
+  DSCPP_CHECK(numel >= 1, "alloc_symmetric on group '", name_, "': ", numel, " elements (expected >= 1)");
+  return do_alloc_symmetric(numel, dtype);
 }
 
 WorkPtr ProcessGroup::broadcast(Tensor& t, int root) {

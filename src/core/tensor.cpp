@@ -49,7 +49,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
   return t;
 }
 
-Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device) {
+Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device, Allocator* owner) {
   Tensor t;
   t.shape_ = shape;
   t.numel_ = shape_numel(shape);
@@ -58,6 +58,7 @@ Tensor Tensor::wrap(void* data, const Shape& shape, DType dtype, Device device) 
   t.storage_->device = device;
   t.storage_->bytes = t.nbytes();
   t.storage_->data = data;
+  t.storage_->allocator = owner;
   return t;
 }
 

@@ -552,6 +552,17 @@ void scale_inplace(const Tensor& x, float s) {
   cpu::scale_inplace(x.data<float>(), s, x.numel());
 }
 
+void sum_blocks(const Tensor& out, const Tensor& in, float scale) {
+  const char* op = "sum_blocks";
+  const bool cuda = on_cuda(op, {{"out", out}, {"in", in}});
+  const DType t = need_act(op, {"in", in}, cuda);
+  need_dtype(op, {"out", out}, t);
+  if (out.numel() == 0 || in.numel() % out.numel() != 0)
+    fail(op, "in has ", in.numel(), " elements, expected a whole number (>= 1) of blocks of out's ", out.numel());
+  if (cuda) CUDA_DISPATCH(op, sum_blocks, out, in, scale);
+  cpu::sum_blocks(out.data<float>(), in.data<float>(), out.numel(), in.numel() / out.numel(), scale);
+}
+
 double sum_squares(const Tensor& x) {
   const char* op = "sum_squares";
   const bool cuda = on_cuda(op, {{"x", x}});

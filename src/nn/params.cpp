@@ -88,6 +88,15 @@ int ParamSet::unit_of(int64_t flat_offset) const {
 void ParamSet::drop_flat_params() { params_ = Tensor(); }
 void ParamSet::drop_flat_grads() { grads_ = Tensor(); }
 
+void ParamSet::replace_flat_grads(Tensor t) {
+  DSCPP_CHECK(grads_.defined(), "replace_flat_grads: there is no flat gradient buffer");
+  DSCPP_CHECK(t.defined() && t.numel() == flat_numel_ && t.dtype() == grad_dtype_ && t.device() == device_,
+              "replace_flat_grads: expected ", flat_numel_, " elements of ", dtype_name(grad_dtype_), " on ",
+              device_.str(), ", got ", t.defined() ? t.str() : std::string("an undefined tensor"));
+  t.copy_from(grads_);
+  grads_ = std::move(t);
+}
+
 namespace {
 void check_window(const char* what, const Tensor& t, const FlatRange& u, DType dt, Device dev) {
   DSCPP_CHECK(t.defined() && t.numel() == u.size() && t.dtype() == dt && t.device() == dev, what,

@@ -1,5 +1,6 @@
 // Process groups on the Gloo backend with real processes (2 and 4 ranks): every collective against a serial
 // computation on random data (all dtypes, odd sizes, sum/avg/max/min), async overlap, sub-groups, send/recv.
+// Also all_to_all and all_reduce_by_copies.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -49,6 +50,21 @@ void check_collectives(int rank, int world, int port) {
         Tensor src = make_tensor(in[size_t(rank)], dt), out = poisoned(n, dt);
         pg->reduce_scatter(out, src, op)->wait();
         expect_matches(out, [&](int64_t i) { return ref(rank * n + i); }, "reduce_scatter " + tag);
+        // Note [All-reduce by copies]: all_to_all + local sum + in-place all_gather (f32: the host sum's dtype)
+        if (dt == DType::f32 && (op == ReduceOp::sum || op == ReduceOp::avg)) {
+          Tensor u = make_tensor(in[size_t(rank)], dt), scratch = poisoned(n * world + 3, dt);
+          pg->all_reduce_by_copies(u, scratch, op)->wait();
+          expect_matches(u, ref, "all_reduce_by_copies " + tag);
+        }
+      }
+      // all_to_all: out block r = rank r's block `rank`
+      ++c;
+      {
+        std::vector<std::vector<double>> in(static_cast<size_t>(world));
+        for (int r = 0; r < world; ++r) in[size_t(r)] = rounded(rank_input(r, c, n * world, dt), dt);
+        Tensor src = make_tensor(in[size_t(rank)], dt), out = poisoned(n * world, dt);
+        pg->all_to_all(out, src)->wait();
+        expect_matches(out, [&](int64_t i) { return in[size_t(i / n)][size_t(rank * n + i % n)]; }, "all_to_all");
       }
       // all_gather: block r = rank r's first n inputs
       ++c;
@@ -184,6 +200,18 @@ TEST(CommGloo, ArgumentErrorsNameTheProblem) {
     EXPECT_THROW(pg->broadcast(a, 2), Error);
     Tensor i8 = Tensor::zeros({2}, DType::i8);
     EXPECT_THROW(pg->all_reduce(i8), Error);
+    Tensor odd = Tensor::zeros({5}, DType::f32), small = Tensor::zeros({4}, DType::f32);
+    EXPECT_THROW(pg->all_to_all(odd, odd), Error);  // 5 elements do not split among 2 ranks
+    try {
+      pg->all_reduce_by_copies(a, small);
+      ADD_FAILURE() << "a scratch smaller than t accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("scratch 4 (expected >= t's)"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(pg->all_reduce_by_copies(a, b, ReduceOp::max), Error);
+    Tensor sym = pg->alloc_symmetric(9, DType::f32);  // gloo: ordinary zeroed host memory
+    EXPECT_EQ(sym.numel(), 9);
+    EXPECT_EQ(load_as_float(sym, 8), 0.0f);
     pg->barrier()->wait();
   }));
 }

@@ -259,3 +259,80 @@ TEST(CommNccl, WaitedOpReleasesItsTensors2Gpus) {
     cuda_synchronize();
   }, std::chrono::seconds(120)));
 }
+
+namespace {
+
+// Note [All-reduce by copies] on a CtaPolicy::zero group: all_to_all and all_reduce_by_copies on the group's
+// symmetric memory (which NCCL may move with copy engines) and on ordinary memory, against the serial results; the
+// symmetric memory is counted by the device allocator while it lives.
+void check_copy_engine_collectives(int rank, int world, int port) {
+  cuda_set_device(rank);
+  auto pg = new_process_group("nccl", rank, world, "127.0.0.1", port, kTimeout);
+  std::vector<int> everyone;
+  for (int r = 0; r < world; ++r) everyone.push_back(r);
+  GroupOptions zero;
+  zero.cta_policy = CtaPolicy::zero;
+  auto ce = pg->new_subgroup(everyone, zero);
+  ASSERT_NE(ce, nullptr);
+  Allocator& a = allocator_for(Device::cuda(rank));
+  int c = 500;
+  for (DType dt : {DType::f32, DType::bf16})
+    for (int64_t n : {int64_t(4), int64_t(262147), int64_t(1) << 22})
+      for (bool symmetric : {true, false}) {
+        ++c;
+        std::vector<std::vector<double>> in(static_cast<size_t>(world));
+        for (int r = 0; r < world; ++r) in[size_t(r)] = rounded(rank_input(r, c, n * world, dt), dt);
+        const int64_t before = a.stats().current_bytes;
+        Tensor t, scratch, out;
+        if (symmetric) {
+          t = ce->alloc_symmetric(n * world, dt);
+          scratch = ce->alloc_symmetric(n * world + 5, dt);
+          out = ce->alloc_symmetric(n * world, dt);
+          EXPECT_EQ(a.stats().current_bytes - before, int64_t((3 * n * world + 5) * int64_t(dtype_size(dt))))
+              << "symmetric memory is counted";
+          t.copy_from(on_gpu(make_tensor(in[size_t(rank)], dt), rank));
+          scratch.copy_from(on_gpu(poisoned(n * world + 5, dt), rank));
+          out.copy_from(on_gpu(poisoned(n * world, dt), rank));
+        } else {
+          t = on_gpu(make_tensor(in[size_t(rank)], dt), rank);
+          scratch = on_gpu(poisoned(n * world, dt), rank);
+          out = on_gpu(poisoned(n * world, dt), rank);
+        }
+        Tensor src = t.clone();
+        ce->all_to_all(out, src)->wait();
+        expect_matches(on_cpu(out), [&](int64_t i) { return in[size_t(i / n)][size_t(rank * n + i % n)]; },
+                       "all_to_all " + std::string(dtype_name(dt)) + (symmetric ? " symmetric" : ""));
+        ce->all_reduce_by_copies(t, scratch, ReduceOp::avg)->wait();
+        reduction_roundings() = 1;  // f32 accumulation, one rounding
+        expect_matches(on_cpu(t), [&](int64_t i) {
+          double s = 0;
+          for (int r = 0; r < world; ++r) s += in[size_t(r)][size_t(i)];
+          return s / world;
+        }, "all_reduce_by_copies " + std::string(dtype_name(dt)) + (symmetric ? " symmetric" : ""));
+        cuda_synchronize();
+        src = Tensor();
+        t = scratch = out = Tensor();
+        EXPECT_EQ(a.stats().current_bytes, before) << "symmetric memory is uncounted when freed";
+      }
+  // Symmetric memory that outlives its group is still freed (Note [Symmetric memory]).
+  Tensor survivor = ce->alloc_symmetric(1024, DType::f32);
+  ce.reset();
+  survivor = Tensor();
+  pg->barrier()->wait();
+}
+
+}  // namespace
+
+TEST(CommNccl, CopyEngineCollectives2Gpus) {
+  if (!nccl_available()) GTEST_SKIP() << "no NCCL in this build";
+  if (gpu_count_without_touching_cuda_here() < 2) GTEST_SKIP() << "needs 2 GPUs";
+  expect_all_pass(run_ranks(2, [](int r, int port) { check_copy_engine_collectives(r, 2, port); },
+                            std::chrono::seconds(180)));
+}
+
+TEST(CommNccl, CopyEngineCollectives4Gpus) {
+  if (!nccl_available()) GTEST_SKIP() << "no NCCL in this build";
+  if (gpu_count_without_touching_cuda_here() < 4) GTEST_SKIP() << "needs 4 GPUs";
+  expect_all_pass(run_ranks(4, [](int r, int port) { check_copy_engine_collectives(r, 4, port); },
+                            std::chrono::seconds(180)));
+}

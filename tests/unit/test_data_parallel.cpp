@@ -135,11 +135,13 @@ int64_t buckets_after_last_window(const ParamSet& ps, const std::vector<GradBuck
 }
 
 void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64_t bucket, bool overlap,
-                          const std::string& optimizer = "adamw", bool windows = false, bool lean = false) {
+                          const std::string& optimizer = "adamw", bool windows = false,
+                          const std::string& side = "") {
   auto results = run_ranks(world, [&](int rank, int port) {
     omp_set_num_threads(1);
     if (windows) setenv("DSCPP_COMM_WINDOW", "attention", 1);  // a forked rank: the parent's env is untouched
-    if (lean) setenv("DSCPP_DP_LEAN_CTAS", "4", 1), setenv("DSCPP_DP_TAIL_BUCKETS", "1", 1);
+    if (side == "lean") setenv("DSCPP_DP_LEAN_CTAS", "4", 1), setenv("DSCPP_DP_TAIL_BUCKETS", "1", 1);
+    if (side == "copies") setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // its default tail: 1 bucket
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(gas, bucket, overlap, optimizer), world);
     // Each rank initialises differently: the engine must broadcast rank 0's parameters.
@@ -150,7 +152,17 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     else EXPECT_EQ(buckets.size(), 1u);
     Trained got = train(*e, arch, rank, gas);
     EXPECT_EQ(e->grad_reducer()->launch_at_windows(), windows && overlap);
-    EXPECT_EQ(e->grad_reducer()->buckets_on_lean_group(), lean && overlap ? int64_t(buckets.size()) - 1 : 0);
+    const GradReducer& red = *e->grad_reducer();
+    EXPECT_EQ(red.buckets_on_side_group(), !side.empty() && overlap ? int64_t(buckets.size()) - 1 : 0);
+    if (side == "copies" && overlap) {  // every side bucket whose size the world divides
+      int64_t divisible = 0;
+      for (int64_t k = 0; k < red.buckets_on_side_group(); k++)
+        divisible += (buckets[size_t(k)].end - buckets[size_t(k)].begin) % world == 0;
+      EXPECT_GT(divisible, 0);
+      EXPECT_EQ(red.buckets_by_copies(), divisible);
+    } else {
+      EXPECT_EQ(red.buckets_by_copies(), 0);
+    }
     const int64_t late = windows ? buckets_after_last_window(e->model().params(), buckets) : 0;
     if (windows) {
       EXPECT_GT(late, 0);
@@ -218,8 +230,27 @@ TEST(DataParallel, CommWindowsMatchOneProcess) {
 }
 // Note [Lean buckets]: all but the last bucket through a second group (on Gloo an ordinary one): same result.
 TEST(DataParallel, LeanGroupForEarlyBucketsMatchesOneProcess) {
-  dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", false, true);
-  dp_matches_reference("llama", 4, 1, 300, true, "adamw", true, true);
+  dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", false, "lean");
+  dp_matches_reference("llama", 4, 1, 300, true, "adamw", true, "lean");
+}
+// Note [Copy-engine buckets]: all-reduced as all_to_all + local sum + all_gather (on Gloo, the same three steps),
+// the gradients in the side group's symmetric memory: the same result.
+TEST(DataParallel, CopyEngineBucketsMatchOneProcess) {
+  dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", false, "copies");
+  dp_matches_reference("llama", 4, 2, 300, true, "adamw", true, "copies");
+}
+TEST(DataParallel, CopyEngineAndLeanCtasTogetherAreAnError) {
+  expect_all_pass(run_ranks(2, [&](int rank, int port) {
+    setenv("DSCPP_DP_COPY_ENGINE", "1", 1), setenv("DSCPP_DP_LEAN_CTAS", "4", 1);
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(1, 700, true), 2);
+    try {
+      make_engine("gpt2", cfg, pg.get(), 42);
+      ADD_FAILURE() << "both side-group knobs were accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("set one"), std::string::npos) << e.what();
+    }
+  }));
 }
 // An engine knob set to a bad value stops initialisation on every rank with an error naming it.
 static void env_value_is_rejected(const char* var, const char* value) {

@@ -423,6 +423,24 @@ TEST(Elementwise, ResidualAddScaleSumSquares) {
   EXPECT_NEAR(ops::sum_squares(small), ss7, 1e-14 * ss7);
 }
 
+TEST(Elementwise, SumBlocksAddsTheBlocksAndScales) {
+  Rng rng(43);
+  for (int64_t blocks : {1, 3, 4}) {
+    const int64_t n = 40000 + 7;  // past the parallel threshold, odd
+    Tensor in = randn({blocks * n}, rng), out = Tensor::empty({n}, DType::f32);
+    out.fill(std::nanf(""));  // poison: every element must be written
+    ops::sum_blocks(out, in, 0.5f);
+    const Vec iv = dvec(in);
+    Vec want(size_t(n), 0.0);
+    for (int64_t j = 0; j < blocks; j++)
+      for (int64_t i = 0; i < n; i++) want[size_t(i)] += iv[size_t(j * n + i)];
+    for (double& v : want) v *= 0.5;
+    expect_close(out, want, 1e-6, 1e-6, "sum_blocks");
+  }
+  Tensor in = randn({10}, rng), out = Tensor::empty({4}, DType::f32);
+  expect_error([&] { ops::sum_blocks(out, in, 1.0f); }, {"sum_blocks", "10 elements", "blocks of out's 4"});
+}
+
 TEST(Elementwise, RejectsMismatchedNumel) {
   Rng rng(41);
   Tensor a = randn({7}, rng), b = randn({8}, rng);

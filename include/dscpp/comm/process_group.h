@@ -25,11 +25,17 @@ const char* reduce_op_name(ReduceOp op);
 
 enum class WorkStatus { pending, completed, failed };
 
+// NCCL's CTA policy (ncclConfig_t::CTAPolicy, NCCL >= 2.28). zero: all_to_all and all_gather whose output is in
+// this group's symmetric memory (alloc_symmetric) move their data with the GPU's copy engines, leaving every SM to
+// the compute beside them (Note [All-reduce by copies]). efficiency: as few thread blocks as NCCL finds decent.
+enum class CtaPolicy { nccl_default, efficiency, zero };
+
 // How a new sub-group's collectives run. max_ctas (NCCL's ncclConfig_t::maxCTAs): at most this many thread blocks
 // per collective, 0 = NCCL's choice; fewer leave more SMs to the compute running beside it and take longer. Gloo
-// ignores it.
+// ignores both.
 struct GroupOptions {
   int max_ctas = 0;
+  CtaPolicy cta_policy = CtaPolicy::nccl_default;
 };
 
 class Work {
@@ -66,6 +72,22 @@ class ProcessGroup {
   WorkPtr reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum);
   // in: n elements; out: size() * n elements, block r = rank r's in.
   WorkPtr all_gather(Tensor& out, const Tensor& in);
+  // in and out: size() * n elements; out's block r = rank r's block rank() of in.
+  WorkPtr all_to_all(Tensor& out, const Tensor& in);
+  // Note [All-reduce by copies]: an all-reduce of t (size() * n elements, op sum or avg) as an all_to_all of t into
+  // scratch (>= t.numel() elements, t's dtype), a local sum of the size() blocks received into t's block rank()
+  // (ops::sum_blocks, f32 accumulation) and an in-place all_gather. The same bytes cross the links as in a ring
+  // all-reduce, but the only SM work is the local sum (t's bytes read once): with t and scratch from
+  // alloc_symmetric on a group made with CtaPolicy::zero, NCCL moves the data with copy engines, so an overlapped
+  // reduction no longer takes SMs from the backward GEMMs beside it. nccl: one op on the group's stream; gloo: the
+  // same three steps on the host. Keep scratch alive and unused until the returned op is waited on.
+  WorkPtr all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op = ReduceOp::avg);
+  // A collective (every rank, the same numel and dtype, in the same order): zeroed memory that this group's
+  // collectives can treat symmetrically. nccl: ncclMemAlloc'd and registered as a symmetric window of the group's
+  // communicator (counted by the device allocator's statistics under the current memory category), freed and
+  // deregistered when the last view goes, which must happen on every rank in the same order while the group lives.
+  // gloo: ordinary CPU memory.
+  Tensor alloc_symmetric(int64_t numel, DType dtype);
   WorkPtr broadcast(Tensor& t, int root);  // root is a rank of this group
   WorkPtr barrier();
   WorkPtr send(const Tensor& t, int dst);  // matched in order with dst's recv(…, src = this rank)
@@ -94,6 +116,11 @@ class ProcessGroup {
   virtual WorkPtr do_all_reduce(Tensor& t, ReduceOp op) = 0;
   virtual WorkPtr do_reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op) = 0;
   virtual WorkPtr do_all_gather(Tensor& out, const Tensor& in) = 0;
+  virtual WorkPtr do_all_to_all(Tensor& out, const Tensor& in) = 0;
+  // The default composes do_all_to_all, ops::sum_blocks and do_all_gather, waiting for the first on the caller's
+  // side (gloo: the host blocks; nccl overrides it with one op on its stream).
+  virtual WorkPtr do_all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op);
+  virtual Tensor do_alloc_symmetric(int64_t numel, DType dtype) = 0;
   virtual WorkPtr do_broadcast(Tensor& t, int root) = 0;
   virtual WorkPtr do_barrier() = 0;
   virtual WorkPtr do_send(const Tensor& t, int dst) = 0;

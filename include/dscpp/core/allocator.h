@@ -31,6 +31,10 @@ class Allocator {
   virtual MemoryStats stats() const = 0;
   virtual void reset_peak() = 0;
   virtual void empty_cache() {}                           // give cached blocks back to the system
+  // Memory of this device obtained elsewhere (NCCL's symmetric windows), counted like an allocation so that current
+  // and peak bytes stay true. Returns the category (the current scope's) to pass back when it is freed.
+  virtual MemoryCategory count_external_alloc(int64_t bytes) { (void)bytes; return MemoryCategory::other; }
+  virtual void count_external_free(int64_t bytes, MemoryCategory c) { (void)bytes; (void)c; }
 };
 
 Allocator& cpu_allocator();

@@ -43,7 +43,9 @@ class Tensor {
 
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::cpu());
   static Tensor zeros(const Shape& shape, DType dtype, Device device = Device::cpu());
-  static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device = Device::cpu());  // not owned
+  // Not owned, unless `owner` is given: then owner->deallocate(data, nbytes) frees it with the last view.
+  static Tensor wrap(void* data, const Shape& shape, DType dtype, Device device = Device::cpu(),
+                     Allocator* owner = nullptr);
 
   bool defined() const { return storage_ != nullptr; }
   const Shape& shape() const { return shape_; }

@@ -157,6 +157,7 @@ class Engine {
 
   void init_data_parallel(ProcessGroup* pg);
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, reducers, stage-3 shards
+  void init_side_group(ParamSet& ps);                 // stage 0's lean or copy-engine buckets (env experiments)
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
   // Stage 1/2 (Note [Deferred parameter gathers]): launches the all-gather of every unit's updated chunks; the next
   // forward waits for each unit's just before using it (wait_param_gather), everything else that reads parameters
@@ -169,8 +170,8 @@ class Engine {
   DeepSpeedConfig cfg_;
   ProcessGroup* dp_ = nullptr;              // size > 1 only
   int comm_sm_carveout_ = 0;                // SMs kept from GEMMs while collectives overlap (Note [GEMM SM carve-out])
-  std::unique_ptr<ProcessGroup> lean_dp_;   // Note [Lean buckets]: dp_'s ranks on few CTAs (before reducer_,
-                                            // which points at it, so it is destroyed after)
+  std::unique_ptr<ProcessGroup> side_dp_;   // Note [Lean buckets], [Copy-engine buckets]: dp_'s ranks again (before
+                                            // reducer_, which points at it, so it is destroyed after)
   std::unique_ptr<GradReducer> reducer_;    // with dp_, stage 0
   ZeroPartition zp_;
   std::vector<int64_t> owned_offset_;       // where owned range k starts in the shard layout

@@ -24,6 +24,13 @@
 // on its index, so every rank issues the same ops on each group in the same order. DSCPP_DP_LEAN_CTAS=k (with
 // overlap_comm; default 0 = off) and DSCPP_DP_TAIL_BUCKETS=n (default 2) turn it on in the engine.
 //
+// Note [Copy-engine buckets]: the same split, but the side group is made with CtaPolicy::zero and its buckets are
+// all-reduced by copies (ProcessGroup::all_reduce_by_copies: an all_to_all and an all_gather that NCCL runs on the
+// copy engines when the flat gradients and the scratch buffer are the group's symmetric memory, plus one local sum
+// kernel), so the reductions beside backward take no SMs from its GEMMs. A bucket whose size is not a multiple of
+// the world size, or that travels in a 16-bit communication_data_type, is all-reduced as usual. DSCPP_DP_COPY_ENGINE=1
+// (with overlap_comm) turns it on in the engine, which moves the flat gradients into the group's symmetric memory.
+//
 // Only the gradient accumulation boundary communicates: earlier micro-steps accumulate locally (DeepSpeed).
 #pragma once
 #include <cstdint>
@@ -56,10 +63,13 @@ class GradReducer {
   // Defer ready buckets to communication windows (only with overlap_comm). Default false.
   void set_launch_at_windows(bool on) { at_windows_ = on; }
   bool launch_at_windows() const { return at_windows_; }
-  // Note [Lean buckets]: buckets [0, size - tail) go through `lean` (same ranks as pg; outlives the reducer); null
-  // turns it off.
-  void set_lean_group(ProcessGroup* lean, int tail);
-  int64_t buckets_on_lean_group() const;  // how many buckets use the lean group
+  // Note [Lean buckets], Note [Copy-engine buckets]: buckets [0, size - tail) go through `side` (same ranks as pg;
+  // outlives the reducer; null turns it off); with `scratch` (side's dtype-f32 symmetric memory, at least as large
+  // as those buckets) they are all-reduced by copies, else by side's all_reduce.
+  void set_side_group(ProcessGroup* side, int tail, Tensor scratch = Tensor());
+  int64_t buckets_on_side_group() const;  // how many buckets use the side group
+  int64_t buckets_by_copies() const;      // of those, how many are all-reduced by copies
+  int64_t largest_side_bucket() const;    // elements (the scratch buffer's size); 0 without a side group
 
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   int64_t buckets_launched_early() const { return early_; }  // last boundary: launched during backward (overlap)
@@ -81,8 +91,10 @@ class GradReducer {
   bool at_windows_ = false;
   std::vector<size_t> deferred_;  // ready, waiting for a window (launch order)
   int64_t early_ = 0;
-  ProcessGroup* lean_ = nullptr;
+  bool by_copies(size_t k) const;
+  ProcessGroup* side_ = nullptr;
   size_t tail_ = 0;
+  Tensor scratch_;
 };
 
 // All-reduces a few host values among the group (loss, tokens/s for printing) through a tensor on `device` (nccl

@@ -1,5 +1,5 @@
 // The CPU backend on Gloo (Debian libgloo-dev): Gloo's TCP transport and its algorithms (ring allreduce,
-// halving-doubling reduce-scatter, allgather, broadcast, barrier, tagged send/recv); nothing home-made.
+// halving-doubling reduce-scatter, allgather, alltoall, broadcast, barrier, tagged send/recv); nothing home-made.
 // Why Gloo rather than MPI: Gloo rendezvous through any key-value store, so our own TcpStore and launcher suffice
 // (no mpirun, no MPI runtime on the machines, a job under mpirun/srun still works from their env variables); it is
 // what PyTorch uses for CPU tensors; and a failed peer surfaces as an exception we can report, where MPI's default
@@ -16,6 +16,7 @@
 #if DSCPP_WITH_GLOO
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -324,6 +325,23 @@ class GlooProcessGroup : public ProcessGroup {
       o.setOutput(static_cast<char*>(out.raw()), out.nbytes());
       gloo::allgather(o);
     });
+  }
+
+  WorkPtr do_all_to_all(Tensor& out, const Tensor& in) override {
+    uint32_t tag = next_tag();
+    return enqueue("all_to_all", in.nbytes(), [this, out, in, tag]() mutable {
+      if (size_ == 1) return out.copy_from(in);
+      gloo::AlltoallOptions o(ctx_);
+      o.setTag(tag);
+      o.setTimeout(timeout_);
+      o.setInput(static_cast<char*>(in.raw()), in.nbytes());
+      o.setOutput(static_cast<char*>(out.raw()), out.nbytes());
+      gloo::alltoall(o);
+    });
+  }
+
+  Tensor do_alloc_symmetric(int64_t numel, DType dtype) override {  // no copy engines on the host: plain memory
+    return Tensor::zeros({numel}, dtype, Device::cpu());
   }
 
   WorkPtr do_broadcast(Tensor& t, int root) override {

@@ -16,6 +16,7 @@
 #include "comm/process_group_impl.h"
 #include "dscpp/core/env.h"
 #include "dscpp/kernels/gemm_sm_carveout.h"
+#include "dscpp/kernels/ops.h"
 #include "dscpp/profiler/profiler.h"
 
 #if DSCPP_WITH_NCCL
@@ -30,6 +31,7 @@
 #include <list>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "core/cuda/cuda_runtime.cuh"
 #endif
@@ -70,6 +72,94 @@ ncclRedOp_t nccl_op(ReduceOp op) {
   }
   return ncclSum;
 }
+
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+#define DSCPP_NCCL_WINDOWS 1
+#else
+#define DSCPP_NCCL_WINDOWS 0
+#endif
+
+// Note [Symmetric memory]: ProcessGroup::alloc_symmetric's memory comes from ncclMemAlloc and is registered as a
+// symmetric window of one communicator. Its tensors may outlive the group (a model's gradient buffer outlives the
+// engine's groups), and Storage keeps a raw Allocator pointer, so the owner is one registry per device that lives
+// for the process. A group deregisters its windows when it goes (unless aborted); memory freed after that is only
+// ncclMemFree'd. Freeing synchronises the device first: the memory may still be read by queued collectives, and
+// these buffers are freed once, at teardown.
+class SymmetricMemory : public Allocator {
+ public:
+  static SymmetricMemory& of(int device) {
+    static std::mutex mu;
+    static std::unordered_map<int, SymmetricMemory*> all;
+    std::lock_guard<std::mutex> lock(mu);
+    SymmetricMemory*& m = all[device];
+    if (!m) m = new SymmetricMemory(device);  // never deleted: storages may be freed during static destruction
+    return *m;
+  }
+  void* allocate(size_t) override { DSCPP_FAIL("symmetric memory is allocated through ProcessGroup::alloc_symmetric"); }
+  void deallocate(void* ptr, size_t bytes) override {
+    Entry e;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = live_.find(ptr);
+      if (it == live_.end()) return;
+      e = it->second;
+      live_.erase(it);
+    }
+    cuda::DeviceGuard guard(device_);
+    cudaDeviceSynchronize();
+#if DSCPP_NCCL_WINDOWS
+    if (e.comm) deregister(e.comm, e.win);
+#endif
+    ncclMemFree(ptr);
+    allocator_for(Device::cuda(device_)).count_external_free(int64_t(bytes), e.category);
+  }
+  Device device() const override { return Device::cuda(device_); }
+  MemoryStats stats() const override { return allocator_for(Device::cuda(device_)).stats(); }
+  void reset_peak() override {}
+
+  Tensor adopt(void* ptr, int64_t numel, DType dtype, ncclComm_t comm, ncclWindow_t win) {
+    const int64_t bytes = numel * int64_t(dtype_size(dtype));
+    const MemoryCategory c = allocator_for(Device::cuda(device_)).count_external_alloc(bytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      live_[ptr] = Entry{comm, win, c};
+    }
+    return Tensor::wrap(ptr, {numel}, dtype, Device::cuda(device_), this);
+  }
+  // The group of `comm` is going: deregister its windows now (when it can still talk), free-only later.
+  void forget(ncclComm_t comm, bool deregister_now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [ptr, e] : live_) {
+      if (e.comm != comm) continue;
+#if DSCPP_NCCL_WINDOWS
+      if (deregister_now) deregister(e.comm, e.win);
+#endif
+      e.comm = nullptr;
+    }
+  }
+
+ private:
+  struct Entry {
+    ncclComm_t comm = nullptr;
+    ncclWindow_t win = nullptr;
+    MemoryCategory category = MemoryCategory::other;
+  };
+  explicit SymmetricMemory(int device) : device_(device) {}
+#if DSCPP_NCCL_WINDOWS
+  static void deregister(ncclComm_t comm, ncclWindow_t win) {
+    if (!win) return;
+    ncclResult_t r = ncclCommWindowDeregister(comm, win);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);  // a non-blocking communicator
+    while (r == ncclInProgress && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+      ncclCommGetAsyncError(comm, &r);
+    }
+  }
+#endif
+  int device_;
+  std::mutex mu_;
+  std::unordered_map<void*, Entry> live_;
+};
 
 class NcclProcessGroup;
 
@@ -147,6 +237,13 @@ class NcclProcessGroup : public ProcessGroup {
       config.maxCTAs = max_ctas;
       config.minCTAs = std::min(max_ctas, 2);
     }
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    if (a.options.cta_policy != CtaPolicy::nccl_default)
+      config.CTAPolicy = a.options.cta_policy == CtaPolicy::zero ? NCCL_CTA_POLICY_ZERO : NCCL_CTA_POLICY_EFFICIENCY;
+#else
+    DSCPP_CHECK(a.options.cta_policy == CtaPolicy::nccl_default, "group '", name_, "': a CTA policy needs NCCL >= "
+                "2.28 (this build has ", NCCL_MAJOR, ".", NCCL_MINOR, ")");
+#endif
     ncclResult_t r = ncclCommInitRankConfig(&comm_, size_, id, rank_, &config);
     if (r != ncclSuccess && r != ncclInProgress) check(r, "ncclCommInitRankConfig");
     settle("ncclCommInitRankConfig");
@@ -164,6 +261,7 @@ class NcclProcessGroup : public ProcessGroup {
     // so finishing the queued ops could take the whole timeout (a rank out of memory printed its error only after
     // DEEPSPEED_TIMEOUT). Tell the peers through the store and abort the communicator without waiting.
     const bool failing = std::uncaught_exceptions() > 0;
+    if (comm_) SymmetricMemory::of(device_).forget(comm_, /*deregister_now=*/!failing && !aborted_);
     if (failing && comm_ && !aborted_) {
       abort("left group '" + name_ + "' with an exception (its error is in that rank's output)");
       ncclCommAbort(comm_);
@@ -250,6 +348,47 @@ class NcclProcessGroup : public ProcessGroup {
       return ncclAllGather(in.raw(), out.raw(), size_t(in.numel()), nccl_dtype(in.dtype()), comm_, s);
     });
   }
+  WorkPtr do_all_to_all(Tensor& out, const Tensor& in) override {
+    return launch("all_to_all", in.nbytes(), {out, in}, [&](cudaStream_t s) {
+      return all_to_all_call(in, out, s);
+    });
+  }
+  // Note [All-reduce by copies] (comm/process_group.h): all three steps on the group's stream, as one op.
+  WorkPtr do_all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op) override {
+    const int64_t n = t.numel() / size_;
+    Tensor received = scratch.slice(0, t.numel());
+    Tensor mine = t.slice(int64_t(rank_) * n, n);
+    const float scale = op == ReduceOp::avg ? 1.0f / float(size_) : 1.0f;
+    return launch("all_reduce_by_copies", t.nbytes(), {t, scratch}, [&](cudaStream_t s) {
+      ncclResult_t r = all_to_all_call(t, received, s);
+      if (r == ncclInProgress) settle("all_reduce_by_copies");
+      else check(r, "all_reduce_by_copies");
+      {
+        cuda::StreamGuard on_comm_stream(device_, s);
+        ops::sum_blocks(mine, received, scale);
+      }
+      return ncclAllGather(mine.raw(), t.raw(), size_t(n), nccl_dtype(t.dtype()), comm_, s);
+    });
+  }
+  Tensor do_alloc_symmetric(int64_t numel, DType dtype) override {
+#if DSCPP_NCCL_WINDOWS
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    DSCPP_CHECK(!aborted_, "alloc_symmetric on group '", name_, "': the communicator was aborted: ", abort_error_);
+    cuda::DeviceGuard guard(device_);
+    const size_t bytes = size_t(numel) * dtype_size(dtype);
+    void* ptr = nullptr;
+    check(ncclMemAlloc(&ptr, bytes), "ncclMemAlloc of " + std::to_string(bytes) + " bytes");
+    ncclWindow_t win = nullptr;
+    ncclResult_t r = ncclCommWindowRegister(comm_, ptr, bytes, &win, NCCL_WIN_COLL_SYMMETRIC);
+    if (r != ncclSuccess && r != ncclInProgress) ncclMemFree(ptr);
+    if (r == ncclInProgress) settle("ncclCommWindowRegister");
+    else check(r, "ncclCommWindowRegister");
+    DSCPP_CUDA_CHECK(cudaMemset(ptr, 0, bytes));
+    return SymmetricMemory::of(device_).adopt(ptr, numel, dtype, comm_, win);
+#else
+    return Tensor::zeros({numel}, dtype, Device::cuda(device_));  // no windows before NCCL 2.27: plain memory
+#endif
+  }
   WorkPtr do_broadcast(Tensor& t, int root) override {
     return launch("broadcast", t.nbytes(), {t}, [&](cudaStream_t s) {
       return ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), nccl_dtype(t.dtype()), root, comm_, s);
@@ -294,6 +433,23 @@ class NcclProcessGroup : public ProcessGroup {
       if (last && *last) msg += std::string(" (") + last + ")";
     }
     fail_op(what, "NCCL error " + msg);
+  }
+
+  // in and out: size_ blocks; block r of in goes to rank r, block r of out comes from it.
+  ncclResult_t all_to_all_call(const Tensor& in, const Tensor& out, cudaStream_t s) {
+    const size_t count = size_t(in.numel() / size_);
+    const ncclDataType_t dt = nccl_dtype(in.dtype());
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+    return ncclAlltoAll(in.raw(), out.raw(), count, dt, comm_, s);
+#else
+    const size_t block = count * dtype_size(in.dtype());
+    ncclGroupStart();
+    for (int r = 0; r < size_; r++) {
+      ncclSend(static_cast<const char*>(in.raw()) + size_t(r) * block, count, dt, r, comm_, s);
+      ncclRecv(static_cast<char*>(out.raw()) + size_t(r) * block, count, dt, r, comm_, s);
+    }
+    return ncclGroupEnd();
+#endif
   }
 
   // A non-blocking communicator may answer ncclInProgress: poll until the call has settled (bounded by timeout).

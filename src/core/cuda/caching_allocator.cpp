@@ -112,6 +112,8 @@ class CachingAllocator final : public Allocator {
   Device device() const override { return Device::cuda(device_); }
   MemoryStats stats() const override { return counter_.snapshot(); }
   void reset_peak() override { counter_.reset_peak(); }
+  MemoryCategory count_external_alloc(int64_t bytes) override { return counter_.on_alloc(bytes); }
+  void count_external_free(int64_t bytes, MemoryCategory c) override { counter_.on_free(bytes, c); }
 
   void empty_cache() override {
     DeviceGuard g(device_);

@@ -76,6 +76,7 @@ void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, i
 void residual_forward(float* out, const float* a, const float* b, int64_t n);
 void add_inplace(float* acc, const float* x, int64_t n);
 void scale_inplace(float* x, float s, int64_t n);
+void sum_blocks(float* out, const float* in, int64_t n, int64_t blocks, float scale);
 double sum_squares(const float* x, int64_t n);
 
 // rope.cpp. qkv[N,(H+2Hkv)*D] with N = B*T tokens at positions pos[N]; rotates the H q heads and Hkv k heads in

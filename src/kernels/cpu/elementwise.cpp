@@ -25,6 +25,15 @@ void scale_inplace(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; i++) x[i] *= s;
 }
 
+void sum_blocks(float* out, const float* in, int64_t n, int64_t blocks, float scale) {
+#pragma omp parallel for if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; i++) {
+    float s = 0.0f;
+    for (int64_t j = 0; j < blocks; j++) s += in[j * n + i];
+    out[i] = s * scale;
+  }
+}
+
 double sum_squares(const float* x, int64_t n) {
   // Per-thread partials over a static split, summed in thread order: the same thread count gives the same bits.
   const int nt = n >= kParallelMin ? omp_get_max_threads() : 1;

@@ -1,4 +1,4 @@
-// Elementwise CUDA ops: residual_forward, add_inplace, scale_inplace, and sum_squares (a deterministic reduction:
+// Elementwise CUDA ops: residual_forward, add_inplace, scale_inplace, sum_blocks, and sum_squares (a deterministic reduction:
 // fixed grid, per-thread f64 partials in a fixed order, one block sums the block partials, one D2H copy).
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -56,6 +56,32 @@ __global__ void scale_kernel(T* x, float s, int64_t n) {
       store_f<T, V>(x + i, v);
     } else {
       for (int64_t j = i; j < n; j++) x[j] = from_f<T>(to_f(x[j]) * s);
+    }
+  }
+}
+
+// out[i] = scale * sum_j in[j*n + i], j < blocks, in f32 (the blocks in a fixed order: the same bits on every rank).
+template <typename T, int V>
+__global__ void sum_blocks_kernel(T* out, const T* in, int64_t n, int64_t blocks, float scale) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x * V;
+  for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; i < n; i += stride) {
+    if (i + V <= n) {
+      float acc[V], v[V];
+      load_f<T, V>(in + i, acc);
+      for (int64_t j = 1; j < blocks; j++) {
+        load_f<T, V>(in + j * n + i, v);
+#pragma unroll
+        for (int k = 0; k < V; k++) acc[k] += v[k];
+      }
+#pragma unroll
+      for (int k = 0; k < V; k++) acc[k] *= scale;
+      store_f<T, V>(out + i, acc);
+    } else {
+      for (int64_t e = i; e < n; e++) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j < blocks; j++) acc += to_f(in[j * n + e]);
+        out[e] = from_f<T>(acc * scale);
+      }
     }
   }
 }
@@ -137,6 +163,17 @@ void launch_scale(T* x, float sc, int64_t n, cudaStream_t s) {
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
+template <typename T>
+void launch_sum_blocks(T* out, const T* in, int64_t n, int64_t blocks, float sc, cudaStream_t s) {
+  constexpr int V = 16 / sizeof(T);
+  // Every block starts on a 16-byte boundary only when n is a multiple of V.
+  if (all_aligned16(out, in) && n % V == 0)
+    sum_blocks_kernel<T, V><<<grid_for(ceil_div(n, V), kBlock), kBlock, 0, s>>>(out, in, n, blocks, sc);
+  else
+    sum_blocks_kernel<T, 1><<<grid_for(n, kBlock), kBlock, 0, s>>>(out, in, n, blocks, sc);
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
 // ---- checked entries (ops.cpp has validated shapes and dtypes) ----
 void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b) {
   if (out.numel() == 0) return;
@@ -165,6 +202,14 @@ void scale_inplace(const Tensor& x, float s) {
   dispatch_float("scale_inplace", x.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     launch_scale<T>(ptr<T>(x), s, x.numel(), L.stream);
+  });
+}
+
+void sum_blocks(const Tensor& out, const Tensor& in, float scale) {
+  OpLaunch L(out);
+  dispatch_float("sum_blocks", out.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    launch_sum_blocks<T>(ptr<T>(out), ptr<T>(in), out.numel(), in.numel() / out.numel(), scale, L.stream);
   });
 }
 

@@ -85,22 +85,45 @@ void GradReducer::comm_window() {
   deferred_.clear();
 }
 
-void GradReducer::set_lean_group(ProcessGroup* lean, int tail) {
+void GradReducer::set_side_group(ProcessGroup* side, int tail, Tensor scratch) {
   DSCPP_CHECK(tail >= 0, "GradReducer: tail of ", tail, " buckets (expected >= 0)");
-  DSCPP_CHECK(!lean || lean->size() == pg_.size(), "GradReducer: the lean group has ", lean ? lean->size() : 0,
+  DSCPP_CHECK(!side || side->size() == pg_.size(), "GradReducer: the side group has ", side ? side->size() : 0,
               " ranks, the data-parallel group ", pg_.size());
-  lean_ = lean;
+  side_ = side;
   tail_ = size_t(tail);
+  scratch_ = side ? std::move(scratch) : Tensor();
+  DSCPP_CHECK(!scratch_.defined() || scratch_.numel() >= largest_side_bucket(), "GradReducer: the scratch buffer has ",
+              scratch_.numel(), " elements, the largest side bucket ", largest_side_bucket());
 }
 
-int64_t GradReducer::buckets_on_lean_group() const {
-  return lean_ && buckets_.size() > tail_ ? int64_t(buckets_.size() - tail_) : 0;
+int64_t GradReducer::buckets_on_side_group() const {
+  return side_ && buckets_.size() > tail_ ? int64_t(buckets_.size() - tail_) : 0;
+}
+
+int64_t GradReducer::largest_side_bucket() const {
+  int64_t m = 0;
+  for (int64_t k = 0; k < buckets_on_side_group(); k++) m = std::max(m, buckets_[size_t(k)].end - buckets_[size_t(k)].begin);
+  return m;
+}
+
+bool GradReducer::by_copies(size_t k) const {
+  const int64_t n = buckets_[k].end - buckets_[k].begin;
+  return scratch_.defined() && int64_t(k) < buckets_on_side_group() && comm_dtype_ == ps_.grad_dtype() &&
+         n % pg_.size() == 0;
+}
+
+int64_t GradReducer::buckets_by_copies() const {
+  int64_t c = 0;
+  for (size_t k = 0; k < buckets_.size(); k++) c += by_copies(k);
+  return c;
 }
 
 void GradReducer::launch(size_t k) {
-  ProcessGroup& pg = int64_t(k) < buckets_on_lean_group() ? *lean_ : pg_;  // Note [Lean buckets]
+  ProcessGroup& pg = int64_t(k) < buckets_on_side_group() ? *side_ : pg_;  // Note [Lean buckets]
   Tensor g = ps_.flat_grads().slice(buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
-  if (comm_dtype_ != g.dtype()) {
+  if (by_copies(k)) {  // Note [Copy-engine buckets]
+    work_[k] = pg.all_reduce_by_copies(g, scratch_, ReduceOp::avg);
+  } else if (comm_dtype_ != g.dtype()) {
     MemoryCategoryScope scope(MemoryCategory::communication);
     wire_[k] = g.to(comm_dtype_);
     work_[k] = pg.all_reduce(wire_[k], ReduceOp::avg);

@@ -42,12 +42,8 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
     reducer_ = std::make_unique<GradReducer>(*dp_, ps, z.reduce_bucket_size, z.overlap_comm,
                                              cfg_.communication_dtype());
     reducer_->set_launch_at_windows(z.overlap_comm && comm_windows_from_env());
-    if (const int ctas = env_int("DSCPP_DP_LEAN_CTAS", 0, 0, 64); ctas > 0 && z.overlap_comm) {  // Note [Lean buckets]
-      std::vector<int> everyone(size_t(dp_->size()));
-      for (int i = 0; i < dp_->size(); i++) everyone[size_t(i)] = i;
-      lean_dp_ = dp_->new_subgroup(everyone, GroupOptions{.max_ctas = ctas});
-      reducer_->set_lean_group(lean_dp_.get(), env_int("DSCPP_DP_TAIL_BUCKETS", 2, 0, 1 << 20));
-    }
+    if (z.overlap_comm) init_side_group(ps);
+
     GradReducer* r = reducer_.get();
     model_->set_grad_ready_hook([r](int64_t b, int64_t e) { r->grads_ready(b, e); });
     return;
@@ -89,6 +85,35 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
     hooks.after = [c](int u, Model::UnitPass p) { c->after(u, p); };
     model_->set_unit_hooks(std::move(hooks));
   }
+}
+
+// Note [Lean buckets] and Note [Copy-engine buckets] (runtime/grad_reducer.h): the stage-0 experiments that send
+// most buckets through a second group of the same ranks.
+void Engine::init_side_group(ParamSet& ps) {
+  const int ctas = env_int("DSCPP_DP_LEAN_CTAS", 0, 0, 64);
+  const bool copies = env_flag("DSCPP_DP_COPY_ENGINE");
+  if (ctas == 0 && !copies) return;
+  DSCPP_CHECK(ctas == 0 || !copies, "DSCPP_DP_LEAN_CTAS=", ctas, " and DSCPP_DP_COPY_ENGINE=1 are two ways to run "
+              "the overlapped buckets: set one");
+  const int tail = env_int("DSCPP_DP_TAIL_BUCKETS", copies ? 1 : 2, 0, 1 << 20);
+  std::vector<int> everyone(size_t(dp_->size()));
+  for (int i = 0; i < dp_->size(); i++) everyone[size_t(i)] = i;
+  GroupOptions options;
+  options.max_ctas = ctas;
+  if (copies) options.cta_policy = CtaPolicy::zero;
+  side_dp_ = dp_->new_subgroup(everyone, options);
+  if (!copies) return reducer_->set_side_group(side_dp_.get(), tail);
+  reducer_->set_side_group(side_dp_.get(), tail);  // to size the scratch buffer
+  Tensor scratch;
+  {
+    MemoryCategoryScope scope(MemoryCategory::gradients);
+    ps.replace_flat_grads(side_dp_->alloc_symmetric(ps.flat_numel(), ps.grad_dtype()));
+  }
+  if (const int64_t n = reducer_->largest_side_bucket(); n > 0) {
+    MemoryCategoryScope scope(MemoryCategory::communication);
+    scratch = side_dp_->alloc_symmetric(n, ps.grad_dtype());
+  }
+  reducer_->set_side_group(side_dp_.get(), tail, scratch);
 }
 
 Tensor Engine::owned_params(size_t k) const {
