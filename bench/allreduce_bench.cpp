@@ -2,7 +2,9 @@
 // of S bytes taking t seconds, algbw = S / t and busbw = algbw * 2(n-1)/n (n ranks), GB/s = 1e9 B/s.
 // One process per GPU, started by a launcher that sets RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT:
 //   dscpp launch --num_gpus 4 -- build/bench/allreduce_bench [--min-mib 1] [--max-mib 1024] [--factor 4]
-//                                [--dtypes bf16,f32] [--warmup 5] [--iters 0]
+//                                [--dtypes bf16,f32] [--warmup 5] [--iters 0] [--copies]
+// --copies: all_reduce_by_copies (Note [All-reduce by copies]) on a CtaPolicy::zero group's symmetric memory, i.e.
+// NCCL's copy-engine all_to_all and all_gather plus one local sum kernel; impl "dscpp-copies".
 // bench/allreduce_torch.py is the torch.distributed twin (same sizes, same timing). Rank 0 prints one tab-separated
 // line per (dtype, size), prefixed RESULT:
 //   RESULT impl op dtype world bytes time_us algbw_GBps busbw_GBps
@@ -14,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -31,18 +34,19 @@ namespace {
 
 struct Args {
   int64_t min_mib = 1, max_mib = 1024, factor = 4, warmup = 5, iters = 0;
+  bool copies = false;
   std::vector<DType> dtypes{DType::bf16, DType::f32};
 };
 
 const bench::Flags kFlags{"allreduce_bench",
                           "allreduce_bench [--min-mib 1] [--max-mib 1024] [--factor 4]\n"
-                          "                       [--dtypes bf16,f32] [--warmup 5] [--iters 0 (auto)]\n"
+                          "                       [--dtypes bf16,f32] [--warmup 5] [--iters 0 (auto)] [--copies]\n"
                           "run one process per GPU: dscpp launch --num_gpus N -- allreduce_bench ...\n"};
 [[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
 Args parse(int argc, char** argv) {
   Args a;
-  kFlags.parse(argc, argv, {}, {}, [&](const std::string& k, const std::string& v) {
+  kFlags.parse(argc, argv, {"copies"}, [&](const std::string&) { a.copies = true; }, [&](const std::string& k, const std::string& v) {
     if (k == "min-mib") a.min_mib = kFlags.to_int(k, v, 1);
     else if (k == "max-mib") a.max_mib = kFlags.to_int(k, v, 1);
     else if (k == "factor") a.factor = kFlags.to_int(k, v, 2);
@@ -62,11 +66,13 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+using Reduce = std::function<WorkPtr(Tensor&)>;
+
 // Checks the sum of a buffer of rank+1 (exact in every dtype for small n): n(n+1)/2 everywhere.
-void check_sum(ProcessGroup& pg, Tensor& buf) {
+void check_sum(ProcessGroup& pg, Tensor& buf, const Reduce& reduce) {
   const int n = pg.size();
   buf.fill(float(pg.rank() + 1));
-  pg.all_reduce(buf)->wait();
+  reduce(buf)->wait();
   Tensor host = buf.to(Device::cpu()).to(DType::f32);
   const float want = float(n * (n + 1) / 2);
   const float* p = host.data<float>();
@@ -98,21 +104,33 @@ int main(int argc, char** argv) {
                    cuda_device_name(dev).c_str(), (long long)a.min_mib, (long long)a.max_mib, (long long)a.factor,
                    (long long)a.warmup);
     const double bus_factor = 2.0 * double(n - 1) / double(n);
+    std::unique_ptr<ProcessGroup> ce;
+    if (a.copies) {
+      std::vector<int> everyone;
+      for (int r = 0; r < n; r++) everyone.push_back(r);
+      GroupOptions zero;
+      zero.cta_policy = CtaPolicy::zero;
+      ce = pg->new_subgroup(everyone, zero);
+    }
     for (DType dt : a.dtypes) {
-      const int64_t max_bytes = a.max_mib << 20;
-      Tensor buf = Tensor::empty({max_bytes / int64_t(dtype_size(dt))}, dt, device);
-      check_sum(*pg, buf);
+      const int64_t max_bytes = a.max_mib << 20, max_numel = max_bytes / int64_t(dtype_size(dt));
+      Tensor buf = ce ? ce->alloc_symmetric(max_numel, dt) : Tensor::empty({max_numel}, dt, device);
+      Tensor scratch = ce ? ce->alloc_symmetric(max_numel, dt) : Tensor();
+      const Reduce reduce = [&](Tensor& t) {
+        return ce ? ce->all_reduce_by_copies(t, scratch, ReduceOp::sum) : pg->all_reduce(t);
+      };
+      check_sum(*pg, buf, reduce);
       for (int64_t mib = a.min_mib; mib <= a.max_mib; mib *= a.factor) {
         const int64_t bytes = mib << 20, numel = bytes / int64_t(dtype_size(dt));
         Tensor t = buf.slice(0, numel);
         const int64_t iters = a.iters > 0 ? a.iters : std::clamp<int64_t>((int64_t(4) << 30) / bytes, 20, 200);
         WorkPtr w;
-        for (int64_t i = 0; i < a.warmup; i++) w = pg->all_reduce(t);
+        for (int64_t i = 0; i < a.warmup; i++) w = reduce(t);
         if (w) w->wait();
         pg->barrier()->wait();  // blocks the host until every rank got here
         cuda_synchronize(dev);
         const auto t0 = std::chrono::steady_clock::now();
-        for (int64_t i = 0; i < iters; i++) w = pg->all_reduce(t);
+        for (int64_t i = 0; i < iters; i++) w = reduce(t);
         w->wait();  // the compute stream waits for the last op; one stream ran them in order
         cuda_synchronize(dev);
         double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
@@ -120,8 +138,8 @@ int main(int argc, char** argv) {
         us = all_reduce_values(*pg, {float(us)}, ReduceOp::max, device)[0];
         const double algbw = double(bytes) / (us * 1e-6) / 1e9;
         if (rank == 0) {
-          std::printf("RESULT\tdscpp\tall_reduce\t%s\t%d\t%lld\t%.1f\t%.1f\t%.1f\n", dtype_name(dt), n,
-                      (long long)bytes, us, algbw, algbw * bus_factor);
+          std::printf("RESULT\t%s\tall_reduce\t%s\t%d\t%lld\t%.1f\t%.1f\t%.1f\n", ce ? "dscpp-copies" : "dscpp",
+                      dtype_name(dt), n, (long long)bytes, us, algbw, algbw * bus_factor);
           std::fflush(stdout);
         }
       }
