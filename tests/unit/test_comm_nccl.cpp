@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 
 #include "dist/comm_reference.h"
@@ -264,7 +265,9 @@ namespace {
 
 // Note [All-reduce by copies] on a CtaPolicy::zero group: all_to_all and all_reduce_by_copies on the group's
 // symmetric memory (which NCCL may move with copy engines) and on ordinary memory, against the serial results; the
-// symmetric memory is counted by the device allocator while it lives.
+// symmetric memory is counted by the device allocator while it lives. The windows are registered once and sliced
+// from offset 0 (the same on every rank), as the engine does: with NCCL 2.28.3, windows freed and registered again
+// at a reused address received nothing (2 H200s).
 void check_copy_engine_collectives(int rank, int world, int port) {
   cuda_set_device(rank);
   auto pg = new_process_group("nccl", rank, world, "127.0.0.1", port, kTimeout);
@@ -275,45 +278,50 @@ void check_copy_engine_collectives(int rank, int world, int port) {
   auto ce = pg->new_subgroup(everyone, zero);
   ASSERT_NE(ce, nullptr);
   Allocator& a = allocator_for(Device::cuda(rank));
+  const int64_t max_n = int64_t(1) << 22;
   int c = 500;
+  const int64_t before = a.stats().current_bytes;
+  std::map<DType, std::vector<Tensor>> windows;  // t, src, scratch, out per dtype, all registered before any use
   for (DType dt : {DType::f32, DType::bf16})
-    for (int64_t n : {int64_t(4), int64_t(262147), int64_t(1) << 22})
-      for (bool symmetric : {true, false}) {
+    windows[dt] = {ce->alloc_symmetric(max_n * world, dt), ce->alloc_symmetric(max_n * world, dt),
+                   ce->alloc_symmetric(max_n * world + 5, dt), ce->alloc_symmetric(max_n * world, dt)};
+  EXPECT_EQ(a.stats().current_bytes - before, int64_t((4 * max_n * world + 5) * 6)) << "symmetric memory is counted";
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const Tensor &sym_t = windows[dt][0], &sym_src = windows[dt][1], &sym_scratch = windows[dt][2],
+                 &sym_out = windows[dt][3];
+    for (int64_t n : {int64_t(4), int64_t(262147), max_n})
+      for (int mode = 0; mode < 3; mode++) {  // 0: all symmetric, 1: ordinary source, 2: all ordinary
         ++c;
+        const std::string what = std::string(dtype_name(dt)) + " n=" + std::to_string(n) +
+                                 (mode == 0 ? " symmetric" : mode == 1 ? " ordinary source" : " ordinary");
         std::vector<std::vector<double>> in(static_cast<size_t>(world));
         for (int r = 0; r < world; ++r) in[size_t(r)] = rounded(rank_input(r, c, n * world, dt), dt);
-        const int64_t before = a.stats().current_bytes;
-        Tensor t, scratch, out;
-        if (symmetric) {
-          t = ce->alloc_symmetric(n * world, dt);
-          scratch = ce->alloc_symmetric(n * world + 5, dt);
-          out = ce->alloc_symmetric(n * world, dt);
-          EXPECT_EQ(a.stats().current_bytes - before, int64_t((3 * n * world + 5) * int64_t(dtype_size(dt))))
-              << "symmetric memory is counted";
-          t.copy_from(on_gpu(make_tensor(in[size_t(rank)], dt), rank));
+        Tensor data = on_gpu(make_tensor(in[size_t(rank)], dt), rank);
+        Tensor t = mode == 2 ? data.clone() : sym_t.slice(0, n * world);
+        Tensor src = mode == 0 ? sym_src.slice(0, n * world) : data.clone();
+        Tensor scratch = mode == 2 ? on_gpu(poisoned(n * world, dt), rank) : sym_scratch.slice(0, n * world + 5);
+        Tensor out = mode == 2 ? on_gpu(poisoned(n * world, dt), rank) : sym_out.slice(0, n * world);
+        t.copy_from(data);
+        src.copy_from(data);
+        if (mode != 2) {
           scratch.copy_from(on_gpu(poisoned(n * world + 5, dt), rank));
           out.copy_from(on_gpu(poisoned(n * world, dt), rank));
-        } else {
-          t = on_gpu(make_tensor(in[size_t(rank)], dt), rank);
-          scratch = on_gpu(poisoned(n * world, dt), rank);
-          out = on_gpu(poisoned(n * world, dt), rank);
         }
-        Tensor src = t.clone();
         ce->all_to_all(out, src)->wait();
         expect_matches(on_cpu(out), [&](int64_t i) { return in[size_t(i / n)][size_t(rank * n + i % n)]; },
-                       "all_to_all " + std::string(dtype_name(dt)) + (symmetric ? " symmetric" : ""));
+                       "all_to_all " + what);
         ce->all_reduce_by_copies(t, scratch, ReduceOp::avg)->wait();
         reduction_roundings() = 1;  // f32 accumulation, one rounding
         expect_matches(on_cpu(t), [&](int64_t i) {
           double s = 0;
           for (int r = 0; r < world; ++r) s += in[size_t(r)][size_t(i)];
           return s / world;
-        }, "all_reduce_by_copies " + std::string(dtype_name(dt)) + (symmetric ? " symmetric" : ""));
-        cuda_synchronize();
-        src = Tensor();
-        t = scratch = out = Tensor();
-        EXPECT_EQ(a.stats().current_bytes, before) << "symmetric memory is uncounted when freed";
+        }, "all_reduce_by_copies " + what);
       }
+  }
+  cuda_synchronize();
+  windows.clear();
+  EXPECT_EQ(a.stats().current_bytes, before) << "symmetric memory is uncounted when freed";
   // Symmetric memory that outlives its group is still freed (Note [Symmetric memory]).
   Tensor survivor = ce->alloc_symmetric(1024, DType::f32);
   ce.reset();

@@ -70,7 +70,7 @@ ModelConfig tiny(const std::string& arch) {
 }
 
 // test_zero.cpp's config: AdamW, clipping at 0.05 (always engaged), warm-up, checkpointing of both blocks.
-DeepSpeedConfig config(int stage, int64_t gas, bool bf16, int world) {
+DeepSpeedConfig config(int stage, int64_t gas, bool bf16, int world, bool overlap = false) {
   std::ostringstream j;
   j << R"({"train_micro_batch_size_per_gpu": )" << kB << R"(, "gradient_accumulation_steps": )" << gas
     << R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}}, "gradient_clipping": 0.05,
@@ -78,13 +78,15 @@ DeepSpeedConfig config(int stage, int64_t gas, bool bf16, int world) {
         "activation_checkpointing": {"number_checkpoints": 2})";
   if (bf16) j << R"(, "bf16": {"enabled": true})";
   j << R"(, "zero_optimization": {"stage": )" << stage << R"(, "reduce_bucket_size": 30000,
-        "stage3_prefetch_bucket_size": 100000, "stage3_param_persistence_threshold": 1000}})";
+        "stage3_prefetch_bucket_size": 100000, "stage3_param_persistence_threshold": 1000)";
+  if (overlap) j << R"(, "overlap_comm": true)";
+  j << "}}";
   return DeepSpeedConfig::from_string(j.str(), world);
 }
 
 std::unique_ptr<Engine> make_engine(const std::string& arch, int stage, int64_t gas, bool bf16, int world,
-                                    ProcessGroup* pg, int device) {
-  DeepSpeedConfig cfg = config(stage, gas, bf16, world);
+                                    ProcessGroup* pg, int device, bool overlap = false) {
+  DeepSpeedConfig cfg = config(stage, gas, bf16, world, overlap);
   ModelOptions mo;
   mo.dtype = model_dtype(cfg);
   mo.device = Device::cuda(device);
@@ -161,8 +163,10 @@ void expect_same_update(const Trained& got, const Trained& want, double tol, con
 
 // On `world` GPUs: for each arch, the reference on this rank's GPU, then each stage against it (Note [ZeRO NCCL
 // tolerances]). f32 runs with TF32 off.
-void stages_match_one_gpu(int world, const std::vector<int>& stages, bool bf16) {
+// copy_engine: stage 0 with overlap_comm and DSCPP_DP_COPY_ENGINE=1 (Note [Copy-engine buckets]).
+void stages_match_one_gpu(int world, const std::vector<int>& stages, bool bf16, bool copy_engine = false) {
   auto results = run_ranks(world, [&](int rank, int port) {
+    if (copy_engine) setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // a forked rank: the parent's env is untouched
     cuda_set_device(rank);
 #ifdef DSCPP_WITH_CUDA
     cuda::set_matmul_allow_tf32(bf16);
@@ -177,8 +181,12 @@ void stages_match_one_gpu(int world, const std::vector<int>& stages, bool bf16) 
         // A group per engine: start-up compares configs through per-group store keys, which a previous engine
         // of another stage left behind.
         auto group = pg->new_subgroup(everyone);
-        auto e = make_engine(arch, stage, kGas, bf16, world, group.get(), rank);
-        EXPECT_TRUE(e->zero_partition().sharded());
+        auto e = make_engine(arch, stage, kGas, bf16, world, group.get(), rank, copy_engine);
+        EXPECT_EQ(e->zero_partition().sharded(), stage > 0);
+        if (copy_engine) {
+          ASSERT_NE(e->grad_reducer(), nullptr);
+          EXPECT_GT(e->grad_reducer()->buckets_by_copies(), 0) << arch;
+        }
         const Trained got = train(*e, rank, kGas);
         const std::string what = arch + (bf16 ? " bf16" : " f32") + " stage " + std::to_string(stage) + " on " +
                                  std::to_string(world) + " GPUs, rank " + std::to_string(rank);
@@ -200,6 +208,11 @@ void stages_match_one_gpu(int world, const std::vector<int>& stages, bool bf16) 
 }
 
 }  // namespace
+
+TEST(ZeroNccl, Stage0CopyEngineBucketsMatchOneGpu2Gpus) {
+  REQUIRE_GPUS(2);
+  stages_match_one_gpu(2, {0}, false, /*copy_engine=*/true);
+}
 
 TEST(ZeroNccl, StagesMatchOneGpu2Gpus) {
   REQUIRE_GPUS(2);
