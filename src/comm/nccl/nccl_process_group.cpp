@@ -122,9 +122,19 @@ class SymmetricMemory : public Allocator {
     const MemoryCategory c = allocator_for(Device::cuda(device_)).count_external_alloc(bytes);
     {
       std::lock_guard<std::mutex> lock(mu_);
-      live_[ptr] = Entry{comm, win, c};
+      live_[ptr] = Entry{comm, win, c, size_t(bytes)};
     }
     return Tensor::wrap(ptr, {numel}, dtype, Device::cuda(device_), this);
+  }
+  // Whether t lies inside a live window registered with `comm`.
+  bool holds(const Tensor& t, ncclComm_t comm) {
+    const char* p = static_cast<const char*>(t.raw());
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [base, e] : live_)
+      if (e.comm == comm && p >= static_cast<const char*>(base) &&
+          p + t.nbytes() <= static_cast<const char*>(base) + e.bytes)
+        return true;
+    return false;
   }
   // The group of `comm` is going: deregister its windows now (when it can still talk), free-only later.
   void forget(ncclComm_t comm, bool deregister_now) {
@@ -143,6 +153,7 @@ class SymmetricMemory : public Allocator {
     ncclComm_t comm = nullptr;
     ncclWindow_t win = nullptr;
     MemoryCategory category = MemoryCategory::other;
+    size_t bytes = 0;
   };
   explicit SymmetricMemory(int device) : device_(device) {}
 #if DSCPP_NCCL_WINDOWS
@@ -204,6 +215,7 @@ class NcclProcessGroup : public ProcessGroup {
         blocking_wait_(env_flag("DSCPP_NCCL_BLOCKING_WAIT") || env_flag("NCCL_BLOCKING_WAIT")) {
     setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // NVLink multicast off unless the user asked for it
     device_ = cuda::current_device();
+    cta_policy_ = a.options.cta_policy;
     ncclUniqueId id;
     std::string key = group_key(name_, "nccl_id");
     if (rank_ == 0) {
@@ -347,6 +359,13 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
   WorkPtr do_all_gather(Tensor& out, const Tensor& in) override {
+    if (source_not_symmetric(out, in)) {  // Note [Copy-engine sources]: gather in place from out's own block
+      Tensor mine = out.slice(int64_t(rank_) * in.numel(), in.numel());
+      return launch("all_gather", out.nbytes(), {out, in}, [&](cudaStream_t s) {
+        DSCPP_CUDA_CHECK(cudaMemcpyAsync(mine.raw(), in.raw(), in.nbytes(), cudaMemcpyDeviceToDevice, s));
+        return ncclAllGather(mine.raw(), out.raw(), size_t(in.numel()), nccl_dtype(in.dtype()), comm_, s);
+      });
+    }
     return launch("all_gather", out.nbytes(), {out, in}, [&](cudaStream_t s) {
       return ncclAllGather(in.raw(), out.raw(), size_t(in.numel()), nccl_dtype(in.dtype()), comm_, s);
     });
@@ -438,13 +457,23 @@ class NcclProcessGroup : public ProcessGroup {
     fail_op(what, "NCCL error " + msg);
   }
 
+  // Note [Copy-engine sources]: on a CtaPolicy::zero group, NCCL 2.28.3's copy-engine all_to_all whose output is in
+  // a symmetric window but whose input is not delivered nothing for messages of 1 MiB and more, and the group's next
+  // collective hung (2 H200s; CommNccl.CopyEngineCollectives2Gpus). Such calls take another route: all_to_all as
+  // grouped sends and receives, all_gather in place from a copy of the input in the output's own block.
+  bool source_not_symmetric(const Tensor& out, const Tensor& in) {
+    if (cta_policy_ != CtaPolicy::zero) return false;
+    SymmetricMemory& m = SymmetricMemory::of(device_);
+    return m.holds(out, comm_) && !m.holds(in, comm_);
+  }
+
   // in and out: size_ blocks; block r of in goes to rank r, block r of out comes from it.
   ncclResult_t all_to_all_call(const Tensor& in, const Tensor& out, cudaStream_t s) {
     const size_t count = size_t(in.numel() / size_);
     const ncclDataType_t dt = nccl_dtype(in.dtype());
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-    return ncclAlltoAll(in.raw(), out.raw(), count, dt, comm_, s);
-#else
+    if (!source_not_symmetric(out, in)) return ncclAlltoAll(in.raw(), out.raw(), count, dt, comm_, s);
+#endif
     const size_t block = count * dtype_size(in.dtype());
     ncclGroupStart();
     for (int r = 0; r < size_; r++) {
@@ -452,7 +481,6 @@ class NcclProcessGroup : public ProcessGroup {
       ncclRecv(static_cast<char*>(out.raw()) + size_t(r) * block, count, dt, r, comm_, s);
     }
     return ncclGroupEnd();
-#endif
   }
 
   // A non-blocking communicator may answer ncclInProgress: poll until the call has settled (bounded by timeout).
@@ -568,6 +596,7 @@ class NcclProcessGroup : public ProcessGroup {
   }
 
   int device_ = 0;
+  CtaPolicy cta_policy_ = CtaPolicy::nccl_default;
   bool blocking_wait_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
