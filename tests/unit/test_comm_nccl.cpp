@@ -265,7 +265,8 @@ namespace {
 
 // Note [All-reduce by copies] on a CtaPolicy::zero group: all_to_all and all_reduce_by_copies on the group's
 // symmetric memory (which NCCL may move with copy engines) and on ordinary memory, against the serial results; the
-// symmetric memory is counted by the device allocator while it lives. The windows are registered once and sliced
+// symmetric memory is counted by the device allocator while it lives; ordinary memory is refused with an error
+// (Note [Copy-engine sources]). The windows are registered once and sliced
 // from offset 0 (the same on every rank), as the engine does: with NCCL 2.28.3, windows freed and registered again
 // at a reused address received nothing (2 H200s).
 void check_copy_engine_collectives(int rank, int world, int port) {
@@ -306,6 +307,16 @@ void check_copy_engine_collectives(int rank, int world, int port) {
         if (mode != 2) {
           scratch.copy_from(on_gpu(poisoned(n * world + 5, dt), rank));
           out.copy_from(on_gpu(poisoned(n * world, dt), rank));
+        }
+        if (mode > 0) {  // Note [Copy-engine sources]: refused before NCCL is called, so nothing hangs
+          try {
+            ce->all_to_all(out, src);
+            ADD_FAILURE() << "all_to_all " << what << " accepted";
+          } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("symmetric memory"), std::string::npos) << e.what();
+          }
+          if (mode == 2) EXPECT_THROW(ce->all_reduce_by_copies(t, scratch, ReduceOp::avg), Error);
+          continue;
         }
         ce->all_to_all(out, src)->wait();
         expect_matches(on_cpu(out), [&](int64_t i) { return in[size_t(i / n)][size_t(rank * n + i % n)]; },

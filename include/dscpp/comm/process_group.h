@@ -25,9 +25,10 @@ const char* reduce_op_name(ReduceOp op);
 
 enum class WorkStatus { pending, completed, failed };
 
-// NCCL's CTA policy (ncclConfig_t::CTAPolicy, NCCL >= 2.28). zero: all_to_all and all_gather whose output is in
-// this group's symmetric memory (alloc_symmetric) move their data with the GPU's copy engines, leaving every SM to
-// the compute beside them (Note [All-reduce by copies]). efficiency: as few thread blocks as NCCL finds decent.
+// NCCL's CTA policy (ncclConfig_t::CTAPolicy, NCCL >= 2.28). zero: all_to_all and all_gather in this group's
+// symmetric memory (alloc_symmetric) move their data with the GPU's copy engines, leaving every SM to the compute
+// beside them (Note [All-reduce by copies]); on such a group those two and all_reduce_by_copies accept only that
+// memory (Note [Copy-engine sources]). efficiency: as few thread blocks as NCCL finds decent.
 enum class CtaPolicy { nccl_default, efficiency, zero };
 
 // How a new sub-group's collectives run. max_ctas (NCCL's ncclConfig_t::maxCTAs): at most this many thread blocks

@@ -30,6 +30,7 @@
 #include <exception>
 #include <list>
 #include <mutex>
+#include <initializer_list>
 #include <thread>
 #include <unordered_map>
 
@@ -359,24 +360,20 @@ class NcclProcessGroup : public ProcessGroup {
     });
   }
   WorkPtr do_all_gather(Tensor& out, const Tensor& in) override {
-    if (source_not_symmetric(out, in)) {  // Note [Copy-engine sources]: gather in place from out's own block
-      Tensor mine = out.slice(int64_t(rank_) * in.numel(), in.numel());
-      return launch("all_gather", out.nbytes(), {out, in}, [&](cudaStream_t s) {
-        DSCPP_CUDA_CHECK(cudaMemcpyAsync(mine.raw(), in.raw(), in.nbytes(), cudaMemcpyDeviceToDevice, s));
-        return ncclAllGather(mine.raw(), out.raw(), size_t(in.numel()), nccl_dtype(in.dtype()), comm_, s);
-      });
-    }
+    need_symmetric("all_gather", {&out, &in});
     return launch("all_gather", out.nbytes(), {out, in}, [&](cudaStream_t s) {
       return ncclAllGather(in.raw(), out.raw(), size_t(in.numel()), nccl_dtype(in.dtype()), comm_, s);
     });
   }
   WorkPtr do_all_to_all(Tensor& out, const Tensor& in) override {
+    need_symmetric("all_to_all", {&out, &in});
     return launch("all_to_all", in.nbytes(), {out, in}, [&](cudaStream_t s) {
       return all_to_all_call(in, out, s);
     });
   }
   // Note [All-reduce by copies] (comm/process_group.h): all three steps on the group's stream, as one op.
   WorkPtr do_all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op) override {
+    need_symmetric("all_reduce_by_copies", {&t, &scratch});
     const int64_t n = t.numel() / size_;
     Tensor received = scratch.slice(0, t.numel());
     Tensor mine = t.slice(int64_t(rank_) * n, n);
@@ -457,14 +454,16 @@ class NcclProcessGroup : public ProcessGroup {
     fail_op(what, "NCCL error " + msg);
   }
 
-  // Note [Copy-engine sources]: on a CtaPolicy::zero group, NCCL 2.28.3's copy-engine all_to_all whose output is in
-  // a symmetric window but whose input is not delivered nothing for messages of 1 MiB and more, and the group's next
-  // collective hung (2 H200s; CommNccl.CopyEngineCollectives2Gpus). Such calls take another route: all_to_all as
-  // grouped sends and receives, all_gather in place from a copy of the input in the output's own block.
-  bool source_not_symmetric(const Tensor& out, const Tensor& in) {
-    if (cta_policy_ != CtaPolicy::zero) return false;
+  // Note [Copy-engine sources]: on a CtaPolicy::zero group with NCCL 2.28.3 (2 H200s), an all_to_all from ordinary
+  // memory into a symmetric window delivered nothing for messages of 1 MiB and more, whether NCCL's all_to_all or
+  // grouped sends and receives carried it, and the group's next collective hung. Such a group's data-moving ops
+  // therefore take only its symmetric memory (what the engine gives them), and say so otherwise.
+  void need_symmetric(const char* op, std::initializer_list<const Tensor*> ts) {
+    if (cta_policy_ != CtaPolicy::zero) return;
     SymmetricMemory& m = SymmetricMemory::of(device_);
-    return m.holds(out, comm_) && !m.holds(in, comm_);
+    for (const Tensor* t : ts)
+      DSCPP_CHECK(m.holds(*t, comm_), op, " on group '", name_, "' (CtaPolicy::zero): every tensor must be in this "
+                  "group's symmetric memory (alloc_symmetric); ", t->str(), " is not (Note [Copy-engine sources])");
   }
 
   // in and out: size_ blocks; block r of in goes to rank r, block r of out comes from it.
@@ -472,8 +471,8 @@ class NcclProcessGroup : public ProcessGroup {
     const size_t count = size_t(in.numel() / size_);
     const ncclDataType_t dt = nccl_dtype(in.dtype());
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-    if (!source_not_symmetric(out, in)) return ncclAlltoAll(in.raw(), out.raw(), count, dt, comm_, s);
-#endif
+    return ncclAlltoAll(in.raw(), out.raw(), count, dt, comm_, s);
+#else
     const size_t block = count * dtype_size(in.dtype());
     ncclGroupStart();
     for (int r = 0; r < size_; r++) {
@@ -481,6 +480,7 @@ class NcclProcessGroup : public ProcessGroup {
       ncclRecv(static_cast<char*>(out.raw()) + size_t(r) * block, count, dt, r, comm_, s);
     }
     return ncclGroupEnd();
+#endif
   }
 
   // A non-blocking communicator may answer ncclInProgress: poll until the call has settled (bounded by timeout).
