@@ -64,8 +64,8 @@ class GradReducer {
   void set_launch_at_windows(bool on) { at_windows_ = on; }
   bool launch_at_windows() const { return at_windows_; }
   // Note [Lean buckets], Note [Copy-engine buckets]: buckets [0, size - tail) go through `side` (same ranks as pg;
-  // outlives the reducer; null turns it off); with `scratch` (side's dtype-f32 symmetric memory, at least as large
-  // as those buckets) they are all-reduced by copies, else by side's all_reduce.
+  // outlives the reducer; null turns it off); with `scratch` (side's symmetric memory in the gradients' dtype, at
+  // least as large as those buckets) they are all-reduced by copies, else by side's all_reduce.
   void set_side_group(ProcessGroup* side, int tail, Tensor scratch = Tensor());
   int64_t buckets_on_side_group() const;  // how many buckets use the side group
   int64_t buckets_by_copies() const;      // of those, how many are all-reduced by copies

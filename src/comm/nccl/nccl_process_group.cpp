@@ -241,7 +241,7 @@ class NcclProcessGroup : public ProcessGroup {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     // Non-blocking, so that initialisation and every call can time out (settle()); DSCPP_NCCL_BLOCKING=1 makes
     // NCCL's calls block instead (PyTorch's default; the watchdog's timeouts still abort stuck collectives).
-    // A group with a CTA policy is blocking too: it is the one that registers symmetric windows, and NCCL 2.28.9's
+    // A group with a CTA policy is blocking too: it is the one that registers symmetric windows, and NCCL 2.28.3's
     // ncclCommWindowRegister fails on a non-blocking communicator ("Attempt to use communicator before the previous
     // operation returned ncclSuccess", seen on 2 H200s). Its collectives still time out through the watchdog.
     config.blocking = env_flag("DSCPP_NCCL_BLOCKING") || a.options.cta_policy != CtaPolicy::nccl_default ? 1 : 0;

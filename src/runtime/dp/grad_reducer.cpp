@@ -102,7 +102,10 @@ int64_t GradReducer::buckets_on_side_group() const {
 
 int64_t GradReducer::largest_side_bucket() const {
   int64_t m = 0;
-  for (int64_t k = 0; k < buckets_on_side_group(); k++) m = std::max(m, buckets_[size_t(k)].end - buckets_[size_t(k)].begin);
+  for (int64_t k = 0; k < buckets_on_side_group(); k++) {
+    const GradBucket& b = buckets_[size_t(k)];
+    m = std::max(m, b.end - b.begin);
+  }
   return m;
 }
 

@@ -43,7 +43,6 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
                                              cfg_.communication_dtype());
     reducer_->set_launch_at_windows(z.overlap_comm && comm_windows_from_env());
     if (z.overlap_comm) init_side_group(ps);
-
     GradReducer* r = reducer_.get();
     model_->set_grad_ready_hook([r](int64_t b, int64_t e) { r->grads_ready(b, e); });
     return;
