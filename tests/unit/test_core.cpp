@@ -112,6 +112,30 @@ TEST(ParamSet, FlatLayoutAlignedFusedAndPadded) {
   EXPECT_THROW(ps.add("late", {1}, true), Error);
 }
 
+// Note [Copy-engine buckets]: the gradients move into another buffer (a group's symmetric memory) with their values.
+TEST(ParamSet, ReplaceFlatGradsCopiesAndChecks) {
+  ParamSet ps;
+  int a = ps.add("a.weight", {3, 5}, true);
+  ps.add("b.bias", {7}, false);
+  ps.materialize(DType::f32, Device::cpu(), 16, 64);
+  for (int64_t i = 0; i < ps.flat_numel(); i++) ps.flat_grads().data<float>()[i] = float(i) * 0.5f + 1.0f;
+  Tensor old = ps.flat_grads();
+  Tensor fresh = Tensor::zeros({ps.flat_numel()}, DType::f32);
+  ps.replace_flat_grads(fresh);
+  EXPECT_EQ(ps.flat_grads().raw(), fresh.raw());
+  for (int64_t i = 0; i < ps.flat_numel(); i++) ASSERT_EQ(fresh.data<float>()[i], float(i) * 0.5f + 1.0f) << i;
+  ps.grad(a).data<float>()[2] = -9.0f;  // views now land in the new buffer
+  EXPECT_EQ(fresh.data<float>()[2], -9.0f);
+  EXPECT_NE(old.data<float>()[2], -9.0f);
+  try {
+    ps.replace_flat_grads(Tensor::zeros({ps.flat_numel() - 1}, DType::f32));
+    ADD_FAILURE() << "a short buffer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 64 elements of f32"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(ps.replace_flat_grads(Tensor::zeros({ps.flat_numel()}, DType::bf16)), Error);
+}
+
 // The DSCPP_* experiment knobs: unset or empty means the default; a bad value is an error naming the variable.
 TEST(Env, IntAndChoiceParseOrNameTheVariable) {
   const char* var = "DSCPP_TEST_KNOB";
