@@ -28,7 +28,8 @@ enum class WorkStatus { pending, completed, failed };
 // NCCL's CTA policy (ncclConfig_t::CTAPolicy, NCCL >= 2.28). zero: all_to_all and all_gather in this group's
 // symmetric memory (alloc_symmetric) move their data with the GPU's copy engines, leaving every SM to the compute
 // beside them (Note [All-reduce by copies]); on such a group those two and all_reduce_by_copies accept only that
-// memory (Note [Copy-engine sources]). efficiency: as few thread blocks as NCCL finds decent.
+// memory (Note [Copy-engine sources]). efficiency: as few thread blocks as NCCL finds decent. A group with either
+// has a blocking communicator (NCCL 2.28.3 registers windows only on those).
 enum class CtaPolicy { nccl_default, efficiency, zero };
 
 // How a new sub-group's collectives run. max_ctas (NCCL's ncclConfig_t::maxCTAs): at most this many thread blocks
@@ -85,9 +86,9 @@ class ProcessGroup {
   WorkPtr all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op = ReduceOp::avg);
   // A collective (every rank, the same numel and dtype, in the same order): zeroed memory that this group's
   // collectives can treat symmetrically. nccl: ncclMemAlloc'd and registered as a symmetric window of the group's
-  // communicator (counted by the device allocator's statistics under the current memory category), freed and
-  // deregistered when the last view goes, which must happen on every rank in the same order while the group lives.
-  // gloo: ordinary CPU memory.
+  // communicator (counted by the device allocator's statistics under the current memory category), deregistered
+  // and freed when the last view goes, on every rank in the same order; memory that outlives the group is only
+  // freed (Note [Symmetric memory]). gloo: ordinary CPU memory.
   Tensor alloc_symmetric(int64_t numel, DType dtype);
   WorkPtr broadcast(Tensor& t, int root);  // root is a rank of this group
   WorkPtr barrier();
