@@ -28,9 +28,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <initializer_list>
 #include <list>
 #include <mutex>
-#include <initializer_list>
 #include <thread>
 #include <unordered_map>
 
