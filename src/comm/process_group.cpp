@@ -117,25 +117,50 @@ WorkPtr ProcessGroup::all_to_all(Tensor& out, const Tensor& in) {
   return do_all_to_all(out, in);
 }
 
+namespace {
+void check_by_copies(const char* op, const std::string& group, int size, ReduceOp rop, const Tensor& t,
+                     const Tensor& scratch) {
+  DSCPP_CHECK(rop == ReduceOp::sum || rop == ReduceOp::avg, op, ": op ", reduce_op_name(rop), " (expected sum or avg)");
+  DSCPP_CHECK(dtype_is_float(t.dtype()) && scratch.dtype() == t.dtype(), op, ": the data is ", dtype_name(t.dtype()),
+              " and scratch ", dtype_name(scratch.dtype()), " (expected one float dtype)");
+  DSCPP_CHECK(t.numel() % size == 0 && scratch.numel() >= t.numel(), op, " on group '", group, "': the data has ",
+              t.numel(), " elements (expected a multiple of ", size, " ranks), scratch ", scratch.numel(),
+              " (expected >= the data's)");
+}
+float by_copies_scale(ReduceOp op, int size) { return op == ReduceOp::avg ? 1.0f / float(size) : 1.0f; }
+}  // namespace
+
 WorkPtr ProcessGroup::all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op) {
   check_tensor("all_reduce_by_copies", t);
   check_tensor("all_reduce_by_copies", scratch);
-  DSCPP_CHECK(op == ReduceOp::sum || op == ReduceOp::avg, "all_reduce_by_copies: op ", reduce_op_name(op),
-              " (expected sum or avg)");
-  DSCPP_CHECK(dtype_is_float(t.dtype()) && scratch.dtype() == t.dtype(), "all_reduce_by_copies: t is ",
-              dtype_name(t.dtype()), " and scratch ", dtype_name(scratch.dtype()), " (expected one float dtype)");
-  DSCPP_CHECK(t.numel() % size_ == 0 && scratch.numel() >= t.numel(), "all_reduce_by_copies on group '", name_,
-              "': t has ", t.numel(), " elements (expected a multiple of ", size_, " ranks), scratch ",
-              scratch.numel(), " (expected >= t's)");
+  check_by_copies("all_reduce_by_copies", name_, size_, op, t, scratch);
   return do_all_reduce_by_copies(t, scratch, op);
+}
+
+WorkPtr ProcessGroup::reduce_scatter_by_copies(Tensor& out, const Tensor& in, Tensor& scratch, ReduceOp op) {
+  check_tensor("reduce_scatter_by_copies", out);
+  check_tensor("reduce_scatter_by_copies", in);
+  check_tensor("reduce_scatter_by_copies", scratch);
+  check_by_copies("reduce_scatter_by_copies", name_, size_, op, in, scratch);
+  DSCPP_CHECK(out.dtype() == in.dtype() && out.numel() * size_ == in.numel(), "reduce_scatter_by_copies on group '",
+              name_, "': out is ", out.str(), ", expected ", dtype_name(in.dtype()), " [", in.numel() / size_,
+              "] (in's elements / ", size_, " ranks)");
+  return do_reduce_scatter_by_copies(out, in, scratch, op);
+}
+
+// The defaults run the steps one after another, the host waiting for the all_to_all (gloo's ops are synchronous).
+WorkPtr ProcessGroup::do_reduce_scatter_by_copies(Tensor& out, const Tensor& in, Tensor& scratch, ReduceOp op) {
+  Tensor received = scratch.slice(0, in.numel());
+  WorkPtr w = do_all_to_all(received, in);
+  w->wait();
+  ops::sum_blocks(out, received, by_copies_scale(op, size_));
+  return w;
 }
 
 WorkPtr ProcessGroup::do_all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op) {
   const int64_t n = t.numel() / size_;
-  Tensor received = scratch.slice(0, t.numel());
-  do_all_to_all(received, t)->wait();
   Tensor mine = t.slice(int64_t(rank_) * n, n);
-  ops::sum_blocks(mine, received, op == ReduceOp::avg ? 1.0f / float(size_) : 1.0f);
+  ProcessGroup::do_reduce_scatter_by_copies(mine, t, scratch, op);
   return do_all_gather(t, mine);
 }
 

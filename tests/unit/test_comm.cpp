@@ -1,6 +1,6 @@
 // Process groups on the Gloo backend with real processes (2 and 4 ranks): every collective against a serial
 // computation on random data (all dtypes, odd sizes, sum/avg/max/min), async overlap, sub-groups, send/recv.
-// Also all_to_all and all_reduce_by_copies.
+// Also all_to_all, all_reduce_by_copies and reduce_scatter_by_copies.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,6 +55,9 @@ void check_collectives(int rank, int world, int port) {
           Tensor u = make_tensor(in[size_t(rank)], dt), scratch = poisoned(n * world + 3, dt);
           pg->all_reduce_by_copies(u, scratch, op)->wait();
           expect_matches(u, ref, "all_reduce_by_copies " + tag);
+          Tensor v = make_tensor(in[size_t(rank)], dt), part = poisoned(n, dt), scratch2 = poisoned(n * world, dt);
+          pg->reduce_scatter_by_copies(part, v, scratch2, op)->wait();
+          expect_matches(part, [&](int64_t i) { return ref(rank * n + i); }, "reduce_scatter_by_copies " + tag);
         }
       }
       // all_to_all: out block r = rank r's block `rank`
@@ -206,9 +209,16 @@ TEST(CommGloo, ArgumentErrorsNameTheProblem) {
       pg->all_reduce_by_copies(a, small);
       ADD_FAILURE() << "a scratch smaller than t accepted";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("scratch 4 (expected >= t's)"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("scratch 4 (expected >= the data's)"), std::string::npos) << e.what();
     }
     EXPECT_THROW(pg->all_reduce_by_copies(a, b, ReduceOp::max), Error);
+    try {
+      Tensor part = Tensor::zeros({4}, DType::f32), scratch = Tensor::zeros({8}, DType::f32);
+      pg->reduce_scatter_by_copies(part, a, scratch);
+      ADD_FAILURE() << "reduce_scatter_by_copies accepted an out of the wrong size";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected f32 [3]"), std::string::npos) << e.what();
+    }
     Tensor sym = pg->alloc_symmetric(9, DType::f32);  // gloo: ordinary zeroed host memory
     EXPECT_EQ(sym.numel(), 9);
     EXPECT_EQ(load_as_float(sym, 8), 0.0f);

@@ -263,7 +263,8 @@ TEST(CommNccl, WaitedOpReleasesItsTensors2Gpus) {
 
 namespace {
 
-// Note [All-reduce by copies] on a CtaPolicy::zero group: all_to_all and all_reduce_by_copies on the group's
+// Note [All-reduce by copies] on a CtaPolicy::zero group: all_to_all, all_gather, reduce_scatter_by_copies and
+// all_reduce_by_copies on the group's
 // symmetric memory (which NCCL may move with copy engines) and on ordinary memory, against the serial results; the
 // symmetric memory is counted by the device allocator while it lives; ordinary memory is refused with an error
 // (Note [Copy-engine sources]). The windows are registered once and sliced
@@ -315,12 +316,27 @@ void check_copy_engine_collectives(int rank, int world, int port) {
           } catch (const Error& e) {
             EXPECT_NE(std::string(e.what()).find("symmetric memory"), std::string::npos) << e.what();
           }
+          Tensor part = on_gpu(poisoned(n, dt), rank);
+          EXPECT_THROW(ce->reduce_scatter_by_copies(part, src, scratch, ReduceOp::avg), Error);
           if (mode == 2) EXPECT_THROW(ce->all_reduce_by_copies(t, scratch, ReduceOp::avg), Error);
           continue;
         }
         ce->all_to_all(out, src)->wait();
         expect_matches(on_cpu(out), [&](int64_t i) { return in[size_t(i / n)][size_t(rank * n + i % n)]; },
                        "all_to_all " + what);
+        // Note [Copy-engine ZeRO]: stage 3's gather (window to window, out of place) and the gradient
+        // reduce-scatter (into ordinary memory).
+        out.copy_from(on_gpu(poisoned(n * world, dt), rank));
+        ce->all_gather(out, src.slice(0, n))->wait();
+        expect_matches(on_cpu(out), [&](int64_t i) { return in[size_t(i / n)][size_t(i % n)]; }, "all_gather " + what);
+        Tensor part = on_gpu(poisoned(n, dt), rank);
+        ce->reduce_scatter_by_copies(part, src, scratch, ReduceOp::avg)->wait();
+        reduction_roundings() = 1;
+        expect_matches(on_cpu(part), [&](int64_t i) {
+          double s = 0;
+          for (int r = 0; r < world; ++r) s += in[size_t(r)][size_t(rank * n + i)];
+          return s / world;
+        }, "reduce_scatter_by_copies " + what);
         ce->all_reduce_by_copies(t, scratch, ReduceOp::avg)->wait();
         reduction_roundings() = 1;  // f32 accumulation, one rounding
         expect_matches(on_cpu(t), [&](int64_t i) {

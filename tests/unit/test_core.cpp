@@ -7,6 +7,7 @@
 #include "dscpp/core/env.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/core/tensor.h"
+#include "dscpp/core/tensor_arena.h"
 #include "dscpp/nn/params.h"
 
 using namespace dscpp;
@@ -166,4 +167,41 @@ TEST(Env, IntAndChoiceParseOrNameTheVariable) {
     EXPECT_NE(std::string(e.what()).find("DSCPP_TEST_KNOB='c': expected one of a, b"), std::string::npos) << e.what();
   }
   unsetenv(var);
+}
+
+// TensorArena (core/tensor_arena.h): first-fit, 256-byte aligned, coalescing, deterministic, and it says no.
+TEST(TensorArena, TakesFirstFitCoalescesAndSaysNoWhenFull) {
+  TensorArena arena(Tensor::zeros({1024}, DType::f32));  // 64 f32 per 256 bytes
+  Tensor a = arena.take(10), b = arena.take(64), c = arena.take(100);
+  ASSERT_TRUE(a.defined() && b.defined() && c.defined());
+  const auto off = [&](const Tensor& t) {
+    return (static_cast<const char*>(t.raw()) - static_cast<const char*>(arena.buffer().raw())) / 4;
+  };
+  EXPECT_EQ(off(a), 0);
+  EXPECT_EQ(off(b), 64);
+  EXPECT_EQ(off(c), 128);
+  EXPECT_EQ(a.numel(), 10);
+  EXPECT_EQ(arena.used(), 64 + 64 + 128);
+  EXPECT_FALSE(arena.take(1024 - 256 + 1).defined()) << "larger than the free tail";
+  arena.give_back(b);
+  EXPECT_EQ(off(arena.take(30)), 64) << "first fit reuses the hole";
+  arena.give_back(a);
+  arena.give_back(c);
+  EXPECT_THROW(arena.give_back(c), Error) << "given back twice";
+  EXPECT_THROW(arena.give_back(Tensor::zeros({4}, DType::f32)), Error) << "not from this arena";
+  Tensor d = arena.take(1024 - 128);  // free: [0, 64) and [128, 1024); [64, 128) holds the 30
+  EXPECT_EQ(off(d), 128);
+  EXPECT_EQ(arena.used(), 64 + 896);
+  EXPECT_EQ(arena.peak_used(), 64 + 896);
+  EXPECT_THROW(arena.take(0), Error);
+  TensorArena none;
+  EXPECT_FALSE(none.take(1).defined());
+  EXPECT_FALSE(none.holds(d));
+  // The last range may be shorter than the rounding: a buffer is usable to its end.
+  TensorArena odd(Tensor::zeros({100}, DType::f32));
+  Tensor x = odd.take(70);  // rounds to 128 > 100: the whole buffer
+  EXPECT_TRUE(x.defined());
+  EXPECT_FALSE(odd.take(1).defined());
+  odd.give_back(x);
+  EXPECT_TRUE(odd.take(100).defined());
 }

@@ -163,7 +163,8 @@ void expect_same_update(const Trained& got, const Trained& want, double tol, con
 
 // On `world` GPUs: for each arch, the reference on this rank's GPU, then each stage against it (Note [ZeRO NCCL
 // tolerances]). f32 runs with TF32 off.
-// copy_engine: stage 0 with overlap_comm and DSCPP_DP_COPY_ENGINE=1 (Note [Copy-engine buckets]).
+// copy_engine: overlap_comm and DSCPP_DP_COPY_ENGINE=1 (stage 0: Note [Copy-engine buckets]; stages 2 and 3:
+// Note [Copy-engine ZeRO]).
 void stages_match_one_gpu(int world, const std::vector<int>& stages, bool bf16, bool copy_engine = false) {
   auto results = run_ranks(world, [&](int rank, int port) {
     if (copy_engine) setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // a forked rank: the parent's env is untouched
@@ -183,9 +184,14 @@ void stages_match_one_gpu(int world, const std::vector<int>& stages, bool bf16, 
         auto group = pg->new_subgroup(everyone);
         auto e = make_engine(arch, stage, kGas, bf16, world, group.get(), rank, copy_engine);
         EXPECT_EQ(e->zero_partition().sharded(), stage > 0);
-        if (copy_engine) {
+        if (copy_engine && stage == 0) {
           ASSERT_NE(e->grad_reducer(), nullptr);
           EXPECT_GT(e->grad_reducer()->buckets_by_copies(), 0) << arch;
+        }
+        if (copy_engine && stage >= 2) {  // Note [Copy-engine ZeRO]
+          ASSERT_NE(e->zero_grads(), nullptr);
+          EXPECT_GT(e->zero_grads()->reductions_by_copies(), 0) << arch;
+          if (stage == 3) EXPECT_GT(e->zero_params()->gathers_by_copies(), 0) << arch;
         }
         const Trained got = train(*e, rank, kGas);
         const std::string what = arch + (bf16 ? " bf16" : " f32") + " stage " + std::to_string(stage) + " on " +
@@ -212,6 +218,16 @@ void stages_match_one_gpu(int world, const std::vector<int>& stages, bool bf16, 
 TEST(ZeroNccl, Stage0CopyEngineBucketsMatchOneGpu2Gpus) {
   REQUIRE_GPUS(2);
   stages_match_one_gpu(2, {0}, false, /*copy_engine=*/true);
+}
+
+TEST(ZeroNccl, Stages23CopyEngineMatchOneGpu2Gpus) {
+  REQUIRE_GPUS(2);
+  stages_match_one_gpu(2, {2, 3}, false, /*copy_engine=*/true);
+}
+
+TEST(ZeroNccl, Stages23CopyEngineMatchOneGpu4Gpus) {
+  REQUIRE_GPUS(4);
+  stages_match_one_gpu(4, {2, 3}, false, /*copy_engine=*/true);
 }
 
 TEST(ZeroNccl, StagesMatchOneGpu2Gpus) {

@@ -84,6 +84,11 @@ class ProcessGroup {
   // reduction no longer takes SMs from the backward GEMMs beside it. nccl: one op on the group's stream; gloo: the
   // same three steps on the host. Keep scratch alive and unused until the returned op is waited on.
   WorkPtr all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op = ReduceOp::avg);
+  // The first half of that: a reduce_scatter (in: size() * n elements, out: n, op sum or avg) as an all_to_all of
+  // in into scratch (>= in.numel() elements) and ops::sum_blocks into out. On a CtaPolicy::zero group, in and
+  // scratch must come from alloc_symmetric; out may be any memory of the device. Keep scratch alive and unused until
+  // the returned op is waited on.
+  WorkPtr reduce_scatter_by_copies(Tensor& out, const Tensor& in, Tensor& scratch, ReduceOp op = ReduceOp::avg);
   // A collective (every rank, the same numel and dtype, in the same order): zeroed memory that this group's
   // collectives can treat symmetrically. nccl: ncclMemAlloc'd and registered as a symmetric window of the group's
   // communicator (counted by the device allocator's statistics under the current memory category), deregistered
@@ -122,6 +127,7 @@ class ProcessGroup {
   // The default composes do_all_to_all, ops::sum_blocks and do_all_gather, waiting for the first on the caller's
   // side (gloo: the host blocks; nccl overrides it with one op on its stream).
   virtual WorkPtr do_all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op);
+  virtual WorkPtr do_reduce_scatter_by_copies(Tensor& out, const Tensor& in, Tensor& scratch, ReduceOp op);
   virtual Tensor do_alloc_symmetric(int64_t numel, DType dtype) = 0;
   virtual WorkPtr do_broadcast(Tensor& t, int root) = 0;
   virtual WorkPtr do_barrier() = 0;

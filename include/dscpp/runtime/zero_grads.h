@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dscpp/comm/process_group.h"
+#include "dscpp/core/tensor_arena.h"
 #include "dscpp/runtime/zero_partition.h"
 
 namespace dscpp {
@@ -39,6 +40,13 @@ class ZeroGradPartitioner {
   Tensor grad_chunk(size_t unit) const;
   int64_t window_peak_elements() const { return window_peak_; }  // largest sum of live windows (stage 2/3)
 
+  // Note [Copy-engine ZeRO] (runtime/zero_params.h), stage 2/3 with f32 communication: later gradient windows come
+  // from an arena of `side`'s symmetric memory (a collective), and are reduce-scattered on `side` (a
+  // CtaPolicy::zero group of the same ranks, outliving this) by reduce_scatter_by_copies.
+  void use_copy_engines(ProcessGroup& side);
+  int64_t reductions_by_copies() const { return by_copies_; }
+  const TensorArena& arena() const { return arena_; }
+
  private:
   void provide_window(int unit);  // ParamSet grad-window provider
   void launch(size_t unit);
@@ -50,6 +58,7 @@ class ZeroGradPartitioner {
     WorkPtr work;
     Tensor out, dst;  // the reduce-scatter's output, and the f32 chunk it ends in
     Finish finish;
+    Tensor scratch;   // an arena slice (reduce_scatter_by_copies), given back when retired
   };
   ProcessGroup& pg_;
   ParamSet& ps_;
@@ -63,6 +72,9 @@ class ZeroGradPartitioner {
   std::deque<InFlight> in_flight_;
   bool active_ = false;
   int64_t live_ = 0, window_peak_ = 0;
+  ProcessGroup* side_ = nullptr;
+  TensorArena arena_;
+  int64_t by_copies_ = 0;
 };
 
 }  // namespace dscpp

@@ -371,23 +371,32 @@ class NcclProcessGroup : public ProcessGroup {
       return all_to_all_call(in, out, s);
     });
   }
-  // Note [All-reduce by copies] (comm/process_group.h): all three steps on the group's stream, as one op.
+  // Note [All-reduce by copies] (comm/process_group.h): all steps on the group's stream, as one op.
   WorkPtr do_all_reduce_by_copies(Tensor& t, Tensor& scratch, ReduceOp op) override {
     need_symmetric("all_reduce_by_copies", {&t, &scratch});
     const int64_t n = t.numel() / size_;
-    Tensor received = scratch.slice(0, t.numel());
     Tensor mine = t.slice(int64_t(rank_) * n, n);
-    const float scale = op == ReduceOp::avg ? 1.0f / float(size_) : 1.0f;
     return launch("all_reduce_by_copies", t.nbytes(), {t, scratch}, [&](cudaStream_t s) {
-      ncclResult_t r = all_to_all_call(t, received, s);
-      if (r == ncclInProgress) settle("all_reduce_by_copies");
-      else check(r, "all_reduce_by_copies");
-      {
-        cuda::StreamGuard on_comm_stream(device_, s);
-        ops::sum_blocks(mine, received, scale);
-      }
+      reduce_scatter_by_copies_on(s, mine, t, scratch, op, "all_reduce_by_copies");
       return ncclAllGather(mine.raw(), t.raw(), size_t(n), nccl_dtype(t.dtype()), comm_, s);
     });
+  }
+  WorkPtr do_reduce_scatter_by_copies(Tensor& out, const Tensor& in, Tensor& scratch, ReduceOp op) override {
+    need_symmetric("reduce_scatter_by_copies", {&in, &scratch});
+    return launch("reduce_scatter_by_copies", in.nbytes(), {out, in, scratch}, [&](cudaStream_t s) {
+      reduce_scatter_by_copies_on(s, out, in, scratch, op, "reduce_scatter_by_copies");
+      return ncclSuccess;
+    });
+  }
+  // The all_to_all into scratch, then the local sum of the received blocks into out, both queued on s.
+  void reduce_scatter_by_copies_on(cudaStream_t s, const Tensor& out, const Tensor& in, Tensor& scratch, ReduceOp op,
+                                   const char* what) {
+    Tensor received = scratch.slice(0, in.numel());
+    ncclResult_t r = all_to_all_call(in, received, s);
+    if (r == ncclInProgress) settle(what);
+    else check(r, what);
+    cuda::StreamGuard on_comm_stream(device_, s);
+    ops::sum_blocks(out, received, op == ReduceOp::avg ? 1.0f / float(size_) : 1.0f);
   }
   Tensor do_alloc_symmetric(int64_t numel, DType dtype) override {
 #if DSCPP_NCCL_WINDOWS

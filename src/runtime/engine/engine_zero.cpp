@@ -16,6 +16,13 @@ double gib(int64_t bytes) { return double(bytes) / double(1 << 30); }
 
 // DSCPP_COMM_WINDOW=attention defers overlapped gradient buckets to communication windows (nn/comm_window.h).
 bool comm_windows_from_env() { return env_choice("DSCPP_COMM_WINDOW", {"attention", "off"}, "off") == "attention"; }
+
+// A second group over all of pg's ranks (a collective).
+std::unique_ptr<ProcessGroup> same_ranks_group(ProcessGroup& pg, const GroupOptions& options) {
+  std::vector<int> everyone(size_t(pg.size()));
+  for (int i = 0; i < pg.size(); i++) everyone[size_t(i)] = i;
+  return pg.new_subgroup(everyone, options);
+}
 }  // namespace
 
 void Engine::init_zero(std::optional<uint64_t> init_seed) {
@@ -57,6 +64,13 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
   }
   zgrads_ = std::make_unique<ZeroGradPartitioner>(*dp_, ps, zp_, z.overlap_comm, grad_partition_,
                                                   cfg_.communication_dtype());
+  // Note [Copy-engine ZeRO] (runtime/zero_params.h); stage 1 reduces in place at the boundary and keeps NCCL's.
+  if (z.overlap_comm && zp_.stage() >= 2 && env_flag("DSCPP_DP_COPY_ENGINE")) {
+    GroupOptions options;
+    options.cta_policy = CtaPolicy::zero;
+    side_dp_ = same_ranks_group(*dp_, options);
+    zgrads_->use_copy_engines(*side_dp_);
+  }
   ZeroGradPartitioner* g = zgrads_.get();
   model_->set_grad_ready_hook([g](int64_t b, int64_t e) { g->grads_ready(b, e); });
   if (zp_.stage() <= 2) {  // Note [Deferred parameter gathers]
@@ -69,7 +83,8 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
   if (zp_.stage() == 3) {
     {
       MemoryCategoryScope scope(MemoryCategory::parameters);
-      param_shard_ = Tensor::empty({zp_.shard_numel()}, ps.dtype(), ps.device());
+      param_shard_ = side_dp_ ? side_dp_->alloc_symmetric(zp_.shard_numel(), ps.dtype())
+                              : Tensor::empty({zp_.shard_numel()}, ps.dtype(), ps.device());
     }
     for (size_t u = 0; u < owned.size(); u++) {
       Tensor dst = param_shard_.slice(owned_offset_[u], owned[u].size());
@@ -78,6 +93,7 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
     }
     ps.drop_flat_params();
     zparams_ = std::make_unique<ZeroParamCoordinator>(*dp_, ps, zp_, param_shard_, z);
+    if (side_dp_) zparams_->use_copy_engines(*side_dp_);
     ZeroParamCoordinator* c = zparams_.get();
     Model::UnitHooks hooks;
     hooks.before = [c](int u, Model::UnitPass p) { c->before(u, p); };
@@ -95,12 +111,10 @@ void Engine::init_side_group(ParamSet& ps) {
   DSCPP_CHECK(ctas == 0 || !copies, "DSCPP_DP_LEAN_CTAS=", ctas, " and DSCPP_DP_COPY_ENGINE=1 are two ways to run "
               "the overlapped buckets: set one");
   const int tail = env_int("DSCPP_DP_TAIL_BUCKETS", copies ? 1 : 2, 0, 1 << 20);
-  std::vector<int> everyone(size_t(dp_->size()));
-  for (int i = 0; i < dp_->size(); i++) everyone[size_t(i)] = i;
   GroupOptions options;
   options.max_ctas = ctas;
   if (copies) options.cta_policy = CtaPolicy::zero;
-  side_dp_ = dp_->new_subgroup(everyone, options);
+  side_dp_ = same_ranks_group(*dp_, options);
   if (!copies) return reducer_->set_side_group(side_dp_.get(), tail);
   reducer_->set_side_group(side_dp_.get(), tail);  // to size the scratch buffer
   Tensor scratch;

@@ -33,10 +33,28 @@ ZeroGradPartitioner::ZeroGradPartitioner(ProcessGroup& pg, ParamSet& ps, const Z
   accumulated_.assign(zp.units().size(), false);
 }
 
+void ZeroGradPartitioner::use_copy_engines(ProcessGroup& side) {
+  DSCPP_CHECK(windows_, "ZeRO copy-engine reductions need stage 2 or 3 (this is stage ", zp_.stage(), ")");
+  DSCPP_CHECK(side.size() == pg_.size() && side.rank() == pg_.rank(), "ZeRO copy-engine reductions: group '",
+              side.name(), "' is not over the same ranks as '", pg_.name(), "'");
+  if (comm_dtype_ != ps_.grad_dtype()) return;  // the cast copies would be ordinary memory: stay on the main group
+  // Windows being filled by backward (two units may be open at once: a tied head's and a block's) and those in
+  // flight (kMaxInFlight + the one launched before the oldest retires), each with a scratch slice.
+  int64_t largest = 0;
+  for (const FlatRange& u : zp_.units()) largest = std::max(largest, u.size());
+  const int64_t n = 2 * (largest + int64_t(256 / dtype_size(ps_.grad_dtype()))) * int64_t(kMaxInFlight + 3);
+  MemoryCategoryScope scope(MemoryCategory::gradients);
+  arena_ = TensorArena(side.alloc_symmetric(n, ps_.grad_dtype()));
+  side_ = &side;
+}
+
 void ZeroGradPartitioner::provide_window(int unit) {
   MemoryCategoryScope scope(MemoryCategory::gradients);
   const int64_t n = zp_.units()[size_t(unit)].size();
-  ps_.attach_grad_window(unit, Tensor::zeros({n}, ps_.grad_dtype(), ps_.device()));
+  Tensor w = arena_.take(n);
+  if (w.defined()) w.zero();
+  else w = Tensor::zeros({n}, ps_.grad_dtype(), ps_.device());
+  ps_.attach_grad_window(unit, w);
   live_ += n;
   window_peak_ = std::max(window_peak_, live_);
 }
@@ -102,7 +120,13 @@ void ZeroGradPartitioner::launch(size_t u) {
   } else {
     f.out = f.dst;
   }
-  f.work = pg_.reduce_scatter(f.out, in, ReduceOp::avg);
+  if (arena_.holds(in)) f.scratch = arena_.take(in.numel());
+  if (f.scratch.defined()) {
+    f.work = side_->reduce_scatter_by_copies(f.out, in, f.scratch, ReduceOp::avg);
+    by_copies_++;
+  } else {
+    f.work = pg_.reduce_scatter(f.out, in, ReduceOp::avg);
+  }
   launched_[u] = true;
   in_flight_.push_back(std::move(f));
   // Only windows need bounding (memory); retiring makes the compute stream wait for the oldest reduce-scatter, so
@@ -122,9 +146,13 @@ void ZeroGradPartitioner::retire_oldest() {
     const Tensor o = f.out.dtype() == f.dst.dtype() ? f.out : f.out.to(f.dst.dtype());
     ops::residual_forward(f.dst, f.dst, o);
   }
+  // Safe to free or give back: the compute stream now waits for the reduce-scatter (Note [Copy-engine ZeRO]).
+  if (f.scratch.defined()) arena_.give_back(f.scratch);
   if (windows_) {
     live_ -= zp_.units()[f.unit].size();
-    ps_.detach_grad_window(int(f.unit));  // safe: the compute stream now waits for the reduce-scatter
+    const Tensor w = ps_.grad_window(int(f.unit));
+    ps_.detach_grad_window(int(f.unit));
+    if (arena_.holds(w)) arena_.give_back(w);
   }
 }
 

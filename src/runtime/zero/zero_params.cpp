@@ -27,16 +27,46 @@ ZeroParamCoordinator::ZeroParamCoordinator(ProcessGroup& pg, ParamSet& ps, const
     units_[u].persistent = zp.units()[u].size() < z.stage3_param_persistence_threshold;
 }
 
+void ZeroParamCoordinator::use_copy_engines(ProcessGroup& side) {
+  DSCPP_CHECK(side.size() == pg_.size() && side.rank() == pg_.rank(), "ZeRO stage 3 copy engines: group '",
+              side.name(), "' (rank ", side.rank(), " of ", side.size(), ") is not over the same ranks as '",
+              pg_.name(), "' (rank ", pg_.rank(), " of ", pg_.size(), ")");
+  // Room for the unit in use, one more (a tied head's unit is used inside another's pass), the one prefetched
+  // beyond the prefetch window, and the window; persistent units keep theirs. Each slice may round up to 256 bytes.
+  int64_t largest = 0, persistent = 0;
+  for (size_t u = 0; u < units_.size(); u++) {
+    const int64_t n = zp_.units()[u].size();
+    largest = std::max(largest, n);
+    if (units_[u].persistent) persistent += n;
+  }
+  const int64_t slack = int64_t(units_.size()) * int64_t(256 / dtype_size(ps_.dtype()));
+  const int64_t n = std::min(max_live_, 3 * largest + prefetch_elements_) + persistent + slack;
+  MemoryCategoryScope scope(MemoryCategory::parameters);
+  arena_ = TensorArena(side.alloc_symmetric(n, ps_.dtype()));
+  side_ = &side;
+}
+
 void ZeroParamCoordinator::launch_gather(int u) {
   Unit& s = units_[size_t(u)];
   if (!s.window.defined()) {
-    MemoryCategoryScope scope(MemoryCategory::parameters);
-    s.window = Tensor::empty({zp_.units()[size_t(u)].size()}, ps_.dtype(), ps_.device());
+    const int64_t n = zp_.units()[size_t(u)].size();
+    s.window = arena_.take(n);
+    s.in_arena = s.window.defined();
+    if (!s.in_arena) {
+      MemoryCategoryScope scope(MemoryCategory::parameters);
+      s.window = Tensor::empty({n}, ps_.dtype(), ps_.device());
+    }
     live_ += s.window.numel();
     peak_live_ = std::max(peak_live_, live_);
   }
   Tensor in = shard_.slice(zp_.shard_offset(size_t(u)), zp_.chunk(size_t(u)));
-  s.work = pg_.all_gather(s.window, in);
+  if (s.in_arena) {
+    s.work = side_->all_gather(s.window, in);
+    by_copies_++;
+  } else {
+    s.work = pg_.all_gather(s.window, in);
+  }
+  gathers_++;
   s.fresh = true;
 }
 
@@ -95,7 +125,11 @@ void ZeroParamCoordinator::free_window(int u) {
     s.work = nullptr;
   }
   if (s.window.defined()) live_ -= s.window.numel();
+  // The compute stream has waited for the gather and queued every use of the window: whatever takes the slice next
+  // is launched after them (Note [Copy-engine ZeRO]).
+  if (s.in_arena) arena_.give_back(s.window);
   s.window = Tensor();
+  s.in_arena = false;
   s.fresh = false;
 }
 
