@@ -188,12 +188,12 @@ void stages_match_one_gpu(int world, const std::vector<int>& stages, bool bf16, 
           ASSERT_NE(e->grad_reducer(), nullptr);
           EXPECT_GT(e->grad_reducer()->buckets_by_copies(), 0) << arch;
         }
+        const Trained got = train(*e, rank, kGas);
         if (copy_engine && stage >= 2) {  // Note [Copy-engine ZeRO]
           ASSERT_NE(e->zero_grads(), nullptr);
           EXPECT_GT(e->zero_grads()->reductions_by_copies(), 0) << arch;
           if (stage == 3) EXPECT_GT(e->zero_params()->gathers_by_copies(), 0) << arch;
         }
-        const Trained got = train(*e, rank, kGas);
         const std::string what = arch + (bf16 ? " bf16" : " f32") + " stage " + std::to_string(stage) + " on " +
                                  std::to_string(world) + " GPUs, rank " + std::to_string(rank);
         if (bf16) {

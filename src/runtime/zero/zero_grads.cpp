@@ -39,10 +39,11 @@ void ZeroGradPartitioner::use_copy_engines(ProcessGroup& side) {
               side.name(), "' is not over the same ranks as '", pg_.name(), "'");
   if (comm_dtype_ != ps_.grad_dtype()) return;  // the cast copies would be ordinary memory: stay on the main group
   // Windows being filled by backward (two units may be open at once: a tied head's and a block's) and those in
-  // flight (kMaxInFlight + the one launched before the oldest retires), each with a scratch slice.
+  // flight (kMaxInFlight + the one launched before the oldest retires), each of these with a scratch slice.
   int64_t largest = 0;
   for (const FlatRange& u : zp_.units()) largest = std::max(largest, u.size());
-  const int64_t n = 2 * (largest + int64_t(256 / dtype_size(ps_.grad_dtype()))) * int64_t(kMaxInFlight + 3);
+  const int64_t in_flight = int64_t(kMaxInFlight) + 1;
+  const int64_t n = (largest + int64_t(256 / dtype_size(ps_.grad_dtype()))) * (2 + 2 * in_flight);
   MemoryCategoryScope scope(MemoryCategory::gradients);
   arena_ = TensorArena(side.alloc_symmetric(n, ps_.grad_dtype()));
   side_ = &side;
