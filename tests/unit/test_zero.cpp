@@ -366,6 +366,8 @@ TEST(Zero, Stage3PrefetchesAndBoundsLiveParameters) {
     EXPECT_LE(c->peak_live_elements(), 3 * largest);
     EXPECT_LT(c->peak_live_elements(), ps.flat_numel());
     EXPECT_GE(c->prefetched_units(), int64_t(ps.units().size())) << "the second micro-step follows the recorded sequence";
+    // Note [Gathers at the step]: after each of the 2 steps, the first unit and the one prefetched with it.
+    EXPECT_EQ(c->gathered_at_step(), 2 * 2);
     EXPECT_EQ(ps.flat_params().defined(), false) << "stage 3 keeps no full parameter buffer";
     EXPECT_EQ(ps.flat_grads().defined(), false) << "stage 3 keeps no full gradient buffer";
   });

@@ -176,6 +176,7 @@ class Engine {
   ZeroPartition zp_;
   std::vector<int64_t> owned_offset_;       // where owned range k starts in the shard layout
   std::unique_ptr<ZeroGradPartitioner> zgrads_;   // stages 1-3 across ranks
+  bool gather_at_step_ = true;                    // Note [Gathers at the step] (runtime/zero_params.h)
   std::unique_ptr<ZeroParamCoordinator> zparams_; // stage 3
   Tensor grad_partition_;                   // stages 2/3: f32 [shard_numel]
   Tensor param_shard_;                      // stage 3: model dtype [shard_numel]

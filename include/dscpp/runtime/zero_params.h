@@ -43,7 +43,12 @@ class ZeroParamCoordinator {
   void before(int unit, Model::UnitPass pass);
   void after(int unit, Model::UnitPass pass);
   void begin_micro_step();   // a forward starts: the recorded sequence restarts
-  void shards_changed();     // after the optimizer step: persistent windows are stale
+  // Note [Gathers at the step]: the optimizer has updated unit's shard. A unit the recorded sequence starts with
+  // (the first one and those its prefetch would launch) is gathered again at once, beside the optimizer's updates of
+  // the later units, instead of at the start of the next forward, where nothing hides it.
+  void shard_updated(int unit);
+  void shards_changed();     // after the optimizer step: windows not gathered again since are stale
+  int64_t gathered_at_step() const { return at_step_; }  // gathers launched by shard_updated, since start
   void release_all();        // frees every non-persistent window (after an abandoned step)
 
   // Gathers every unit in turn and copies it into `out` (a flat [flat_numel] tensor of the model dtype on any
@@ -67,6 +72,7 @@ class ZeroParamCoordinator {
     int refs = 0;
     bool persistent = false, fresh = false;  // fresh: the window holds the current shards' values
     bool in_arena = false;                    // window is a slice of arena_
+    bool regathered = false;                  // gathered by shard_updated in this step
     Tensor window;
     WorkPtr work;  // the gather in flight into window
   };
@@ -86,7 +92,7 @@ class ZeroParamCoordinator {
   int64_t live_ = 0, peak_live_ = 0, prefetched_ = 0;
   ProcessGroup* side_ = nullptr;
   TensorArena arena_;
-  int64_t gathers_ = 0, by_copies_ = 0;
+  int64_t gathers_ = 0, by_copies_ = 0, at_step_ = 0;
 };
 
 }  // namespace dscpp

@@ -277,6 +277,7 @@ bool Engine::boundary_step() {
     const bool lowp = mixed_ && p.dtype() != DType::f32;
     optimizer_->update_range(r.begin, r.end, m, owned_grads(k), lr, float(grad_scale), lowp ? p : Tensor());
     if (mixed_ && !lowp) p.copy_from(m);
+    if (zparams_ && gather_at_step_) zparams_->shard_updated(int(k));  // owned range k is unit k's chunk
   }
   if (zp_.sharded() && zp_.stage() <= 2) gather_updated_params();
   if (zparams_) zparams_->shards_changed();

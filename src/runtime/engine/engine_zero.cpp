@@ -93,6 +93,7 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
     }
     ps.drop_flat_params();
     zparams_ = std::make_unique<ZeroParamCoordinator>(*dp_, ps, zp_, param_shard_, z);
+    gather_at_step_ = env_choice("DSCPP_STAGE3_GATHER_AT_STEP", {"1", "0"}, "1") == "1";  // an A/B switch
     if (side_dp_) zparams_->use_copy_engines(*side_dp_);
     ZeroParamCoordinator* c = zparams_.get();
     Model::UnitHooks hooks;

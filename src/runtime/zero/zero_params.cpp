@@ -143,9 +143,32 @@ void ZeroParamCoordinator::begin_micro_step() {
       free_window(int(u));
 }
 
+void ZeroParamCoordinator::shard_updated(int u) {
+  // The sequence just recorded, or the one before it when this step's micro-step recorded none.
+  const std::vector<int>& seq = trace_.empty() ? last_trace_ : trace_;
+  if (seq.empty()) return;
+  bool early = seq[0] == u;
+  int64_t ahead = 0;
+  for (size_t i = 1; i < seq.size() && !early && ahead < prefetch_elements_; i++) {
+    early = seq[i] == u;
+    ahead += zp_.units()[size_t(seq[i])].size();
+  }
+  Unit& s = units_[size_t(u)];
+  if (!early || s.refs > 0) return;
+  if (s.work) s.work->wait(), s.work = nullptr;  // a gather of the old values still in flight
+  if (!s.window.defined() && live_ + zp_.units()[size_t(u)].size() > max_live_) return;  // gathered at its use
+  launch_gather(u);  // launched after the update was queued on the compute stream, so it sees the new values
+  s.regathered = true;
+  at_step_++;
+}
+
 void ZeroParamCoordinator::shards_changed() {
   for (size_t u = 0; u < units_.size(); u++) {
     DSCPP_CHECK(units_[u].refs == 0, "ZeRO stage 3: the optimizer stepped while unit ", u, " was in use");
+    if (units_[u].regathered) {  // Note [Gathers at the step]: already holds (or is receiving) the new values
+      units_[u].regathered = false;
+      continue;
+    }
     if (units_[u].persistent) {
       if (units_[u].work) units_[u].work->wait(), units_[u].work = nullptr;
       units_[u].fresh = false;  // keep the window, re-gather into it on the next use
