@@ -48,9 +48,10 @@ void ProcessGroup::abort(const std::string& reason) {
   if (store_.store) store_.store->abort(global_rank(rank_), reason);
 }
 
-void ProcessGroup::fail_op(const std::string& op, const std::string& what) {
+void ProcessGroup::fail_op(const std::string& op, const std::string& what, uint64_t seq) {
   std::string msg = op + " on group '" + name_ + "' (rank " + std::to_string(rank_) + " of " +
-                    std::to_string(size_) + ", " + backend() + ") failed: " + what;
+                    std::to_string(size_) + ", " + backend() + ") failed" +
+                    (seq ? " (op #" + std::to_string(seq) + " on this group)" : std::string()) + ": " + what;
   std::optional<std::string> why;
   if (store_.store) {
     // A peer's death reaches us through the library and the store at about the same time: give the store (whose

@@ -74,7 +74,8 @@ TEST(CommFailure, TimeoutNamesTheOp) {
       double s = seconds_since(t0);
       EXPECT_GE(s, 1.5);
       EXPECT_LT(s, 4.5);
-      expect_contains(e.what(), "all_gather on group 'world' (rank 0 of 2, gloo) failed");
+      // Note [Op numbers]: the barrier was op #1.
+      expect_contains(e.what(), "all_gather on group 'world' (rank 0 of 2, gloo) failed (op #2 on this group)");
       expect_contains(e.what(), "timed out");
     }
     for (int i = 0; i < 500 && !pg->store()->try_get("seen"); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));

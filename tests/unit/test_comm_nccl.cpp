@@ -184,6 +184,10 @@ TEST(CommNccl, DeadRankMakesOthersThrow) {
       ADD_FAILURE() << "all_reduce completed without rank 1";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("all_reduce"), std::string::npos) << e.what();
+      // Note [Op numbers]: the barrier was op #1 and completed; the all_reduce is #2.
+      EXPECT_NE(std::string(e.what()).find("(op #2 on this group)"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("ops up to #1 completed, its oldest unfinished op is all_reduce #2"),
+                std::string::npos) << e.what();
     }
   }, std::chrono::seconds(60));
   EXPECT_TRUE(results[0].passed) << results[0].message;
@@ -318,7 +322,9 @@ void check_copy_engine_collectives(int rank, int world, int port) {
           }
           Tensor part = on_gpu(poisoned(n, dt), rank);
           EXPECT_THROW(ce->reduce_scatter_by_copies(part, src, scratch, ReduceOp::avg), Error);
-          if (mode == 2) EXPECT_THROW(ce->all_reduce_by_copies(t, scratch, ReduceOp::avg), Error);
+          if (mode == 2) {
+            EXPECT_THROW(ce->all_reduce_by_copies(t, scratch, ReduceOp::avg), Error);
+          }
           continue;
         }
         ce->all_to_all(out, src)->wait();

@@ -192,7 +192,9 @@ void stages_match_one_gpu(int world, const std::vector<int>& stages, bool bf16, 
         if (copy_engine && stage >= 2) {  // Note [Copy-engine ZeRO]
           ASSERT_NE(e->zero_grads(), nullptr);
           EXPECT_GT(e->zero_grads()->reductions_by_copies(), 0) << arch;
-          if (stage == 3) EXPECT_GT(e->zero_params()->gathers_by_copies(), 0) << arch;
+          if (stage == 3) {
+            EXPECT_GT(e->zero_params()->gathers_by_copies(), 0) << arch;
+          }
         }
         const std::string what = arch + (bf16 ? " bf16" : " f32") + " stage " + std::to_string(stage) + " on " +
                                  std::to_string(world) + " GPUs, rank " + std::to_string(rank);

@@ -8,6 +8,7 @@
 // sets the store's abort key so the others stop promptly (Note [Store failure signalling], comm/store.h). After a
 // failure the group is broken: every later op throws at once.
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -112,9 +113,12 @@ class ProcessGroup {
   void abort(const std::string& reason);
 
   // Used by the backends (public so their Work classes can call them).
-  // "all_reduce on group 'world' (rank 0 of 2, gloo) failed: <what>[; failed rank: <abort key>]"; also sets the
-  // abort key when no other rank did.
-  [[noreturn]] void fail_op(const std::string& op, const std::string& what);
+  // "all_reduce on group 'world' (rank 0 of 2, gloo) failed (op #7 on this group): <what>[; failed rank: <abort
+  // key>]"; also sets the abort key when no other rank did. seq 0 leaves the number out.
+  // Note [Op numbers]: every collective and p2p op a rank issues on a group gets the next number (1, 2, ...), as
+  // PyTorch's SeqNum. Ranks that issue the same ops in the same order give each op the same number, so a hang whose
+  // ranks report different numbers, or different ops under one number, is a program that diverged between ranks.
+  [[noreturn]] void fail_op(const std::string& op, const std::string& what, uint64_t seq = 0);
   void log_op(const std::string& op, size_t bytes, double seconds);  // to the comms logger, if any
 
  protected:
@@ -137,6 +141,7 @@ class ProcessGroup {
   virtual std::unique_ptr<ProcessGroup> make_subgroup(const std::string& name, int sub_rank,
                                                       const std::vector<int>& ranks, const GroupOptions& options) = 0;
   void check_tensor(const char* op, const Tensor& t) const;  // defined, dtype and device this backend handles
+  uint64_t next_op_seq() { return ++ops_issued_; }           // Note [Op numbers]
   virtual bool device_ok(const Tensor& t) const = 0;
 
   std::string name_;
@@ -147,6 +152,7 @@ class ProcessGroup {
   std::shared_ptr<CommsLogger> logger_;
   int subgroups_made_ = 0;
   std::string broken_;  // set by fail_op: later ops throw with it
+  std::atomic<uint64_t> ops_issued_{0};
 };
 
 // The world group from the environment (comm/dist_env.h). backend "gloo", "nccl" or "auto" (nccl when this build has

@@ -57,8 +57,8 @@ using Clock = std::chrono::steady_clock;
 
 class GlooWork : public Work {
  public:
-  GlooWork(ProcessGroup* pg, std::string op, std::chrono::milliseconds timeout)
-      : pg_(pg), op_(std::move(op)), timeout_(timeout) {}
+  GlooWork(ProcessGroup* pg, std::string op, uint64_t seq, std::chrono::milliseconds timeout)
+      : pg_(pg), op_(std::move(op)), seq_(seq), timeout_(timeout) {}
 
   void wait() override {
     // Gloo's own per-op timeout ends the op; the extra margin only guards against a wedged library. While waiting,
@@ -73,17 +73,17 @@ class GlooWork : public Work {
       lock.lock();
       if (why && status_ == WorkStatus::pending) {
         lock.unlock();
-        pg_->fail_op(op_, "the job was aborted while this op was in flight");
+        pg_->fail_op(op_, "the job was aborted while this op was in flight", seq_);
       }
       if (Clock::now() > deadline && status_ == WorkStatus::pending) {
         lock.unlock();
-        pg_->fail_op(op_, "timed out after " + std::to_string(timeout_.count()) + " ms");
+        pg_->fail_op(op_, "timed out after " + std::to_string(timeout_.count()) + " ms", seq_);
       }
     }
     if (status_ == WorkStatus::failed) {
       std::string e = error_;
       lock.unlock();
-      pg_->fail_op(op_, e);
+      pg_->fail_op(op_, e, seq_);
     }
   }
   bool is_completed() override { return status() != WorkStatus::pending; }
@@ -103,6 +103,7 @@ class GlooWork : public Work {
  private:
   ProcessGroup* pg_;
   std::string op_;
+  uint64_t seq_;  // Note [Op numbers]
   std::chrono::milliseconds timeout_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -261,7 +262,7 @@ class GlooProcessGroup : public ProcessGroup {
 
   // Queues `body` on the collective thread; `bytes` is the comms logger's message size.
   WorkPtr enqueue(const char* op, size_t bytes, std::function<void()> body) {
-    auto work = std::make_shared<GlooWork>(this, op, timeout_);
+    auto work = std::make_shared<GlooWork>(this, op, next_op_seq(), timeout_);
     Profiler* prof = active_profiler();
     coll_.push(Item{op, bytes, std::move(body), work, prof && prof->enabled() ? prof : nullptr});
     return work;
@@ -375,7 +376,7 @@ class GlooProcessGroup : public ProcessGroup {
   // that beside running collectives) and a thread of its own awaits its completion. Any shared in-order waiter
   // (the collective queue, or one p2p queue) can deadlock two ranks that send several messages before receiving.
   WorkPtr post_p2p(const char* op, const Tensor& t, std::shared_ptr<gloo::transport::UnboundBuffer> buf) {
-    auto work = std::make_shared<GlooWork>(this, op, timeout_);
+    auto work = std::make_shared<GlooWork>(this, op, next_op_seq(), timeout_);
     std::lock_guard<std::mutex> lock(p2p_mu_);
     for (auto it = p2p_.begin(); it != p2p_.end();) {  // reap finished waiters
       if (it->second->is_completed()) {

@@ -196,6 +196,7 @@ class NcclWork : public Work {
 
   NcclProcessGroup* pg_;
   std::string op_;
+  uint64_t seq_ = 0;                  // Note [Op numbers]
   size_t bytes_;
   int device_;
   std::vector<Tensor> keep_;          // inputs and outputs stay alive while the op may run (Note [Waited ops])
@@ -315,6 +316,7 @@ class NcclProcessGroup : public ProcessGroup {
     DSCPP_CHECK(!aborted_, op, " on group '", name_, "': the communicator was aborted: ", abort_error_);
     cuda::DeviceGuard guard(device_);
     auto work = std::make_shared<NcclWork>(this, op, bytes, device_, std::move(keep));
+    work->seq_ = next_op_seq();
     work->block_host = block_host;
     work->launch_stream_ = cuda::current_stream(device_);
     // One event serves every launch (nccl_mu_ is held): a stream wait binds to the record made just before it, so
@@ -516,6 +518,18 @@ class NcclProcessGroup : public ProcessGroup {
     }
   }
 
+  // Where this rank's ops stand, for a failure message (Note [Op numbers]); mu_ held.
+  std::string progress() const {
+    std::string s = completed_ ? "; on this rank, the group's ops up to #" + std::to_string(completed_) + " completed"
+                               : std::string("; on this rank, none of the group's ops completed");
+    if (!pending_.empty()) {
+      const NcclWork& w = *pending_.front();
+      s += ", its oldest unfinished op is " + w.op_ + " #" + std::to_string(w.seq_) + " (" +
+           std::to_string(w.bytes_) + " bytes), and " + std::to_string(pending_.size()) + " are unfinished";
+    }
+    return s;
+  }
+
   // Note [NCCL failures]
   void watch() {
     cudaSetDevice(device_);
@@ -545,8 +559,7 @@ class NcclProcessGroup : public ProcessGroup {
       while (!pending_.empty()) {
         NcclWork& w = *pending_.front();
         if (cudaEventQuery(w.end_) != cudaSuccess) {
-          if (Clock::now() - w.t0_ > timeout_)
-            failure = w.op_ + " timed out after " + std::to_string(timeout_.count()) + " ms";
+          if (Clock::now() - w.t0_ > timeout_) failure = "timed out after " + std::to_string(timeout_.count()) + " ms";
           break;
         }
         if (w.start_) {
@@ -555,6 +568,7 @@ class NcclProcessGroup : public ProcessGroup {
           log_op(w.op_, w.bytes_, ms * 1e-3);
         }
         w.status_ = WorkStatus::completed;
+        ++completed_;
         pending_.pop_front();
       }
       if (failure.empty() && !pending_.empty()) {
@@ -570,6 +584,7 @@ class NcclProcessGroup : public ProcessGroup {
         }
       }
       if (failure.empty()) continue;
+      failure += progress();
       // Mark the unfinished ops failed before the abort completes their events (NcclWork::status), and never hold
       // mu_ while taking nccl_mu_ (launch takes them in the other order).
       std::list<std::shared_ptr<NcclWork>> doomed;
@@ -617,6 +632,7 @@ class NcclProcessGroup : public ProcessGroup {
   std::mutex mu_;                      // pending_, stop_
   std::condition_variable cv_;
   std::list<std::shared_ptr<NcclWork>> pending_;
+  uint64_t completed_ = 0;             // ops the watchdog saw finish, in order (Note [Op numbers])
   bool stop_ = false;
   std::thread watchdog_;
 };
@@ -626,7 +642,7 @@ void NcclWork::wait() {
   if (pg->blocking_wait() || block_host) {
     while (status() == WorkStatus::pending) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
-  if (status() == WorkStatus::failed) pg->fail_op(op_, error_);
+  if (status() == WorkStatus::failed) pg->fail_op(op_, error_, seq_);
   cuda::DeviceGuard guard(device_);
   const cudaStream_t stream = cuda::current_stream(device_);
   DSCPP_CUDA_CHECK(cudaStreamWaitEvent(stream, end_, 0));

@@ -99,7 +99,7 @@ void ZeroGradPartitioner::launch(size_t u) {
   } else {
     in = ps_.flat_grads().slice(unit.begin, unit.size());
   }
-  InFlight f{u, nullptr, Tensor(), Tensor(), Finish::none};
+  InFlight f{u, nullptr, Tensor(), Tensor(), Finish::none, Tensor()};
   bool add = false;
   if (!windows_) {
     const FlatRange mine = zp_.owned_in(u, zp_.rank());
