@@ -25,6 +25,10 @@ std::string cuda_device_name(int device) {
   DSCPP_FAIL("cuda_device_name(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
 }
 
+int64_t cuda_device_memory(int device) {
+  DSCPP_FAIL("cuda_device_memory(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
+}
+
 Allocator& pinned_host_allocator() { return cpu_allocator(); }
 
 void copy_async(const Tensor& dst, const Tensor& src) {

@@ -48,6 +48,7 @@ struct ZeroSetup {
   std::optional<bool> overlap;  // overlap_comm as written (unset: DeepSpeed's default, true only at stage 3)
   int64_t n_layer = 0;          // 0: the tiny model's
   bool copy_engine = false;     // DSCPP_DP_COPY_ENGINE=1 (Note [Copy-engine ZeRO]; on Gloo the same steps on the host)
+  int arena_mib = -1;           // >= 0: DSCPP_COPY_ENGINE_ARENA_MIB (Note [Copy-engine arena budget])
 };
 
 std::string config_json(const ZeroSetup& s) {
@@ -151,11 +152,20 @@ void stage_matches_reference(int stage, int world, const std::string& arch, Zero
   auto results = run_ranks(world, [&](int rank, int port) {
     omp_set_num_threads(1);
     if (s.copy_engine) setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // a forked rank: the parent's env is untouched
+    if (s.arena_mib >= 0) setenv("DSCPP_COPY_ENGINE_ARENA_MIB", std::to_string(s.arena_mib).c_str(), 1);
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     auto e = make_engine(arch, s, world, pg.get());
     EXPECT_EQ(e->zero_partition().sharded(), stage > 0 && world > 1);
     Trained got = train(*e, arch, rank, s.gas);
-    if (s.copy_engine) {
+    if (s.copy_engine && s.arena_mib == 0) {  // no budget: no arena, every op on the main group
+      ASSERT_NE(e->zero_grads(), nullptr);
+      EXPECT_EQ(e->zero_grads()->reductions_by_copies(), 0);
+      EXPECT_EQ(e->zero_grads()->arena().capacity(), 0);
+      if (stage == 3) {
+        EXPECT_EQ(e->zero_params()->gathers_by_copies(), 0);
+        EXPECT_GT(e->zero_params()->gathers(), 0);
+      }
+    } else if (s.copy_engine) {
       ASSERT_NE(e->zero_grads(), nullptr);
       const int64_t units = int64_t(e->model().params().units().size());
       EXPECT_EQ(e->zero_grads()->reductions_by_copies(), units * s.gas * kSteps) << "every unit, every micro-batch";
@@ -268,6 +278,29 @@ TEST(Zero, CopyEngineStagesMatchOneProcess) {
   s.reuse = 1000000000;  // units stay gathered until reused: the arena overflows, later gathers fall back
   s.n_layer = 6;
   stage_matches_reference(3, 2, "gpt2", s);
+  s.arena_mib = 0;  // Note [Copy-engine arena budget]: no room for any arena
+  stage_matches_reference(3, 2, "llama", s);
+}
+
+// Note [Copy-engine arena budget]: the wanted size, cut to DSCPP_COPY_ENGINE_ARENA_MIB; 0 below the least useful.
+TEST(Zero, CopyEngineArenaBudget) {
+  unsetenv("DSCPP_COPY_ENGINE_ARENA_MIB");
+  EXPECT_EQ(copy_engine_arena_elements(int64_t(1) << 40, 10, DType::f32, Device::cpu()), int64_t(1) << 40)
+      << "no limit on the CPU";
+  setenv("DSCPP_COPY_ENGINE_ARENA_MIB", "3", 1);
+  EXPECT_EQ(copy_engine_arena_elements(int64_t(1) << 30, 10, DType::f32, Device::cpu()), 3 * (int64_t(1) << 18));
+  EXPECT_EQ(copy_engine_arena_elements(int64_t(1) << 30, 10, DType::bf16, Device::cpu()), 3 * (int64_t(1) << 19));
+  EXPECT_EQ(copy_engine_arena_elements(1000, 10, DType::f32, Device::cpu()), 1000) << "under the budget: as wanted";
+  EXPECT_EQ(copy_engine_arena_elements(int64_t(1) << 30, int64_t(1) << 20, DType::f32, Device::cpu()), 0)
+      << "the budget cannot hold the largest unit's ops";
+  setenv("DSCPP_COPY_ENGINE_ARENA_MIB", "lots", 1);
+  try {
+    copy_engine_arena_elements(1000, 10, DType::f32, Device::cpu());
+    ADD_FAILURE() << "a bad value was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DSCPP_COPY_ENGINE_ARENA_MIB"), std::string::npos) << e.what();
+  }
+  unsetenv("DSCPP_COPY_ENGINE_ARENA_MIB");
 }
 
 // zero.Init: the model never exists whole on any rank, and training matches the fully initialised reference.

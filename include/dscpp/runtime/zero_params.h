@@ -23,6 +23,12 @@
 //   into an arena scratch slice plus a local sum (ProcessGroup::reduce_scatter_by_copies).
 // An op that finds no room in its arena runs as before, on the main group in ordinary memory. Every rank takes and
 // gives back arena slices in the same program order, so they agree on which ops go where without talking.
+//
+// Note [Copy-engine arena budget]: the arenas are sized from the largest unit, which grows with the model (a 24B
+// Llama's block has 0.4B elements: a 16 GB gradient arena), while they buy a few percent of throughput. Each arena
+// therefore takes at most DSCPP_COPY_ENGINE_ARENA_MIB (default: 1/32 of the GPU's memory, 4.4 GiB on an H200; no
+// limit on the CPU), and one too small for the largest unit's ops is not made: all its ops use the main group.
+// Making an arena is a collective, so every rank must come to the same answer: the same GPU model and setting.
 #pragma once
 #include <vector>
 
@@ -34,6 +40,10 @@
 #include "dscpp/runtime/zero_partition.h"
 
 namespace dscpp {
+
+// Note [Copy-engine arena budget]: `wanted` elements of `dtype` on `device`, cut to the budget; 0 when the budget is
+// below `least` elements (the arena would not serve the largest unit).
+int64_t copy_engine_arena_elements(int64_t wanted, int64_t least, DType dtype, Device device);
 
 class ZeroParamCoordinator {
  public:

@@ -53,6 +53,13 @@ std::string cuda_device_name(int device) {
   return p.name;
 }
 
+int64_t cuda_device_memory(int device) {
+  check_device_index(device);
+  cudaDeviceProp p{};
+  DSCPP_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  return int64_t(p.totalGlobalMem);
+}
+
 namespace cuda {
 
 void cuda_error(const char* stmt, const char* file, int line, cudaError_t e) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "dscpp/kernels/ops.h"
+#include "dscpp/runtime/zero_params.h"
 
 namespace dscpp {
 
@@ -43,7 +44,10 @@ void ZeroGradPartitioner::use_copy_engines(ProcessGroup& side) {
   int64_t largest = 0;
   for (const FlatRange& u : zp_.units()) largest = std::max(largest, u.size());
   const int64_t in_flight = int64_t(kMaxInFlight) + 1;
-  const int64_t n = (largest + int64_t(256 / dtype_size(ps_.grad_dtype()))) * (2 + 2 * in_flight);
+  const int64_t slice = largest + int64_t(256 / dtype_size(ps_.grad_dtype()));
+  // A window and its scratch at least (Note [Copy-engine arena budget]).
+  const int64_t n = copy_engine_arena_elements(slice * (2 + 2 * in_flight), 2 * slice, ps_.grad_dtype(), ps_.device());
+  if (n == 0) return;
   MemoryCategoryScope scope(MemoryCategory::gradients);
   arena_ = TensorArena(side.alloc_symmetric(n, ps_.grad_dtype()));
   side_ = &side;
