@@ -141,7 +141,8 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     omp_set_num_threads(1);
     if (windows) setenv("DSCPP_COMM_WINDOW", "attention", 1);  // a forked rank: the parent's env is untouched
     if (side == "lean") setenv("DSCPP_DP_LEAN_CTAS", "4", 1), setenv("DSCPP_DP_TAIL_BUCKETS", "1", 1);
-    if (side == "copies") setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // its default tail: 1 bucket
+    if (side.rfind("copies", 0) == 0) setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // its default tail: 1 bucket
+    if (side == "copies-comm-sum") setenv("DSCPP_DP_COPY_SUM", "comm", 1);  // Note [Sums on the compute stream]
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(gas, bucket, overlap, optimizer), world);
     // Each rank initialises differently: the engine must broadcast rank 0's parameters.
@@ -154,12 +155,17 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     EXPECT_EQ(e->grad_reducer()->launch_at_windows(), windows && overlap);
     const GradReducer& red = *e->grad_reducer();
     EXPECT_EQ(red.buckets_on_side_group(), !side.empty() && overlap ? int64_t(buckets.size()) - 1 : 0);
-    if (side == "copies" && overlap) {  // every side bucket whose size the world divides
+    if (side.rfind("copies", 0) == 0 && overlap) {  // every side bucket whose size the world divides
       int64_t divisible = 0;
       for (int64_t k = 0; k < red.buckets_on_side_group(); k++)
         divisible += (buckets[size_t(k)].end - buckets[size_t(k)].begin) % world == 0;
       EXPECT_GT(divisible, 0);
       EXPECT_EQ(red.buckets_by_copies(), divisible);
+      if (side == "copies") {
+        EXPECT_GT(red.sums_on_compute_stream(), 0) << "Note [Sums on the compute stream] is the default";
+      } else {
+        EXPECT_EQ(red.sums_on_compute_stream(), 0);
+      }
     } else {
       EXPECT_EQ(red.buckets_by_copies(), 0);
     }
@@ -243,9 +249,12 @@ TEST(DataParallel, LeanGroupForEarlyBucketsMatchesOneProcess) {
 }
 // Note [Copy-engine buckets]: all-reduced as all_to_all + local sum + all_gather (on Gloo, the same three steps),
 // the gradients in the side group's symmetric memory: the same result.
+// By default each side bucket's sum runs on the compute stream at the next hook (Note [Sums on the compute stream]);
+// with 300- and 700-element buckets several become ready at one hook, so a scratch slice is also summed before reuse.
 TEST(DataParallel, CopyEngineBucketsMatchOneProcess) {
   dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", false, "copies");
   dp_matches_reference("llama", 4, 2, 300, true, "adamw", true, "copies");
+  dp_matches_reference("gpt2", 4, 1, 300, true, "adamw", false, "copies-comm-sum");
 }
 TEST(DataParallel, CopyEngineAndLeanCtasTogetherAreAnError) {
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
@@ -261,9 +270,10 @@ TEST(DataParallel, CopyEngineAndLeanCtasTogetherAreAnError) {
   }));
 }
 // An engine knob set to a bad value stops initialisation on every rank with an error naming it.
-static void env_value_is_rejected(const char* var, const char* value) {
+static void env_value_is_rejected(const char* var, const char* value, const char* switched_on = nullptr) {
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
     setenv(var, value, 1);  // a forked rank: the parent's env is untouched
+    if (switched_on) setenv(switched_on, "1", 1);
     auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
     DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(1, 700, true), 2);
     try {
@@ -276,6 +286,9 @@ static void env_value_is_rejected(const char* var, const char* value) {
 }
 TEST(DataParallel, LeanCtasBadValueIsAnError) { env_value_is_rejected("DSCPP_DP_LEAN_CTAS", "many"); }
 TEST(DataParallel, CommWindowBadValueIsAnError) { env_value_is_rejected("DSCPP_COMM_WINDOW", "mlp"); }
+TEST(DataParallel, CopySumBadValueIsAnError) {
+  env_value_is_rejected("DSCPP_DP_COPY_SUM", "gpu", "DSCPP_DP_COPY_ENGINE");
+}
 TEST(DataParallel, Fp16EnginePathTwoRanks) { dp_matches_reference("llama", 2, 2, 500, true, "fp16"); }
 TEST(DataParallel, SgdWithoutClippingTwoAndFourRanks) {
   dp_matches_reference("gpt2", 2, 2, 600, true, "sgd");

@@ -44,7 +44,12 @@ class ZeroGradPartitioner {
   // from an arena of `side`'s symmetric memory (a collective), and are reduce-scattered on `side` (a
   // CtaPolicy::zero group of the same ranks, outliving this) by reduce_scatter_by_copies.
   void use_copy_engines(ProcessGroup& side);
+  // Note [Sums on the compute stream] (runtime/grad_reducer.h): only the all_to_all runs on `side`; the local sum of
+  // the received blocks runs on the compute stream when the unit retires (kMaxInFlight units later, or at the end
+  // of backward), where the compute stream waits for the reduction anyway.
+  void set_sums_on_compute_stream(bool on) { sums_on_compute_ = on; }
   int64_t reductions_by_copies() const { return by_copies_; }
+  int64_t sums_on_compute_stream() const { return sums_done_; }  // since start
   const TensorArena& arena() const { return arena_; }
 
  private:
@@ -59,6 +64,7 @@ class ZeroGradPartitioner {
     Tensor out, dst;  // the reduce-scatter's output, and the f32 chunk it ends in
     Finish finish;
     Tensor scratch;   // an arena slice (reduce_scatter_by_copies), given back when retired
+    bool sum_pending = false;  // Note [Sums on the compute stream]: only the all_to_all into scratch was launched
   };
   ProcessGroup& pg_;
   ParamSet& ps_;
@@ -75,6 +81,8 @@ class ZeroGradPartitioner {
   ProcessGroup* side_ = nullptr;
   TensorArena arena_;
   int64_t by_copies_ = 0;
+  bool sums_on_compute_ = false;
+  int64_t sums_done_ = 0;
 };
 
 }  // namespace dscpp

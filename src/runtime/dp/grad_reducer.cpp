@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "dscpp/kernels/ops.h"
+
 namespace dscpp {
 
 std::vector<GradBucket> plan_grad_buckets(const ParamSet& ps, int64_t bucket_size) {
@@ -53,10 +55,15 @@ void GradReducer::begin_backward(bool boundary) {
   wire_.assign(buckets_.size(), Tensor());
   deferred_.clear();
   early_ = 0;
+  unsummed_.clear();
+  calls_ = 0;
+  copy_launches_ = 0;
 }
 
 void GradReducer::grads_ready(int64_t begin, int64_t end) {
   if (!active_ || !overlap_) return;
+  calls_++;
+  finish_sums(false);
   std::vector<size_t> ready;
   for (int i = 0; i < ps_.size(); i++) {  // a few hundred parameters at most: a scan is cheaper than an index
     const ParamInfo& p = ps_.info(i);
@@ -78,6 +85,8 @@ void GradReducer::grads_ready(int64_t begin, int64_t end) {
 
 void GradReducer::comm_window() {
   if (!active_) return;
+  calls_++;
+  finish_sums(false);
   for (size_t k : deferred_) {
     launch(k);
     early_++;
@@ -92,8 +101,9 @@ void GradReducer::set_side_group(ProcessGroup* side, int tail, Tensor scratch) {
   side_ = side;
   tail_ = size_t(tail);
   scratch_ = side ? std::move(scratch) : Tensor();
-  DSCPP_CHECK(!scratch_.defined() || scratch_.numel() >= largest_side_bucket(), "GradReducer: the scratch buffer has ",
-              scratch_.numel(), " elements, the largest side bucket ", largest_side_bucket());
+  DSCPP_CHECK(!scratch_.defined() || scratch_.numel() >= scratch_elements(), "GradReducer: the scratch buffer has ",
+              scratch_.numel(), " elements, expected ", scratch_elements(), " (the largest side bucket ",
+              largest_side_bucket(), sums_on_compute_ ? ", twice" : "", ")");
 }
 
 int64_t GradReducer::buckets_on_side_group() const {
@@ -124,7 +134,18 @@ int64_t GradReducer::buckets_by_copies() const {
 void GradReducer::launch(size_t k) {
   ProcessGroup& pg = int64_t(k) < buckets_on_side_group() ? *side_ : pg_;  // Note [Lean buckets]
   Tensor g = ps_.flat_grads().slice(buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
-  if (by_copies(k)) {  // Note [Copy-engine buckets]
+  if (by_copies(k) && sums_on_compute_) {  // Note [Sums on the compute stream]
+    const int64_t slot = copy_launches_++ % 2, slice = largest_side_bucket();
+    // The slice's previous all_to_all must be summed before this one overwrites it (two buckets ready at once).
+    for (const Unsummed& u : unsummed_)
+      if (u.received.raw() == scratch_.slice(slot * slice, 1).raw()) {
+        finish_sums(true);
+        break;
+      }
+    Tensor received = scratch_.slice(slot * slice, g.numel());
+    work_[k] = pg.all_to_all(received, g);
+    unsummed_.push_back({k, calls_, received});
+  } else if (by_copies(k)) {  // Note [Copy-engine buckets]
     work_[k] = pg.all_reduce_by_copies(g, scratch_, ReduceOp::avg);
   } else if (comm_dtype_ != g.dtype()) {
     MemoryCategoryScope scope(MemoryCategory::communication);
@@ -136,12 +157,30 @@ void GradReducer::launch(size_t k) {
   launched_[k] = true;
 }
 
+void GradReducer::finish_sums(bool all) {
+  size_t n = 0;
+  while (n < unsummed_.size() && (all || unsummed_[n].call < calls_)) finish_sum(n++);
+  unsummed_.erase(unsummed_.begin(), unsummed_.begin() + std::ptrdiff_t(n));
+}
+
+void GradReducer::finish_sum(size_t i) {
+  const Unsummed& u = unsummed_[i];
+  Tensor g = ps_.flat_grads().slice(buckets_[u.bucket].begin, buckets_[u.bucket].end - buckets_[u.bucket].begin);
+  const int64_t n = g.numel() / pg_.size();
+  Tensor mine = g.slice(int64_t(pg_.rank()) * n, n);
+  work_[u.bucket]->wait();  // the compute stream waits for the all_to_all
+  ops::sum_blocks(mine, u.received, 1.0f / float(pg_.size()));
+  work_[u.bucket] = side_->all_gather(g, mine);
+  sums_done_++;
+}
+
 void GradReducer::end_backward() {
   if (!active_) return;
   active_ = false;
   deferred_.clear();  // launched below with the rest, in bucket order
   for (size_t k = 0; k < buckets_.size(); k++)
     if (!launched_[k]) launch(k);
+  finish_sums(true);
   for (size_t k = 0; k < work_.size(); k++) {
     work_[k]->wait();
     if (wire_[k].defined()) {  // back into the f32 gradients

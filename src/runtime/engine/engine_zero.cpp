@@ -17,6 +17,11 @@ double gib(int64_t bytes) { return double(bytes) / double(1 << 30); }
 // DSCPP_COMM_WINDOW=attention defers overlapped gradient buckets to communication windows (nn/comm_window.h).
 bool comm_windows_from_env() { return env_choice("DSCPP_COMM_WINDOW", {"attention", "off"}, "off") == "attention"; }
 
+// Note [Sums on the compute stream] (runtime/grad_reducer.h), for stage 0's buckets and stage 2/3's units.
+bool copy_sums_on_compute_from_env() {
+  return env_choice("DSCPP_DP_COPY_SUM", {"compute", "comm"}, "compute") == "compute";
+}
+
 // A second group over all of pg's ranks (a collective).
 std::unique_ptr<ProcessGroup> same_ranks_group(ProcessGroup& pg, const GroupOptions& options) {
   std::vector<int> everyone(size_t(pg.size()));
@@ -69,6 +74,7 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
     GroupOptions options;
     options.cta_policy = CtaPolicy::zero;
     side_dp_ = same_ranks_group(*dp_, options);
+    zgrads_->set_sums_on_compute_stream(copy_sums_on_compute_from_env());
     zgrads_->use_copy_engines(*side_dp_);
   }
   ZeroGradPartitioner* g = zgrads_.get();
@@ -117,13 +123,15 @@ void Engine::init_side_group(ParamSet& ps) {
   if (copies) options.cta_policy = CtaPolicy::zero;
   side_dp_ = same_ranks_group(*dp_, options);
   if (!copies) return reducer_->set_side_group(side_dp_.get(), tail);
+  // Note [Sums on the compute stream]
+  reducer_->set_sums_on_compute_stream(copy_sums_on_compute_from_env());
   reducer_->set_side_group(side_dp_.get(), tail);  // to size the scratch buffer
   Tensor scratch;
   {
     MemoryCategoryScope scope(MemoryCategory::gradients);
     ps.replace_flat_grads(side_dp_->alloc_symmetric(ps.flat_numel(), ps.grad_dtype()));
   }
-  if (const int64_t n = reducer_->largest_side_bucket(); n > 0) {
+  if (const int64_t n = reducer_->scratch_elements(); n > 0) {
     MemoryCategoryScope scope(MemoryCategory::communication);
     scratch = side_dp_->alloc_symmetric(n, ps.grad_dtype());
   }

@@ -126,7 +126,11 @@ void ZeroGradPartitioner::launch(size_t u) {
     f.out = f.dst;
   }
   if (arena_.holds(in)) f.scratch = arena_.take(in.numel());
-  if (f.scratch.defined()) {
+  if (f.scratch.defined() && sums_on_compute_) {  // Note [Sums on the compute stream]
+    f.work = side_->all_to_all(f.scratch, in);
+    f.sum_pending = true;
+    by_copies_++;
+  } else if (f.scratch.defined()) {
     f.work = side_->reduce_scatter_by_copies(f.out, in, f.scratch, ReduceOp::avg);
     by_copies_++;
   } else {
@@ -145,6 +149,10 @@ void ZeroGradPartitioner::retire_oldest() {
   InFlight f = std::move(in_flight_.front());
   in_flight_.pop_front();
   f.work->wait();
+  if (f.sum_pending) {
+    ops::sum_blocks(f.out, f.scratch, 1.0f / float(pg_.size()));
+    sums_done_++;
+  }
   if (f.finish == Finish::copy) {
     f.dst.copy_from(f.out);  // cast to f32
   } else if (f.finish == Finish::add) {
