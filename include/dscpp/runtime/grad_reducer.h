@@ -35,8 +35,9 @@
 // for SMs that backward's persistent GEMMs hold, and then takes them in the middle of a GEMM (2 H200s, GPT-2 350M in
 // 100 MB buckets: backward still +2.8 ms a step, and 19 ms of copy-engine time for 1.4 GB). With
 // set_sums_on_compute_stream(true) a side bucket's all_to_all is launched alone when the bucket is ready; at the next
-// grads_ready or comm_window call (one block of backward later, long after the copies finish) the compute stream
-// waits for it, sums the received blocks between two backward kernels, and launches the all_gather. The sums then
+// grads_ready or comm_window call (the engine installs the windows for this: the next attention core's backward,
+// about half a block later, long after the copies finish; the last bucket's before the embedding backward) the
+// compute stream waits for it, sums the received blocks between two backward kernels, and launches the all_gather. The sums then
 // cost their own time (~0.1 ms per 100 MB) instead of the GEMMs'. The all_to_alls alternate between two scratch
 // slices; a slice is summed before it is reused. Every rank follows the same calls, so the side group's ops keep
 // one order on all ranks. DSCPP_DP_COPY_SUM=compute|comm chooses in the engine.
@@ -73,6 +74,8 @@ class GradReducer {
   // Defer ready buckets to communication windows (only with overlap_comm). Default false.
   void set_launch_at_windows(bool on) { at_windows_ = on; }
   bool launch_at_windows() const { return at_windows_; }
+  // comm_window() has work: launching deferred buckets, or summing (Note [Sums on the compute stream]).
+  bool wants_comm_windows() const { return at_windows_ || (sums_on_compute_ && scratch_.defined()); }
   // Note [Lean buckets], Note [Copy-engine buckets]: buckets [0, size - tail) go through `side` (same ranks as pg;
   // outlives the reducer; null turns it off); with `scratch` (side's symmetric memory in the gradients' dtype, at
   // least as large as those buckets) they are all-reduced by copies, else by side's all_reduce.

@@ -44,10 +44,12 @@ class ZeroGradPartitioner {
   // from an arena of `side`'s symmetric memory (a collective), and are reduce-scattered on `side` (a
   // CtaPolicy::zero group of the same ranks, outliving this) by reduce_scatter_by_copies.
   void use_copy_engines(ProcessGroup& side);
-  // Note [Sums on the compute stream] (runtime/grad_reducer.h): only the all_to_all runs on `side`; the local sum of
-  // the received blocks runs on the compute stream when the unit retires (kMaxInFlight units later, or at the end
-  // of backward), where the compute stream waits for the reduction anyway.
+  // Note [Sums on the compute stream] (runtime/grad_reducer.h): only the all_to_all runs on `side`; at the next
+  // grads_ready or comm_window call the unit retires on the compute stream: it waits for the copies (finished by
+  // then), sums the received blocks and gives its window back.
   void set_sums_on_compute_stream(bool on) { sums_on_compute_ = on; }
+  void comm_window();  // the model's communication window (nn/comm_window.h)
+  bool wants_comm_windows() const { return sums_on_compute_ && side_; }
   int64_t reductions_by_copies() const { return by_copies_; }
   int64_t sums_on_compute_stream() const { return sums_done_; }  // since start
   const TensorArena& arena() const { return arena_; }
@@ -65,7 +67,9 @@ class ZeroGradPartitioner {
     Finish finish;
     Tensor scratch;   // an arena slice (reduce_scatter_by_copies), given back when retired
     bool sum_pending = false;  // Note [Sums on the compute stream]: only the all_to_all into scratch was launched
+    int64_t call = 0;          // the grads_ready / comm_window call that launched it
   };
+  void retire_launched_before_this_call();  // Note [Sums on the compute stream]
   ProcessGroup& pg_;
   ParamSet& ps_;
   const ZeroPartition& zp_;
@@ -83,6 +87,7 @@ class ZeroGradPartitioner {
   int64_t by_copies_ = 0;
   bool sums_on_compute_ = false;
   int64_t sums_done_ = 0;
+  int64_t calls_ = 0;
 };
 
 }  // namespace dscpp

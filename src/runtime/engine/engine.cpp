@@ -191,8 +191,12 @@ void Engine::backward() {
   if (zgrads_) zgrads_->begin_backward(boundary);
   {
     ScopedGemmSmCarveout carve(comm_sm_carveout_ ? comm_sm_carveout_ : gemm_sm_carveout());
-    GradReducer* r = reducer_ && reducer_->launch_at_windows() ? reducer_.get() : nullptr;
-    CommWindowHook windows(r ? std::function<void()>([r] { r->comm_window(); }) : nullptr);
+    GradReducer* r = reducer_ && reducer_->wants_comm_windows() ? reducer_.get() : nullptr;
+    ZeroGradPartitioner* z = zgrads_ && zgrads_->wants_comm_windows() ? zgrads_.get() : nullptr;
+    CommWindowHook windows(r || z ? std::function<void()>([r, z] {
+      if (r) r->comm_window();
+      if (z) z->comm_window();
+    }) : nullptr);
     model_->backward(mixed_ ? float(scaler_.loss_scale() / double(gas)) : 1.0f / gas);
   }
   if (reducer_) reducer_->end_backward();  // at the boundary: the gradients are now the average over the ranks

@@ -77,8 +77,21 @@ void ZeroGradPartitioner::begin_backward(bool boundary) {
 // bucket either way: overlap_comm only decides whether backward goes on beside the reduction (launch() retires it at
 // once without overlap). Holding every window until the end of backward would cost a full f32 gradient buffer, the
 // memory stage 2 exists to save (a 13B Llama at stage 3 on 4 GPUs peaked at 116 GiB that way; 20B did not fit).
+void ZeroGradPartitioner::comm_window() {
+  if (!active_) return;
+  calls_++;
+  retire_launched_before_this_call();
+}
+
+void ZeroGradPartitioner::retire_launched_before_this_call() {
+  if (!sums_on_compute_) return;
+  while (!in_flight_.empty() && in_flight_.front().sum_pending && in_flight_.front().call < calls_) retire_oldest();
+}
+
 void ZeroGradPartitioner::grads_ready(int64_t begin, int64_t end) {
   if (!active_ || !(overlap_ || windows_)) return;
+  calls_++;
+  retire_launched_before_this_call();
   std::vector<size_t> ready;
   for (int i = 0; i < ps_.size(); i++) {
     const ParamInfo& p = ps_.info(i);
@@ -129,6 +142,7 @@ void ZeroGradPartitioner::launch(size_t u) {
   if (f.scratch.defined() && sums_on_compute_) {  // Note [Sums on the compute stream]
     f.work = side_->all_to_all(f.scratch, in);
     f.sum_pending = true;
+    f.call = calls_;
     by_copies_++;
   } else if (f.scratch.defined()) {
     f.work = side_->reduce_scatter_by_copies(f.out, in, f.scratch, ReduceOp::avg);
