@@ -142,7 +142,7 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     if (windows) setenv("DSCPP_COMM_WINDOW", "attention", 1);  // a forked rank: the parent's env is untouched
     if (side == "lean") setenv("DSCPP_DP_LEAN_CTAS", "4", 1), setenv("DSCPP_DP_TAIL_BUCKETS", "1", 1);
     if (side.rfind("copies", 0) == 0) setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // its default tail: 1 bucket
-    if (side == "copies-comm-sum") setenv("DSCPP_DP_COPY_SUM", "comm", 1);  // Note [Sums on the compute stream]
+    if (side == "copies-compute-sum") setenv("DSCPP_DP_COPY_SUM", "compute", 1);  // Note [Sums on the compute stream]
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(gas, bucket, overlap, optimizer), world);
     // Each rank initialises differently: the engine must broadcast rank 0's parameters.
@@ -161,8 +161,8 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
         divisible += (buckets[size_t(k)].end - buckets[size_t(k)].begin) % world == 0;
       EXPECT_GT(divisible, 0);
       EXPECT_EQ(red.buckets_by_copies(), divisible);
-      if (side == "copies") {
-        EXPECT_GT(red.sums_on_compute_stream(), 0) << "Note [Sums on the compute stream] is the default";
+      if (side == "copies-compute-sum") {
+        EXPECT_GT(red.sums_on_compute_stream(), 0) << "Note [Sums on the compute stream]";
       } else {
         EXPECT_EQ(red.sums_on_compute_stream(), 0);
       }
@@ -249,12 +249,13 @@ TEST(DataParallel, LeanGroupForEarlyBucketsMatchesOneProcess) {
 }
 // Note [Copy-engine buckets]: all-reduced as all_to_all + local sum + all_gather (on Gloo, the same three steps),
 // the gradients in the side group's symmetric memory: the same result.
-// By default each side bucket's sum runs on the compute stream at the next hook (Note [Sums on the compute stream]);
-// with 300- and 700-element buckets several become ready at one hook, so a scratch slice is also summed before reuse.
+// With DSCPP_DP_COPY_SUM=compute each side bucket's sum runs on the compute stream at the next hook or window (Note
+// [Sums on the compute stream]); with 300- and 700-element buckets several become ready at one hook, so a scratch
+// slice is also summed before its reuse.
 TEST(DataParallel, CopyEngineBucketsMatchOneProcess) {
   dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", false, "copies");
-  dp_matches_reference("llama", 4, 2, 300, true, "adamw", true, "copies");
-  dp_matches_reference("gpt2", 4, 1, 300, true, "adamw", false, "copies-comm-sum");
+  dp_matches_reference("llama", 4, 2, 300, true, "adamw", true, "copies-compute-sum");
+  dp_matches_reference("gpt2", 4, 1, 300, true, "adamw", false, "copies-compute-sum");
 }
 TEST(DataParallel, CopyEngineAndLeanCtasTogetherAreAnError) {
   expect_all_pass(run_ranks(2, [&](int rank, int port) {

@@ -49,7 +49,7 @@ struct ZeroSetup {
   int64_t n_layer = 0;          // 0: the tiny model's
   bool copy_engine = false;     // DSCPP_DP_COPY_ENGINE=1 (Note [Copy-engine ZeRO]; on Gloo the same steps on the host)
   int arena_mib = -1;           // >= 0: DSCPP_COPY_ENGINE_ARENA_MIB (Note [Copy-engine arena budget])
-  bool comm_stream_sums = false;  // DSCPP_DP_COPY_SUM=comm (Note [Sums on the compute stream])
+  bool compute_stream_sums = false;  // DSCPP_DP_COPY_SUM=compute (Note [Sums on the compute stream])
 };
 
 std::string config_json(const ZeroSetup& s) {
@@ -154,7 +154,7 @@ void stage_matches_reference(int stage, int world, const std::string& arch, Zero
     omp_set_num_threads(1);
     if (s.copy_engine) setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // a forked rank: the parent's env is untouched
     if (s.arena_mib >= 0) setenv("DSCPP_COPY_ENGINE_ARENA_MIB", std::to_string(s.arena_mib).c_str(), 1);
-    if (s.comm_stream_sums) setenv("DSCPP_DP_COPY_SUM", "comm", 1);
+    if (s.compute_stream_sums) setenv("DSCPP_DP_COPY_SUM", "compute", 1);
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     auto e = make_engine(arch, s, world, pg.get());
     EXPECT_EQ(e->zero_partition().sharded(), stage > 0 && world > 1);
@@ -171,8 +171,8 @@ void stage_matches_reference(int stage, int world, const std::string& arch, Zero
       ASSERT_NE(e->zero_grads(), nullptr);
       const int64_t units = int64_t(e->model().params().units().size());
       EXPECT_EQ(e->zero_grads()->reductions_by_copies(), units * s.gas * kSteps) << "every unit, every micro-batch";
-      // Note [Sums on the compute stream]: the default, unless the run asks for the sums on the comm stream.
-      EXPECT_EQ(e->zero_grads()->sums_on_compute_stream(), s.comm_stream_sums ? 0 : units * s.gas * kSteps);
+      // Note [Sums on the compute stream]: only when asked for.
+      EXPECT_EQ(e->zero_grads()->sums_on_compute_stream(), s.compute_stream_sums ? units * s.gas * kSteps : 0);
       EXPECT_LE(e->zero_grads()->arena().peak_used(), e->zero_grads()->arena().capacity());
       if (stage == 3) {
         const ZeroParamCoordinator* c = e->zero_params();
@@ -278,10 +278,10 @@ TEST(Zero, CopyEngineStagesMatchOneProcess) {
   s.reuse = 0;  // every window fits the arena
   stage_matches_reference(2, 2, "gpt2", s);
   stage_matches_reference(3, 2, "llama", s);
+  s.compute_stream_sums = true;
   stage_matches_reference(3, 4, "gpt2", s);
-  s.comm_stream_sums = true;
   stage_matches_reference(2, 2, "llama", s);
-  s.comm_stream_sums = false;
+  s.compute_stream_sums = false;
   s.reuse = 1000000000;  // units stay gathered until reused: the arena overflows, later gathers fall back
   s.n_layer = 6;
   stage_matches_reference(3, 2, "gpt2", s);

@@ -17,9 +17,10 @@ double gib(int64_t bytes) { return double(bytes) / double(1 << 30); }
 // DSCPP_COMM_WINDOW=attention defers overlapped gradient buckets to communication windows (nn/comm_window.h).
 bool comm_windows_from_env() { return env_choice("DSCPP_COMM_WINDOW", {"attention", "off"}, "off") == "attention"; }
 
-// Note [Sums on the compute stream] (runtime/grad_reducer.h), for stage 0's buckets and stage 2/3's units.
+// Note [Sums on the compute stream] (runtime/grad_reducer.h), for stage 0's buckets and stage 2/3's units. Off by
+// default: within noise on 2 H200s (docs/PERF.md, ninth session).
 bool copy_sums_on_compute_from_env() {
-  return env_choice("DSCPP_DP_COPY_SUM", {"compute", "comm"}, "compute") == "compute";
+  return env_choice("DSCPP_DP_COPY_SUM", {"compute", "comm"}, "comm") == "compute";
 }
 
 // A second group over all of pg's ranks (a collective).
