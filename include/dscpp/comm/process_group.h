@@ -115,9 +115,10 @@ class ProcessGroup {
   // Used by the backends (public so their Work classes can call them).
   // "all_reduce on group 'world' (rank 0 of 2, gloo) failed (op #7 on this group): <what>[; failed rank: <abort
   // key>]"; also sets the abort key when no other rank did. seq 0 leaves the number out.
-  // Note [Op numbers]: every collective and p2p op a rank issues on a group gets the next number (1, 2, ...), as
-  // PyTorch's SeqNum. Ranks that issue the same ops in the same order give each op the same number, so a hang whose
-  // ranks report different numbers, or different ops under one number, is a program that diverged between ranks.
+  // Note [Op numbers]: every collective a rank issues on a group gets the next number (1, 2, ...), as PyTorch's
+  // SeqNum. Ranks issue the same collectives in the same order, so each op has the same number everywhere: a hang
+  // whose ranks report different numbers, or different ops under one number, is a program that diverged between
+  // ranks. send/recv, which ranks issue differently by design, are not numbered.
   [[noreturn]] void fail_op(const std::string& op, const std::string& what, uint64_t seq = 0);
   void log_op(const std::string& op, size_t bytes, double seconds);  // to the comms logger, if any
 

@@ -376,7 +376,7 @@ class GlooProcessGroup : public ProcessGroup {
   // that beside running collectives) and a thread of its own awaits its completion. Any shared in-order waiter
   // (the collective queue, or one p2p queue) can deadlock two ranks that send several messages before receiving.
   WorkPtr post_p2p(const char* op, const Tensor& t, std::shared_ptr<gloo::transport::UnboundBuffer> buf) {
-    auto work = std::make_shared<GlooWork>(this, op, next_op_seq(), timeout_);
+    auto work = std::make_shared<GlooWork>(this, op, 0, timeout_);  // Note [Op numbers]: collectives only
     std::lock_guard<std::mutex> lock(p2p_mu_);
     for (auto it = p2p_.begin(); it != p2p_.end();) {  // reap finished waiters
       if (it->second->is_completed()) {

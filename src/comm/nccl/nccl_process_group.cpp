@@ -316,7 +316,8 @@ class NcclProcessGroup : public ProcessGroup {
     DSCPP_CHECK(!aborted_, op, " on group '", name_, "': the communicator was aborted: ", abort_error_);
     cuda::DeviceGuard guard(device_);
     auto work = std::make_shared<NcclWork>(this, op, bytes, device_, std::move(keep));
-    work->seq_ = next_op_seq();
+    const bool p2p = std::strcmp(op, "send") == 0 || std::strcmp(op, "recv") == 0;
+    work->seq_ = p2p ? 0 : next_op_seq();  // Note [Op numbers]: collectives only
     work->block_host = block_host;
     work->launch_stream_ = cuda::current_stream(device_);
     // One event serves every launch (nccl_mu_ is held): a stream wait binds to the record made just before it, so
@@ -524,7 +525,7 @@ class NcclProcessGroup : public ProcessGroup {
                                : std::string("; on this rank, none of the group's ops completed");
     if (!pending_.empty()) {
       const NcclWork& w = *pending_.front();
-      s += ", its oldest unfinished op is " + w.op_ + " #" + std::to_string(w.seq_) + " (" +
+      s += ", its oldest unfinished op is " + w.op_ + (w.seq_ ? " #" + std::to_string(w.seq_) : std::string()) + " (" +
            std::to_string(w.bytes_) + " bytes), and " + std::to_string(pending_.size()) + " are unfinished";
     }
     return s;
@@ -568,7 +569,7 @@ class NcclProcessGroup : public ProcessGroup {
           log_op(w.op_, w.bytes_, ms * 1e-3);
         }
         w.status_ = WorkStatus::completed;
-        ++completed_;
+        completed_ = std::max(completed_, w.seq_);
         pending_.pop_front();
       }
       if (failure.empty() && !pending_.empty()) {
@@ -632,7 +633,7 @@ class NcclProcessGroup : public ProcessGroup {
   std::mutex mu_;                      // pending_, stop_
   std::condition_variable cv_;
   std::list<std::shared_ptr<NcclWork>> pending_;
-  uint64_t completed_ = 0;             // ops the watchdog saw finish, in order (Note [Op numbers])
+  uint64_t completed_ = 0;             // the number of the last collective the watchdog saw finish (Note [Op numbers])
   bool stop_ = false;
   std::thread watchdog_;
 };
