@@ -163,12 +163,14 @@ void stage_matches_reference(int stage, int world, const std::string& arch, Zero
       ASSERT_NE(e->zero_grads(), nullptr);
       EXPECT_EQ(e->zero_grads()->reductions_by_copies(), 0);
       EXPECT_EQ(e->zero_grads()->arena().capacity(), 0);
+      EXPECT_EQ(e->model_state_report().find("copy-engine buffers"), std::string::npos) << e->model_state_report();
       if (stage == 3) {
         EXPECT_EQ(e->zero_params()->gathers_by_copies(), 0);
         EXPECT_GT(e->zero_params()->gathers(), 0);
       }
     } else if (s.copy_engine) {
       ASSERT_NE(e->zero_grads(), nullptr);
+      EXPECT_NE(e->model_state_report().find("copy-engine buffers"), std::string::npos) << e->model_state_report();
       const int64_t units = int64_t(e->model().params().units().size());
       EXPECT_EQ(e->zero_grads()->reductions_by_copies(), units * s.gas * kSteps) << "every unit, every micro-batch";
       // Note [Sums on the compute stream]: only when asked for.

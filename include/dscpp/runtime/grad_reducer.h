@@ -86,6 +86,7 @@ class GradReducer {
   void set_sums_on_compute_stream(bool on) { sums_on_compute_ = on; }
   int64_t scratch_elements() const { return (sums_on_compute_ ? 2 : 1) * largest_side_bucket(); }
   int64_t sums_on_compute_stream() const { return sums_done_; }  // since start
+  int64_t scratch_bytes() const { return scratch_.defined() ? scratch_.nbytes() : 0; }
   int64_t buckets_on_side_group() const;  // how many buckets use the side group
   int64_t buckets_by_copies() const;      // of those, how many are all-reduced by copies
   int64_t largest_side_bucket() const;    // elements (the scratch buffer's size); 0 without a side group
