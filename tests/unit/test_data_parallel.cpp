@@ -143,6 +143,7 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     if (side == "lean") setenv("DSCPP_DP_LEAN_CTAS", "4", 1), setenv("DSCPP_DP_TAIL_BUCKETS", "1", 1);
     if (side.rfind("copies", 0) == 0) setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // its default tail: 1 bucket
     if (side == "copies-compute-sum") setenv("DSCPP_DP_COPY_SUM", "compute", 1);  // Note [Sums on the compute stream]
+    if (side == "unsplit") setenv("DSCPP_DP_SPLIT_TAIL", "0", 1);  // Note [Tail bucket in halves]
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(gas, bucket, overlap, optimizer), world);
     // Each rank initialises differently: the engine must broadcast rank 0's parameters.
@@ -154,7 +155,12 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     Trained got = train(*e, arch, rank, gas);
     EXPECT_EQ(e->grad_reducer()->launch_at_windows(), windows && overlap);
     const GradReducer& red = *e->grad_reducer();
-    EXPECT_EQ(red.buckets_on_side_group(), !side.empty() && overlap ? int64_t(buckets.size()) - 1 : 0);
+    const bool side_group = (side == "lean" || side.rfind("copies", 0) == 0) && overlap;
+    EXPECT_EQ(red.buckets_on_side_group(), side_group ? int64_t(buckets.size()) - 1 : 0);
+    // Note [Tail bucket in halves]: on by default, for a last bucket the world divides.
+    const bool divisible = (buckets.back().end - buckets.back().begin) % world == 0;
+    EXPECT_EQ(red.tails_split(), side != "unsplit" && divisible ? kSteps : 0) << "last bucket "
+        << buckets.back().end - buckets.back().begin << " elements";
     if (side.rfind("copies", 0) == 0 && overlap) {  // every side bucket whose size the world divides
       int64_t divisible = 0;
       for (int64_t k = 0; k < red.buckets_on_side_group(); k++)
@@ -236,6 +242,11 @@ TEST(DataParallel, LlamaTwoRanksNoOverlapOneBucketMatchesOneProcess) {
   dp_matches_reference("llama", 2, 3, int64_t(1) << 30, false);
 }
 TEST(DataParallel, Gpt2FourRanksNoOverlapManyBuckets) { dp_matches_reference("gpt2", 4, 1, 500, false); }
+// Note [Tail bucket in halves] off: the last bucket all-reduced like the others; the same result.
+TEST(DataParallel, UnsplitTailMatchesOneProcess) {
+  dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", false, "unsplit");
+  dp_matches_reference("llama", 4, 1, 300, false, "adamw", false, "unsplit");
+}
 TEST(DataParallel, LlamaFourRanksOverlapManyBuckets) { dp_matches_reference("llama", 4, 2, 300, true); }
 // Note [Communication windows]: deferring buckets changes when they are reduced, not what.
 TEST(DataParallel, CommWindowsMatchOneProcess) {

@@ -44,9 +44,19 @@
 // H200s the compute-stream sums took 1.9 ms of slowdown off GPT-2 350M's backward but ended within noise of the
 // comm-stream sums in tokens/s, for stage 0 (GPT-2 124M and 350M) and stage 3 (Llama-1B, GPT-2 350M) alike.
 //
+// Note [Tail bucket in halves]: the last bucket holds the embedding's gradients, final only after the embedding
+// backward, the last kernel of backward; its all-reduce overlaps nothing, and the step waits for it because
+// clipping needs the global norm first (GPT-2 124M's tied wte: 154.5 MB, ~0.69 ms on 4 H200s, 1.2% of the step).
+// With set_split_tail(true) that bucket is reduce-scattered in place instead, and end_backward() leaves its
+// all_gather to the engine: its norm is the sum over ranks of each rank's averaged block (one scalar all-reduce),
+// the gather runs beside the optimizer's update of every other parameter, and the bucket's own parameters are
+// updated after it. The exposed communication halves. The split needs the bucket on the main group, in the
+// gradients' dtype, with a size the world divides; otherwise the bucket is all-reduced as before.
+//
 // Only the gradient accumulation boundary communicates: earlier micro-steps accumulate locally (DeepSpeed).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "dscpp/comm/process_group.h"
@@ -91,11 +101,23 @@ class GradReducer {
   int64_t buckets_by_copies() const;      // of those, how many are all-reduced by copies
   int64_t largest_side_bucket() const;    // elements (the scratch buffer's size); 0 without a side group
 
+  // Note [Tail bucket in halves]. After a boundary's end_backward(): the bucket whose all_gather is still to come
+  // (only this rank's block of it, tail_block(), is averaged yet), or nullopt. gather_tail() launches that gather;
+  // complete_tail() launches it if needed and makes the compute stream wait for it. Read no gradient of the bucket
+  // outside tail_block() before complete_tail().
+  void set_split_tail(bool on) { split_tail_ = on; }
+  std::optional<GradBucket> pending_tail() const;
+  Tensor tail_block() const;
+  void gather_tail();
+  void complete_tail();
+  int64_t tails_split() const { return tails_split_; }  // boundaries whose tail was split, since start
+
   const std::vector<GradBucket>& buckets() const { return buckets_; }
   int64_t buckets_launched_early() const { return early_; }  // last boundary: launched during backward (overlap)
 
  private:
   void launch(size_t k);
+  bool splits(size_t k) const;  // Note [Tail bucket in halves]
   void finish_sums(bool all);  // Note [Sums on the compute stream]: those launched before this call (all: every one)
   void finish_sum(size_t k);
 
@@ -128,6 +150,11 @@ class GradReducer {
   int64_t calls_ = 0;
   int64_t copy_launches_ = 0;  // this backward's, to alternate the scratch slices
   int64_t sums_done_ = 0;
+  // Note [Tail bucket in halves]
+  bool split_tail_ = false;
+  bool tail_pending_ = false;  // end_backward left the last bucket's all_gather
+  WorkPtr tail_gather_;
+  int64_t tails_split_ = 0;
 };
 
 // All-reduces a few host values among the group (loss, tokens/s for printing) through a tensor on `device` (nccl

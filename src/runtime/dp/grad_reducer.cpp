@@ -44,6 +44,7 @@ GradReducer::GradReducer(ProcessGroup& pg, ParamSet& ps, int64_t bucket_size, bo
 
 void GradReducer::begin_backward(bool boundary) {
   DSCPP_CHECK(!active_, "GradReducer: backward started twice without end_backward");
+  complete_tail();  // a boundary whose step never ran: its gradients are complete before more accumulate
   active_ = boundary;
   if (!boundary) return;
   pending_.assign(buckets_.size(), 0);
@@ -131,10 +132,20 @@ int64_t GradReducer::buckets_by_copies() const {
   return c;
 }
 
+bool GradReducer::splits(size_t k) const {
+  const int64_t n = buckets_[k].end - buckets_[k].begin;
+  return split_tail_ && pg_.size() > 1 && k + 1 == buckets_.size() && int64_t(k) >= buckets_on_side_group() &&
+         comm_dtype_ == ps_.grad_dtype() && n % pg_.size() == 0;
+}
+
 void GradReducer::launch(size_t k) {
   ProcessGroup& pg = int64_t(k) < buckets_on_side_group() ? *side_ : pg_;  // Note [Lean buckets]
   Tensor g = ps_.flat_grads().slice(buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
-  if (by_copies(k) && sums_on_compute_) {  // Note [Sums on the compute stream]
+  if (splits(k)) {  // Note [Tail bucket in halves]: in place, rank r's block of the bucket receives the average
+    const int64_t n = g.numel() / pg_.size();
+    Tensor mine = g.slice(int64_t(pg_.rank()) * n, n);
+    work_[k] = pg_.reduce_scatter(mine, g, ReduceOp::avg);
+  } else if (by_copies(k) && sums_on_compute_) {  // Note [Sums on the compute stream]
     const int64_t slot = copy_launches_++ % 2, slice = largest_side_bucket();
     // The slice's previous all_to_all must be summed before this one overwrites it (two buckets ready at once).
     for (const Unsummed& u : unsummed_)
@@ -181,6 +192,8 @@ void GradReducer::end_backward() {
   for (size_t k = 0; k < buckets_.size(); k++)
     if (!launched_[k]) launch(k);
   finish_sums(true);
+  tail_pending_ = !buckets_.empty() && splits(buckets_.size() - 1);
+  tails_split_ += tail_pending_;
   for (size_t k = 0; k < work_.size(); k++) {
     work_[k]->wait();
     if (wire_[k].defined()) {  // back into the f32 gradients
@@ -190,6 +203,34 @@ void GradReducer::end_backward() {
   }
   work_.clear();
   wire_.clear();
+}
+
+std::optional<GradBucket> GradReducer::pending_tail() const {
+  if (!tail_pending_) return std::nullopt;
+  return buckets_.back();
+}
+
+Tensor GradReducer::tail_block() const {
+  DSCPP_CHECK(tail_pending_, "GradReducer::tail_block: no split tail bucket is pending");
+  const GradBucket& b = buckets_.back();
+  const int64_t n = (b.end - b.begin) / pg_.size();
+  return ps_.flat_grads().slice(b.begin + int64_t(pg_.rank()) * n, n);
+}
+
+void GradReducer::gather_tail() {
+  if (!tail_pending_ || tail_gather_) return;
+  const GradBucket& b = buckets_.back();
+  Tensor g = ps_.flat_grads().slice(b.begin, b.end - b.begin);
+  Tensor mine = tail_block();
+  tail_gather_ = pg_.all_gather(g, mine);
+}
+
+void GradReducer::complete_tail() {
+  if (!tail_pending_) return;
+  gather_tail();
+  tail_gather_->wait();
+  tail_gather_ = nullptr;
+  tail_pending_ = false;
 }
 
 std::vector<float> all_reduce_values(ProcessGroup& pg, const std::vector<float>& values, ReduceOp op,

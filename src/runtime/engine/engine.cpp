@@ -13,7 +13,9 @@
 // bf16 runs the same path with a static scale of 1 (DeepSpeed's ZeRO bf16 path also skips overflowing steps).
 #include "dscpp/runtime/engine.h"
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <iostream>
 
 #include "dscpp/kernels/gemm_sm_carveout.h"
@@ -240,7 +242,18 @@ bool Engine::boundary_step() {
   finish_param_gathers();  // stage 1/2: a forward waited for them already, unless the model skipped a unit
   const double scale = scaler_.loss_scale();  // the scale these gradients carry (1 unless fp16)
   double sumsq = 0.0;
-  if (grad_partition_.defined()) {
+  // Note [Tail bucket in halves] (runtime/grad_reducer.h): stage 0's last bucket is averaged only in this rank's
+  // block so far. Its norm is the sum of the blocks' over ranks; its gather runs beside the other updates.
+  const std::optional<GradBucket> tail = reducer_ ? reducer_->pending_tail() : std::nullopt;
+  if (tail) {
+    const Tensor g = model_->params().flat_grads();
+    const int64_t n = g.numel();
+    if (tail->begin > 0) sumsq += grad_sum_squares(g.slice(0, tail->begin));
+    if (tail->end < n) sumsq += grad_sum_squares(g.slice(tail->end, n - tail->end));
+    const double mine = grad_sum_squares(reducer_->tail_block());
+    sumsq += all_reduce_values(*dp_, {float(mine)}, ReduceOp::sum, model_->params().device())[0];
+    reducer_->gather_tail();
+  } else if (grad_partition_.defined()) {
     sumsq = grad_sum_squares(grad_partition_);  // stage 2/3: the owned gradients are one buffer (padding is 0)
   } else {
     for (size_t k = 0; k < optimizer_->owned().size(); k++) sumsq += grad_sum_squares(owned_grads(k));
@@ -255,6 +268,7 @@ bool Engine::boundary_step() {
     if (!msg.empty() && dp_rank() == 0) std::cerr << msg << std::endl;
     if (overflow) {
       last_grad_norm_ = std::sqrt(sumsq);  // inf or nan: visible in the progress line
+      if (reducer_) reducer_->complete_tail();  // before the gradients are zeroed
       return false;
     }
     last_grad_norm_ = std::sqrt(sumsq) / scale;
@@ -274,15 +288,29 @@ bool Engine::boundary_step() {
   const auto& owned = optimizer_->owned();
   for (size_t k = 0; k < owned.size(); k++) {
     const FlatRange r = owned[k];
-    Tensor p = owned_params(k);
-    Tensor m = mixed_ ? master_.slice(owned_offset_[k], r.size()) : p;
-    // Mixed precision: the update also writes the 16-bit parameters (f32 master -> the parameter dtype). A mixed
-    // engine over f32 parameters (loss scaling on an f32 model) copies them after.
-    const bool lowp = mixed_ && p.dtype() != DType::f32;
-    optimizer_->update_range(r.begin, r.end, m, owned_grads(k), lr, float(grad_scale), lowp ? p : Tensor());
-    if (mixed_ && !lowp) p.copy_from(m);
+    // [b, e) of owned range k. Mixed precision: the update also writes the 16-bit parameters (f32 master -> the
+    // parameter dtype). A mixed engine over f32 parameters (loss scaling on an f32 model) copies them after.
+    auto update = [&](int64_t b, int64_t e) {
+      if (b >= e) return;
+      Tensor p = owned_params(k).slice(b - r.begin, e - b);
+      Tensor m = mixed_ ? master_.slice(owned_offset_[k] + (b - r.begin), e - b) : p;
+      const bool lowp = mixed_ && p.dtype() != DType::f32;
+      optimizer_->update_range(b, e, m, owned_grads(k).slice(b - r.begin, e - b), lr, float(grad_scale),
+                               lowp ? p : Tensor());
+      if (mixed_ && !lowp) p.copy_from(m);
+    };
+    if (tail) {  // Note [Tail bucket in halves]: everything else beside the gather, then the bucket
+      const int64_t tb = std::clamp(tail->begin, r.begin, r.end), te = std::clamp(tail->end, r.begin, r.end);
+      update(r.begin, tb);
+      update(te, r.end);
+      reducer_->complete_tail();
+      update(tb, te);
+    } else {
+      update(r.begin, r.end);
+    }
     if (zparams_ && gather_at_step_) zparams_->shard_updated(int(k));  // owned range k is unit k's chunk
   }
+  if (reducer_) reducer_->complete_tail();
   if (zp_.sharded() && zp_.stage() <= 2) gather_updated_params();
   if (zparams_) zparams_->shards_changed();
   return true;
