@@ -143,7 +143,7 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     if (side == "lean") setenv("DSCPP_DP_LEAN_CTAS", "4", 1), setenv("DSCPP_DP_TAIL_BUCKETS", "1", 1);
     if (side.rfind("copies", 0) == 0) setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // its default tail: 1 bucket
     if (side == "copies-compute-sum") setenv("DSCPP_DP_COPY_SUM", "compute", 1);  // Note [Sums on the compute stream]
-    if (side == "unsplit") setenv("DSCPP_DP_SPLIT_TAIL", "0", 1);  // Note [Tail bucket in halves]
+    if (side == "split") setenv("DSCPP_DP_SPLIT_TAIL", "1", 1);  // Note [Tail bucket in halves]
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(gas, bucket, overlap, optimizer), world);
     // Each rank initialises differently: the engine must broadcast rank 0's parameters.
@@ -157,9 +157,9 @@ void dp_matches_reference(const std::string& arch, int world, int64_t gas, int64
     const GradReducer& red = *e->grad_reducer();
     const bool side_group = (side == "lean" || side.rfind("copies", 0) == 0) && overlap;
     EXPECT_EQ(red.buckets_on_side_group(), side_group ? int64_t(buckets.size()) - 1 : 0);
-    // Note [Tail bucket in halves]: on by default, for a last bucket the world divides.
+    // Note [Tail bucket in halves]: when asked for, for a last bucket the world divides.
     const bool divisible = (buckets.back().end - buckets.back().begin) % world == 0;
-    EXPECT_EQ(red.tails_split(), side != "unsplit" && divisible ? kSteps : 0) << "last bucket "
+    EXPECT_EQ(red.tails_split(), side == "split" && divisible ? kSteps : 0) << "last bucket "
         << buckets.back().end - buckets.back().begin << " elements";
     if (side.rfind("copies", 0) == 0 && overlap) {  // every side bucket whose size the world divides
       int64_t divisible = 0;
@@ -242,10 +242,12 @@ TEST(DataParallel, LlamaTwoRanksNoOverlapOneBucketMatchesOneProcess) {
   dp_matches_reference("llama", 2, 3, int64_t(1) << 30, false);
 }
 TEST(DataParallel, Gpt2FourRanksNoOverlapManyBuckets) { dp_matches_reference("gpt2", 4, 1, 500, false); }
-// Note [Tail bucket in halves] off: the last bucket all-reduced like the others; the same result.
-TEST(DataParallel, UnsplitTailMatchesOneProcess) {
-  dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", false, "unsplit");
-  dp_matches_reference("llama", 4, 1, 300, false, "adamw", false, "unsplit");
+// Note [Tail bucket in halves]: the last bucket reduce-scattered, its gather left to the step; the same result, with
+// overlap (the 100-element tail of a 700-element plan) and without (a 200-element tail), and under fp16's scaler.
+TEST(DataParallel, SplitTailMatchesOneProcess) {
+  dp_matches_reference("gpt2", 2, 2, 700, true, "adamw", false, "split");
+  dp_matches_reference("llama", 4, 1, 300, false, "adamw", false, "split");
+  dp_matches_reference("llama", 2, 2, 500, true, "fp16", false, "split");
 }
 TEST(DataParallel, LlamaFourRanksOverlapManyBuckets) { dp_matches_reference("llama", 4, 2, 300, true); }
 // Note [Communication windows]: deferring buckets changes when they are reduced, not what.
