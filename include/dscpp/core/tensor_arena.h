@@ -28,6 +28,7 @@ class TensorArena {
   bool holds(const Tensor& t) const;    // t lies inside the buffer
 
   int64_t capacity() const { return buffer_.defined() ? buffer_.numel() : 0; }
+  int64_t nbytes() const { return buffer_.defined() ? buffer_.nbytes() : 0; }
   int64_t used() const { return used_; }
   int64_t peak_used() const { return peak_used_; }
   const Tensor& buffer() const { return buffer_; }

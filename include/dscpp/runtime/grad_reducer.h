@@ -122,6 +122,8 @@ class GradReducer {
 
  private:
   void launch(size_t k);
+  Tensor bucket_grads(size_t k) const;        // bucket k's range of the flat gradients
+  Tensor my_block(const Tensor& bucket) const;  // this rank's 1/size of it
   bool splits(size_t k) const;  // Note [Tail bucket in halves]
   void finish_sums(bool all);  // Note [Sums on the compute stream]: those launched before this call (all: every one)
   void finish_sum(size_t k);

@@ -132,6 +132,15 @@ int64_t GradReducer::buckets_by_copies() const {
   return c;
 }
 
+Tensor GradReducer::bucket_grads(size_t k) const {
+  return ps_.flat_grads().slice(buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
+}
+
+Tensor GradReducer::my_block(const Tensor& bucket) const {
+  const int64_t n = bucket.numel() / pg_.size();
+  return bucket.slice(int64_t(pg_.rank()) * n, n);
+}
+
 bool GradReducer::splits(size_t k) const {
   const int64_t n = buckets_[k].end - buckets_[k].begin;
   return split_tail_ && pg_.size() > 1 && k + 1 == buckets_.size() && int64_t(k) >= buckets_on_side_group() &&
@@ -140,19 +149,17 @@ bool GradReducer::splits(size_t k) const {
 
 void GradReducer::launch(size_t k) {
   ProcessGroup& pg = int64_t(k) < buckets_on_side_group() ? *side_ : pg_;  // Note [Lean buckets]
-  Tensor g = ps_.flat_grads().slice(buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
+  Tensor g = bucket_grads(k);
   if (splits(k)) {  // Note [Tail bucket in halves]: in place, rank r's block of the bucket receives the average
-    const int64_t n = g.numel() / pg_.size();
-    Tensor mine = g.slice(int64_t(pg_.rank()) * n, n);
+    Tensor mine = my_block(g);
     work_[k] = pg_.reduce_scatter(mine, g, ReduceOp::avg);
   } else if (by_copies(k) && sums_on_compute_) {  // Note [Sums on the compute stream]
     const int64_t slot = copy_launches_++ % 2, slice = largest_side_bucket();
-    // The slice's previous all_to_all must be summed before this one overwrites it (two buckets ready at once).
-    for (const Unsummed& u : unsummed_)
-      if (u.received.raw() == scratch_.slice(slot * slice, 1).raw()) {
-        finish_sums(true);
-        break;
-      }
+    // Slices alternate, so with two all_to_alls unsummed (two buckets ready at once) the older holds this slice.
+    if (unsummed_.size() == 2) {
+      finish_sum(0);
+      unsummed_.erase(unsummed_.begin());
+    }
     Tensor received = scratch_.slice(slot * slice, g.numel());
     work_[k] = pg.all_to_all(received, g);
     unsummed_.push_back({k, calls_, received});
@@ -176,9 +183,8 @@ void GradReducer::finish_sums(bool all) {
 
 void GradReducer::finish_sum(size_t i) {
   const Unsummed& u = unsummed_[i];
-  Tensor g = ps_.flat_grads().slice(buckets_[u.bucket].begin, buckets_[u.bucket].end - buckets_[u.bucket].begin);
-  const int64_t n = g.numel() / pg_.size();
-  Tensor mine = g.slice(int64_t(pg_.rank()) * n, n);
+  Tensor g = bucket_grads(u.bucket);
+  Tensor mine = my_block(g);
   work_[u.bucket]->wait();  // the compute stream waits for the all_to_all
   ops::sum_blocks(mine, u.received, 1.0f / float(pg_.size()));
   work_[u.bucket] = side_->all_gather(g, mine);
@@ -197,8 +203,7 @@ void GradReducer::end_backward() {
   for (size_t k = 0; k < work_.size(); k++) {
     work_[k]->wait();
     if (wire_[k].defined()) {  // back into the f32 gradients
-      Tensor g = ps_.flat_grads().slice(buckets_[k].begin, buckets_[k].end - buckets_[k].begin);
-      g.copy_from(wire_[k]);
+      bucket_grads(k).copy_from(wire_[k]);
     }
   }
   work_.clear();
@@ -212,16 +217,13 @@ std::optional<GradBucket> GradReducer::pending_tail() const {
 
 Tensor GradReducer::tail_block() const {
   DSCPP_CHECK(tail_pending_, "GradReducer::tail_block: no split tail bucket is pending");
-  const GradBucket& b = buckets_.back();
-  const int64_t n = (b.end - b.begin) / pg_.size();
-  return ps_.flat_grads().slice(b.begin + int64_t(pg_.rank()) * n, n);
+  return my_block(bucket_grads(buckets_.size() - 1));
 }
 
 void GradReducer::gather_tail() {
   if (!tail_pending_ || tail_gather_) return;
-  const GradBucket& b = buckets_.back();
-  Tensor g = ps_.flat_grads().slice(b.begin, b.end - b.begin);
-  Tensor mine = tail_block();
+  Tensor g = bucket_grads(buckets_.size() - 1);
+  Tensor mine = my_block(g);
   tail_gather_ = pg_.all_gather(g, mine);
 }
 

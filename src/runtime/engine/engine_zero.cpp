@@ -229,8 +229,8 @@ std::string Engine::model_state_report() const {
     << gib(t.params) << " / " << gib(t.grads) << " / " << gib(t.optimizer) << " / " << gib(t.total()) << " GiB";
   // Note [Copy-engine ZeRO], Note [Copy-engine buckets]: registered buffers beyond the model states.
   int64_t copies = reducer_ ? reducer_->scratch_bytes() : 0;
-  if (zgrads_) copies += zgrads_->arena().buffer().defined() ? zgrads_->arena().buffer().nbytes() : 0;
-  if (zparams_) copies += zparams_->arena().buffer().defined() ? zparams_->arena().buffer().nbytes() : 0;
+  if (zgrads_) copies += zgrads_->arena().nbytes();
+  if (zparams_) copies += zparams_->arena().nbytes();
   if (copies > 0) o << "; copy-engine buffers " << gib(copies) << " GiB more";
   return o.str();
 }
