@@ -593,6 +593,14 @@ void add_elementwise() {
           x.run([&] { ops::sum_blocks(dout, din, 0.25f); });
           x.compare("out", dout, ref);
         });
+      if (t == DType::f32)  // per-token losses are f32
+        add("add_sum", t, dims({{"n", n}}), [=](Ctx& x) {
+          Tensor v = x.rand({n}), acc = x.rand({1}), ref = acc.clone();
+          ops::add_sum(ref, v, 0.3f);
+          Tensor dv = x.dev(v, "x"), dacc = x.dev(acc, "acc");
+          x.run([&] { ops::add_sum(dacc, dv, 0.3f); });
+          x.compare("acc", dacc, ref);
+        });
       add("sum_squares", t, dims({{"n", n}}), [=](Ctx& x) {
         Tensor v = x.rand({n});
         const double ref = ops::sum_squares(v);

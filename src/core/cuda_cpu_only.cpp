@@ -29,6 +29,10 @@ int64_t cuda_device_memory(int device) {
   DSCPP_FAIL("cuda_device_memory(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
 }
 
+int64_t cuda_workspace_pool_bytes(int device) {
+  DSCPP_FAIL("cuda_workspace_pool_bytes(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
+}
+
 Allocator& pinned_host_allocator() { return cpu_allocator(); }
 
 void copy_async(const Tensor& dst, const Tensor& src) {

@@ -563,6 +563,16 @@ void sum_blocks(const Tensor& out, const Tensor& in, float scale) {
   cpu::sum_blocks(out.data<float>(), in.data<float>(), out.numel(), in.numel() / out.numel(), scale);
 }
 
+void add_sum(const Tensor& acc, const Tensor& x, float scale) {
+  const char* op = "add_sum";
+  const bool cuda = on_cuda(op, {{"acc", acc}, {"x", x}});
+  need_dtype(op, {"acc", acc}, DType::f32);
+  need_dtype(op, {"x", x}, DType::f32);
+  if (acc.numel() != 1) fail(op, "acc has ", acc.numel(), " elements, expected 1");
+  if (cuda) CUDA_DISPATCH(op, add_sum, acc, x, scale);
+  cpu::add_sum(acc.data<float>(), x.data<float>(), x.numel(), scale);
+}
+
 double sum_squares(const Tensor& x) {
   const char* op = "sum_squares";
   const bool cuda = on_cuda(op, {{"x", x}});

@@ -168,7 +168,7 @@ Tensor Decoder::embed(const Tensor& ids, const SeqInfo& s) {
   return x;
 }
 
-float Decoder::forward(const Tensor& tokens, const Tensor& targets) {
+Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   DSCPP_CHECK(targets.dtype() == DType::i32 && targets.shape() == tokens.shape(), "targets ", targets.str(),
               " do not match tokens ", tokens.str());
   const int64_t L = cfg_.n_layer;
@@ -214,17 +214,13 @@ float Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     DSCPP_PROFILE_RANGE("model.loss");
     ops::crossentropy_forward(losses, logits_, targets_, 0, loss_lse_);
   }
-  Tensor hl = device_.is_cpu() ? losses : losses.to(Device::cpu());
-  const float* lp = hl.data<float>();
+  // Ignored targets have loss 0: the mean is the sum over the valid count, which the host knows from the targets.
   const int32_t* tp = host_targets.data<int32_t>();
-  double sum = 0;
   num_valid_ = 0;
-  for (int64_t i = 0; i < N; i++) {
-    if (tp[i] < 0) continue;
-    sum += lp[i];
-    num_valid_++;
-  }
-  return num_valid_ ? float(sum / double(num_valid_)) : 0.0f;
+  for (int64_t i = 0; i < N; i++) num_valid_ += tp[i] >= 0;
+  Tensor mean = Tensor::zeros({1}, DType::f32, device_);
+  if (num_valid_) ops::add_sum(mean, losses, float(1.0 / double(num_valid_)));
+  return Loss(mean);
 }
 
 void Decoder::backward(float dloss) {

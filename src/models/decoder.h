@@ -32,7 +32,7 @@ class Decoder final : public Model {
   Decoder(const ModelConfig& cfg, const ModelOptions& opts);
   void init_weights(uint64_t seed) override;
   void init_range(uint64_t seed, int64_t flat_begin, const Tensor& dst) const override;
-  float forward(const Tensor& tokens, const Tensor& targets) override;
+  Loss forward(const Tensor& tokens, const Tensor& targets) override;
   void backward(float dloss) override;
   Tensor logits(const Tensor& tokens) override;
 

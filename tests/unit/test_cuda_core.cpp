@@ -11,6 +11,7 @@
 #include "dscpp/core/random_fill.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/core/tensor.h"
+#include "dscpp/kernels/ops.h"
 #include "gpu_test.h"
 
 using namespace dscpp;
@@ -106,6 +107,17 @@ TEST(CudaAllocator, ReusesFreedBlocks) {
     EXPECT_EQ(a.stats().reserved_bytes, reserved) << "no new segment for a reused block";
     a.deallocate(q, bytes);
   }
+}
+
+// Note [Workspace pool]: the workspaces kernels take with cudaMallocAsync stay mapped across synchronisations.
+TEST(CudaAllocator, WorkspacePoolKeepsItsMemoryOverASync) {
+  DSCPP_REQUIRE_GPU();
+  Tensor x = Tensor::empty({1 << 20}, DType::f32);
+  fill_normal(x, 5, 0);
+  Tensor d = x.to(Device::cuda(0));  // makes the device's allocator, which sets the pool's threshold
+  const double ss = ops::sum_squares(d);  // takes a workspace, frees it, synchronises
+  EXPECT_NEAR(ss, ops::sum_squares(x), 1e-6 * ss);
+  EXPECT_GT(cuda_workspace_pool_bytes(0), 0) << "the pool handed its memory back at the synchronisation";
 }
 
 TEST(CudaAllocator, StatisticsAreExact) {

@@ -2,6 +2,8 @@
 // equivalence, checkpoint round trip, and refusal of corrupted or mismatched checkpoints.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
@@ -171,4 +173,45 @@ TEST(Engine, MismatchedModelIsRefused) {
 TEST(Engine, RejectsMixedPrecisionOnCpuBeforeWork) {
   auto m = make_model(tiny("gpt2"));
   EXPECT_THROW(initialize(std::move(m), config(4, 1, R"(, "bf16": {"enabled": true})")), Error);
+}
+
+// Note [Loss without a sync]: forward's Loss reads the same number the step averages, and the step reads them all.
+TEST(Engine, LossIsTheMicroBatchMeanReadAtTheStep) {
+  auto e = make_engine("llama", config(4, 2));
+  Tensor x = Tensor::empty({4, 8}, DType::i32), y = Tensor::empty({4, 8}, DType::i32);
+  std::vector<float> seen;
+  for (int64_t m = 0; m < 2; m++) {
+    batch(0, m * 4, 4, x, y);
+    Loss l = e->forward(x, y);
+    e->backward();
+    seen.push_back(l.value());
+    EXPECT_EQ(float(l), seen.back());  // read once, kept
+    e->step();
+  }
+  EXPECT_GT(seen[0], 1.0f);  // ln(97) ~ 4.6 for a fresh model: a real loss, not a zero
+  EXPECT_NE(seen[0], seen[1]);
+  EXPECT_FLOAT_EQ(e->last_loss(), (seen[0] + seen[1]) / 2);
+}
+
+// A diverged (NaN) loss stops the step that would apply its gradients, with the error forward used to raise, and
+// leaves the parameters as they were.
+TEST(Engine, DivergedLossStopsTheStepBeforeAnythingChanges) {
+  auto e = make_engine("gpt2", config(4, 1));
+  ParamSet& ps = e->model().params();
+  ps.param(ps.find("transformer.ln_f.weight")).fill(std::nanf(""));
+  const std::vector<float> before = params_of(*e);
+  Tensor x = Tensor::empty({4, 8}, DType::i32), y = Tensor::empty({4, 8}, DType::i32);
+  batch(0, 0, 4, x, y);
+  EXPECT_TRUE(std::isnan(e->forward(x, y).value()));
+  e->backward();
+  try {
+    e->step();
+    FAIL() << "a NaN loss went through the step";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("loss is nan at global step 0"), std::string::npos) << err.what();
+  }
+  const std::vector<float> after = params_of(*e);
+  ASSERT_EQ(before.size(), after.size());
+  EXPECT_EQ(std::memcmp(before.data(), after.data(), before.size() * sizeof(float)), 0);
+  EXPECT_EQ(e->global_steps(), 0);
 }

@@ -441,6 +441,21 @@ TEST(Elementwise, SumBlocksAddsTheBlocksAndScales) {
   expect_error([&] { ops::sum_blocks(out, in, 1.0f); }, {"sum_blocks", "10 elements", "blocks of out's 4"});
 }
 
+TEST(Elementwise, AddSumAccumulatesTheScaledSum) {
+  Rng rng(44);
+  Tensor x = randn({1001}, rng), acc = Tensor::empty({1}, DType::f32);
+  acc.data<float>()[0] = 1.5f;
+  double s = 0;
+  for (double v : dvec(x)) s += v;
+  ops::add_sum(acc, x, 0.25f);
+  EXPECT_NEAR(acc.data<float>()[0], 1.5 + 0.25 * s, 1e-5);
+  ops::add_sum(acc, x, -0.25f);  // accumulates: back where it started
+  EXPECT_NEAR(acc.data<float>()[0], 1.5, 1e-5);
+  Tensor two = Tensor::empty({2}, DType::f32), half = x.to(DType::bf16);
+  expect_error([&] { ops::add_sum(two, x, 1.0f); }, {"add_sum", "acc has 2 elements, expected 1"});
+  expect_error([&] { ops::add_sum(acc, half, 1.0f); }, {"add_sum", "x"});
+}
+
 TEST(Elementwise, RejectsMismatchedNumel) {
   Rng rng(41);
   Tensor a = randn({7}, rng), b = randn({8}, rng);

@@ -19,6 +19,8 @@ void cuda_synchronize(int device = -1);     // wait for all work on `device` (-1
 void cuda_stream_synchronize(int device = -1);  // wait for the work on this thread's current stream of `device` only
 std::string cuda_device_name(int device);   // "NVIDIA H100 80GB HBM3"
 int64_t cuda_device_memory(int device);     // total bytes of the device's memory
+// Bytes the device's memory pool holds for kernels' cudaMallocAsync workspaces (Note [Workspace pool]).
+int64_t cuda_workspace_pool_bytes(int device);
 
 // Page-locked host memory (cudaHostAlloc) with statistics, for asynchronous copies and checkpoint snapshots.
 // Tensors from it are Device::cpu(). A freed block is reused only after the work queued on the current stream

@@ -93,6 +93,8 @@ void residual_forward(const Tensor& out, const Tensor& a, const Tensor& b);  // 
 void add_inplace(const Tensor& acc, const Tensor& x);                       // acc += x
 void scale_inplace(const Tensor& x, float s);                               // x *= s
 double sum_squares(const Tensor& x);                                        // sum x^2 in f64 (for global norms)
+// acc[0] += scale * sum(x), f32 tensors, summed in f64 in a fixed order, on the device: a mean loss without a read-back.
+void add_sum(const Tensor& acc, const Tensor& x, float scale);
 // out[i] = scale * sum_j in[j*n + i] over the in.numel() / n blocks of in (n = out.numel()), accumulated in f32:
 // the local half of an all-reduce built from an all-to-all (comm/process_group.h, all_reduce_by_copies).
 void sum_blocks(const Tensor& out, const Tensor& in, float scale);

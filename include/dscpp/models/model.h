@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/models/loss.h"
 #include "dscpp/nn/params.h"
 
 namespace dscpp {
@@ -57,8 +58,9 @@ class Model {
   // into dst (any dtype of the model's, any device), without the parameter buffer: ZeRO-3 initialises only each
   // rank's shard, so a model larger than one device never exists whole.
   virtual void init_range(uint64_t seed, int64_t flat_begin, const Tensor& dst) const = 0;
-  // tokens, targets: i32 [B, T]. Returns the mean cross-entropy over targets >= 0 and keeps what backward needs.
-  virtual float forward(const Tensor& tokens, const Tensor& targets) = 0;
+  // tokens, targets: i32 [B, T]. Returns the mean cross-entropy over targets >= 0, computed on the model's device
+  // (Note [Loss without a sync], models/loss.h), and keeps what backward needs.
+  virtual Loss forward(const Tensor& tokens, const Tensor& targets) = 0;
   // Accumulates (+=) into params().grad(...) the gradient of dloss * (mean loss of the last forward), then frees
   // the saved activations.
   virtual void backward(float dloss) = 0;

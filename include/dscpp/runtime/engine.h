@@ -80,8 +80,10 @@ class Engine {
   Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptions options = {});
   ~Engine();
 
-  // tokens, targets: i32 [micro_batch, T]. Returns the mean loss of this micro-batch (unscaled).
-  float forward(const Tensor& tokens, const Tensor& targets);
+  // tokens, targets: i32 [micro_batch, T]. Returns the mean loss of this micro-batch (unscaled), read from the
+  // device only when asked (Note [Loss without a sync], models/loss.h). A loss that is not finite (not fp16) stops
+  // the step that would apply its gradients, before anything changes.
+  Loss forward(const Tensor& tokens, const Tensor& targets);
   void backward();
   void step();
 
@@ -92,7 +94,7 @@ class Engine {
   int64_t skipped_steps() const { return skipped_steps_; }
   double get_lr() const;                         // lr of the next optimizer step
   double last_grad_norm() const { return last_grad_norm_; }  // global norm before clipping, at the last boundary
-  float last_loss() const { return last_loss_; }  // mean over the last boundary's micro-batches
+  float last_loss() const { return last_loss_; }  // mean over the last boundary's micro-batches (read at the step)
   bool mixed_precision() const { return mixed_; }   // bf16 or fp16 enabled
   double loss_scale() const { return scaler_.loss_scale(); }  // multiplies the loss in backward (1 unless fp16)
   const LossScaler& loss_scaler() const { return scaler_; }
@@ -159,6 +161,7 @@ class Engine {
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, reducers, stage-3 shards
   void init_side_group(ParamSet& ps);                 // stage 0's lean or copy-engine buckets (env experiments)
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
+  float take_mean_loss();    // the mean of this boundary's micro-batch losses (a read-back), then starts anew
   // Stage 1/2 (Note [Deferred parameter gathers]): launches the all-gather of every unit's updated chunks; the next
   // forward waits for each unit's just before using it (wait_param_gather), everything else that reads parameters
   // for all of them (finish_param_gathers).
@@ -193,7 +196,7 @@ class Engine {
   Rng rng_;
   int64_t micro_steps_ = 0, global_steps_ = 0, global_samples_ = 0, skipped_steps_ = 0;
   double last_grad_norm_ = 0.0;
-  double loss_sum_ = 0.0;
+  Tensor loss_sum_;  // f32 [1] on the model's device: this boundary's micro-batch losses, summed there
   int64_t loss_count_ = 0;
   float last_loss_ = 0.0f;
   StepTimes times_;

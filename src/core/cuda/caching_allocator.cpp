@@ -14,6 +14,14 @@
 //   the error says how much was asked, how much we reserve and hand out, and how much the device has free.
 // Statistics (MemoryCounter) count the requested bytes, as the CPU allocator does; reserved_bytes is the total
 // of our cudaMalloc segments.
+//
+// Note [Workspace pool]: a few kernels take short-lived workspaces (norm backward partials, the sum-of-squares
+// buffer, the embedding backward's sort scratch) with cudaMallocAsync, from the device's memory pool, not from
+// here. That pool's release threshold is 0 by default: every synchronisation hands its free memory back to the
+// driver, and the next cudaMallocAsync maps it again. Traced on an H200 (Llama-1B step, bench/cupti_trace.cpp): the
+// stream synchronisation after the gradient norm's read-back took 222 us, with the GPU idle, before the optimizer's
+// first launch. Each allocator therefore tells its device's pool to keep its memory (a few MiB: the largest set of
+// workspaces live at once), and a cudaMalloc that fails trims the pool before it retries.
 #ifdef DSCPP_WITH_CUDA
 #include "core/cuda/caching_allocator.h"
 
@@ -72,7 +80,11 @@ using Pool = std::set<Block*, BlockLess>;
 
 class CachingAllocator final : public Allocator {
  public:
-  explicit CachingAllocator(int device) : device_(device) {}
+  explicit CachingAllocator(int device) : device_(device) {
+    DeviceGuard g(device_);
+    uint64_t keep_all = UINT64_MAX;  // Note [Workspace pool]
+    DSCPP_CUDA_CHECK(cudaMemPoolSetAttribute(workspace_pool(), cudaMemPoolAttrReleaseThreshold, &keep_all));
+  }
 
   void* allocate(size_t bytes) override {
     if (bytes == 0) return nullptr;
@@ -192,7 +204,14 @@ class CachingAllocator final : public Allocator {
   }
 
   // Frees every whole segment nobody uses. cudaFree waits for the device, so in-flight work is safe.
+  cudaMemPool_t workspace_pool() const {
+    cudaMemPool_t pool = nullptr;
+    DSCPP_CUDA_CHECK(cudaDeviceGetMemPool(&pool, device_));
+    return pool;
+  }
+
   void release_cached() {
+    DSCPP_CUDA_CHECK(cudaMemPoolTrimTo(workspace_pool(), 0));  // Note [Workspace pool]
     for (Pool* pool : {&small_, &large_}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;

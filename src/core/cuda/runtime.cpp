@@ -60,6 +60,15 @@ int64_t cuda_device_memory(int device) {
   return int64_t(p.totalGlobalMem);
 }
 
+int64_t cuda_workspace_pool_bytes(int device) {
+  check_device_index(device);
+  cudaMemPool_t pool = nullptr;
+  DSCPP_CUDA_CHECK(cudaDeviceGetMemPool(&pool, device));
+  uint64_t bytes = 0;
+  DSCPP_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &bytes));
+  return int64_t(bytes);
+}
+
 namespace cuda {
 
 void cuda_error(const char* stmt, const char* file, int line, cudaError_t e) {

@@ -78,6 +78,7 @@ void add_inplace(float* acc, const float* x, int64_t n);
 void scale_inplace(float* x, float s, int64_t n);
 void sum_blocks(float* out, const float* in, int64_t n, int64_t blocks, float scale);
 double sum_squares(const float* x, int64_t n);
+void add_sum(float* acc, const float* x, int64_t n, float scale);
 
 // rope.cpp. qkv[N,(H+2Hkv)*D] with N = B*T tokens at positions pos[N]; rotates the H q heads and Hkv k heads in
 // place (HF Llama rotate_half). rope_backward applies the inverse rotation (the transpose) to dqkv.

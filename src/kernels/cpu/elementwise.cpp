@@ -34,6 +34,12 @@ void sum_blocks(float* out, const float* in, int64_t n, int64_t blocks, float sc
   }
 }
 
+void add_sum(float* acc, const float* x, int64_t n, float scale) {
+  double s = 0.0;  // in order, one thread: the vectors this serves (per-token losses) are small
+  for (int64_t i = 0; i < n; i++) s += double(x[i]);
+  acc[0] = float(double(acc[0]) + double(scale) * s);
+}
+
 double sum_squares(const float* x, int64_t n) {
   // Per-thread partials over a static split, summed in thread order: the same thread count gives the same bits.
   const int nt = n >= kParallelMin ? omp_get_max_threads() : 1;

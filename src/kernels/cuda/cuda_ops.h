@@ -71,6 +71,7 @@ void add_inplace(const Tensor& acc, const Tensor& x);                       // a
 void scale_inplace(const Tensor& x, float s);                               // x *= s
 double sum_squares(const Tensor& x);                                        // sum x^2 in f64 (for global norms)
 void sum_blocks(const Tensor& out, const Tensor& in, float scale);
+void add_sum(const Tensor& acc, const Tensor& x, float scale);
 
 // ---- attention ----
 void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta);

@@ -86,9 +86,10 @@ __global__ void sum_blocks_kernel(T* out, const T* in, int64_t n, int64_t blocks
   }
 }
 
-// Block partials of sum x^2: each thread sums its grid-stride elements in f64, the block reduces in a fixed tree.
-template <typename T, int V>
-__global__ void sum_squares_partial_kernel(double* partial, const T* x, int64_t n) {
+// Block partials of sum x^2 (Square) or of sum x: each thread sums its grid-stride elements in f64, the block
+// reduces in a fixed tree.
+template <typename T, int V, bool Square>
+__global__ void sum_partial_kernel(double* partial, const T* x, int64_t n) {
   __shared__ double red[kBlock];
   double acc = 0.0;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x * V;
@@ -96,14 +97,14 @@ __global__ void sum_squares_partial_kernel(double* partial, const T* x, int64_t 
     if (i + V <= n) {
       float v[V];
       load_f<T, V>(x + i, v);
-      float s = 0.0f;  // V <= 8 products in f32, then f64: exact enough, and fast
+      float s = 0.0f;  // V <= 8 terms in f32, then f64: exact enough, and fast
 #pragma unroll
-      for (int k = 0; k < V; k++) s = fmaf(v[k], v[k], s);
+      for (int k = 0; k < V; k++) s = Square ? fmaf(v[k], v[k], s) : s + v[k];
       acc += double(s);
     } else {
       for (int64_t j = i; j < n; j++) {
         const double v = to_f(x[j]);
-        acc += v * v;
+        acc += Square ? v * v : v;
       }
     }
   }
@@ -116,18 +117,39 @@ __global__ void sum_squares_partial_kernel(double* partial, const T* x, int64_t 
   if (threadIdx.x == 0) partial[blockIdx.x] = red[0];
 }
 
-// One block: partial[0..G) summed in a fixed order into *out.
-__global__ void sum_partials_kernel(double* out, const double* partial, int G) {
+// The G block partials, summed in a fixed order: *out = sum (out != null), *acc += scale * sum (acc != null).
+__global__ void sum_partials_kernel(double* out, float* acc, float scale, const double* partial, int G) {
   __shared__ double red[kBlock];
-  double acc = 0.0;
-  for (int i = threadIdx.x; i < G; i += blockDim.x) acc += partial[i];
-  red[threadIdx.x] = acc;
+  double sum = 0.0;
+  for (int i = threadIdx.x; i < G; i += blockDim.x) sum += partial[i];
+  red[threadIdx.x] = sum;
   __syncthreads();
   for (int s = kBlock / 2; s > 0; s >>= 1) {
     if (int(threadIdx.x) < s) red[threadIdx.x] += red[threadIdx.x + s];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *out = red[0];
+  if (threadIdx.x == 0) {
+    if (out) *out = red[0];
+    if (acc) *acc = float(double(*acc) + double(scale) * red[0]);
+  }
+}
+
+constexpr int kMaxSumBlocks = 1024;
+
+// Launches the partials of sum x^2 or sum x over x's n elements into partial[kMaxSumBlocks]; returns their count.
+template <typename T, bool Square>
+int launch_sum_partials(double* partial, const T* x, int64_t n, cudaStream_t s) {
+  constexpr int V = 16 / sizeof(T);
+  int G;
+  if (aligned16(x)) {
+    G = int(grid_for(ceil_div(n, V), kBlock, kMaxSumBlocks));
+    sum_partial_kernel<T, V, Square><<<G, kBlock, 0, s>>>(partial, x, n);
+  } else {
+    G = int(grid_for(n, kBlock, kMaxSumBlocks));
+    sum_partial_kernel<T, 1, Square><<<G, kBlock, 0, s>>>(partial, x, n);
+  }
+  DSCPP_CUDA_CHECK_LAUNCH();
+  return G;
 }
 
 }  // namespace
@@ -216,31 +238,30 @@ void sum_blocks(const Tensor& out, const Tensor& in, float scale) {
 double sum_squares(const Tensor& x) {
   if (x.numel() == 0) return 0.0;
   OpLaunch L(x);
-  const int64_t n = x.numel();
-  constexpr int kMaxBlocks = 1024;
-  double* buf = nullptr;  // [G partials | result]
-  DSCPP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), (kMaxBlocks + 1) * sizeof(double), L.stream));
+  double* buf = nullptr;  // [kMaxSumBlocks partials | result]
+  DSCPP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), (kMaxSumBlocks + 1) * sizeof(double), L.stream));
   int G = 0;
   dispatch_float("sum_squares", x.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    constexpr int V = 16 / sizeof(T);
-    const T* p = ptr<T>(x);
-    if (aligned16(p)) {
-      G = int(grid_for(ceil_div(n, V), kBlock, kMaxBlocks));
-      sum_squares_partial_kernel<T, V><<<G, kBlock, 0, L.stream>>>(buf, p, n);
-    } else {
-      G = int(grid_for(n, kBlock, kMaxBlocks));
-      sum_squares_partial_kernel<T, 1><<<G, kBlock, 0, L.stream>>>(buf, p, n);
-    }
-    DSCPP_CUDA_CHECK_LAUNCH();
+    G = launch_sum_partials<T, true>(buf, ptr<T>(x), x.numel(), L.stream);
   });
-  sum_partials_kernel<<<1, kBlock, 0, L.stream>>>(buf + kMaxBlocks, buf, G);
+  sum_partials_kernel<<<1, kBlock, 0, L.stream>>>(buf + kMaxSumBlocks, nullptr, 0.0f, buf, G);
   DSCPP_CUDA_CHECK_LAUNCH();
   double result = 0.0;
-  DSCPP_CUDA_CHECK(cudaMemcpyAsync(&result, buf + kMaxBlocks, sizeof(double), cudaMemcpyDeviceToHost, L.stream));
+  DSCPP_CUDA_CHECK(cudaMemcpyAsync(&result, buf + kMaxSumBlocks, sizeof(double), cudaMemcpyDeviceToHost, L.stream));
   DSCPP_CUDA_CHECK(cudaFreeAsync(buf, L.stream));
   DSCPP_CUDA_CHECK(cudaStreamSynchronize(L.stream));
   return result;
+}
+
+void add_sum(const Tensor& acc, const Tensor& x, float scale) {
+  OpLaunch L(acc);
+  double* buf = nullptr;  // kMaxSumBlocks partials
+  DSCPP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), kMaxSumBlocks * sizeof(double), L.stream));
+  const int G = x.numel() ? launch_sum_partials<float, false>(buf, ptr<float>(x), x.numel(), L.stream) : 0;
+  sum_partials_kernel<<<1, kBlock, 0, L.stream>>>(nullptr, ptr<float>(acc), scale, buf, G);
+  DSCPP_CUDA_CHECK_LAUNCH();
+  DSCPP_CUDA_CHECK(cudaFreeAsync(buf, L.stream));
 }
 
 }  // namespace dscpp::cuda

@@ -159,7 +159,7 @@ bool Engine::is_gradient_accumulation_boundary() const {
 
 double Engine::get_lr() const { return scheduler_.get_lr(); }
 
-float Engine::forward(const Tensor& tokens, const Tensor& targets) {
+Loss Engine::forward(const Tensor& tokens, const Tensor& targets) {
   profile_begin_micro_step();
   if (profiling_) {
     prof_rows_ += tokens.size(0);
@@ -167,7 +167,7 @@ float Engine::forward(const Tensor& tokens, const Tensor& targets) {
     prof_->set_phase(Phase::forward);
   }
   auto t0 = Clock::now();
-  float loss;
+  Loss loss;
   if (zparams_) zparams_->begin_micro_step();
   {
     ProfileRange r(prof_.get(), "forward");
@@ -175,12 +175,18 @@ float Engine::forward(const Tensor& tokens, const Tensor& targets) {
     loss = model_->forward(tokens, targets);
   }
   times_.forward_ms += ms_since(t0);
-  // fp16 may overflow in the forward pass: the gradients then overflow too and the step is skipped.
-  DSCPP_CHECK(std::isfinite(loss) || cfg_.fp16.enabled, "loss is ", loss, " at global step ", global_steps_,
-              " (diverged: lower the learning rate or enable gradient_clipping)");
-  loss_sum_ += loss;
+  if (!loss_sum_.defined()) loss_sum_ = Tensor::zeros({1}, DType::f32, model_->params().device());
+  ops::add_inplace(loss_sum_, loss.tensor());  // Note [Loss without a sync]: read at the step
   loss_count_++;
   return loss;
+}
+
+float Engine::take_mean_loss() {
+  if (!loss_count_) return 0.0f;
+  const float mean = loss_sum_.to(Device::cpu()).data<float>()[0] / float(loss_count_);
+  loss_sum_.zero();
+  loss_count_ = 0;
+  return mean;
 }
 
 void Engine::backward() {
@@ -222,9 +228,6 @@ void Engine::step() {
       if (zgrads_) zgrads_->new_step();
       global_steps_++;
       global_samples_ += cfg_.train_batch_size;
-      last_loss_ = loss_count_ ? float(loss_sum_ / double(loss_count_)) : 0.0f;
-      loss_sum_ = 0.0;
-      loss_count_ = 0;
       times_.steps++;
     }
   }
@@ -260,6 +263,11 @@ bool Engine::boundary_step() {
   }
   if (zp_.sharded())  // each rank summed its partition: the global norm is the sum over ranks
     sumsq = all_reduce_values(*dp_, {float(sumsq)}, ReduceOp::sum, model_->params().device())[0];
+  // The losses are read after the norm's read-back, which has waited for the device already. fp16 may overflow in
+  // forward: its gradients then overflow too and the step is skipped below.
+  last_loss_ = take_mean_loss();
+  DSCPP_CHECK(std::isfinite(last_loss_) || cfg_.fp16.enabled, "loss is ", last_loss_, " at global step ",
+              global_steps_, " (diverged: lower the learning rate or enable gradient_clipping)");
   double grad_scale;
   if (mixed_) {
     const bool overflow = !std::isfinite(sumsq);  // inf/nan on any rank reaches every rank through the sum

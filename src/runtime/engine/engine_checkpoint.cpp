@@ -197,7 +197,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::s
   rng_.set_state({rj.at("seed").get<uint64_t>(), rj.at("offset").get<uint64_t>(), rj.at("used").get<uint32_t>()});
   ps.zero_grads();
   if (zgrads_) zgrads_->new_step();
-  loss_sum_ = 0.0;
+  if (loss_sum_.defined()) loss_sum_.zero();
   loss_count_ = 0;
   return st.value("client_state", nlohmann::json::object());
 }
