@@ -18,6 +18,7 @@
 #include <optional>
 #include <iostream>
 
+#include "dscpp/core/cuda.h"
 #include "dscpp/kernels/gemm_sm_carveout.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/nn/comm_window.h"
@@ -181,9 +182,19 @@ Loss Engine::forward(const Tensor& tokens, const Tensor& targets) {
   return loss;
 }
 
+void Engine::queue_loss_readback() {
+  if (!loss_count_ || loss_sum_.device().is_cpu()) return;
+  if (!loss_host_.defined()) loss_host_ = empty_pinned({1}, DType::f32);
+  copy_async(loss_host_, loss_sum_);
+}
+
 float Engine::take_mean_loss() {
   if (!loss_count_) return 0.0f;
-  const float mean = loss_sum_.to(Device::cpu()).data<float>()[0] / float(loss_count_);
+  const bool on_cpu = loss_sum_.device().is_cpu();
+  // The norm's read-back has waited for this stream already, in every case but an empty owned range: then this
+  // waits, and it costs nothing when the stream is idle.
+  if (!on_cpu) cuda_stream_synchronize(loss_sum_.device().index);
+  const float mean = (on_cpu ? loss_sum_ : loss_host_).data<float>()[0] / float(loss_count_);
   loss_sum_.zero();
   loss_count_ = 0;
   return mean;
@@ -242,6 +253,7 @@ void Engine::set_scheduled_betas() {
 }
 
 bool Engine::boundary_step() {
+  queue_loss_readback();  // Note [Loss without a sync]: the norm's read-back below brings it along
   finish_param_gathers();  // stage 1/2: a forward waited for them already, unless the model skipped a unit
   const double scale = scaler_.loss_scale();  // the scale these gradients carry (1 unless fp16)
   double sumsq = 0.0;
@@ -263,8 +275,8 @@ bool Engine::boundary_step() {
   }
   if (zp_.sharded())  // each rank summed its partition: the global norm is the sum over ranks
     sumsq = all_reduce_values(*dp_, {float(sumsq)}, ReduceOp::sum, model_->params().device())[0];
-  // The losses are read after the norm's read-back, which has waited for the device already. fp16 may overflow in
-  // forward: its gradients then overflow too and the step is skipped below.
+  // The losses, copied before the norm and read after its read-back. fp16 may overflow in forward: its gradients then
+  // overflow too and the step is skipped below.
   last_loss_ = take_mean_loss();
   DSCPP_CHECK(std::isfinite(last_loss_) || cfg_.fp16.enabled, "loss is ", last_loss_, " at global step ",
               global_steps_, " (diverged: lower the learning rate or enable gradient_clipping)");
