@@ -2,10 +2,12 @@
 // but no Nsight Systems (the lent H100/H200 image). A CUDA injection library: the driver loads it at cuInit when
 // CUDA_INJECTION64_PATH names it, so any binary can be traced unchanged:
 //   CUDA_INJECTION64_PATH=build-gpu/bench/libdscpp_cupti_trace.so DSCPP_CUPTI_OUT=/tmp/acts.csv
-//       build-gpu/bench/train_bench --models llama-1b --batch 16 --warmup 3 --steps 1
+//   NVTX_INJECTION64_PATH=/usr/local/cuda/lib64/libcupti.so   (optional: NVTX ranges too)
+//       build-gpu/bench/train_bench --models llama-1b --batch 16 --warmup 3 --steps 1 --nvtx-step
 //   python3 scripts/gpu_gaps.py /tmp/acts.csv
-// The file has one row per record: kind (kernel | memcpy | memset | runtime | driver), start ns, end ns,
-// correlation id (an API call and the GPU work it launched share one), stream id (0 for API calls), name.
+// The file has one row per record: kind (kernel | memcpy | memset | runtime | driver | range_start | range_end),
+// start ns, end ns, correlation id (an API call and the GPU work it launched share one; a range's id), stream id
+// (0 for API calls and ranges), name.
 // Records are written when CUPTI hands back a full buffer and at exit. Under a launcher (RANK set) each rank writes
 // DSCPP_CUPTI_OUT.rank<R>.
 #include <cupti.h>
@@ -90,6 +92,15 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
                      (unsigned long long)m->end, m->correlationId, m->streamId, (unsigned long long)m->bytes);
         break;
       }
+      case CUPTI_ACTIVITY_KIND_MARKER: {  // NVTX ranges: the start carries the name, the end only the id
+        auto* m = reinterpret_cast<CUpti_ActivityMarker2*>(rec);
+        const bool start = m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START;
+        if (!start && !(m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END)) break;
+        std::fprintf(g_out, "%s,%llu,%llu,%u,0,%s\n", start ? "range_start" : "range_end",
+                     (unsigned long long)m->timestamp, (unsigned long long)m->timestamp, m->id,
+                     start && m->name ? m->name : "");
+        break;
+      }
       case CUPTI_ACTIVITY_KIND_RUNTIME:
       case CUPTI_ACTIVITY_KIND_DRIVER: {
         auto* a = reinterpret_cast<CUpti_ActivityAPI*>(rec);
@@ -127,7 +138,8 @@ extern "C" int InitializeInjection() {
   std::fprintf(g_out, "kind,start,end,correlation,stream,name\n");
   check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "cuptiActivityRegisterCallbacks");
   for (CUpti_ActivityKind k : {CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
-                               CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER})
+                               CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER,
+                               CUPTI_ACTIVITY_KIND_MARKER})
     check(cuptiActivityEnable(k), "cuptiActivityEnable");
   std::atexit(finish);
   return 1;

@@ -17,6 +17,8 @@
 // --checkpointing: activation checkpointing of every block. --n-*: override the preset's shape (the model is then
 // named <arch>-L<L>-C<C>), e.g. a Llama of 7B parameters for a memory probe.
 // --trace: a Chrome trace of step 1 (a warm-up step) per rank, FILE.rank<r> (scripts/check_trace.py).
+// --nvtx-step: the first timed step runs inside the NVTX range "dscpp_step" on every rank, for a kernel-level trace
+// of exactly that step (bench/cupti_trace.cpp, scripts/gpu_gaps.py).
 // A single process (no launcher) runs without a process group. Rank 0 prints, per model and stage:
 //   STATES model stage: <Engine::model_state_report(), rank 0's>
 //   RESULT impl model world B T tokens_per_s_total tokens_per_s_per_gpu ms_per_step peak_mem_gib zero_stage mfu_pct
@@ -45,6 +47,7 @@
 #include "dscpp/core/allocator.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/rng.h"
+#include "dscpp/profiler/profiler.h"
 #include "dscpp/runtime/engine.h"
 #include "dscpp/runtime/grad_reducer.h"
 
@@ -62,7 +65,7 @@ struct Args {
   int64_t batch = 32, seq = 1024, steps = 10, warmup = 3, bucket = 0;
   int64_t reuse = 0, prefetch = 50000000;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0;  // 0: the preset's
-  bool overlap = false, checkpointing = false;
+  bool overlap = false, checkpointing = false, nvtx_step = false;
   std::string trace;
   std::string comm_dtype;  // communication_data_type ("": the gradients' dtype, f32)
 };
@@ -73,14 +76,16 @@ const bench::Flags kFlags{
     "                [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]\n"
     "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
     "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F]\n"
-    "                [--comm-dtype fp32|bf16]\n"
+    "                [--comm-dtype fp32|bf16] [--nvtx-step]\n"
     "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n"};
 [[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
 Args parse(int argc, char** argv) {
   Args a;
-  auto on_switch = [&](const std::string& k) { (k == "overlap" ? a.overlap : a.checkpointing) = true; };
-  kFlags.parse(argc, argv, {"overlap", "checkpointing"}, on_switch, [&](const std::string& k, const std::string& v) {
+  auto on_switch = [&](const std::string& k) {
+    (k == "overlap" ? a.overlap : k == "checkpointing" ? a.checkpointing : a.nvtx_step) = true;
+  };
+  kFlags.parse(argc, argv, {"overlap", "checkpointing", "nvtx-step"}, on_switch, [&](const std::string& k, const std::string& v) {
     auto to_int = [&](const std::string& x, int64_t min) { return kFlags.to_int(k, x, min); };
     if (k == "models" || k == "model") {
       a.models = bench::Flags::list(v);
@@ -219,13 +224,18 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
     }
   }
   std::vector<float> step_ms;
+  // --nvtx-step: the first timed step inside the NVTX range "dscpp_step", as train_bench (bench/cupti_trace.cpp).
+  Profiler nvtx(Profiler::Options{.enabled = a.nvtx_step});
   cuda_synchronize(device.index);
   for (int64_t s = 0; s < n_steps; s++) {
+    const bool marked = a.nvtx_step && s == a.warmup;
     const auto t0 = std::chrono::steady_clock::now();
+    if (marked) nvtx.begin("dscpp_step");
     engine->forward(xs[size_t(s)], ys[size_t(s)]);
     engine->backward();
     engine->step();
     cuda_stream_synchronize(device.index);
+    if (marked) nvtx.end("dscpp_step");
     step_ms.push_back(float(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()));
     if (rank == 0)
       std::fprintf(stderr, "  %s zero-%d x%d step %lld: %.1f ms (rank 0), loss %.4f\n", label.c_str(), stage, world,
