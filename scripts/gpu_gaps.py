@@ -115,6 +115,8 @@ def main():
     print(f"step ({how}): host {ms(he - hs):.2f} ms; GPU span {ms(span):.2f} ms, any stream busy "
           f"{ms(busy_all):.2f} ms (idle {ms(span - busy_all):.2f} ms, {100 * (span - busy_all) / span:.1f}%), "
           f"compute stream {compute} busy {ms(busy_comp):.2f} ms ({100 * busy_comp / span:.1f}%)")
+    # CUPTI's timestamps share one clock across the processes of a host: these line ranks' traces up.
+    print(f"  clock: host start {hs / 1e6:.3f} ms, GPU first work {span0 / 1e6:.3f} ms, last {span1 / 1e6:.3f} ms")
     for s, t in sorted(per_stream.items(), key=lambda kv: -kv[1]):
         print(f"  stream {s}: kernels {ms(t):.2f} ms")
 

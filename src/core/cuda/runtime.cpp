@@ -2,8 +2,15 @@
 #ifdef DSCPP_WITH_CUDA
 #include "core/cuda/cuda_runtime.cuh"
 
+#include <execinfo.h>
+
 #include <array>
+#include <cstdlib>
 #include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "dscpp/core/env.h"
 
 namespace dscpp {
 
@@ -71,9 +78,24 @@ int64_t cuda_workspace_pool_bytes(int device) {
 
 namespace cuda {
 
+// DSCPP_CUDA_ERROR_BACKTRACE=1: a CUDA error's message also carries the thread and the call stack that met it, for
+// errors whose call site says little (a stream wait inside a collective's wait() can be reached from many places).
+static std::string error_context() {
+  static const bool on = env_flag("DSCPP_CUDA_ERROR_BACKTRACE");
+  if (!on) return "";
+  void* frames[48];
+  const int n = backtrace(frames, 48);
+  char** names = backtrace_symbols(frames, n);
+  std::ostringstream os;
+  os << "; thread " << std::this_thread::get_id() << ", call stack:";
+  for (int i = 1; i < n && names; i++) os << "\n    " << names[i];
+  std::free(names);
+  return os.str();
+}
+
 void cuda_error(const char* stmt, const char* file, int line, cudaError_t e) {
   throw Error(detail::concat("CUDA error ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ") in `", stmt,
-                             "` at ", file, ":", line));
+                             "` at ", file, ":", line, error_context()));
 }
 
 void cublas_error(const char* stmt, const char* file, int line, cublasStatus_t s) {
