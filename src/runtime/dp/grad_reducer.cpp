@@ -13,9 +13,12 @@ std::vector<GradBucket> plan_grad_buckets(const ParamSet& ps, int64_t bucket_siz
   std::vector<GradBucket> out;
   // [cur_begin, cur_end): the open bucket; parameter i spans [offset_i, offset_{i+1}) (its padding included).
   int64_t cur_end = ps.flat_numel(), cur_begin = cur_end;
+  // The first unit's end: no bucket holds the embeddings and a later parameter (Note [Gradient buckets]).
+  const int64_t first_unit_end = ps.units().size() > 1 ? ps.units()[0].end : 0;
   for (size_t i = infos.size(); i-- > 0;) {
     const int64_t s = i == 0 ? 0 : infos[i].offset;
-    if (cur_end - s <= bucket_size) {
+    const bool crosses = s < first_unit_end && cur_begin >= first_unit_end && cur_begin < cur_end;
+    if (!crosses && cur_end - s <= bucket_size) {
       cur_begin = s;
       continue;
     }
