@@ -93,7 +93,7 @@ def kernel_times(mine, stream):
     return t
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("csv")
     ap.add_argument("--base", help="another trace to compare the compute stream's kernel times with")
@@ -101,7 +101,7 @@ def main():
     ap.add_argument("--sync", default="cudaDeviceSynchronize")
     ap.add_argument("--min-us", type=float, default=15.0)
     ap.add_argument("--top", type=int, default=20)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     api, mine, hs, he, how, per_stream, compute = step_work(a.csv, a)
     launch = {}  # correlation id -> (start, name) of the first API call that carries it
     for st, _, c, _, name, _ in api:
