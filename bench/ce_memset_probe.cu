@@ -4,7 +4,8 @@
 //   build-gpu/bench/ce_memset_probe        (2 GPUs with peer access)
 // For each way of sending 128 MiB from GPU 1 to GPU 0 beside it (none; one copy; 8 or 32 pieces), the time from
 // the start of stream B's work to the end of a 4-byte memset and to the end of a small kernel after it, and the
-// same kernel without the memset. Medians of 20 trials, microseconds.
+// same kernel without the memset. Medians of 20 trials, microseconds. On 2 H200s (docs/PERF.md): the memset ends
+// 7-12 us later beside a 347 us copy than alone, so it does not wait for the copy; the stalls have another cause.
 #include <cuda_runtime.h>
 
 #include <algorithm>
