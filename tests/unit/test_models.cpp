@@ -372,3 +372,21 @@ TEST(Models, SgdStepsOnRepeatedBatchReduceLoss) {
     EXPECT_LT(last, first - 1.0f) << arch << ": loss " << first << " -> " << last;
   }
 }
+
+// Note [Loss without a sync]: a Loss reads its device value once, when asked, and keeps it.
+TEST(Loss, ReadsOnceWhenAskedAndKeepsTheNumber) {
+  Tensor t = Tensor::empty({1}, DType::f32);
+  t.data<float>()[0] = 2.5f;
+  Loss l(t);
+  t.data<float>()[0] = 7.0f;  // not read yet: the value is whatever the tensor holds when asked
+  EXPECT_EQ(l.value(), 7.0f);
+  t.data<float>()[0] = 9.0f;  // read already: kept
+  EXPECT_EQ(float(l), 7.0f);
+  Loss n(3.25f);
+  EXPECT_EQ(n.value(), 3.25f);
+  ASSERT_TRUE(n.tensor().defined());
+  EXPECT_EQ(n.tensor().data<float>()[0], 3.25f);  // the engine sums tensors, whatever made the Loss
+  EXPECT_EQ(Loss().value(), 0.0f);
+  EXPECT_THROW(Loss(Tensor::empty({2}, DType::f32)), Error);
+  EXPECT_THROW(Loss(Tensor::empty({1}, DType::bf16)), Error);
+}

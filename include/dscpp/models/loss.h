@@ -20,7 +20,7 @@ class Loss {
 
   float value() const;  // waits for the device the first time
   operator float() const { return value(); }  // NOLINT: reads as the number it stands for
-  const Tensor& tensor() const { return mean_; }  // f32 [1]; undefined for a Loss made from a number
+  const Tensor& tensor() const { return mean_; }  // f32 [1] (on the CPU for a Loss made from a number)
 
  private:
   Tensor mean_;

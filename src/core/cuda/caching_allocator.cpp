@@ -203,13 +203,13 @@ class CachingAllocator final : public Allocator {
     return lo;
   }
 
-  // Frees every whole segment nobody uses. cudaFree waits for the device, so in-flight work is safe.
   cudaMemPool_t workspace_pool() const {
     cudaMemPool_t pool = nullptr;
     DSCPP_CUDA_CHECK(cudaDeviceGetMemPool(&pool, device_));
     return pool;
   }
 
+  // Frees every whole segment nobody uses. cudaFree waits for the device, so in-flight work is safe.
   void release_cached() {
     DSCPP_CUDA_CHECK(cudaMemPoolTrimTo(workspace_pool(), 0));  // Note [Workspace pool]
     for (Pool* pool : {&small_, &large_}) {

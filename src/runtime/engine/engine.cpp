@@ -177,7 +177,9 @@ Loss Engine::forward(const Tensor& tokens, const Tensor& targets) {
   }
   times_.forward_ms += ms_since(t0);
   if (!loss_sum_.defined()) loss_sum_ = Tensor::zeros({1}, DType::f32, model_->params().device());
-  ops::add_inplace(loss_sum_, loss.tensor());  // Note [Loss without a sync]: read at the step
+  const Tensor& lt = loss.tensor();  // Note [Loss without a sync]: summed here, read at the step
+  DSCPP_CHECK(lt.defined(), "the model's forward returned no loss");
+  ops::add_inplace(loss_sum_, lt.device() == loss_sum_.device() ? lt : lt.to(loss_sum_.device()));
   loss_count_++;
   return loss;
 }
