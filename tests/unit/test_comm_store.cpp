@@ -295,5 +295,10 @@ TEST(CommsLogger, RecordsRealOps) {
     EXPECT_EQ(rows[2].op, "reduce_scatter");
     EXPECT_EQ(rows[2].bytes, 1000u);  // the scattered input
     EXPECT_NEAR(rows[2].busbw_gbps(), rows[2].algbw_gbps() * 0.5, 1e-9);
+    // Both ranks finish every exchange before either tears its groups down: a rank whose reduce_scatter returned
+    // first could otherwise close the sub-group's connections under the other (seen once in CI: "Connection closed
+    // by peer" on rank 1).
+    sub->barrier()->wait();
+    pg->barrier()->wait();
   }));
 }
