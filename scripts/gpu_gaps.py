@@ -13,9 +13,12 @@ calls inside it launched. The compute stream is the stream with the most kernel 
 in the compute stream is listed with the work on each side, what ran on other streams meanwhile, and whether its
 next work was launched after it opened (the host's doing: a synchronisation, a slow call) or before (a wait on
 another stream). --base: kernel time by name on the compute stream against another trace (e.g. 1 GPU vs N GPUs).
+--ranks: one line per rank's trace instead, lined up on the host clock the ranks share: the straggler is the rank
+whose compute kernels take longest and whose communication kernels wait least.
 """
 import argparse
 import csv
+import os
 import sys
 from collections import defaultdict
 
@@ -93,15 +96,35 @@ def kernel_times(mine, stream):
     return t
 
 
+def ranks_table(paths, a):
+    rows = []
+    for p in paths:
+        _, mine, _, _, _, per_stream, compute = step_work(p, a)
+        other = sum(t for s, t in per_stream.items() if s != compute)
+        rows.append((p, mine[0][0], max(w[1] for w in mine), per_stream[compute], other))
+    t0 = min(r[1] for r in rows)
+    print("| trace | first work ms | last work ms | compute kernels ms | other streams' kernels ms |")
+    print("|---|---:|---:|---:|---:|")
+    for p, s, e, c, o in rows:
+        print(f"| {os.path.basename(p)} | {ms(s - t0):.3f} | {ms(e - t0):.3f} | {ms(c):.2f} | {ms(o):.2f} |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("csv")
+    ap.add_argument("csv", nargs="+", help="one trace (several with --ranks)")
+    ap.add_argument("--ranks", action="store_true", help="one line per trace: the ranks of one job side by side")
     ap.add_argument("--base", help="another trace to compare the compute stream's kernel times with")
     ap.add_argument("--range", default="dscpp_step")
     ap.add_argument("--sync", default="cudaDeviceSynchronize")
     ap.add_argument("--min-us", type=float, default=15.0)
     ap.add_argument("--top", type=int, default=20)
     a = ap.parse_args(argv)
+    if a.ranks:
+        ranks_table(a.csv, a)
+        return
+    if len(a.csv) != 1:
+        ap.error("several traces need --ranks")
+    a.csv = a.csv[0]
     api, mine, hs, he, how, per_stream, compute = step_work(a.csv, a)
     launch = {}  # correlation id -> (start, name) of the first API call that carries it
     for st, _, c, _, name, _ in api:

@@ -43,7 +43,7 @@ def csv_text(gemm_us, wait_us):
 
 
 class GpuGaps(unittest.TestCase):
-    def run_gaps(self, this, base=None):
+    def run_gaps(self, this, base=None, ranks=False):
         with tempfile.TemporaryDirectory() as d:
             paths = []
             for i, text in enumerate([this] + ([base] if base else [])):
@@ -51,7 +51,10 @@ class GpuGaps(unittest.TestCase):
                 with open(p, "w") as f:
                     f.write(text)
                 paths.append(p)
-            argv = [paths[0], "--min-us", "15"] + (["--base", paths[1]] if base else [])
+            if ranks:
+                argv = ["--ranks"] + paths
+            else:
+                argv = [paths[0], "--min-us", "15"] + (["--base", paths[1]] if base else [])
             out = io.StringIO()
             with redirect_stdout(out):
                 gpu_gaps.main(argv)
@@ -71,6 +74,13 @@ class GpuGaps(unittest.TestCase):
         self.assertIn("compute-stream kernel time against", out)
         self.assertIn("+0.05 ms", out)
         self.assertRegex(out, r"\| gemm \| 1/1 \| 0\.40 \| 0\.45 \| \+0\.05 \|")
+
+    def test_ranks_side_by_side(self):
+        out = self.run_gaps(csv_text(gemm_us=450, wait_us=10), base=csv_text(gemm_us=400, wait_us=60), ranks=True)
+        # compute kernels: 450 + 50 + 30 + 190 = 720 us and 670 us; the all-reduce starts 20 us before the norm ends
+        # and lasts wait + 20 us: 30 and 80 us (the faster rank waits longer in it).
+        self.assertRegex(out, r"\| t0\.csv \| 0\.000 \| [0-9.]+ \| 0\.72 \| 0\.03 \|")
+        self.assertRegex(out, r"\| t1\.csv \| 0\.000 \| [0-9.]+ \| 0\.67 \| 0\.08 \|")
 
     def test_without_a_range_it_takes_the_busiest_stretch_between_syncs(self):
         text = csv_text(gemm_us=400, wait_us=60).replace("range_start", "x_start").replace("range_end", "x_end")
