@@ -392,6 +392,10 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     res.samples.push_back(data.tokenizer.decode(text_ids));
     if (!quiet && rank == 0) log << "--- sample " << i + 1 << " ---\n" << res.samples.back() << std::endl;
   }
+  // Every rank is done with every exchange before any tears its groups down: a rank whose last collective returned
+  // first could otherwise close connections a slower peer still reads from (as torch.distributed advises a barrier
+  // before destroy_process_group).
+  if (pg) pg->barrier()->wait();
   return res;
 }
 
