@@ -601,6 +601,13 @@ void add_elementwise() {
           x.run([&] { ops::add_sum(dacc, dv, 0.3f); });
           x.compare("acc", dacc, ref);
         });
+      add("add_sum_squares", t, dims({{"n", n}}), [=](Ctx& x) {
+        Tensor v = x.rand({n}), acc = x.rand({1}, DType::f32), ref = acc.clone();
+        ops::add_sum_squares(ref, v);
+        Tensor dv = x.dev(v, "x"), dacc = x.dev(acc, DType::f32, "acc");  // the sum is f32 for every dtype of x
+        x.run([&] { ops::add_sum_squares(dacc, dv); });
+        x.compare("acc", dacc, ref, 1e-5);
+      });
       add("sum_squares", t, dims({{"n", n}}), [=](Ctx& x) {
         Tensor v = x.rand({n});
         const double ref = ops::sum_squares(v);

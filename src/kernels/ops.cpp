@@ -573,6 +573,17 @@ void add_sum(const Tensor& acc, const Tensor& x, float scale) {
   cpu::add_sum(acc.data<float>(), x.data<float>(), x.numel(), scale);
 }
 
+void add_sum_squares(const Tensor& acc, const Tensor& x) {
+  const char* op = "add_sum_squares";
+  const bool cuda = on_cuda(op, {{"acc", acc}, {"x", x}});
+  need_dtype(op, {"acc", acc}, DType::f32);
+  need_act(op, {"x", x}, cuda);
+  if (acc.numel() != 1) fail(op, "acc has ", acc.numel(), " elements, expected 1");
+  if (cuda) CUDA_DISPATCH(op, add_sum_squares, acc, x);
+  float* a = acc.data<float>();
+  a[0] = float(double(a[0]) + cpu::sum_squares(x.data<float>(), x.numel()));
+}
+
 double sum_squares(const Tensor& x) {
   const char* op = "sum_squares";
   const bool cuda = on_cuda(op, {{"x", x}});

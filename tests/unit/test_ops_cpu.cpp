@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -454,6 +455,24 @@ TEST(Elementwise, AddSumAccumulatesTheScaledSum) {
   Tensor two = Tensor::empty({2}, DType::f32), half = x.to(DType::bf16);
   expect_error([&] { ops::add_sum(two, x, 1.0f); }, {"add_sum", "acc has 2 elements, expected 1"});
   expect_error([&] { ops::add_sum(acc, half, 1.0f); }, {"add_sum", "x"});
+}
+
+TEST(Elementwise, AddSumSquaresAccumulatesTheSquares) {
+  Rng rng(45);
+  Tensor x = randn({3001}, rng), acc = Tensor::empty({1}, DType::f32);
+  acc.data<float>()[0] = 2.0f;
+  double s = 0;
+  for (double v : dvec(x)) s += v * v;
+  ops::add_sum_squares(acc, x);
+  EXPECT_NEAR(acc.data<float>()[0], 2.0 + s, 1e-6 * s);
+  ops::add_sum_squares(acc, x);  // accumulates
+  EXPECT_NEAR(acc.data<float>()[0], 2.0 + 2 * s, 2e-6 * s);
+  x.data<float>()[7] = std::numeric_limits<float>::infinity();  // an overflow survives into the sum
+  ops::add_sum_squares(acc, x);
+  EXPECT_TRUE(std::isinf(acc.data<float>()[0]));
+  Tensor two = Tensor::empty({2}, DType::f32), ints = Tensor::empty({3}, DType::i32);
+  expect_error([&] { ops::add_sum_squares(two, x); }, {"add_sum_squares", "acc has 2 elements, expected 1"});
+  expect_error([&] { ops::add_sum_squares(acc, ints); }, {"add_sum_squares", "x"});
 }
 
 TEST(Elementwise, RejectsMismatchedNumel) {

@@ -95,6 +95,9 @@ void scale_inplace(const Tensor& x, float s);                               // x
 double sum_squares(const Tensor& x);                                        // sum x^2 in f64 (for global norms)
 // acc[0] += scale * sum(x), f32 tensors, summed in f64 in a fixed order, on the device: a mean loss without a read-back.
 void add_sum(const Tensor& acc, const Tensor& x, float scale);
+// acc[0] += sum x^2 (acc f32 [1], x any float dtype the device takes), summed in f64 in a fixed order, on the device:
+// a gradient norm that is read once, together with whatever else the step reads.
+void add_sum_squares(const Tensor& acc, const Tensor& x);
 // out[i] = scale * sum_j in[j*n + i] over the in.numel() / n blocks of in (n = out.numel()), accumulated in f32:
 // the local half of an all-reduce built from an all-to-all (comm/process_group.h, all_reduce_by_copies).
 void sum_blocks(const Tensor& out, const Tensor& in, float scale);

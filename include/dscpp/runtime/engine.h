@@ -161,6 +161,8 @@ class Engine {
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, reducers, stage-3 shards
   void init_side_group(ParamSet& ps);                 // stage 0's lean or copy-engine buckets (env experiments)
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
+  // The sum of squares of the averaged gradients over all ranks, read once (Note [Norm on the device]).
+  double global_grad_sum_squares(const std::optional<GradBucket>& tail);
   void queue_loss_readback();  // this boundary's summed losses -> loss_host_, queued on the compute stream
   float take_mean_loss();      // their mean, once the stream has got there; then starts anew
   // Stage 1/2 (Note [Deferred parameter gathers]): launches the all-gather of every unit's updated chunks; the next
@@ -199,6 +201,8 @@ class Engine {
   double last_grad_norm_ = 0.0;
   Tensor loss_sum_;   // f32 [1] on the model's device: this boundary's micro-batch losses, summed there
   Tensor loss_host_;  // f32 [1], pinned: loss_sum_'s copy for the step to read
+  Tensor norm_sq_;    // f32 [1] on the model's device: the step's sum of squared gradients
+  Tensor norm_host_;  // f32 [1], pinned: its copy
   int64_t loss_count_ = 0;
   float last_loss_ = 0.0f;
   StepTimes times_;

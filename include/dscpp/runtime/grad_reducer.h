@@ -56,10 +56,10 @@
 // updated after it. The exposed communication halves. The split needs the bucket on the main group, in the
 // gradients' dtype, with a size the world divides; otherwise the bucket is all-reduced as before.
 // Measured on 2 H200s it lost: GPT-2 124M scaled 94.3% against 95.3–95.8% unsplit (three pairs), because the step
-// grew by 0.85 ms instead of shrinking. The norm now takes four host round trips instead of one (three sums of
+// grew by 0.85 ms instead of shrinking. The norm then took four host round trips instead of one (three sums of
 // squares and a scalar all-reduce), and the gather's kernels slow the memory-bound optimizer update beside it.
-// DSCPP_DP_SPLIT_TAIL=1 turns it on; it stays off by default. To pay, the norm would have to stay on the device
-// until one read, and the gather would have to leave the update's bandwidth alone (copy engines).
+// DSCPP_DP_SPLIT_TAIL=1 turns it on; it stays off by default. The norm now stays on the device until one read (Note
+// [Norm on the device], engine.cpp); to pay, the gather would also have to leave the update's bandwidth alone.
 //
 // Only the gradient accumulation boundary communicates: earlier micro-steps accumulate locally (DeepSpeed).
 #pragma once

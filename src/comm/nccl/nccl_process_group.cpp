@@ -228,13 +228,15 @@ class NcclProcessGroup : public ProcessGroup {
       DSCPP_CHECK(b.size() == sizeof id, "nccl: the unique id in the store has ", b.size(), " bytes");
       std::memcpy(&id, b.data(), sizeof id);
     }
-    // DSCPP_NCCL_STREAM_PRIORITY=high puts the collectives on a high-priority stream, so overlapped reductions
-    // are scheduled ahead of queued backward kernels (an experiment for DP scaling; default: normal priority).
-    int priority = 0;
-    if (env_choice("DSCPP_NCCL_STREAM_PRIORITY", {"high", "normal"}, "normal") == "high") {
+    // Note [Stream priorities]: a group whose collectives are kernels runs at the compute stream's priority, a
+    // copy-engine group (CtaPolicy::zero) at normal priority. DSCPP_NCCL_STREAM_PRIORITY=high|normal overrides both
+    // (high: overlapped reductions scheduled ahead of queued backward kernels, an experiment for DP scaling).
+    const std::string asked = env_choice("DSCPP_NCCL_STREAM_PRIORITY", {"high", "normal", "auto"}, "auto");
+    int priority = a.options.cta_policy == CtaPolicy::zero ? cuda::least_stream_priority() : cuda::compute_stream_priority();
+    if (asked != "auto") {
       int least = 0, greatest = 0;
       DSCPP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-      priority = greatest;
+      priority = asked == "high" ? greatest : least;
     }
     DSCPP_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
     DSCPP_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));

@@ -41,6 +41,14 @@ namespace dscpp::cuda {
 int current_device();                       // cudaGetDevice
 cudaStream_t current_stream(int device);    // this thread's current stream on `device` (see Note [Current stream])
 inline cudaStream_t current_stream() { return current_stream(current_device()); }
+// Note [Stream priorities]: the priority (CUDA's scale: lower is more urgent) of the stream each device's work runs
+// on, from DSCPP_COMPUTE_STREAM_PRIORITY=high|normal (default normal). Another stream's kernels at a lower priority
+// take only SMs that the compute stream's queued kernels leave: the hardware hands a freed SM to the most urgent
+// pending block. Communication groups whose collectives are kernels take the same priority (NcclProcessGroup), so
+// raising it changes nothing between backward and NCCL's kernels; copy-engine groups keep normal priority, so their
+// local sums fill the gaps backward leaves instead of holding SMs its next kernel waits for.
+int compute_stream_priority();
+int least_stream_priority();  // normal: the priority of streams made without one
 
 // Makes `device` current for the scope; restores the previous device after.
 class DeviceGuard {

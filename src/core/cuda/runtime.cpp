@@ -120,11 +120,25 @@ cudaStream_t default_stream(int device) {
   std::lock_guard<std::mutex> lock(g_stream_mutex);
   if (!g_streams[size_t(device)]) {
     DeviceGuard g(device);
-    DSCPP_CUDA_CHECK(cudaStreamCreateWithFlags(&g_streams[size_t(device)], cudaStreamNonBlocking));
+    DSCPP_CUDA_CHECK(
+        cudaStreamCreateWithPriority(&g_streams[size_t(device)], cudaStreamNonBlocking, compute_stream_priority()));
   }
   return g_streams[size_t(device)];
 }
 }  // namespace
+
+int least_stream_priority() {
+  int least = 0, greatest = 0;
+  DSCPP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  return least;
+}
+
+int compute_stream_priority() {
+  static const bool high = env_choice("DSCPP_COMPUTE_STREAM_PRIORITY", {"high", "normal"}, "normal") == "high";
+  int least = 0, greatest = 0;
+  DSCPP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  return high ? greatest : least;
+}
 
 cudaStream_t current_stream(int device) {
   check_device_index(device);

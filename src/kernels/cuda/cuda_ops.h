@@ -72,6 +72,7 @@ void scale_inplace(const Tensor& x, float s);                               // x
 double sum_squares(const Tensor& x);                                        // sum x^2 in f64 (for global norms)
 void sum_blocks(const Tensor& out, const Tensor& in, float scale);
 void add_sum(const Tensor& acc, const Tensor& x, float scale);
+void add_sum_squares(const Tensor& acc, const Tensor& x);
 
 // ---- attention ----
 void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta);

@@ -254,14 +254,26 @@ double sum_squares(const Tensor& x) {
   return result;
 }
 
-void add_sum(const Tensor& acc, const Tensor& x, float scale) {
+namespace {
+// acc[0] += scale * (sum x or sum x^2), the partials in f64: a scalar that stays on the device until one read.
+template <bool Square>
+void add_reduced(const char* op, const Tensor& acc, const Tensor& x, float scale) {
   OpLaunch L(acc);
   double* buf = nullptr;  // kMaxSumBlocks partials
   DSCPP_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&buf), kMaxSumBlocks * sizeof(double), L.stream));
-  const int G = x.numel() ? launch_sum_partials<float, false>(buf, ptr<float>(x), x.numel(), L.stream) : 0;
+  int G = 0;
+  if (x.numel())
+    dispatch_float(op, x.dtype(), [&](auto* tag) {
+      using T = std::remove_pointer_t<decltype(tag)>;
+      G = launch_sum_partials<T, Square>(buf, ptr<T>(x), x.numel(), L.stream);
+    });
   sum_partials_kernel<<<1, kBlock, 0, L.stream>>>(nullptr, ptr<float>(acc), scale, buf, G);
   DSCPP_CUDA_CHECK_LAUNCH();
   DSCPP_CUDA_CHECK(cudaFreeAsync(buf, L.stream));
 }
+}  // namespace
+
+void add_sum(const Tensor& acc, const Tensor& x, float scale) { add_reduced<false>("add_sum", acc, x, scale); }
+void add_sum_squares(const Tensor& acc, const Tensor& x) { add_reduced<true>("add_sum_squares", acc, x, 1.0f); }
 
 }  // namespace dscpp::cuda
