@@ -21,6 +21,10 @@ void cuda_stream_synchronize(int device) {
   DSCPP_FAIL("cuda_stream_synchronize(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
 }
 
+int cuda_current_stream_urgency(int device) {
+  DSCPP_FAIL("cuda_current_stream_urgency(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
+}
+
 std::string cuda_device_name(int device) {
   DSCPP_FAIL("cuda_device_name(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
 }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -67,6 +68,14 @@ TEST(CudaCore, QueriesAreConsistent) {
     EXPECT_THROW(Tensor::empty({4}, DType::f32, Device::cuda(0)), Error);
     EXPECT_EQ(&pinned_host_allocator(), &cpu_allocator());
   }
+}
+
+// Note [Stream priorities]: the compute stream is the device's most urgent (DSCPP_COMPUTE_STREAM_PRIORITY unset), so
+// a copy-engine group's sums at normal priority fill its gaps. Every GPU CUDA supports has at least two priorities.
+TEST(CudaCore, ComputeStreamIsUrgent) {
+  DSCPP_REQUIRE_GPU();
+  if (std::getenv("DSCPP_COMPUTE_STREAM_PRIORITY")) GTEST_SKIP() << "DSCPP_COMPUTE_STREAM_PRIORITY is set";
+  EXPECT_GT(cuda_current_stream_urgency(0), 0);
 }
 
 TEST(CudaCore, HostRandomFillsFollowRngOrder) {

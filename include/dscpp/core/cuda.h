@@ -17,6 +17,8 @@ int cuda_device_count();                    // 0 without CUDA or without a devic
 void cuda_set_device(int device);           // this thread's current device; throws without CUDA or if out of range
 void cuda_synchronize(int device = -1);     // wait for all work on `device` (-1: the current device)
 void cuda_stream_synchronize(int device = -1);  // wait for the work on this thread's current stream of `device` only
+// How urgent this thread's current stream on `device` is: 0 normal, more is more urgent (Note [Stream priorities]).
+int cuda_current_stream_urgency(int device = -1);
 std::string cuda_device_name(int device);   // "NVIDIA H100 80GB HBM3"
 int64_t cuda_device_memory(int device);     // total bytes of the device's memory
 // Bytes the device's memory pool holds for kernels' cudaMallocAsync workspaces (Note [Workspace pool]).

@@ -229,8 +229,7 @@ class NcclProcessGroup : public ProcessGroup {
       std::memcpy(&id, b.data(), sizeof id);
     }
     // Note [Stream priorities]: a group whose collectives are kernels runs at the compute stream's priority, a
-    // copy-engine group (CtaPolicy::zero) at normal priority. DSCPP_NCCL_STREAM_PRIORITY=high|normal overrides both
-    // (high: overlapped reductions scheduled ahead of queued backward kernels, an experiment for DP scaling).
+    // copy-engine group (CtaPolicy::zero) at normal priority. DSCPP_NCCL_STREAM_PRIORITY=high|normal overrides both.
     const std::string asked = env_choice("DSCPP_NCCL_STREAM_PRIORITY", {"high", "normal", "auto"}, "auto");
     int priority = a.options.cta_policy == CtaPolicy::zero ? cuda::least_stream_priority() : cuda::compute_stream_priority();
     if (asked != "auto") {

@@ -53,6 +53,15 @@ void cuda_stream_synchronize(int device) {
   DSCPP_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream(device)));
 }
 
+int cuda_current_stream_urgency(int device) {
+  if (device < 0) device = cuda::current_device();
+  check_device_index(device);
+  cuda::DeviceGuard g(device);
+  int priority = 0;
+  DSCPP_CUDA_CHECK(cudaStreamGetPriority(cuda::current_stream(device), &priority));
+  return cuda::least_stream_priority() - priority;
+}
+
 std::string cuda_device_name(int device) {
   check_device_index(device);
   cudaDeviceProp p{};
@@ -134,7 +143,7 @@ int least_stream_priority() {
 }
 
 int compute_stream_priority() {
-  static const bool high = env_choice("DSCPP_COMPUTE_STREAM_PRIORITY", {"high", "normal"}, "normal") == "high";
+  static const bool high = env_choice("DSCPP_COMPUTE_STREAM_PRIORITY", {"high", "normal"}, "high") == "high";
   int least = 0, greatest = 0;
   DSCPP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   return high ? greatest : least;
