@@ -1,6 +1,7 @@
 // Gradient clipping by global L2 norm (DeepSpeed "gradient_clipping"; torch clip_grad_norm_).
-// The norm is over all gradients of the model: each rank sums the squares of its part (grad_sum_squares), the
-// sums are added across ranks, then clip_coefficient() gives the factor every rank applies.
+// The norm is over all gradients of the model: the engine sums the squares of each rank's part on the device, adds
+// the sums across ranks there and reads the total once (Note [Norm on the device], runtime/engine/engine.cpp), then
+// clip_coefficient() gives the factor every rank applies.
 #pragma once
 #include "dscpp/core/tensor.h"
 
