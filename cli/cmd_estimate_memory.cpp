@@ -1,11 +1,16 @@
 // dscpp estimate-memory: model-state memory of a model under ZeRO, without building it. Prints DeepSpeed's estimates
-// (estimate_zero{2,3}_model_states_mem_needs_all_cold, every offload option) and our engine's per-GPU bytes per stage.
+// (estimate_zero{2,3}_model_states_mem_needs_all_cold, every offload option) and our engine's per-GPU bytes per stage;
+// given a micro-batch, also the activations and ZeRO's buffers, and the total per GPU (Note [Activation estimate],
+// Note [ZeRO buffer estimate]).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 
 #include "cli/commands.h"
 #include "dscpp/core/check.h"
+#include "dscpp/models/activation_memory.h"
+#include "dscpp/runtime/config.h"
 #include "dscpp/runtime/zero_estimate.h"
 
 namespace dscpp::cli {
@@ -18,7 +23,18 @@ struct EstimateOptions {
   int num_nodes = 1;
   std::string stage = "all";
   double additional_buffer_factor = 1.5;
+  std::string deepspeed_config;  // DeepSpeed JSON: micro-batch, bf16/fp16, activation checkpointing, zero_optimization
+  int64_t micro_batch = 0;       // 0: from --deepspeed_config, else model states only
+  int64_t seq_len = 0;           // 0: the model's max_seq_len
+  int64_t number_checkpoints = -1;  // -1: from --deepspeed_config, else none
+  double gpu_memory_gib = 0;     // > 0: say whether each stage fits
 };
+
+std::string z_note(const ZeroConfig& z) {
+  return "prefetch " + std::to_string(z.stage3_prefetch_bucket_size) + ", max live " +
+         std::to_string(z.stage3_max_live_parameters) + ", reuse distance " + std::to_string(z.stage3_max_reuse_distance) +
+         " elements";
+}
 
 // A Hugging Face config.json, or a directory holding one.
 ModelConfig load_hf_config(const std::string& path) {
@@ -37,6 +53,57 @@ std::string grouped(int64_t v) {
     out += s[i];
   }
   return out;
+}
+
+// Model states + activations + ZeRO's buffers per GPU, for each stage (Note [Activation estimate]).
+void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int W) {
+  DeepSpeedConfig ds = o.deepspeed_config.empty() ? DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1})", W)
+                                                  : DeepSpeedConfig::from_file(o.deepspeed_config, W);
+  const bool half = o.deepspeed_config.empty() || ds.bf16.enabled || ds.fp16.enabled;
+  ActivationWorkload w;
+  w.micro_batch = o.micro_batch ? o.micro_batch : ds.train_micro_batch_size_per_gpu;
+  DSCPP_CHECK(w.micro_batch > 0, "--micro_batch: give one, or a --deepspeed_config with train_micro_batch_size_per_gpu");
+  w.seq_len = o.seq_len ? o.seq_len : cfg.max_seq_len;
+  w.act = !half ? DType::f32 : ds.fp16.enabled ? DType::f16 : DType::bf16;
+  const int64_t nc = o.number_checkpoints >= 0 ? o.number_checkpoints
+                                               : ds.activation_checkpointing.number_checkpoints.value_or(0);
+  w.checkpoint = checkpoint_every(cfg.n_layer, nc);
+  const int64_t pb = int64_t(dtype_size(w.act));
+  const ActivationEstimate act = estimate_activation_memory(cfg, w);
+  std::printf("\n== DeepSpeed.cpp engine: memory per GPU in training, %s, micro-batch %lld x %lld tokens, %s ==\n",
+              dtype_name(w.act), (long long)w.micro_batch, (long long)w.seq_len,
+              nc ? ("activation checkpointing on " + std::to_string(std::count(w.checkpoint.begin(),
+                    w.checkpoint.end(), true)) + " of " + std::to_string(cfg.n_layer) + " blocks").c_str()
+                 : "no activation checkpointing");
+  std::printf("activations alone: peak %s GiB (%s); %s GiB held from forward into backward\n",
+              format_gib(act.peak_bytes).c_str(), act.peak_at.c_str(), format_gib(act.end_of_forward).c_str());
+  std::printf("| stage | model states | ZeRO-3 gathered params | gradient windows | peak GiB | at |%s\n",
+              o.gpu_memory_gib > 0 ? " fits? |" : "");
+  std::printf("|---|---:|---:|---:|---:|---|%s\n", o.gpu_memory_gib > 0 ? "---|" : "");
+  for (int stage = 0; stage <= 3; stage++) {
+    TrainingMemorySetup ts;
+    ts.stage = stage;
+    ts.world_size = W;
+    ts.zero = ds.zero_optimization;
+    if (!ts.zero.overlap_comm_given) ts.zero.overlap_comm = stage == 3;  // DeepSpeed's None
+    ts.fp32_master = half;
+    ts.gradient_accumulation_steps = std::max<int64_t>(1, ds.gradient_accumulation_steps);
+    const TrainingMemoryEstimate e = estimate_training_memory(cfg, w, ts);
+    std::string fits;
+    if (o.gpu_memory_gib > 0) {
+      const double left = o.gpu_memory_gib - double(e.peak_bytes) / double(int64_t(1) << 30);
+      char b[64];
+      std::snprintf(b, sizeof b, " %s (%+.1f GiB) |", left >= 0 ? "yes" : "no", left);
+      fits = b;
+    }
+    std::printf("| %d | %s | %s | %s | %s | %s |%s\n", stage, format_gib(e.states.total()).c_str(),
+                format_gib(e.gathered_params * pb).c_str(), format_gib(e.grad_windows * 4).c_str(),
+                format_gib(e.peak_bytes).c_str(), e.peak_at.c_str(), fits.c_str());
+  }
+  std::printf("Peak: model states + activations + ZeRO's buffers at their common high-water mark (gathered "
+              "params and gradient windows: each one's own peak; %s). Not included: the allocator's cache and "
+              "fragmentation, cuBLASLt's workspace, the CUDA context (~0.5-1 GiB), NCCL's buffers.\n",
+              z_note(ds.zero_optimization).c_str());
 }
 
 int run_estimate(const EstimateOptions& o) {
@@ -70,8 +137,12 @@ int run_estimate(const EstimateOptions& o) {
   std::printf("(Note [Our model-state bytes] in zero_estimate.h; flat buffer = total params, alignment padding "
               "ignored)\n");
   std::fputs(format_model_state_table(n.total, W, 2, 4, true, 2).c_str(), stdout);
-  std::printf("Not included: activations, communication buckets, the ZeRO-3 gather buffer, allocator cache, CUDA "
-              "context.\n");
+  if (o.micro_batch == 0 && o.deepspeed_config.empty()) {
+    std::printf("Not included: activations, communication buckets, the ZeRO-3 gather buffer, allocator cache, CUDA "
+                "context (give --micro_batch for those).\n");
+    return 0;
+  }
+  print_workload_table(o, cfg, W);
   return 0;
 }
 }  // namespace
@@ -84,7 +155,9 @@ Command register_estimate_memory(CLI::App& app) {
   c.app->footer(
       "Examples:\n"
       "  dscpp estimate-memory --model gpt2 --num_gpus_per_node 4\n"
-      "  dscpp estimate-memory --config path/to/hf_model_dir --num_gpus_per_node 8 --num_nodes 2 --stage 3");
+      "  dscpp estimate-memory --config path/to/hf_model_dir --num_gpus_per_node 8 --num_nodes 2 --stage 3\n"
+      "  dscpp estimate-memory --model llama-1b --num_gpus_per_node 4 --micro_batch 16 --seq_len 1024 "
+      "--gpu_memory_gib 140");
   std::string presets;
   for (const auto& p : ModelConfig::preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   auto* model = c.app->add_option("--model,-m", o->model, "Model preset (" + presets + ")");
@@ -102,6 +175,18 @@ Command register_estimate_memory(CLI::App& app) {
                     "DeepSpeed's CPU-side estimation factor")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  c.app->add_option("--deepspeed_config", o->deepspeed_config,
+                    "DeepSpeed JSON config: micro-batch, bf16/fp16, activation_checkpointing, zero_optimization")
+      ->check(CLI::ExistingFile);
+  c.app->add_option("--micro_batch", o->micro_batch, "Micro-batch per GPU: adds activations and ZeRO buffers")
+      ->check(CLI::NonNegativeNumber);
+  c.app->add_option("--seq_len", o->seq_len, "Tokens per sequence (default: the model's max_seq_len)")
+      ->check(CLI::NonNegativeNumber);
+  c.app->add_option("--number_checkpoints", o->number_checkpoints,
+                    "Blocks with activation checkpointing, spread evenly (DeepSpeed's number_checkpoints)")
+      ->check(CLI::NonNegativeNumber);
+  c.app->add_option("--gpu_memory_gib", o->gpu_memory_gib, "GPU memory: say whether each stage fits")
+      ->check(CLI::NonNegativeNumber);
   c.run = [o] { return run_estimate(*o); };
   return c;
 }

@@ -23,6 +23,7 @@
 #include "train_compare.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/runtime/engine.h"
+#include "dscpp/runtime/zero_estimate.h"
 #include "tiny_models.h"
 
 using namespace dscpp;
@@ -415,6 +416,57 @@ TEST(Zero, Stage3PrefetchesAndBoundsLiveParameters) {
   });
 }
 
+// Note [ZeRO buffer estimate]: the replays of the coordinators' rules give their own peaks of gathered parameter and
+// gradient-window elements, whether units are released after each use, kept for reuse, capped by the live bound,
+// persistent or prefetched one or several ahead, with and without overlap_comm.
+TEST(ZeroBuffers, ReplayMatchesTheCoordinators) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
+  struct Case {
+    const char* arch;
+    int64_t prefetch, persistence, reuse, max_live;
+    bool overlap;
+  };
+  const Case cases[] = {{"llama", 1, 0, 0, 1000000000, true},            // FSDP-like: one unit ahead, release
+                        {"gpt2", 1, 0, 1000000000, 1000000000, true},    // keep every unit its sequence reuses
+                        {"llama", 30000, 4000, 1000000000, 40000, false},  // reuse under a live bound; small persistent
+                        {"gpt2", 1000000, 0, 30000, 1000000000, true},   // prefetch everything, reuse nearby only
+                        {"llama", 20000, 0, 1000000000, 1000000000, false}};
+  for (const Case& c : cases) {
+    ZeroSetup s;
+    s.stage = 3;
+    s.n_layer = 4;
+    s.prefetch = c.prefetch;
+    s.persistence = c.persistence;
+    s.reuse = c.reuse;
+    s.max_live = c.max_live;
+    s.overlap = c.overlap;
+    const int world = 2;
+    on_engines(world, c.arch, s, [&](Engine& e, int rank) {
+      train(e, c.arch, rank, s.gas, 2);
+      std::vector<int64_t> units;
+      for (const FlatRange& u : e.model().params().units()) units.push_back(u.size());
+      ModelConfig mc = tiny_model_config(c.arch);
+      mc.n_layer = s.n_layer;
+      EXPECT_EQ(model_unit_sizes(mc, 16 * world), units) << "the estimator lays the units out as the engine does";
+      ActivationWorkload w{kB, kT, DType::f32, {}, false};
+      w.checkpoint = e.model().checkpoint_policy();
+      TrainingMemorySetup ts;
+      ts.stage = 3;
+      ts.world_size = world;
+      ts.zero = e.config().zero_optimization;
+      ts.gradient_accumulation_steps = s.gas;
+      const TrainingMemoryEstimate est = estimate_training_memory(mc, w, ts);
+      const std::string what = std::string(c.arch) + " prefetch " + std::to_string(c.prefetch) + " persistence " +
+                               std::to_string(c.persistence) + " reuse " + std::to_string(c.reuse) + " max live " +
+                               std::to_string(c.max_live) + (c.overlap ? " overlap" : "");
+      ASSERT_NE(e.zero_params(), nullptr);
+      EXPECT_EQ(est.gathered_params, e.zero_params()->peak_live_elements()) << what;
+      ASSERT_NE(e.zero_grads(), nullptr);
+      EXPECT_EQ(est.grad_windows, e.zero_grads()->window_peak_elements()) << what;
+    });
+  }
+}
+
 // Without overlap_comm, stages 2 and 3 still reduce each unit as soon as backward has produced it (backward waits for
 // the reduction), so the live gradient windows stay a few units, not the whole model, and training is unchanged.
 TEST(Zero, WithoutOverlapStage2And3FreeEachGradientWindowAtOnce) {
@@ -727,4 +779,59 @@ TEST(ZeroCheckpoint, UniversalReshardsAcrossWorldSizesAndStages) {
     expect_all_pass(res);
   }
   std::filesystem::remove_all(dir);
+}
+
+// The whole estimate against the engine's own allocator peak over a step of 2 micro-batches (after a first step, so
+// that the optimizer's states exist): exact at stages 0 and 1 (up to the engine's few scalars); at stages 2 and 3
+// Gloo adds an f32 copy of each reduce-scatter's input while it runs (NCCL reduces in place), so the measured peak
+// may only be higher, by less than those copies.
+TEST(ZeroBuffers, EstimateMatchesTheEnginesPeakOnTheCpu) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
+  for (int stage : {0, 1, 2, 3}) {
+    for (const char* arch : {"gpt2", "llama"}) {
+      ZeroSetup s;
+      s.stage = stage;
+      s.n_layer = 4;
+      s.persistence = 0;
+      const int world = 2;
+      on_engines(world, arch, s, [&](Engine& e, int rank) {
+        Allocator& a = cpu_allocator();
+        Tensor x = Tensor::empty({kB, kT}, DType::i32), y = Tensor::empty({kB, kT}, DType::i32);
+        auto one_step = [&](int64_t step) {
+          for (int64_t m = 0; m < s.gas; m++) {
+            micro_batch(step, rank * s.gas + m, x, y, tiny_model_config(arch).vocab_size);
+            e.forward(x, y);
+            e.backward();
+            e.step();
+          }
+        };
+        one_step(0);
+        a.reset_peak();
+        one_step(1);
+        ModelConfig mc = tiny_model_config(arch);
+        mc.n_layer = s.n_layer;
+        ActivationWorkload w{kB, kT, DType::f32, e.model().checkpoint_policy(), false};
+        TrainingMemorySetup ts;
+        ts.stage = stage;
+        ts.world_size = world;
+        ts.zero = e.config().zero_optimization;
+        ts.fp32_master = false;
+        ts.gradient_accumulation_steps = s.gas;
+        const TrainingMemoryEstimate est = estimate_training_memory(mc, w, ts);
+        const std::string what = std::string(arch) + " stage " + std::to_string(stage) + " (peak at " + est.peak_at + ")";
+        EXPECT_EQ(est.states.total(), e.model_state_bytes().total()) << what;
+        const int64_t measured = a.stats().peak_bytes;
+        const int64_t scalars = 4096;  // the batch tensors, the loss sum, the norm: what the model does not allocate
+        if (stage <= 1) {
+          EXPECT_NEAR(double(measured), double(est.peak_bytes), double(scalars)) << what;
+        } else {
+          int64_t largest = 0;
+          for (const FlatRange& u : e.model().params().units()) largest = std::max(largest, u.size());
+          const int64_t gloo_copies = int64_t(ZeroGradPartitioner::kMaxInFlight + 1) * largest * 4;
+          EXPECT_GE(measured + scalars, est.peak_bytes) << what;
+          EXPECT_LE(measured, est.peak_bytes + gloo_copies + scalars) << what;
+        }
+      });
+    }
+  }
 }

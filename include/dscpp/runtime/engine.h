@@ -35,6 +35,7 @@
 #include "dscpp/runtime/loss_scaler.h"
 #include "dscpp/runtime/lr_schedule.h"
 #include "dscpp/runtime/optimizer.h"
+#include "dscpp/runtime/zero_estimate.h"  // ModelStateBytes: the bytes this rank holds, by kind
 #include "dscpp/runtime/zero_grads.h"
 #include "dscpp/runtime/zero_params.h"
 #include "dscpp/runtime/zero_partition.h"
@@ -51,12 +52,6 @@ OptimizerConfig resolved_optimizer(const DeepSpeedConfig& config);
 
 // The parameter dtype a model needs for this config: bf16 (bf16.enabled), f16 (fp16.enabled) or f32.
 DType model_dtype(const DeepSpeedConfig& config);
-
-// Model-state bytes this rank holds (ZeRO: its partitions), by kind.
-struct ModelStateBytes {
-  int64_t params = 0, grads = 0, optimizer = 0;  // optimizer: f32 masters + optimizer state buffers
-  int64_t total() const { return params + grads + optimizer; }
-};
 
 struct EngineOptions {
   // Tests only: run the fp16/bf16 engine path (loss scaling, overflow skip, f32 master copy) on an f32 model, so it

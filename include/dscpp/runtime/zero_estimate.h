@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "dscpp/models/activation_memory.h"
 #include "dscpp/models/model.h"
+#include "dscpp/runtime/config.h"
 
 namespace dscpp {
 
@@ -96,6 +98,33 @@ ModelStateBytes zero_model_state_bytes(int64_t flat_numel, int stage, int world_
 // A table of stages 0..3 for those settings: per-rank params, grads, optimizer and total, in GiB (2 decimals).
 std::string format_model_state_table(int64_t flat_numel, int world_size, int param_bytes, int grad_bytes,
                                      bool fp32_master, int optimizer_states);
+
+// ---- Training memory per rank (Note [ZeRO buffer estimate], runtime/zero_buffer_estimate.cpp) ----------------------
+// Model states, plus one high-water mark over a micro-step of the activations (Note [Activation estimate]) and
+// ZeRO's buffers together: stage 3's gathered parameter windows (ZeroParamCoordinator's prefetch, persistence, live
+// bound and reuse distance, replayed) and stages 2-3's f32 gradient windows (ZeroGradPartitioner's, replayed). The
+// buffers' peaks alone are what the coordinators report (peak_live_elements, window_peak_elements).
+struct TrainingMemorySetup {
+  int stage = 0;
+  int world_size = 1;
+  ZeroConfig zero;                    // overlap_comm and the stage3_* keys, as resolved
+  bool fp32_master = true;            // mixed precision (bf16/fp16 parameters)
+  int optimizer_states = 2;           // f32 buffers per element: AdamW 2, SGD with momentum 1
+  int64_t gradient_accumulation_steps = 1;
+};
+struct TrainingMemoryEstimate {
+  ModelStateBytes states;
+  ActivationEstimate activations;     // alone
+  int64_t gathered_params = 0;        // stage 3: the peak of gathered elements (the model dtype)
+  int64_t grad_windows = 0;           // stages 2-3: the peak of f32 gradient-window elements
+  int64_t peak_bytes = 0;             // states + the common high-water mark
+  std::string peak_at;
+};
+// w.act is the model dtype too (f32 on the CPU, bf16/f16 under mixed precision).
+TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const ActivationWorkload& w,
+                                                const TrainingMemorySetup& s);
+// ZeRO units of a model config as the engine lays them out (padding each to pad_multiple), without building it.
+std::vector<int64_t> model_unit_sizes(const ModelConfig& cfg, int64_t pad_multiple);
 
 std::string format_gib(int64_t bytes);  // "1.23" (bytes / 2^30, 2 decimals)
 

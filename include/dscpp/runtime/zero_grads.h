@@ -22,6 +22,8 @@ namespace dscpp {
 
 class ZeroGradPartitioner {
  public:
+  // Stage 2/3: at most this many reduce-scatters in flight before the oldest is retired (bounds the live windows).
+  static constexpr size_t kMaxInFlight = 3;
   // pg, ps and zp must outlive this. stage 2/3: `partition` is the f32 shard [zp.shard_numel()] the averaged
   // gradients accumulate into (zeroed by the engine after each step); ps has no flat gradient buffer.
   // comm_dtype (communication_data_type): gradients travel in it (bf16/f16 halve the bytes), cast from and back

@@ -204,18 +204,11 @@ ModelStateBytes Engine::model_state_bytes() const {
 }
 
 ModelStateBytes Engine::theoretical_model_state_bytes() const {
-  // Psi = parameters (padding excluded), N = ranks. Our gradients are f32 (accumulated in f32 under mixed
-  // precision too); optimizer = f32 masters (mixed) + the optimizer's f32 states. Stage 1 divides the optimizer by
-  // N, stage 2 also the gradients, stage 3 also the parameters.
+  // Psi = parameters (padding excluded) over the ranks (Note [Our model-state bytes], runtime/zero_estimate.h).
   const ParamSet& ps = model_->params();
-  const double psi = double(ps.num_parameters());
-  const int stage = zp_.sharded() ? zp_.stage() : 0, n = dp_world_size();
-  const double per_param_states = double(optimizer_->state_tensors().size()) + (mixed_ ? 1.0 : 0.0);
-  ModelStateBytes b;
-  b.params = int64_t(psi * double(dtype_size(ps.dtype())) / (stage >= 3 ? n : 1));
-  b.grads = int64_t(psi * 4.0 / (stage >= 2 ? n : 1));
-  b.optimizer = int64_t(psi * 4.0 * per_param_states / (stage >= 1 ? n : 1));
-  return b;
+  const int stage = zp_.sharded() ? zp_.stage() : 0;
+  return zero_model_state_bytes(ps.num_parameters(), stage, dp_world_size(), int(dtype_size(ps.dtype())), 4, mixed_,
+                                int(optimizer_->state_tensors().size()));
 }
 
 std::string Engine::model_state_report() const {

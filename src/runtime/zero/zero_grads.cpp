@@ -8,11 +8,6 @@
 
 namespace dscpp {
 
-namespace {
-// Stage 2/3: at most this many reduce-scatters in flight before the oldest is retired (bounds the live windows).
-constexpr size_t kMaxInFlight = 3;
-}  // namespace
-
 ZeroGradPartitioner::ZeroGradPartitioner(ProcessGroup& pg, ParamSet& ps, const ZeroPartition& zp, bool overlap_comm,
                                          Tensor partition, DType comm_dtype)
     : pg_(pg),

@@ -1,0 +1,62 @@
+// How much memory a training micro-step's activations take, without running it.
+//
+// Note [Activation estimate]: estimate_activation_memory replays the allocations of Decoder::forward and
+// Decoder::backward (models/decoder.cpp, nn/block.cpp, nn/attention.cpp, nn/mlp.cpp, nn/norm.cpp) in their order,
+// with the sizes they ask for, and returns the high-water mark above the model states. It is a replay, not a
+// formula, so that the peak falls where the code puts it: at the lm head's backward for a large vocabulary, inside
+// the last block's backward for a wide MLP, inside a recomputed block with activation checkpointing. The test
+// (ActivationMemory.*) runs the real model on the CPU and checks that the replay gives the allocator's peak byte for
+// byte; a change to what the model keeps must change both. The CUDA kernels add their own temporaries (cuDNN's
+// attention workspace, taken here as one f32 per query row and head), and the caching allocator rounds each block
+// to 512 bytes.
+//
+// What is not here: model states (runtime/zero_estimate.h), ZeRO's gathered parameters and gradient windows
+// (zero_buffer_estimate in runtime/zero_estimate.h), the allocator's cache and fragmentation, cuBLASLt's workspace and the CUDA context.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "dscpp/core/dtype.h"
+#include "dscpp/models/model.h"
+
+namespace dscpp {
+
+struct ActivationWorkload {
+  int64_t micro_batch = 1;     // B
+  int64_t seq_len = 1024;      // T
+  DType act = DType::bf16;     // the compute dtype (f32 on the CPU)
+  CheckpointPolicy checkpoint; // one flag per block; empty = none checkpointed
+  bool cuda = true;            // the CUDA kernels' temporaries and the caching allocator's 512-byte blocks
+};
+
+// Note [Replay hooks]: the engine's own buffers come and go at the model's hooks (Model::UnitHooks,
+// Model::GradReadyHook) and where backward first writes a unit's gradients (ParamSet's gradient windows). A caller
+// lays them over the replay through these, allocating through the ledger, so that one high-water mark covers both
+// (runtime/zero_estimate.h: ZeRO's gathered parameters and gradient windows). Units are numbered as the model's:
+// 0 the embeddings, 1..L the blocks, L + 1 the final norm (with an untied lm head).
+class ReplayLedger {
+ public:
+  virtual ~ReplayLedger() = default;
+  virtual size_t alloc(int64_t bytes) = 0;
+  virtual void free(size_t id) = 0;
+};
+struct ReplayHooks {
+  std::function<void(ReplayLedger&)> start;                            // before forward (what the step left)
+  std::function<void(ReplayLedger&, int unit, bool before)> unit_use;  // UnitHooks::before / after
+  std::function<void(ReplayLedger&, int unit)> grads_written;          // backward's first gradient of the unit
+  std::function<void(ReplayLedger&, int unit)> grads_ready;            // the unit's gradients are final
+  std::function<void(ReplayLedger&)> end;                              // after backward
+};
+
+struct ActivationEstimate {
+  int64_t peak_bytes = 0;       // the high-water mark of forward + backward above what existed before forward
+                                // (with hooks: their allocations included)
+  std::string peak_at;          // where it is reached, e.g. "backward of block 15 (mlp)"
+  int64_t end_of_forward = 0;   // bytes held from forward into backward (the logits included)
+};
+
+ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const ActivationWorkload& w,
+                                              const ReplayHooks& hooks = {});
+
+}  // namespace dscpp

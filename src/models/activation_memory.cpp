@@ -1,0 +1,231 @@
+// The replay of a micro-step's activation allocations (Note [Activation estimate], models/activation_memory.h).
+// Each step below names the line of the model code it stands for; keep them in the same order.
+#include "dscpp/models/activation_memory.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "dscpp/core/check.h"
+
+namespace dscpp {
+
+namespace {
+
+// Live bytes and their high-water mark, with the place it was reached.
+class Replay final : public ReplayLedger {
+ public:
+  explicit Replay(int64_t granule) : granule_(granule) {}
+  using Id = size_t;
+  Id alloc(int64_t bytes) override {
+    const int64_t b = (bytes + granule_ - 1) / granule_ * granule_;
+    sizes_.push_back(b);
+    live_ += b;
+    if (live_ > peak_) {
+      peak_ = live_;
+      peak_at_ = where_;
+    }
+    return sizes_.size() - 1;
+  }
+  void free(Id id) override {
+    DSCPP_CHECK(sizes_[id] >= 0, "activation replay: freed twice");
+    live_ -= sizes_[id];
+    sizes_[id] = -1;
+  }
+  void temp(int64_t bytes) { free(alloc(bytes)); }  // allocated and freed inside one call
+  void at(std::string where) { where_ = std::move(where); }
+  int64_t live() const { return live_; }
+  int64_t peak() const { return peak_; }
+  const std::string& peak_at() const { return peak_at_; }
+
+ private:
+  int64_t granule_, live_ = 0, peak_ = 0;
+  std::vector<int64_t> sizes_;
+  std::string where_, peak_at_;
+};
+
+struct Shapes {
+  int64_t B, T, N, C, F, U, V, H, Q, HD;  // U: the up projection's width; Q: q, k and v together
+  int64_t a;                               // bytes of an activation element
+  int norm_stats;                          // f32 [N] tensors per norm: rstd (+ mean for LayerNorm)
+  bool gelu, cuda;
+};
+
+// What Block::forward keeps, by owner, freed where Block::backward frees each (or at once by release()).
+struct BlockSaved {
+  std::vector<Replay::Id> st1, x1, attn, st2, mlp;
+  void free_all(Replay& r) {
+    for (auto* g : {&st1, &x1, &attn, &st2, &mlp}) free(r, *g);
+  }
+  static void free(Replay& r, std::vector<Replay::Id>& g) {
+    for (Replay::Id id : g) r.free(id);
+    g.clear();
+  }
+};
+
+BlockSaved block_forward(Replay& r, const Shapes& s) {
+  BlockSaved k;
+  const Replay::Id h = r.alloc(s.N * s.C * s.a);                // h = norm1(x)
+  for (int i = 0; i < s.norm_stats; i++) k.st1.push_back(r.alloc(s.N * 4));
+  k.x1.push_back(r.alloc(s.N * s.C * s.a));
+  k.attn.push_back(r.alloc(s.N * s.Q * s.a));                   // qkv_out_
+  k.attn.push_back(r.alloc(s.N * s.HD * s.a));                  // att_
+  k.attn.push_back(r.alloc(s.B * s.H * s.T * 4));               // lse_
+  for (int i = 0; i < s.norm_stats; i++) k.st2.push_back(r.alloc(s.N * 4));  // norm2.forward_residual
+  k.mlp.push_back(r.alloc(s.N * s.U * s.a));                    // pre_
+  k.mlp.push_back(r.alloc(s.N * s.F * s.a));                    // act_
+  if (!s.cuda) r.temp(s.N * s.C * s.a);  // the CPU matmul with a residual (down projection): the product's temporary
+  r.free(h);
+  return k;
+}
+
+// grads_written: where the down projection's backward first asks for the block's gradients.
+void block_backward(Replay& r, const Shapes& s, BlockSaved& k, const std::function<void()>& grads_written) {
+  const Replay::Id dnorm = r.alloc(s.N * s.C * s.a);
+  if (s.gelu) {  // Mlp::backward, GELU: dpre, then the up projection's rebuilt input
+    const Replay::Id dpre = r.alloc(s.N * s.F * s.a);
+    grads_written();
+    r.temp(s.N * s.C * s.a);  // norm_output(norm2) for up.backward
+    r.free(dpre);
+  } else {       // SwiGLU: dact, dpre, then dact goes before the rebuilt input comes
+    const Replay::Id dact = r.alloc(s.N * s.F * s.a);
+    grads_written();
+    const Replay::Id dpre = r.alloc(s.N * s.U * s.a);
+    r.free(dact);
+    r.temp(s.N * s.C * s.a);
+    r.free(dpre);
+  }
+  BlockSaved::free(r, k.mlp);  // mlp.release()
+  BlockSaved::free(r, k.st2);
+  // CausalSelfAttention::backward: datt, dqkv, the kernel's temporary, then the rebuilt input.
+  const Replay::Id datt = r.alloc(s.N * s.HD * s.a);
+  const Replay::Id dqkv = r.alloc(s.N * s.Q * s.a);
+  if (s.cuda) r.temp(s.B * s.H * s.T * 4);  // Di (our kernel) or cuDNN's workspace
+  r.free(datt);
+  r.temp(s.N * s.C * s.a);  // norm_output(norm1) for qkv.backward
+  r.free(dqkv);
+  k.free_all(r);  // attn.release(), then release()
+  r.free(dnorm);
+}
+
+}  // namespace
+
+ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const ActivationWorkload& w,
+                                              const ReplayHooks& hooks) {
+  cfg.validate();
+  DSCPP_CHECK(w.micro_batch > 0 && w.seq_len > 0, "activation estimate: micro-batch and sequence length must be > 0, "
+              "got ", w.micro_batch, " and ", w.seq_len);
+  const int64_t L = cfg.n_layer;
+  DSCPP_CHECK(w.checkpoint.empty() || int64_t(w.checkpoint.size()) == L, "activation estimate: ",
+              w.checkpoint.size(), " checkpoint flags for ", L, " blocks");
+  const bool gpt2 = cfg.arch == "gpt2";
+  Shapes s{};
+  s.B = w.micro_batch;
+  s.T = w.seq_len;
+  s.N = s.B * s.T;
+  s.C = cfg.n_embd;
+  s.F = cfg.n_ffn;
+  s.U = gpt2 ? s.F : 2 * s.F;
+  s.V = cfg.vocab_size;
+  s.H = cfg.n_head;
+  s.HD = cfg.n_head * cfg.head_dim();
+  s.Q = (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim();
+  s.a = int64_t(dtype_size(w.act));
+  s.norm_stats = gpt2 ? 2 : 1;
+  s.gelu = gpt2;
+  s.cuda = w.cuda;
+  const int64_t NC = s.N * s.C * s.a;
+  auto checkpointed = [&](int64_t l) { return !w.checkpoint.empty() && w.checkpoint[size_t(l)]; };
+
+  Replay r(w.cuda ? 512 : 1);
+  const int fin = int(L) + 1;
+  const bool tied = cfg.tie_embeddings;
+  auto use = [&](int u, bool before) {
+    if (hooks.unit_use) hooks.unit_use(r, u, before);
+  };
+  auto head_use = [&](bool before) {  // head_units(): the final unit, with the embeddings inside it when tied
+    if (before) use(fin, true);
+    if (tied) use(0, before);
+    if (!before) use(fin, false);
+  };
+  auto written = [&](int u) {
+    if (hooks.grads_written) hooks.grads_written(r, u);
+  };
+  auto ready = [&](int u) {
+    if (hooks.grads_ready) hooks.grads_ready(r, u);
+  };
+  // Decoder::forward
+  r.at("forward");
+  if (hooks.start) hooks.start(r);
+  r.alloc(s.N * 4);  // seq_for: the positions, kept from the first forward on
+  std::vector<Replay::Id> step;  // freed by release() at the end of backward
+  if (w.cuda) {      // host batches copied to the device: ids_, targets_
+    step.push_back(r.alloc(s.N * 4));
+    step.push_back(r.alloc(s.N * 4));
+  }
+  std::vector<Replay::Id> x(static_cast<size_t>(L + 1));
+  use(0, true);
+  x[0] = r.alloc(NC);  // embed()
+  if (gpt2) r.temp(NC);  // the position embeddings, added in place
+  use(0, false);
+  std::vector<BlockSaved> blocks(static_cast<size_t>(L));
+  for (int64_t l = 0; l < L; l++) {
+    r.at("forward of block " + std::to_string(l));
+    use(int(l) + 1, true);
+    x[size_t(l + 1)] = r.alloc(NC);
+    blocks[size_t(l)] = block_forward(r, s);
+    if (checkpointed(l)) blocks[size_t(l)].free_all(r);  // release(): only the block's input and output stay
+    use(int(l) + 1, false);
+  }
+  r.at("forward: the lm head and the loss");
+  const Replay::Id xf = r.alloc(NC);
+  const Replay::Id logits = r.alloc(s.N * s.V * s.a);
+  head_use(true);
+  std::vector<Replay::Id> stf;
+  for (int i = 0; i < s.norm_stats; i++) stf.push_back(r.alloc(s.N * 4));
+  head_use(false);
+  const Replay::Id losses = r.alloc(s.N * 4);
+  const Replay::Id loss_lse = r.alloc(s.N * 4);
+  r.alloc(4);  // the mean loss, held by the returned Loss
+  r.free(losses);
+  const int64_t end_of_forward = r.live();
+
+  // Decoder::backward
+  r.at("backward: the loss and the lm head");
+  head_use(true);
+  r.free(loss_lse);  // the cross-entropy gradient overwrites the logits in place
+  const Replay::Id dxf = r.alloc(NC);
+  written(tied ? 0 : fin);  // the lm head's weight gradient
+  r.free(logits);
+  const Replay::Id dres = r.alloc(NC);
+  written(fin);  // the final norm's
+  r.free(dxf);
+  r.free(xf);
+  for (Replay::Id id : stf) r.free(id);
+  ready(fin);
+  head_use(false);
+  for (int64_t l = L - 1; l >= 0; l--) {
+    r.at("backward of block " + std::to_string(l) + (checkpointed(l) ? " (recomputed)" : ""));
+    use(int(l) + 1, true);
+    if (checkpointed(l)) blocks[size_t(l)] = block_forward(r, s);  // writes into x_{l+1}, which exists
+    block_backward(r, s, blocks[size_t(l)], [&] { written(int(l) + 1); });
+    r.free(x[size_t(l + 1)]);
+    ready(int(l) + 1);
+    use(int(l) + 1, false);
+  }
+  r.at("backward: the embeddings");
+  written(0);
+  ready(0);
+  r.free(x[0]);
+  for (Replay::Id id : step) r.free(id);
+  r.free(dres);
+  r.at("after backward");
+  if (hooks.end) hooks.end(r);
+
+  ActivationEstimate e;
+  e.peak_bytes = r.peak();
+  e.peak_at = r.peak_at();
+  e.end_of_forward = end_of_forward;
+  return e;
+}
+
+}  // namespace dscpp

@@ -1,0 +1,203 @@
+// Training memory per rank without running: model states, and ZeRO's buffers laid over the activation replay
+// (Note [ZeRO buffer estimate], runtime/zero_estimate.h).
+//
+// Note [ZeRO buffer estimate]: two replays ride on the activation replay's hooks (Note [Replay hooks]).
+// - Stage 3's gathers follow ZeroParamCoordinator (runtime/zero/zero_params.cpp) rule by rule: before() gathers a
+//   unit that is not fresh, then prefetches from the recorded sequence up to the prefetch bucket while the live bound
+//   allows; after() keeps a persistent unit, and one the sequence reuses within the reuse distance; the step (Note
+//   [Gathers at the step]) leaves the sequence's first units gathered for the next forward.
+// - Stages 2 and 3 follow ZeroGradPartitioner (runtime/zero/zero_grads.cpp): a unit's f32 window opens where
+//   backward first writes its gradients, its reduce-scatter is launched when they are final, and the oldest is
+//   retired (its window freed) once more than kMaxInFlight are in flight (none without overlap_comm); a later
+//   micro-batch of the step also holds an f32 chunk per reduction to add into the partition.
+// ZeroBuffers.ReplayMatchesTheCoordinators checks both against the coordinators' own peaks on Gloo ranks.
+#include <algorithm>
+#include <deque>
+
+#include "dscpp/runtime/zero_estimate.h"
+#include "dscpp/runtime/zero_grads.h"
+
+namespace dscpp {
+
+namespace {
+
+// The units in the order of their before() calls in one micro-step (models/decoder.cpp): forward the embeddings,
+// each block and the head (the final unit, with the embeddings inside it when tied); backward the head, then the
+// blocks in reverse. Prefetch reads ahead in it.
+std::vector<int> recorded_sequence(int units, bool tied) {
+  const int fin = units - 1;
+  std::vector<int> seq;
+  for (int u = 0; u < fin; u++) seq.push_back(u);
+  for (int pass = 0; pass < 2; pass++) {
+    seq.push_back(fin);
+    if (tied) seq.push_back(0);
+    if (pass == 1)
+      for (int u = fin - 1; u >= 1; u--) seq.push_back(u);
+  }
+  return seq;
+}
+
+class Stage3Gathers {
+ public:
+  Stage3Gathers(const std::vector<int64_t>& size, bool tied, const ZeroConfig& z, int64_t elem_bytes)
+      : size_(size), z_(z), bytes_(elem_bytes), seq_(recorded_sequence(int(size.size()), tied)),
+        window_(size.size(), -1), fresh_(size.size(), false), persistent_(size.size(), false), refs_(size.size(), 0) {}
+
+  void start(ReplayLedger& r) {
+    for (size_t u = 0; u < size_.size(); u++) {
+      persistent_[u] = size_[u] < z_.stage3_param_persistence_threshold;
+      if (persistent_[u]) gather(r, int(u));  // kept from the first use on
+    }
+    // The step before: shard_updated() gathers the first unit and those within the prefetch bucket after it.
+    int64_t ahead = 0;
+    for (size_t i = 0; i < seq_.size() && (i == 0 || ahead < z_.stage3_prefetch_bucket_size); i++) {
+      const int u = seq_[i];
+      if (i > 0) ahead += size_[size_t(u)];
+      if (window_[size_t(u)] < 0 && live_ + size_[size_t(u)] > z_.stage3_max_live_parameters) continue;
+      gather(r, u);
+    }
+  }
+  void before(ReplayLedger& r, int u) {
+    if (!fresh_[size_t(u)]) gather(r, u);
+    int64_t ahead = 0;  // prefetch_after(pos)
+    for (size_t i = pos_ + 1; i < seq_.size() && ahead < z_.stage3_prefetch_bucket_size; i++) {
+      const int v = seq_[i];
+      ahead += size_[size_t(v)];
+      if (fresh_[size_t(v)]) continue;
+      if (live_ + size_[size_t(v)] > z_.stage3_max_live_parameters) break;
+      gather(r, v);
+    }
+    pos_++;
+    refs_[size_t(u)]++;
+  }
+  void after(ReplayLedger& r, int u) {
+    if (--refs_[size_t(u)] > 0 || persistent_[size_t(u)] || reused_soon(u)) return;
+    if (window_[size_t(u)] >= 0) {
+      r.free(size_t(window_[size_t(u)]));
+      live_ -= size_[size_t(u)];
+    }
+    window_[size_t(u)] = -1;
+    fresh_[size_t(u)] = false;
+  }
+  int64_t peak() const { return peak_; }
+
+ private:
+  void gather(ReplayLedger& r, int u) {
+    if (window_[size_t(u)] < 0) {
+      window_[size_t(u)] = int64_t(r.alloc(size_[size_t(u)] * bytes_));
+      live_ += size_[size_t(u)];
+      peak_ = std::max(peak_, live_);
+    }
+    fresh_[size_t(u)] = true;
+  }
+  bool reused_soon(int u) const {  // pos_: the before() calls so far
+    int64_t between = 0;
+    for (size_t i = pos_; z_.stage3_max_reuse_distance > 0 && i < seq_.size(); i++) {
+      if (seq_[i] == u) return true;
+      between += size_[size_t(seq_[i])];
+      if (between > z_.stage3_max_reuse_distance) return false;
+    }
+    return false;
+  }
+
+  const std::vector<int64_t>& size_;
+  ZeroConfig z_;
+  int64_t bytes_;
+  std::vector<int> seq_;
+  std::vector<int64_t> window_;  // ledger id, -1 = none
+  std::vector<bool> fresh_, persistent_;
+  std::vector<int> refs_;
+  size_t pos_ = 0;
+  int64_t live_ = 0, peak_ = 0;
+};
+
+class GradWindows {
+ public:
+  GradWindows(const std::vector<int64_t>& size, bool overlap, bool accumulating, int world)
+      : size_(size), overlap_(overlap), accumulating_(accumulating), world_(world), window_(size.size(), -1) {}
+
+  void written(ReplayLedger& r, int u) {
+    if (window_[size_t(u)] >= 0) return;
+    window_[size_t(u)] = int64_t(r.alloc(size_[size_t(u)] * 4));
+    live_ += size_[size_t(u)];
+    peak_ = std::max(peak_, live_);
+  }
+  void ready(ReplayLedger& r, int u) {
+    written(r, u);  // no gradient reached the unit: zeros are reduced all the same
+    const int64_t out = accumulating_ ? int64_t(r.alloc(size_[size_t(u)] / world_ * 4)) : -1;
+    in_flight_.push_back({u, out});
+    if (in_flight_.size() > (overlap_ ? ZeroGradPartitioner::kMaxInFlight : 0)) retire(r);
+  }
+  void end(ReplayLedger& r) {
+    while (!in_flight_.empty()) retire(r);
+  }
+  int64_t peak() const { return peak_; }
+
+ private:
+  void retire(ReplayLedger& r) {
+    const auto [u, out] = in_flight_.front();
+    in_flight_.pop_front();
+    r.free(size_t(window_[size_t(u)]));
+    if (out >= 0) r.free(size_t(out));
+    live_ -= size_[size_t(u)];
+    window_[size_t(u)] = -1;
+  }
+
+  const std::vector<int64_t>& size_;
+  bool overlap_, accumulating_;
+  int world_;
+  std::vector<int64_t> window_;
+  std::deque<std::pair<int, int64_t>> in_flight_;
+  int64_t live_ = 0, peak_ = 0;
+};
+
+}  // namespace
+
+TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const ActivationWorkload& w,
+                                                const TrainingMemorySetup& s) {
+  DSCPP_CHECK(s.stage >= 0 && s.stage <= 3 && s.world_size >= 1 && s.gradient_accumulation_steps >= 1,
+              "training memory estimate: stage 0..3, world size >= 1 and gradient accumulation >= 1, got stage ",
+              s.stage, ", world size ", s.world_size, ", gradient accumulation ", s.gradient_accumulation_steps);
+  const bool sharded = s.stage > 0 && s.world_size > 1;
+  const std::vector<int64_t> units = model_unit_sizes(cfg, sharded ? 16 * s.world_size : 16);
+  int64_t flat = 0;
+  for (int64_t u : units) flat += u;
+  TrainingMemoryEstimate e;
+  e.states = zero_model_state_bytes(flat, sharded ? s.stage : 0, s.world_size, int(dtype_size(w.act)), 4,
+                                    s.fp32_master, s.optimizer_states);
+  e.activations = estimate_activation_memory(cfg, w);
+  Stage3Gathers gathers(units, cfg.tie_embeddings, s.zero, int64_t(dtype_size(w.act)));
+  GradWindows windows(units, s.zero.overlap_comm, s.gradient_accumulation_steps > 1, s.world_size);
+  ReplayHooks hooks;
+  if (sharded && s.stage == 3) {
+    hooks.start = [&](ReplayLedger& r) { gathers.start(r); };
+    hooks.unit_use = [&](ReplayLedger& r, int u, bool before) {
+      if (before) gathers.before(r, u);
+      else gathers.after(r, u);
+    };
+  }
+  if (sharded && s.stage >= 2) {
+    hooks.grads_written = [&](ReplayLedger& r, int u) { windows.written(r, u); };
+    hooks.grads_ready = [&](ReplayLedger& r, int u) { windows.ready(r, u); };
+    hooks.end = [&](ReplayLedger& r) { windows.end(r); };
+  }
+  const ActivationEstimate together = estimate_activation_memory(cfg, w, hooks);
+  e.gathered_params = gathers.peak();
+  e.grad_windows = windows.peak();
+  e.peak_bytes = e.states.total() + together.peak_bytes;
+  e.peak_at = together.peak_at;
+  return e;
+}
+
+std::vector<int64_t> model_unit_sizes(const ModelConfig& cfg, int64_t pad_multiple) {
+  ModelOptions mo;  // lays the flat buffer out and allocates nothing
+  mo.pad_multiple = pad_multiple;
+  mo.materialize_params = false;
+  mo.allocate_grads = false;
+  auto m = make_model(cfg, mo);
+  std::vector<int64_t> out;
+  for (const FlatRange& u : m->params().units()) out.push_back(u.size());
+  return out;
+}
+
+}  // namespace dscpp
