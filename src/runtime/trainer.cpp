@@ -22,6 +22,7 @@
 #include "dscpp/kernels/attention_backend.h"
 #include "dscpp/inference/sampler.h"
 #include "dscpp/runtime/engine.h"
+#include "dscpp/runtime/zero_estimate.h"
 
 namespace fs = std::filesystem;
 
@@ -297,6 +298,29 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
           << cfg.zero_optimization.reduce_bucket_size << ", overlap_comm "
           << (cfg.zero_optimization.overlap_comm ? "on" : "off") << std::endl;
   }
+  // Note [ZeRO buffer estimate]: what this run's step should peak at, told before it starts, and set beside the
+  // measured peak at the end.
+  ActivationWorkload mem_w{B, T, mopts.dtype, m.checkpoint_policy(), mopts.device.is_cuda()};
+  TrainingMemorySetup mem_s;
+  mem_s.stage = cfg.zero_optimization.stage;
+  mem_s.world_size = world;
+  mem_s.zero = cfg.zero_optimization;
+  mem_s.fp32_master = mopts.dtype != DType::f32;
+  mem_s.optimizer_states = int(engine->optimizer().state_tensors().size());
+  mem_s.gradient_accumulation_steps = gas;
+  const TrainingMemoryEstimate predicted = estimate_training_memory(mcfg, mem_w, mem_s);
+  if (!quiet) {
+    log << "memory per rank, predicted: peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
+        << fmt_bytes(predicted.states.total()) << " + activations and ZeRO buffers "
+        << fmt_bytes(predicted.peak_bytes - predicted.states.total()) << ", in " << predicted.peak_at;
+    if (mopts.device.is_cuda())
+      log << ", of the GPU's " << fmt_bytes(cuda_device_memory(mopts.device.index));
+    log << std::endl;
+    if (mopts.device.is_cuda() && predicted.peak_bytes > cuda_device_memory(mopts.device.index))
+      log << "warning: the predicted peak does not fit this GPU: expect out of memory. Lower "
+             "train_micro_batch_size_per_gpu, raise zero_optimization.stage, or set "
+             "activation_checkpointing.number_checkpoints (dscpp estimate-memory compares the options)" << std::endl;
+  }
   res.first_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
   if (!quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;
 
@@ -356,6 +380,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   res.tokens_per_second = steps_run ? double(steps_run * B * T * gas) / train_seconds : 0.0;
   if (pg) res.tokens_per_second = all_reduce_values(*pg, {float(res.tokens_per_second)}, ReduceOp::sum, mopts.device)[0];
   res.peak_tensor_bytes = device_alloc.stats().peak_bytes;
+  res.predicted_peak_bytes = predicted.peak_bytes;
   res.peak_rss_bytes = peak_rss_bytes();
   res.global_steps = engine->global_steps();
   res.final_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
@@ -365,7 +390,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     log << "step " << res.global_steps << " | val loss " << res.final_val_loss << " (was " << res.first_val_loss
         << ")" << std::endl;
     log << "trained " << steps_run << " steps in " << fmt_duration(train_seconds) << ": " << long(res.tokens_per_second)
-        << " tokens/s; peak tensor memory " << fmt_bytes(res.peak_tensor_bytes) << ", peak RSS "
+        << " tokens/s; peak tensor memory " << fmt_bytes(res.peak_tensor_bytes) << " (predicted "
+        << fmt_bytes(predicted.peak_bytes) << "), peak RSS "
         << fmt_bytes(res.peak_rss_bytes) << std::endl;
     const AttentionCalls att = attention_calls();
     if (att.cudnn_forward + att.own_forward > 0)  // CUDA attention ran: say which implementation

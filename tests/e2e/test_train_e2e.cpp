@@ -69,6 +69,10 @@ TEST(TrainE2E, LossFallsOnRealText) {
   EXPECT_LT(r.final_val_loss, 4.8f) << log.str();
   EXPECT_LT(r.final_val_loss, r.first_val_loss - 1.2f) << log.str();
   EXPECT_NE(log.str().find("ETA"), std::string::npos);
+  // Note [ZeRO buffer estimate]: the step's peak was told before the first step; evaluation and the data stay below.
+  EXPECT_NEAR(double(r.peak_tensor_bytes), double(r.predicted_peak_bytes), 0.01 * double(r.predicted_peak_bytes))
+      << log.str();
+  EXPECT_NE(log.str().find("memory per rank, predicted: peak "), std::string::npos) << log.str();
   ASSERT_EQ(r.samples.size(), 1u);
   EXPECT_TRUE(fs::exists(fs::path(r.checkpoint_dir) / "latest"));
 }
