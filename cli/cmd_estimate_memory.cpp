@@ -78,8 +78,8 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
   std::printf("activations alone: peak %s GiB (%s); %s GiB held from forward into backward\n",
               format_gib(act.peak_bytes).c_str(), act.peak_at.c_str(), format_gib(act.end_of_forward).c_str());
   std::printf("| stage | model states | ZeRO-3 gathered params | gradient windows | peak GiB | at |%s\n",
-              o.gpu_memory_gib > 0 ? " fits? |" : "");
-  std::printf("|---|---:|---:|---:|---:|---|%s\n", o.gpu_memory_gib > 0 ? "---|" : "");
+              o.gpu_memory_gib > 0 ? " fits? | largest micro-batch that fits |" : "");
+  std::printf("|---|---:|---:|---:|---:|---|%s\n", o.gpu_memory_gib > 0 ? "---|---:|" : "");
   for (int stage = 0; stage <= 3; stage++) {
     TrainingMemorySetup ts;
     ts.stage = stage;
@@ -92,8 +92,9 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
     std::string fits;
     if (o.gpu_memory_gib > 0) {
       const double left = o.gpu_memory_gib - double(e.peak_bytes) / double(int64_t(1) << 30);
-      char b[64];
-      std::snprintf(b, sizeof b, " %s (%+.1f GiB) |", left >= 0 ? "yes" : "no", left);
+      const int64_t most = largest_micro_batch(cfg, w, ts, int64_t(o.gpu_memory_gib * double(int64_t(1) << 30)));
+      char b[96];
+      std::snprintf(b, sizeof b, " %s (%+.1f GiB) | %lld |", left >= 0 ? "yes" : "no", left, (long long)most);
       fits = b;
     }
     std::printf("| %d | %s | %s | %s | %s | %s |%s\n", stage, format_gib(e.states.total()).c_str(),

@@ -189,6 +189,23 @@ TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const Ac
   return e;
 }
 
+int64_t largest_micro_batch(const ModelConfig& cfg, ActivationWorkload w, const TrainingMemorySetup& s,
+                            int64_t budget_bytes, int64_t limit) {
+  auto fits = [&](int64_t b) {
+    w.micro_batch = b;
+    return estimate_training_memory(cfg, w, s).peak_bytes <= budget_bytes;
+  };
+  if (!fits(1)) return 0;
+  int64_t lo = 1, hi = 2;  // the peak grows with the micro-batch: double, then bisect
+  while (hi <= limit && fits(hi)) lo = hi, hi *= 2;
+  hi = std::min(hi, limit + 1);
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo;
+}
+
 std::vector<int64_t> model_unit_sizes(const ModelConfig& cfg, int64_t pad_multiple) {
   ModelOptions mo;  // lays the flat buffer out and allocates nothing
   mo.pad_multiple = pad_multiple;

@@ -410,3 +410,24 @@ TEST(EstimateMemoryCli, TrainingTableFromADeepSpeedConfig) {
   EXPECT_NE(run_capture(dscpp_binary() + " estimate-memory --model gpt2 --micro_batch -2 2>&1", out), 0) << out;
   fs::remove_all(dir);
 }
+
+TEST(TrainingMemory, LargestMicroBatchIsTheBoundary) {
+  const ModelConfig cfg = ModelConfig::preset("llama-1b");
+  ActivationWorkload w;
+  w.seq_len = 1024;
+  TrainingMemorySetup s;
+  s.stage = 3;
+  s.world_size = 4;
+  s.zero.overlap_comm = true;
+  for (double gib : {24.0, 80.0, 141.0}) {
+    const int64_t budget = int64_t(gib * kGiB);
+    const int64_t b = largest_micro_batch(cfg, w, s, budget);
+    ASSERT_GT(b, 0) << gib;
+    w.micro_batch = b;
+    EXPECT_LE(estimate_training_memory(cfg, w, s).peak_bytes, budget) << gib;
+    w.micro_batch = b + 1;
+    EXPECT_GT(estimate_training_memory(cfg, w, s).peak_bytes, budget) << gib;
+  }
+  EXPECT_EQ(largest_micro_batch(cfg, w, s, int64_t(4 * kGiB)), 0) << "the model states alone do not fit";
+  EXPECT_EQ(largest_micro_batch(ModelConfig::preset("gpt2-tiny"), w, s, int64_t(141 * kGiB), 100), 100) << "the limit";
+}

@@ -123,6 +123,9 @@ struct TrainingMemoryEstimate {
 // w.act is the model dtype too (f32 on the CPU, bf16/f16 under mixed precision).
 TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const ActivationWorkload& w,
                                                 const TrainingMemorySetup& s);
+// The largest micro-batch (up to `limit`) whose estimated peak fits in budget_bytes; 0 when not even 1 does.
+int64_t largest_micro_batch(const ModelConfig& cfg, ActivationWorkload w, const TrainingMemorySetup& s,
+                            int64_t budget_bytes, int64_t limit = 1 << 16);
 // ZeRO units of a model config as the engine lays them out (padding each to pad_multiple), without building it.
 std::vector<int64_t> model_unit_sizes(const ModelConfig& cfg, int64_t pad_multiple);
 
