@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine (H100/H200): build for sm_90a, then run the op harness, the GPU unit tests and the kernel
 # self-checks/benchmarks. Logs go to $OUT (or ./gpu-out). Extra libraries the image lacks (ICU) may be unpacked under
-# .carry/root (see docs/GPU.md). Usage: scripts/gpu/check.sh [build|ops|unit|kernels|train|all|losscurve|attn|ckpt|dp]...
+# .carry/root (scripts/gpu/prepare-carry.sh puts them there). Usage: scripts/gpu/check.sh [build|ops|unit|kernels|train|all|losscurve|attn|ckpt|dp]...
 # losscurve (GPT-2 124M loss curves, CPU vs GPU f32/bf16/fp16, ~2 min), attn (our attention vs PyTorch flash SDPA),
 # ckpt (checkpoint save/load speed, llama-1b) and dp (NCCL tests + data-parallel A/B; 2+ GPUs, DP_GPUS=N) run only
 # when named; "all" leaves them out.

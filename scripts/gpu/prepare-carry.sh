@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# On the development machine (Debian 12), before a call to a lent GPU machine: fills the git-ignored .carry/ with
+# what the GPU image lacks for a build, so that `run` can carry it (carry: [".carry"]):
+#   .carry/root/usr/{include,lib}   ICU (libicu-dev, libicu72 from Debian's archive: the tokenizer's Unicode classes);
+#   .carry/cudnn-frontend/include   cuDNN's header-only frontend (scripts/fetch-cudnn-frontend.sh).
+# scripts/gpu/check.sh and bench/run_zero_bench.sh put .carry/root/usr/lib on LD_LIBRARY_PATH. About 40 MB.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=.carry/root
+if [ ! -f "$root/usr/lib/libicuuc.so" ]; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && apt-get download libicu-dev libicu72 >/dev/null 2>&1) ||
+    { echo "prepare-carry.sh: apt-get download libicu-dev libicu72 failed" >&2; exit 1; }
+  mkdir -p "$root"
+  for d in "$tmp"/*.deb; do dpkg-deb -x "$d" "$root"; done
+  # CMake's FindICU and the loader look in usr/lib; keep the common library and its data only.
+  mv "$root"/usr/lib/x86_64-linux-gnu/* "$root/usr/lib/" && rmdir "$root/usr/lib/x86_64-linux-gnu"
+  rm -rf "$root"/usr/lib/libicu{i18n,io,test,tu}* "$root/usr/share" "$root"/usr/bin "$root"/usr/sbin
+  find "$root" -name "*.a" -delete
+fi
+bash scripts/fetch-cudnn-frontend.sh
+[ -f .carry/cudnn-frontend/include/cudnn_frontend.h ] || cp -r .deps/cudnn-frontend .carry/
+du -sh .carry
