@@ -49,6 +49,7 @@
 #include "dscpp/core/rng.h"
 #include "dscpp/profiler/profiler.h"
 #include "dscpp/runtime/engine.h"
+#include "dscpp/runtime/zero_estimate.h"
 #include "dscpp/runtime/grad_reducer.h"
 
 #include "bench_flags.h"
@@ -203,7 +204,18 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
   if (sharded_init) eo.init_seed = 1234;
   auto engine = initialize(std::move(model), cfg, eo);
   if (rank == 0) {
-    std::printf("STATES\t%s\tstage %d: %s\n", label.c_str(), stage, engine->model_state_report().c_str());
+    // Note [ZeRO buffer estimate]: the predicted peak beside the engine's report, to hold against RESULT's measured one.
+    TrainingMemorySetup ms;
+    ms.stage = stage;
+    ms.world_size = world;
+    ms.zero = cfg.zero_optimization;
+    ms.fp32_master = mo.dtype != DType::f32;
+    ms.optimizer_states = int(engine->optimizer().state_tensors().size());
+    ms.gradient_accumulation_steps = cfg.gradient_accumulation_steps;
+    const TrainingMemoryEstimate est = estimate_training_memory(
+        mc, ActivationWorkload{a.batch, a.seq, mo.dtype, engine->model().checkpoint_policy(), device.is_cuda()}, ms);
+    std::printf("STATES\t%s\tstage %d: %s; predicted peak %s GiB (in %s)\n", label.c_str(), stage,
+                engine->model_state_report().c_str(), format_gib(est.peak_bytes).c_str(), est.peak_at.c_str());
     std::fflush(stdout);
   }
   if (!a.trace.empty()) engine->set_trace_file(a.trace + "." + label + ".z" + std::to_string(stage));

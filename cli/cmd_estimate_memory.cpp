@@ -42,7 +42,7 @@ ModelConfig load_hf_config(const std::string& path) {
   if (std::filesystem::is_directory(p)) p /= "config.json";
   std::ifstream f(p);
   DSCPP_CHECK(f.good(), "cannot open model config '", p.string(), "'");
-  return ModelConfig::from_hf_json(nlohmann::json::parse(f));
+  return ModelConfig::from_hf_json(nlohmann::json::parse(f), /*shapes_only=*/true);
 }
 
 // 124439808 -> "124,439,808"
@@ -152,7 +152,8 @@ Command register_estimate_memory(CLI::App& app) {
   auto o = std::make_shared<EstimateOptions>();
   Command c;
   c.app = app.add_subcommand("estimate-memory",
-                             "Model-state memory under ZeRO: DeepSpeed's estimators and our engine's per-GPU bytes");
+                             "Memory per GPU under ZeRO: DeepSpeed's model-state estimators, ours, and (with a micro-batch) the whole "
+                             "training peak");
   c.app->footer(
       "Examples:\n"
       "  dscpp estimate-memory --model gpt2 --num_gpus_per_node 4\n"
@@ -186,7 +187,7 @@ Command register_estimate_memory(CLI::App& app) {
   c.app->add_option("--number_checkpoints", o->number_checkpoints,
                     "Blocks with activation checkpointing, spread evenly (DeepSpeed's number_checkpoints)")
       ->check(CLI::NonNegativeNumber);
-  c.app->add_option("--gpu_memory_gib", o->gpu_memory_gib, "GPU memory: say whether each stage fits")
+  c.app->add_option("--gpu_memory_gib", o->gpu_memory_gib, "GPU memory: say whether each stage fits, and the largest micro-batch that does")
       ->check(CLI::NonNegativeNumber);
   c.run = [o] { return run_estimate(*o); };
   return c;

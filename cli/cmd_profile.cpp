@@ -32,7 +32,7 @@ ModelConfig load_model_config(const std::string& m) {
   if (m.size() > 5 && m.substr(m.size() - 5) == ".json") {
     std::ifstream f(m);
     DSCPP_CHECK(f.good(), "cannot open model config '", m, "'");
-    return ModelConfig::from_hf_json(nlohmann::json::parse(f));
+    return ModelConfig::from_hf_json(nlohmann::json::parse(f), /*shapes_only=*/true);
   }
   return ModelConfig::preset(m);
 }

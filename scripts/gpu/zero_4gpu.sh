@@ -4,7 +4,8 @@
 #            reductions and gathers (DSCPP_DP_COPY_ENGINE=1) against FSDP2 + torch.compile, Llama-1B (B 16) and
 #            GPT-2 350M (B 32), 20 timed steps each side; then Llama-1B stage 3 with NCCL kernels, 20 steps.
 #   probe:   the largest stage-3 Llama: the 28b and 29b shapes of bench/run_zero_bench.sh (dscpp estimate-memory
-#            predicts 127.5 and 134.2 GiB per GPU), with NCCL_DEBUG=WARN for the 27.5B failure of the eighth session.
+#            predicts 127.5 and 134.2 GiB per GPU), with NCCL_DEBUG=WARN, CUDA errors' call stacks and the kernel's
+#            Xid lines, for the 27.5B failure of the eighth session (cudaErrorContextIsDestroyed, not out of memory).
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"]:
 #   bash scripts/gpu/zero_4gpu.sh compare 2>&1 | tail -40      (then: probe; build-gpu stays while the machine is warm)
 set -uo pipefail
@@ -37,10 +38,12 @@ case "$part" in
       --overlap --stage3-reuse-distance 0 --steps 20 --warmup 3 2>/dev/null | grep RESULT | tee "$OUT/zero3_kernels.txt"
     el done ;;
   probe)
-    NCCL_DEBUG=WARN LOGDIR=/tmp/zero4_probe timeout 560 bash bench/run_zero_bench.sh --build build-gpu --gpus 4 \
+    NCCL_DEBUG=WARN DSCPP_CUDA_ERROR_BACKTRACE=1 LOGDIR=/tmp/zero4_probe timeout 540 bash bench/run_zero_bench.sh --build build-gpu --gpus 4 \
       --models "" --no-torch --probe "28b 29b" --budget 400 > "$OUT/probe.txt" 2>&1
     echo "probe rc=$?"; tail -12 "$OUT/probe.txt"
     cp /tmp/zero4_probe/probe_28b.err "$OUT/" 2>/dev/null
+    grep -h "predicted peak" /tmp/zero4_probe/states.txt 2>/dev/null | sed -E 's/.*stage 3: .*; (predicted.*)/\1/'
+    (dmesg 2>/dev/null | grep -i xid | tail -5) || true  # a driver-reported GPU fault, if the kernel log is readable
     el done ;;
   *) echo "zero_4gpu.sh: unknown part '$part' (compare | probe)" >&2; exit 2 ;;
 esac

@@ -121,7 +121,7 @@ nlohmann::json ModelConfig::to_hf_json() const {
   return j;
 }
 
-ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j) {
+ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, bool shapes_only) {
   DSCPP_CHECK(j.is_object() && j.contains("model_type"), "HF config: no model_type");
   const std::string type = j.at("model_type").get<std::string>();
   auto get = [&](const char* key) -> const nlohmann::json& {
@@ -157,7 +157,8 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j) {
     c.norm_eps = has("rms_norm_eps") ? j.at("rms_norm_eps").get<float>() : 1e-6f;
     c.rope_theta = has("rope_theta") ? j.at("rope_theta").get<float>() : 10000.0f;
     c.tie_embeddings = has("tie_word_embeddings") ? j.at("tie_word_embeddings").get<bool>() : false;
-    DSCPP_CHECK(!has("rope_scaling"), "HF config (llama): rope_scaling is not supported");
+    DSCPP_CHECK(shapes_only || !has("rope_scaling"), "HF config (llama): rope_scaling is not supported (Llama 3.1+ "
+                "context extension): the model would compute other rotary angles than the checkpoint was trained with");
     DSCPP_CHECK(!has("head_dim") || j.at("head_dim").get<int64_t>() * c.n_head == c.n_embd,
                 "HF config (llama): head_dim must be hidden_size / num_attention_heads");
     if (has("hidden_act")) {

@@ -300,6 +300,8 @@ TEST(Models, HfConfigFieldNames) {
   EXPECT_EQ(lc.to_hf_json(), ModelConfig::preset("llama-1b").to_hf_json());
   l["rope_scaling"] = {{"rope_type", "llama3"}};
   EXPECT_THROW(ModelConfig::from_hf_json(l), Error);
+  // Memory and FLOPs estimates need only the shapes: Llama 3.x configs are read for those.
+  EXPECT_EQ(ModelConfig::from_hf_json(l, /*shapes_only=*/true).to_hf_json(), ModelConfig::preset("llama-1b").to_hf_json());
 }
 
 TEST(Models, ValidateNamesTheField) {

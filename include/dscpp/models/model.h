@@ -33,7 +33,9 @@ struct ModelConfig {
   static ModelConfig preset(const std::string& name);    // "gpt2-tiny", "gpt2" (124M), "gpt2-medium", "llama-tiny", "llama-1b", ...
   static std::vector<std::string> preset_names();
   nlohmann::json to_hf_json() const;                     // Hugging Face config.json fields
-  static ModelConfig from_hf_json(const nlohmann::json& j);
+  // shapes_only: for tools that need only the tensor shapes (memory and FLOPs estimates), fields that change the
+  // computation but not the shapes and that the model does not implement (Llama's rope_scaling) are accepted.
+  static ModelConfig from_hf_json(const nlohmann::json& j, bool shapes_only = false);
   // Model FLOPs per token for training (forward + backward): 6*N + 6*L*C*T (llm.c's formula, causal attention).
   double train_flops_per_token(int64_t T) const;
   // Parameters of the model this config describes (declares its tensor table; allocates nothing).
