@@ -630,17 +630,20 @@ void add_rope() {
   for (DType t : kDtypes)
     // D = 6: odd halves take the scalar path; the rest the 16-byte one. N = 300 > one block's tokens.
     for (S s : {S{1, 4, 2, 8}, S{5, 3, 1, 6}, S{17, 12, 12, 64}, S{17, 32, 8, 128}, S{300, 32, 8, 64}})
-      for (bool fwd : {true, false}) {
-        const std::string op = fwd ? "rope_forward" : "rope_backward";
-        add(op, t, dims({{"N", s.N}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}}), [=](Ctx& x) {
-          const int64_t row = (s.H + 2 * s.Hkv) * s.D;
-          Tensor qkv = x.rand({s.N, row}), pos = x.ints({s.N}, 0, 4096), ref = qkv.clone();
-          (fwd ? ops::rope_forward : ops::rope_backward)(ref, pos, s.H, s.Hkv, s.D, 10000.0f);
-          Tensor dq = x.dev(qkv, "qkv"), dpos = x.dev(pos, "pos");
-          x.run([&] { (fwd ? ops::rope_forward : ops::rope_backward)(dq, dpos, s.H, s.Hkv, s.D, 10000.0f); });
-          x.compare("qkv", dq, ref);
-        });
-      }
+      for (bool fwd : {true, false})
+        for (bool llama3 : {false, true}) {  // Llama 3.1's scaling (kernels/rope_params.h) on the larger heads
+          if (llama3 && s.D < 64) continue;
+          const RopeParams rope = llama3 ? RopeParams(500000.0f, RopeScaling{32.0f, 1.0f, 4.0f, 8192.0f}) : RopeParams();
+          const std::string op = fwd ? "rope_forward" : "rope_backward";
+          add(op, t, dims({{"N", s.N}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}, {"llama3", llama3}}), [=](Ctx& x) {
+            const int64_t row = (s.H + 2 * s.Hkv) * s.D;
+            Tensor qkv = x.rand({s.N, row}), pos = x.ints({s.N}, 0, 4096), ref = qkv.clone();
+            (fwd ? ops::rope_forward : ops::rope_backward)(ref, pos, s.H, s.Hkv, s.D, rope);
+            Tensor dq = x.dev(qkv, "qkv"), dpos = x.dev(pos, "pos");
+            x.run([&] { (fwd ? ops::rope_forward : ops::rope_backward)(dq, dpos, s.H, s.Hkv, s.D, rope); });
+            x.compare("qkv", dq, ref);
+          });
+        }
 }
 
 void add_crossentropy() {

@@ -600,8 +600,14 @@ void need_heads(const char* op, int64_t H, int64_t Hkv, int64_t D) {
 }
 
 void rope_checked(const char* op, const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D,
-                  float theta, bool forward) {
+                  const RopeParams& rope, bool forward) {
   need_heads(op, H, Hkv, D);
+  if (!(rope.theta > 0) || !std::isfinite(rope.theta)) fail(op, "rope theta must be positive, got ", rope.theta);
+  const RopeScaling& sc = rope.scaling;
+  if (sc.enabled() && !(sc.low_freq_factor > 0 && sc.high_freq_factor > sc.low_freq_factor &&
+                        sc.original_max_position > 0))
+    fail(op, "llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position > 0, got ",
+         sc.low_freq_factor, ", ", sc.high_freq_factor, ", ", sc.original_max_position);
   if (D % 2 || D > 1024) fail(op, "head dim D = ", D, ", expected even and <= 1024");
   const char* qname = forward ? "qkv" : "dqkv";
   const bool cuda = on_cuda(op, {{qname, qkv}, {"pos", pos}});
@@ -612,19 +618,19 @@ void rope_checked(const char* op, const Tensor& qkv, const Tensor& pos, int64_t 
   need_dtype(op, {"pos", pos}, DType::i32);
   need_numel(op, {"pos", pos}, N, "B*T");
   if (cuda) {
-    if (forward) CUDA_DISPATCH(op, rope_forward, qkv, pos, H, Hkv, D, theta);
-    CUDA_DISPATCH(op, rope_backward, qkv, pos, H, Hkv, D, theta);
+    if (forward) CUDA_DISPATCH(op, rope_forward, qkv, pos, H, Hkv, D, rope);
+    CUDA_DISPATCH(op, rope_backward, qkv, pos, H, Hkv, D, rope);
   }
-  (forward ? cpu::rope_forward : cpu::rope_backward)(qkv.data<float>(), pos.data<int32_t>(), N, H, Hkv, D, theta);
+  (forward ? cpu::rope_forward : cpu::rope_backward)(qkv.data<float>(), pos.data<int32_t>(), N, H, Hkv, D, rope);
 }
 }  // namespace
 
-void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta) {
-  rope_checked("rope_forward", qkv, pos, H, Hkv, D, theta, true);
+void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope) {
+  rope_checked("rope_forward", qkv, pos, H, Hkv, D, rope, true);
 }
 
-void rope_backward(const Tensor& dqkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta) {
-  rope_checked("rope_backward", dqkv, pos, H, Hkv, D, theta, false);
+void rope_backward(const Tensor& dqkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope) {
+  rope_checked("rope_backward", dqkv, pos, H, Hkv, D, rope, false);
 }
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t B, int64_t T, int64_t H,

@@ -23,7 +23,7 @@ DecoderLayers declare_llama(ParamSet& ps, const ModelConfig& c) {
     b.attn.n_kv_head = c.n_kv_head;
     b.attn.head_dim = D;
     b.attn.rope = true;
-    b.attn.rope_theta = c.rope_theta;
+    b.attn.rope_params = RopeParams(c.rope_theta, c.rope_scaling);
     b.norm2 = Norm::declare(ps, NormKind::rmsnorm, p + "post_attention_layernorm", C, c.norm_eps);
     b.mlp.kind = MlpKind::swiglu;
     b.mlp.ffn = F;

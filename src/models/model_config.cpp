@@ -28,11 +28,20 @@ void ModelConfig::validate() const {
     DSCPP_CHECK(n_kv_head == n_head, "model config: gpt2 needs n_kv_head == n_head (", n_head, "), got ",
                 n_kv_head);
     DSCPP_CHECK(tie_embeddings, "model config: gpt2 ties lm_head to wte, tie_embeddings must be true");
+    DSCPP_CHECK(!rope_scaling.enabled(), "model config: rope_scaling is for Llama (gpt2 has no RoPE)");
   } else {
     DSCPP_CHECK(head_dim() % 2 == 0, "model config: RoPE needs an even head_dim (n_embd / n_head), got ",
                 head_dim());
     DSCPP_CHECK(rope_theta > 0 && std::isfinite(rope_theta), "model config: rope_theta must be positive, got ",
                 rope_theta);
+    const RopeScaling& s = rope_scaling;
+    DSCPP_CHECK(s.factor == 0 || (s.factor >= 1 && std::isfinite(s.factor)), "model config: rope_scaling.factor must "
+                "be >= 1 (or 0: none), got ", s.factor);
+    DSCPP_CHECK(!s.enabled() || (s.low_freq_factor > 0 && s.high_freq_factor > s.low_freq_factor &&
+                                 s.original_max_position > 0),
+                "model config: rope_scaling needs 0 < low_freq_factor < high_freq_factor and "
+                "original_max_position_embeddings > 0, got ", s.low_freq_factor, ", ", s.high_freq_factor, ", ",
+                s.original_max_position);
   }
 }
 
@@ -114,6 +123,12 @@ nlohmann::json ModelConfig::to_hf_json() const {
     j["max_position_embeddings"] = max_seq_len;
     j["rms_norm_eps"] = norm_eps;
     j["rope_theta"] = rope_theta;
+    if (rope_scaling.enabled())
+      j["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", rope_scaling.factor},
+                           {"low_freq_factor", rope_scaling.low_freq_factor},
+                           {"high_freq_factor", rope_scaling.high_freq_factor},
+                           {"original_max_position_embeddings", int64_t(rope_scaling.original_max_position)}};
     j["tie_word_embeddings"] = tie_embeddings;
     j["hidden_act"] = "silu";
     j["head_dim"] = head_dim();
@@ -157,8 +172,24 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, bool shapes_only)
     c.norm_eps = has("rms_norm_eps") ? j.at("rms_norm_eps").get<float>() : 1e-6f;
     c.rope_theta = has("rope_theta") ? j.at("rope_theta").get<float>() : 10000.0f;
     c.tie_embeddings = has("tie_word_embeddings") ? j.at("tie_word_embeddings").get<bool>() : false;
-    DSCPP_CHECK(shapes_only || !has("rope_scaling"), "HF config (llama): rope_scaling is not supported (Llama 3.1+ "
-                "context extension): the model would compute other rotary angles than the checkpoint was trained with");
+    if (has("rope_scaling")) {
+      const nlohmann::json& rs = j.at("rope_scaling");
+      const std::string type = rs.value("rope_type", rs.value("type", std::string("(none)")));
+      // Other kinds (linear, dynamic, yarn, longrope) would need other rotary angles than ours.
+      DSCPP_CHECK(type == "llama3" || shapes_only, "HF config (llama): rope_scaling.rope_type '", type,
+                  "' is not supported (llama3 only)");
+      if (type == "llama3") {
+        auto num = [&](const char* key) {
+          DSCPP_CHECK(rs.contains(key) && rs.at(key).is_number(), "HF config (llama): rope_scaling (llama3) needs a "
+                      "number '", key, "'");
+          return rs.at(key).get<float>();
+        };
+        c.rope_scaling.factor = num("factor");
+        c.rope_scaling.low_freq_factor = num("low_freq_factor");
+        c.rope_scaling.high_freq_factor = num("high_freq_factor");
+        c.rope_scaling.original_max_position = num("original_max_position_embeddings");
+      }
+    }
     DSCPP_CHECK(!has("head_dim") || j.at("head_dim").get<int64_t>() * c.n_head == c.n_embd,
                 "HF config (llama): head_dim must be hidden_size / num_attention_heads");
     if (has("hidden_act")) {

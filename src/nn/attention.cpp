@@ -11,7 +11,7 @@ void CausalSelfAttention::forward(const ParamSet& ps, const Tensor& out, const T
   Device dev = out.device();
   qkv_out_ = Tensor::empty({N, (H + 2 * Hkv) * D}, inp.dtype(), dev);  // activations: the compute dtype
   qkv.forward(ps, qkv_out_, inp);
-  if (rope) ops::rope_forward(qkv_out_, s.pos, H, Hkv, D, rope_theta);
+  if (rope) ops::rope_forward(qkv_out_, s.pos, H, Hkv, D, rope_params);
   att_ = Tensor::empty({N, H * D}, inp.dtype(), dev);
   lse_ = Tensor::empty({s.B, H, s.T}, DType::f32, dev);
   ops::attention_forward(att_, lse_, qkv_out_, s.B, s.T, H, Hkv, D);
@@ -34,7 +34,7 @@ void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const
   comm_window();  // Note [Communication windows]
   ops::attention_backward(dqkv, datt, qkv_out_, att_, lse_, s.B, s.T, H, Hkv, D);
   datt = Tensor();
-  if (rope) ops::rope_backward(dqkv, s.pos, H, Hkv, D, rope_theta);
+  if (rope) ops::rope_backward(dqkv, s.pos, H, Hkv, D, rope_params);
   qkv.backward(ps, dinp, dqkv, make_inp());  // a made input lives for this GEMM only
 }
 

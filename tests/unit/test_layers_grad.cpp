@@ -194,7 +194,7 @@ TEST_P(AttentionGrad, ParamsAndInput) {
   a.n_kv_head = c.Hkv;
   a.head_dim = c.D;
   a.rope = c.rope;
-  a.rope_theta = 100.0f;
+  a.rope_params.theta = 100.0f;
   init_params(ps, rng);
   SeqInfo s = seq(c.B, c.T, 2);
   const int64_t N = c.B * c.T;

@@ -298,9 +298,24 @@ TEST(Models, HfConfigFieldNames) {
   EXPECT_EQ(lc.n_kv_head, 8);
   EXPECT_EQ(lc.rope_theta, 500000.0f);
   EXPECT_EQ(lc.to_hf_json(), ModelConfig::preset("llama-1b").to_hf_json());
-  l["rope_scaling"] = {{"rope_type", "llama3"}};
+  // Llama 3.1+: "llama3" rope scaling is read, validated and written back; other kinds are refused, except by tools
+  // that need only the shapes.
+  l["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}, {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                       {"original_max_position_embeddings", 8192}};
+  const ModelConfig l3 = ModelConfig::from_hf_json(l);
+  EXPECT_EQ(l3.rope_scaling.factor, 32.0f);
+  EXPECT_EQ(l3.rope_scaling.original_max_position, 8192.0f);
+  EXPECT_EQ(ModelConfig::from_hf_json(l3.to_hf_json()).to_hf_json(), l3.to_hf_json());
+  EXPECT_EQ(l3.to_hf_json().at("rope_scaling").at("rope_type"), "llama3");
+  l["rope_scaling"]["high_freq_factor"] = 0.5;  // not above low_freq_factor
   EXPECT_THROW(ModelConfig::from_hf_json(l), Error);
-  // Memory and FLOPs estimates need only the shapes: Llama 3.x configs are read for those.
+  l["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  try {
+    ModelConfig::from_hf_json(l);
+    ADD_FAILURE() << "yarn rope scaling accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'yarn'"), std::string::npos) << e.what();
+  }
   EXPECT_EQ(ModelConfig::from_hf_json(l, /*shapes_only=*/true).to_hf_json(), ModelConfig::preset("llama-1b").to_hf_json());
 }
 

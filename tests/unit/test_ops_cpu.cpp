@@ -522,6 +522,54 @@ TEST(Rope, BackwardInvertsForwardAndMatchesFiniteDifferences) {
                2e-5, 1e-5, "rope_backward");
 }
 
+// Llama 3.1's rope scaling, against Hugging Face's _compute_llama3_parameters written out here in double: long
+// wavelengths slowed by the factor, short ones kept, the band between interpolated. Llama 3.2 1B's parameters
+// (D 64, theta 500000, factor 32, 1 / 4, 8192) put frequencies in all three bands.
+TEST(Rope, Llama3ScalingFollowsHuggingFace) {
+  const RopeScaling sc{32.0f, 1.0f, 4.0f, 8192.0f};
+  const int D = 64;
+  const double theta = 500000.0, pi = 3.14159265358979323846;
+  int low = 0, high = 0, mid = 0;
+  std::vector<double> want(D / 2);
+  for (int i = 0; i < D / 2; i++) {
+    const double f = std::pow(theta, -2.0 * i / D), wavelen = 2 * pi / f;
+    if (wavelen > 8192.0 / 1.0) {
+      want[size_t(i)] = f / 32.0, low++;
+    } else if (wavelen < 8192.0 / 4.0) {
+      want[size_t(i)] = f, high++;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      want[size_t(i)] = (1 - smooth) * f / 32.0 + smooth * f, mid++;
+    }
+    EXPECT_NEAR(rope_inv_freq(i, D, float(theta), sc), want[size_t(i)], 2e-6 * want[size_t(i)]) << "i = " << i;
+    EXPECT_EQ(rope_inv_freq(i, D, float(theta), RopeScaling{}), 1.0f / powf(float(theta), float(2 * i) / float(D)));
+  }
+  EXPECT_GT(low, 0);
+  EXPECT_GT(high, 0);
+  EXPECT_GT(mid, 0);
+  // The op rotates by those frequencies: q and k heads of a GQA row at positions up to 2000.
+  const int64_t H = 4, Hkv = 2, N = 6, row = (H + 2 * Hkv) * D;
+  const std::vector<int32_t> pos{0, 1, 17, 511, 1024, 1999};
+  Rng rng(52);
+  Tensor qkv = randn({N, row}, rng), orig = qkv.clone();
+  ops::rope_forward(qkv, ints(pos), H, Hkv, D, RopeParams(float(theta), sc));
+  Vec ref = dvec(orig);
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t h = 0; h < H + Hkv; h++)
+      for (int64_t i = 0; i < D / 2; i++) {
+        const double a = pos[size_t(n)] * want[size_t(i)];
+        double& x1 = ref[size_t(n * row + h * D + i)];
+        double& x2 = ref[size_t(n * row + h * D + i + D / 2)];
+        const double y1 = x1 * std::cos(a) - x2 * std::sin(a), y2 = x2 * std::cos(a) + x1 * std::sin(a);
+        x1 = y1, x2 = y2;
+      }
+  expect_close(qkv, ref, 5e-4, 5e-4, "rope_forward with llama3 scaling");  // f32 angles at positions ~2000
+  ops::rope_backward(qkv, ints(pos), H, Hkv, D, RopeParams(float(theta), sc));
+  expect_close(qkv, dvec(orig), 1e-5, 1e-5, "rope_backward inverts it");
+  EXPECT_THROW(ops::rope_forward(qkv, ints(pos), H, Hkv, D, RopeParams(float(theta), RopeScaling{8.0f, 4.0f, 1.0f, 8192.0f})),
+               Error) << "high_freq_factor must exceed low_freq_factor";
+}
+
 // ---------------------------------------------------------------- attention
 TEST(Attention, ForwardMatchesReference) {
   for (int64_t Hkv : {2, 3, 6})

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/kernels/rope_params.h"
 
 namespace dscpp::ops {
 
@@ -106,10 +107,11 @@ void sum_blocks(const Tensor& out, const Tensor& in, float scale);
 // Packed projections, per token: qkv[B,T,(H + 2*Hkv)*D] = [q heads | k heads | v heads], each head D wide.
 // Query head h reads kv head h / (H/Hkv) (grouped-query attention; H % Hkv == 0).
 // RoPE (Hugging Face Llama "rotate_half" convention) in place on the q and k heads of qkv at positions pos[B*T]
-// (i32): x1 = x[:D/2], x2 = x[D/2:]; out = [x1*cos - x2*sin, x2*cos + x1*sin], angle = pos * theta^(-2i/D).
-void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta);
+// (i32): x1 = x[:D/2], x2 = x[D/2:]; out = [x1*cos - x2*sin, x2*cos + x1*sin], angle = pos * rope_inv_freq(i)
+// (theta^(-2i/D), with Llama 3 scaling when rope.scaling is set; kernels/rope_params.h).
+void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope);
 // In place on dqkv: the inverse rotation of the q and k gradients.
-void rope_backward(const Tensor& dqkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta);
+void rope_backward(const Tensor& dqkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope);
 // Causal softmax(q k^T / sqrt(D)) v. out[B,T,H*D]; lse[B,H,T] f32 = log-sum-exp of each row's scaled scores, saved
 // for backward (which recomputes the probabilities: O(T) saved memory, as flash attention does).
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t B, int64_t T, int64_t H,

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/kernels/rope_params.h"
 #include "dscpp/models/loss.h"
 #include "dscpp/nn/params.h"
 
@@ -26,6 +27,7 @@ struct ModelConfig {
   int64_t max_seq_len = 128;   // context length (GPT-2 learned positions need it)
   float norm_eps = 1e-5f;
   float rope_theta = 10000.0f; // Llama only
+  RopeScaling rope_scaling;    // Llama 3.1+: HF "rope_scaling" of rope_type "llama3" (factor 0 = none)
   bool tie_embeddings = true;  // GPT-2 always ties lm_head to wte; Llama may untie
 
   int64_t head_dim() const { return n_embd / n_head; }
@@ -34,7 +36,8 @@ struct ModelConfig {
   static std::vector<std::string> preset_names();
   nlohmann::json to_hf_json() const;                     // Hugging Face config.json fields
   // shapes_only: for tools that need only the tensor shapes (memory and FLOPs estimates), fields that change the
-  // computation but not the shapes and that the model does not implement (Llama's rope_scaling) are accepted.
+  // computation but not the shapes and that the model does not implement (rope_scaling other than llama3) are
+  // accepted and ignored.
   static ModelConfig from_hf_json(const nlohmann::json& j, bool shapes_only = false);
   // Model FLOPs per token for training (forward + backward): 6*N + 6*L*C*T (llm.c's formula, causal attention).
   double train_flops_per_token(int64_t T) const;

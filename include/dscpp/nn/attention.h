@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 
+#include "dscpp/kernels/rope_params.h"
 #include "dscpp/nn/linear.h"
 
 namespace dscpp {
@@ -20,7 +21,7 @@ struct CausalSelfAttention {
   Linear proj;  // [C, H D]
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
   bool rope = false;
-  float rope_theta = 10000.0f;
+  RopeParams rope_params;  // theta, and Llama 3 frequency scaling when set
 
   // out[N,C] (=). Keeps qkv, attention output and lse until release().
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const SeqInfo& s);

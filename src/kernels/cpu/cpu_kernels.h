@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "dscpp/core/dtype.h"
+#include "dscpp/kernels/rope_params.h"
 
 namespace dscpp::cpu {
 
@@ -82,8 +83,9 @@ void add_sum(float* acc, const float* x, int64_t n, float scale);
 
 // rope.cpp. qkv[N,(H+2Hkv)*D] with N = B*T tokens at positions pos[N]; rotates the H q heads and Hkv k heads in
 // place (HF Llama rotate_half). rope_backward applies the inverse rotation (the transpose) to dqkv.
-void rope_forward(float* qkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D, float theta);
-void rope_backward(float* dqkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D, float theta);
+void rope_forward(float* qkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope);
+void rope_backward(float* dqkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D,
+                   const RopeParams& rope);
 
 // attention.cpp. Causal GQA attention on packed qkv[B,T,(H+2Hkv)*D]; out[B,T,H*D] (=), lse[B,H,T] (=).
 void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,

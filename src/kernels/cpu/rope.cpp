@@ -1,6 +1,7 @@
 // Rotary position embedding, Hugging Face Llama "rotate_half" convention: head vector x = [x1 | x2] (D/2 each),
-// out = [x1*cos - x2*sin, x2*cos + x1*sin] with angle_i = pos * inv_freq_i, inv_freq_i = 1 / theta^(2i/D).
-// inv_freq and the angles are computed in f32, as HF does, so positions far from 0 round the same way.
+// out = [x1*cos - x2*sin, x2*cos + x1*sin] with angle_i = pos * inv_freq_i, inv_freq_i = rope_inv_freq(i)
+// (1 / theta^(2i/D), Llama 3 scaling when set: kernels/rope_params.h). inv_freq and the angles are computed in f32, as
+// HF does, so positions far from 0 round the same way.
 #include <cmath>
 #include <vector>
 
@@ -9,11 +10,11 @@
 namespace dscpp::cpu {
 
 // sign = +1 rotates by +angle (forward), -1 by -angle (the inverse = transpose, for backward).
-static void rope_apply(float* qkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D, float theta,
-                       float sign) {
+static void rope_apply(float* qkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D,
+                       const RopeParams& rope, float sign) {
   const int64_t half = D / 2, row = (H + 2 * Hkv) * D, heads = H + Hkv;  // q and k heads are adjacent
   std::vector<float> inv_freq(static_cast<size_t>(half));
-  for (int64_t i = 0; i < half; i++) inv_freq[size_t(i)] = 1.0f / powf(theta, float(2 * i) / float(D));
+  for (int64_t i = 0; i < half; i++) inv_freq[size_t(i)] = rope_inv_freq(int(i), int(D), rope.theta, rope.scaling);
 #pragma omp parallel for if (N * heads * D >= 16384)
   for (int64_t n = 0; n < N; n++) {
     float cs[512], sn[512];  // D/2 <= 512 is checked by the entry point
@@ -33,12 +34,13 @@ static void rope_apply(float* qkv, const int32_t* pos, int64_t N, int64_t H, int
   }
 }
 
-void rope_forward(float* qkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D, float theta) {
-  rope_apply(qkv, pos, N, H, Hkv, D, theta, 1.0f);
+void rope_forward(float* qkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope) {
+  rope_apply(qkv, pos, N, H, Hkv, D, rope, 1.0f);
 }
 
-void rope_backward(float* dqkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D, float theta) {
-  rope_apply(dqkv, pos, N, H, Hkv, D, theta, -1.0f);
+void rope_backward(float* dqkv, const int32_t* pos, int64_t N, int64_t H, int64_t Hkv, int64_t D,
+                   const RopeParams& rope) {
+  rope_apply(dqkv, pos, N, H, Hkv, D, rope, -1.0f);
 }
 
 }  // namespace dscpp::cpu

@@ -1,5 +1,6 @@
 // Rotary position embedding (HF Llama rotate_half) on CUDA, in place on the q and k heads of packed qkv.
-// Same angles as src/kernels/cpu/rope.cpp: inv_freq_i = 1 / theta^(2i/D) in f32, angle = pos * inv_freq_i.
+// Same angles as src/kernels/cpu/rope.cpp: inv_freq_i = rope_inv_freq(i) in f32 (kernels/rope_params.h: 1 / theta^(2i/D),
+// Llama 3 scaling when set), angle = pos * inv_freq_i.
 // A block row (threadIdx.y) owns one token: it first puts the token's D/2 cos/sin pairs in shared memory (one
 // powf + sincosf per pair, shared by all H + Hkv heads, where a thread per element made the kernel compute-bound at
 // ~4x the copy time), then each thread rotates V pairs of one head: x[i..i+V) and x[i+D/2..i+D/2+V), owned by that
@@ -16,7 +17,7 @@ constexpr int kThreads = 256;
 // (the inverse rotation: sin negated). Shared memory: blockDim.y * D floats.
 template <typename T, int V>
 __global__ void rope_kernel(T* qkv, const int32_t* pos, int64_t N, int heads, int Htot, int D, float theta,
-                            float sign) {
+                            RopeScaling scaling, float sign) {
   extern __shared__ float table[];
   const int half = D / 2, groups = half / V, per_token = heads * groups;
   float* cs = table + threadIdx.y * D;
@@ -26,7 +27,7 @@ __global__ void rope_kernel(T* qkv, const int32_t* pos, int64_t N, int heads, in
     __syncthreads();  // the previous token's readers are done with the table
     if (n < N)
       for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(D));
+        const float inv_freq = rope_inv_freq(i, D, theta, scaling);
         float s, c;
         sincosf(float(pos[n]) * inv_freq, &s, &c);
         cs[i] = c;
@@ -53,14 +54,14 @@ __global__ void rope_kernel(T* qkv, const int32_t* pos, int64_t N, int heads, in
 }
 
 template <typename T, int V>
-void launch_rope_v(T* qkv, const int32_t* pos, int64_t N, int heads, int Htot, int D, float theta, float sign,
-                   cudaStream_t s) {
+void launch_rope_v(T* qkv, const int32_t* pos, int64_t N, int heads, int Htot, int D, const RopeParams& rope,
+                   float sign, cudaStream_t s) {
   const int per_token = heads * (D / 2 / V);
   const int x = per_token < kThreads ? per_token : kThreads;
   const int y = kThreads / x;  // tokens per block
   const dim3 block{unsigned(x), unsigned(y)};
-  rope_kernel<T, V><<<grid_for(N, y), block, size_t(y) * D * sizeof(float), s>>>(qkv, pos, N, heads, Htot, D, theta,
-                                                                                 sign);
+  rope_kernel<T, V><<<grid_for(N, y), block, size_t(y) * D * sizeof(float), s>>>(qkv, pos, N, heads, Htot, D,
+                                                                                 rope.theta, rope.scaling, sign);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
@@ -68,38 +69,38 @@ void launch_rope_v(T* qkv, const int32_t* pos, int64_t N, int heads, int Htot, i
 
 // ---- raw launcher ----
 template <typename T>
-void launch_rope(T* qkv, const int32_t* pos, int64_t N, int H, int Hkv, int D, float theta, float sign,
+void launch_rope(T* qkv, const int32_t* pos, int64_t N, int H, int Hkv, int D, const RopeParams& rope, float sign,
                  cudaStream_t s) {
   const int heads = H + Hkv, Htot = H + 2 * Hkv;
   constexpr int V = 16 / int(sizeof(T));
   // 16-byte accesses need every head's two halves to start on a 16-byte boundary: half a multiple of V (which makes
   // D and the row length multiples of V too) and an aligned base.
   if ((D / 2) % V == 0 && aligned16(qkv))
-    launch_rope_v<T, V>(qkv, pos, N, heads, Htot, D, theta, sign, s);
+    launch_rope_v<T, V>(qkv, pos, N, heads, Htot, D, rope, sign, s);
   else
-    launch_rope_v<T, 1>(qkv, pos, N, heads, Htot, D, theta, sign, s);
+    launch_rope_v<T, 1>(qkv, pos, N, heads, Htot, D, rope, sign, s);
 }
 
 // ---- checked entries (ops.cpp has validated shapes and dtypes) ----
 namespace {
-void rope(const char* op, const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta,
-          float sign) {
+void rope(const char* op, const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D,
+          const RopeParams& rope, float sign) {
   const int64_t N = qkv.numel() / ((H + 2 * Hkv) * D);
   if (N == 0) return;
   OpLaunch L(qkv);
   dispatch_float(op, qkv.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    launch_rope<T>(ptr<T>(qkv), ptr<int32_t>(pos), N, int(H), int(Hkv), int(D), theta, sign, L.stream);
+    launch_rope<T>(ptr<T>(qkv), ptr<int32_t>(pos), N, int(H), int(Hkv), int(D), rope, sign, L.stream);
   });
 }
 }  // namespace
 
-void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta) {
-  rope("rope_forward", qkv, pos, H, Hkv, D, theta, 1.0f);
+void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope) {
+  cuda::rope("rope_forward", qkv, pos, H, Hkv, D, rope, 1.0f);
 }
 
-void rope_backward(const Tensor& dqkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, float theta) {
-  rope("rope_backward", dqkv, pos, H, Hkv, D, theta, -1.0f);
+void rope_backward(const Tensor& dqkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope) {
+  cuda::rope("rope_backward", dqkv, pos, H, Hkv, D, rope, -1.0f);
 }
 
 }  // namespace dscpp::cuda

@@ -1,0 +1,41 @@
+// Rotary position embedding parameters, as Hugging Face's Llama: the base theta, and the "llama3" frequency scaling
+// of Llama 3.1 and later (config.json "rope_scaling": {"rope_type": "llama3", "factor", "low_freq_factor",
+// "high_freq_factor", "original_max_position_embeddings"}). rope_inv_freq is the one definition of the rotation
+// frequencies: the CPU reference and the CUDA kernel both call it, so they rotate by the same f32 angles.
+#pragma once
+#include <cmath>
+
+#include "dscpp/core/philox.h"  // DSCPP_HOST_DEVICE
+
+namespace dscpp {
+
+struct RopeScaling {  // "llama3"; factor 0 = none
+  float factor = 0.0f;
+  float low_freq_factor = 1.0f;
+  float high_freq_factor = 4.0f;
+  float original_max_position = 8192.0f;
+  DSCPP_HOST_DEVICE bool enabled() const { return factor > 0.0f; }
+};
+
+struct RopeParams {
+  float theta = 10000.0f;
+  RopeScaling scaling;
+  RopeParams(float theta_ = 10000.0f, RopeScaling s = {}) : theta(theta_), scaling(s) {}  // NOLINT: a bare theta
+};
+
+// inv_freq_i = 1 / theta^(2i/D), in f32 as HF computes it. With llama3 scaling (HF's _compute_llama3_parameters, the
+// same f32 operations in the same order): wavelengths longer than original / low_freq_factor are slowed by factor,
+// those shorter than original / high_freq_factor kept, and those between interpolated smoothly.
+DSCPP_HOST_DEVICE inline float rope_inv_freq(int i, int D, float theta, const RopeScaling& s) {
+  const float inv_freq = 1.0f / powf(theta, float(2 * i) / float(D));
+  if (!s.enabled()) return inv_freq;
+  const float wavelen = 6.28318530717958647692f / inv_freq;
+  const float low_freq_wavelen = s.original_max_position / s.low_freq_factor;
+  const float high_freq_wavelen = s.original_max_position / s.high_freq_factor;
+  if (wavelen > low_freq_wavelen) return inv_freq / s.factor;
+  if (wavelen < high_freq_wavelen) return inv_freq;
+  const float smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  return (1.0f - smooth) * inv_freq / s.factor + smooth * inv_freq;
+}
+
+}  // namespace dscpp
