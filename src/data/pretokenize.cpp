@@ -1,4 +1,5 @@
-// GPT-2 pre-tokenisation scanner; the regex and the limits of our character classes are in pretokenize.h.
+// GPT-2 and Llama 3 pre-tokenisation scanners; the regexes and the limits of our character classes are in
+// pretokenize.h.
 #include "dscpp/data/pretokenize.h"
 
 #include <unicode/uchar.h>
@@ -54,6 +55,8 @@ static size_t run_end(std::string_view s, size_t i, CharClass want) {
   return i;
 }
 
+static size_t whitespace_end(std::string_view s, size_t i, bool crlf);
+
 size_t pretoken_end(std::string_view s, size_t i) {
   CharClass cls;
   char32_t cp;
@@ -72,24 +75,75 @@ size_t pretoken_end(std::string_view s, size_t i) {
     if (next != CharClass::space) return run_end(s, i + 1, next);
   }
   if (cls != CharClass::space) return run_end(s, i + n, cls);
-  // '\s+(?!\S)' then '\s+': a whitespace run, less its last character when a non-space follows, so that a final
-  // space can join the next word. A single whitespace character before a non-space is taken whole.
-  size_t last = i, j = i;
+  return whitespace_end(s, i, /*crlf=*/false);
+}
+
+// The whitespace alternatives both schemes end with, at a whitespace character: '\s+(?!\S)' then '\s+' (a run, less
+// its last character when a non-space follows, so that a final space can join the next word; a single whitespace
+// character before a non-space is taken whole). With crlf (Llama 3), '\s*[\r\n]+' comes first: a run holding a
+// CR or LF ends right after its last one.
+static size_t whitespace_end(std::string_view s, size_t i, bool crlf) {
+  CharClass cls;
+  char32_t cp;
+  size_t last = i, j = i, after_crlf = 0;
   while (j < s.size()) {
     int m = next_char(s, j, cls, cp);
     if (cls != CharClass::space) break;
     last = j;
     j += m;
+    if (cp == '\r' || cp == '\n') after_crlf = j;
   }
+  if (crlf && after_crlf) return after_crlf;
   if (j == s.size() || last == i) return j;
   return last;
 }
 
+size_t llama3_pretoken_end(std::string_view s, size_t i) {
+  CharClass cls, next = CharClass::space;
+  char32_t cp, ncp = 0;
+  const int n = next_char(s, i, cls, cp);
+  const bool more = i + n < s.size();
+  int nn = 0;
+  if (more) nn = next_char(s, i + n, next, ncp);
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d)
+  if (cp == '\'' && more) {
+    auto lower = [](char c) { return char(c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c); };
+    const char a = lower(s[i + 1]), b = i + 2 < s.size() ? lower(s[i + 2]) : 0;
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return i + 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l')) return i + 3;
+    if (s.substr(i + 1, 2) == "\xC5\xBF") return i + 3;  // U+017F (long s) case-folds to s, as in Hugging Face's split
+  }
+  // [^\r\n\p{L}\p{N}]?\p{L}+: letters, with one character before them that is none of CR, LF, letter, number.
+  if (cls == CharClass::letter) return run_end(s, i + n, CharClass::letter);
+  if (cls != CharClass::number && cp != '\r' && cp != '\n' && more && next == CharClass::letter)
+    return run_end(s, i + n + nn, CharClass::letter);
+  // \p{N}{1,3}
+  if (cls == CharClass::number) {
+    size_t j = i + n;
+    for (int k = 1; k < 3 && j < s.size(); k++) {
+      CharClass c;
+      char32_t x;
+      const int m = next_char(s, j, c, x);
+      if (c != CharClass::number) break;
+      j += m;
+    }
+    return j;
+  }
+  // ' ?[^\s\p{L}\p{N}]+[\r\n]*'
+  size_t j = cls == CharClass::other ? i : cp == ' ' && more && next == CharClass::other ? i + 1 : s.size() + 1;
+  if (j <= s.size()) {
+    j = run_end(s, j, CharClass::other);
+    while (j < s.size() && (s[j] == '\r' || s[j] == '\n')) j++;
+    return j;
+  }
+  return whitespace_end(s, i, /*crlf=*/true);
+}
+
 }  // namespace detail
 
-std::vector<std::string_view> pretokenize(std::string_view text) {
+std::vector<std::string_view> pretokenize(std::string_view text, Pretokenizer p) {
   std::vector<std::string_view> out;
-  pretokenize(text, [&](std::string_view p) { out.push_back(p); });
+  pretokenize(text, [&](std::string_view piece) { out.push_back(piece); }, p);
   return out;
 }
 

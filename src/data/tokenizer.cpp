@@ -48,12 +48,18 @@ void Tokenizer::finish_init() {
   for (auto& s : specials_)
     DSCPP_CHECK(!s.first.empty() && s.second >= 0 && s.second < vocab_size(), "special token ", s.first, " has id ", s.second,
                 " outside the vocab of ", vocab_size());
+  is_special_.assign(tokens_.size(), false);
+  for (auto& s : specials_) is_special_[size_t(s.second)] = true;
   cache_ = std::make_shared<Cache>();
 }
 
 void Tokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   const size_t n = word.size();
   if (n == 1) { out.push_back(byte_id_[static_cast<unsigned char>(word[0])]); return; }
+  if (ignore_merges_) {
+    auto it = token_to_id_.find(std::string(word));
+    if (it != token_to_id_.end() && !is_special_[size_t(it->second)]) { out.push_back(it->second); return; }
+  }
   {
     std::lock_guard<std::mutex> lock(cache_->mu);
     auto it = cache_->words.find(std::string(word));
@@ -99,7 +105,7 @@ std::vector<int32_t> Tokenizer::encode_ordinary(std::string_view text) const {
   DSCPP_CHECK(cache_, "encode on an empty tokenizer (load or train one first)");
   std::vector<int32_t> out;
   out.reserve(text.size() / 3 + 16);
-  pretokenize(text, [&](std::string_view w) { encode_word(w, out); });
+  pretokenize(text, [&](std::string_view w) { encode_word(w, out); }, pre_);
   return out;
 }
 

@@ -144,22 +144,47 @@ Tokenizer Tokenizer::load_hf(const std::string& path) {
   const auto& model = j["model"];
   std::string type = model.value("type", "BPE");
   DSCPP_CHECK(type == "BPE", path, ": model.type is ", type, ", only BPE is supported");
-  // The pre-tokenizer must be byte-level (alone or inside a Sequence); we always apply GPT-2's split regex.
-  bool byte_level = false;
+  // The pre-tokenizer must be byte-level: ByteLevel alone (its use_regex: GPT-2's split), or a Split by a regex we
+  // implement, then ByteLevel without its own regex.
+  bool byte_level = false, byte_level_regex = false;
+  std::string split;  // the Split step's regex
   auto check_pre = [&](const nlohmann::json& p) {
-    if (!p.is_object() || p.value("type", "") != "ByteLevel") return;
-    byte_level = true;
-    DSCPP_CHECK(!p.value("add_prefix_space", false), path, ": ByteLevel add_prefix_space=true is not supported");
+    if (!p.is_object()) return;
+    const std::string type = p.value("type", "");
+    if (type == "ByteLevel") {
+      byte_level = true;
+      byte_level_regex = p.value("use_regex", true);
+      DSCPP_CHECK(!p.value("add_prefix_space", false), path, ": ByteLevel add_prefix_space=true is not supported");
+    } else if (type == "Split") {
+      DSCPP_CHECK(split.empty(), path, ": more than one Split pre-tokenizer is not supported");
+      const auto& pat = p.value("pattern", nlohmann::json::object());
+      DSCPP_CHECK(pat.contains("Regex") && p.value("behavior", "") == "Isolated" && !p.value("invert", false), path,
+                  ": a Split pre-tokenizer must have a Regex pattern, behavior Isolated and invert false");
+      split = pat.at("Regex").get<std::string>();
+    } else {
+      DSCPP_FAIL(path, ": pre-tokenizer '", type, "' is not supported (ByteLevel, Split)");
+    }
   };
   if (j.contains("pre_tokenizer") && j["pre_tokenizer"].is_object()) {
     const auto& pre = j["pre_tokenizer"];
-    check_pre(pre);
     if (pre.value("type", "") == "Sequence" && pre.contains("pretokenizers"))
       for (auto& p : pre["pretokenizers"]) check_pre(p);
+    else
+      check_pre(pre);
   }
   DSCPP_CHECK(byte_level, path, ": not a byte-level BPE tokenizer (pre_tokenizer has no ByteLevel step)");
-
   Tokenizer t;
+  if (!split.empty()) {
+    DSCPP_CHECK(!byte_level_regex, path, ": a Split and ByteLevel's own regex (use_regex=true) together are not "
+                "supported");
+    DSCPP_CHECK(split == kGpt2SplitRegex || split == kLlama3SplitRegex, path, ": the Split regex '", split,
+                "' is not one we implement (GPT-2's or Llama 3's)");
+    t.pre_ = split == kLlama3SplitRegex ? Pretokenizer::llama3 : Pretokenizer::gpt2;
+  } else {
+    DSCPP_CHECK(byte_level_regex, path, ": ByteLevel with use_regex=false and no Split would not split the text; "
+                "not supported");
+  }
+  t.ignore_merges_ = model.value("ignore_merges", false);
   std::map<int32_t, std::string> raw;
   if (j.contains("added_tokens"))
     for (auto& a : j["added_tokens"]) raw[a.at("id").get<int32_t>()] = a.at("content").get<std::string>();
@@ -200,12 +225,21 @@ void Tokenizer::save_hf(const std::string& path) const {
     vocab[special[i] ? tokens_[i] : bytes_to_unicode_str(tokens_[i])] = i;
   for (auto [a, b] : merges_) merges.push_back(bytes_to_unicode_str(tokens_[a]) + " " + bytes_to_unicode_str(tokens_[b]));
   ojson byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  ojson pre = byte_level;
+  if (pre_ == Pretokenizer::llama3) {
+    ojson split = {{"type", "Split"}, {"pattern", {{"Regex", kLlama3SplitRegex}}}, {"behavior", "Isolated"},
+                   {"invert", false}};
+    ojson bl = byte_level;
+    bl["use_regex"] = false;
+    pre = {{"type", "Sequence"}, {"pretokenizers", ojson::array({split, bl})}};
+  }
   ojson j = {{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
-             {"normalizer", nullptr}, {"pre_tokenizer", byte_level}, {"post_processor", byte_level},
+             {"normalizer", nullptr}, {"pre_tokenizer", pre}, {"post_processor", byte_level},
              {"decoder", byte_level},
              {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
                         {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
                         {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab}, {"merges", merges}}}};
+  if (ignore_merges_) j["model"]["ignore_merges"] = true;  // written only when set: older readers do not know it
   std::string tmp = path + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);

@@ -91,6 +91,25 @@ TEST(Pretokenize, MatchesGpt2Regex) {
   EXPECT_EQ(split("\xc3\xa9t\xc3"), (V{"\xc3\xa9t", "\xc3"}));             // é is a letter; lone lead byte is not
 }
 
+// Llama 3's split (Note in pretokenize.h) against Hugging Face tokenizers' own splits of 628 strings
+// (tests/data/llama3_pretokenize.json, made by tests/data/gen_llama3_pretokenize.py): contractions in any case,
+// digit groups of three, punctuation that joins the letters after it, CR/LF runs, Unicode letters, numbers and spaces.
+TEST(Pretokenize, MatchesLlama3RegexAsHuggingFaceSplitsIt) {
+  std::ifstream f(std::string(DSCPP_SOURCE_DIR) + "/tests/data/llama3_pretokenize.json");
+  ASSERT_TRUE(f.good());
+  const nlohmann::json j = nlohmann::json::parse(f);
+  EXPECT_EQ(j.at("regex").get<std::string>(), kLlama3SplitRegex);
+  int checked = 0;
+  for (const auto& c : j.at("cases")) {
+    const std::string text = c.at("text").get<std::string>();
+    std::vector<std::string> got;
+    for (auto p : pretokenize(text, Pretokenizer::llama3)) got.emplace_back(p);
+    EXPECT_EQ(got, c.at("pieces").get<std::vector<std::string>>()) << "text: " << nlohmann::json(text).dump();
+    checked++;
+  }
+  EXPECT_GT(checked, 600);
+}
+
 TEST(Tokenizer, BytesToUnicodeMatchesGpt2) {
   EXPECT_EQ(bytes_to_unicode_str(" "), "\u0120");   // Ġ
   EXPECT_EQ(bytes_to_unicode_str("\n"), "\u010a");  // Ċ
@@ -151,6 +170,50 @@ TEST(Tokenizer, HfJsonExactEncodingBothMergeForms) {
     EXPECT_EQ(t.vocab_size(), 266);
     EXPECT_EQ(t.eot_id(), 265);
     EXPECT_EQ(t.encode("xyz<|endoftext|> the"), (std::vector<int32_t>{263, B('z'), 265, 258})) << list_form;
+  }
+}
+
+// A tokenizer.json in Llama 3's form: Split by Llama 3's regex, ByteLevel without its own regex, ignore_merges. The
+// split decides the ids (a merge across a Llama 3 boundary is not used), a pre-token in the vocab is taken whole,
+// and save_hf writes the same pre-tokenizer back. Another Split regex is refused by name.
+TEST(Tokenizer, Llama3StyleJsonSplitsLikeLlama3AndIgnoresMerges) {
+  fs::path d = temp_dir();
+  nlohmann::json vocab = hand_vocab(), merges = nlohmann::json::array();
+  for (auto& [a, b] : kMerges) merges.push_back(a + " " + b);
+  merges.push_back("Ġ 1");
+  vocab["Ġ1"] = 265;
+  vocab["xyz"] = 266;  // no merge makes it: only ignore_merges finds it
+  auto make = [&](const std::string& regex, bool ignore_merges) {
+    nlohmann::json pre = {{"type", "Sequence"},
+                          {"pretokenizers",
+                           {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"},
+                             {"invert", false}},
+                            {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
+    nlohmann::json j = {{"version", "1.0"},
+                        {"added_tokens", {{{"id", 267}, {"content", "<|begin_of_text|>"}, {"special", true}}}},
+                        {"pre_tokenizer", pre},
+                        {"model", {{"type", "BPE"}, {"ignore_merges", ignore_merges}, {"vocab", vocab},
+                                   {"merges", merges}}}};
+    write_text(d / "tokenizer.json", j.dump());
+    return Tokenizer::load_hf((d / "tokenizer.json").string());
+  };
+  auto B = [](char c) { return byte_id(static_cast<unsigned char>(c)); };
+  const Tokenizer l3 = make(kLlama3SplitRegex, true);
+  EXPECT_EQ(l3.pretokenizer(), Pretokenizer::llama3);
+  const std::vector<int32_t> want{267, 266, B(' '), B('1'), B('2'), B('3'), B('4'), B('5')};  // xyz| |123|45
+  EXPECT_EQ(l3.encode("<|begin_of_text|>xyz 12345"), want);
+  const Tokenizer g2 = make(kGpt2SplitRegex, false);  // xyz| 12345, merged by rank (yz outranks xy)
+  EXPECT_EQ(g2.encode("<|begin_of_text|>xyz 12345"),
+            (std::vector<int32_t>{267, B('x'), 263, 265, B('2'), B('3'), B('4'), B('5')}));
+  l3.save_hf((d / "saved.json").string());
+  const Tokenizer back = Tokenizer::load_hf((d / "saved.json").string());
+  EXPECT_EQ(back.pretokenizer(), Pretokenizer::llama3);
+  EXPECT_EQ(back.encode("<|begin_of_text|>xyz 12345"), want);
+  try {
+    make("\\w+|\\s+", false);
+    ADD_FAILURE() << "an unknown Split regex was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\\w+|\\s+"), std::string::npos) << e.what();
   }
 }
 

@@ -1,6 +1,6 @@
 // Byte-level BPE tokenizer (GPT-2 style): the 256 bytes are the base alphabet, so any byte string, including
-// invalid UTF-8 and NUL, encodes and decode(encode(x)) == x. Text is first split into pre-tokens with GPT-2's
-// regex semantics (see pretokenize.h), then each pre-token is merged by rank. Reads GPT-2 vocab.json + merges.txt
+// invalid UTF-8 and NUL, encodes and decode(encode(x)) == x. Text is first split into pre-tokens with GPT-2's or
+// Llama 3's regex semantics (see pretokenize.h), then each pre-token is merged by rank. Reads GPT-2 vocab.json + merges.txt
 // and Hugging Face tokenizer.json; saves tokenizer.json (HF format) so a trained tokenizer travels with checkpoints.
 #pragma once
 #include <cstdint>
@@ -9,6 +9,8 @@
 #include <string_view>
 #include <unordered_map>
 #include <vector>
+
+#include "dscpp/data/pretokenize.h"
 
 namespace dscpp {
 
@@ -26,8 +28,10 @@ class Tokenizer {
   // GPT-2 files. Any of `special_tokens` found in vocab.json becomes a special token.
   static Tokenizer load_gpt2(const std::string& vocab_json, const std::string& merges_txt,
                              const std::vector<std::string>& special_tokens = {kEotToken});
-  // Hugging Face tokenizer.json with model.type BPE and a ByteLevel pre-tokenizer (alone or in a Sequence; the split
-  // regex is always GPT-2's, add_prefix_space=true is refused). Every added_tokens entry becomes a special token.
+  // Hugging Face tokenizer.json with model.type BPE and a ByteLevel pre-tokenizer: alone (GPT-2's split), or in a
+  // Sequence after a Split whose regex is GPT-2's or Llama 3's (pretokenize.h); any other regex, and
+  // add_prefix_space=true, are refused. model.ignore_merges (Llama 3) is honoured. Every added_tokens entry becomes
+  // a special token.
   static Tokenizer load_hf(const std::string& tokenizer_json);
   void save_hf(const std::string& tokenizer_json) const;  // atomic (temp file + rename)
 
@@ -42,6 +46,7 @@ class Tokenizer {
   int32_t token_id(std::string_view bytes) const;  // -1 when absent
   int num_merges() const { return int(merges_.size()); }
   const std::vector<std::pair<std::string, int32_t>>& special_tokens() const { return specials_; }
+  Pretokenizer pretokenizer() const { return pre_; }
 
  private:
   struct Merge { int32_t rank, id; };
@@ -56,6 +61,9 @@ class Tokenizer {
   std::vector<std::pair<std::string, int32_t>> specials_;    // content, id
   int32_t byte_id_[256] = {};
   std::shared_ptr<Cache> cache_;                             // pre-token -> ids; shared by copies (immutable data)
+  Pretokenizer pre_ = Pretokenizer::gpt2;
+  bool ignore_merges_ = false;                               // a pre-token in the vocab is one token (HF BPE)
+  std::vector<bool> is_special_;                             // by id
 };
 
 // GPT-2's bytes_to_unicode: byte b <-> one printable code point, as vocab.json / merges.txt spell tokens.
