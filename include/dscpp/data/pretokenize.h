@@ -8,8 +8,8 @@
 // for \s (so U+001C..U+001F, which Python's str.isspace() accepts, are "other" here; whether GPT-2's `regex`
 // library agrees on those four was not checked). ICU's Unicode version may differ from the one GPT-2's regex
 // library shipped, for recently added characters: against Hugging Face tokenizers 0.23 (Llama 3's split), 24 of
-20,000 random strings of code points below U+3000 split differently, all at letters Unicode 16 added (U+1C89,
-U+1C8A), which ICU 72 (Unicode 15.0) does not know. Limits: a byte that is not part of valid UTF-8 (stray continuation,
+// 20,000 random strings of code points below U+3000 split differently, all at letters Unicode 16 added (U+1C89,
+// U+1C8A), which ICU 72 (Unicode 15.0) does not know. Limits: a byte that is not part of valid UTF-8 (stray continuation,
 // overlong, surrogate, truncated sequence) counts as one "other" character, so it joins ` ?[^\s\p{L}\p{N}]+` runs;
 // GPT-2 itself never sees such bytes (its text is decoded first). The pieces always concatenate to the input.
 #pragma once
