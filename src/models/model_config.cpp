@@ -170,11 +170,20 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, bool shapes_only)
     c.vocab_size = get("vocab_size").get<int64_t>();
     c.max_seq_len = get("max_position_embeddings").get<int64_t>();
     c.norm_eps = has("rms_norm_eps") ? j.at("rms_norm_eps").get<float>() : 1e-6f;
-    c.rope_theta = has("rope_theta") ? j.at("rope_theta").get<float>() : 10000.0f;
+    // transformers 5 writes "rope_parameters" ({"rope_type", "rope_theta", and the scaling's fields}); 4 wrote
+    // "rope_theta" and "rope_scaling". Read either.
+    const bool v5 = has("rope_parameters") && j.at("rope_parameters").is_object();
+    const nlohmann::json& rp = v5 ? j.at("rope_parameters") : j;
+    c.rope_theta = has("rope_theta")                             ? j.at("rope_theta").get<float>()
+                   : v5 && rp.contains("rope_theta") && !rp.at("rope_theta").is_null() ? rp.at("rope_theta").get<float>()
+                                                                                      : 10000.0f;
     c.tie_embeddings = has("tie_word_embeddings") ? j.at("tie_word_embeddings").get<bool>() : false;
-    if (has("rope_scaling")) {
-      const nlohmann::json& rs = j.at("rope_scaling");
-      const std::string type = rs.value("rope_type", rs.value("type", std::string("(none)")));
+    const nlohmann::json* scaling = has("rope_scaling") ? &j.at("rope_scaling") : v5 ? &rp : nullptr;
+    const std::string no_type = scaling == &rp ? "default" : "(none)";  // rope_parameters name the plain rope default
+    const std::string kind = scaling ? scaling->value("rope_type", scaling->value("type", no_type)) : "";
+    if (scaling && kind != "default") {
+      const nlohmann::json& rs = *scaling;
+      const std::string type = kind;
       // Other kinds (linear, dynamic, yarn, longrope) would need other rotary angles than ours.
       DSCPP_CHECK(type == "llama3" || shapes_only, "HF config (llama): rope_scaling.rope_type '", type,
                   "' is not supported (llama3 only)");

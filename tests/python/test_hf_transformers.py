@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hugging Face interop against real `transformers` (optional: needs torch + transformers; run where they exist).
 
-Both directions, GPT-2 and Llama (tied and untied):
+Both directions, GPT-2 and Llama (tied and untied; from transformers also Llama 3.1's rope_scaling):
   1. transformers -> dscpp: a random transformers model saved with save_pretrained (safetensors) is loaded by
      `dscpp ckpt hf-logits`; its logits must equal transformers' on the same tokens.
   2. dscpp -> transformers: `dscpp train` for one step, `dscpp ckpt export` (f32 and bf16); transformers loads the
@@ -59,9 +59,18 @@ def random_hf_model(kind):
         cfg = transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=32)
         model = transformers.GPT2LMHeadModel(cfg)
     else:
+        # llama3-rope: Llama 3.1's frequency scaling, with an original context of 16 so that the ten positions below
+        # meet all three bands (head dim 16: wavelengths 6.3, 20, 63, ... against 16 / 4 and 16 / 1).
+        scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                   "original_max_position_embeddings": 16} if kind == "llama3-rope" else None
+        # theta 1000, not the default 10000: a reader that misses where the config keeps it (transformers 5 moved it
+        # into rope_parameters) must fail here.
+        if scaling:
+            scaling["rope_theta"] = 1000.0
         cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                                        num_attention_heads=4, num_key_value_heads=2, vocab_size=128,
-                                       max_position_embeddings=32, tie_word_embeddings=(kind == "llama-tied"))
+                                       max_position_embeddings=32, tie_word_embeddings=(kind == "llama-tied"),
+                                       rope_theta=1000.0, rope_scaling=scaling)
         model = transformers.LlamaForCausalLM(cfg)
     with torch.no_grad():  # every tensor random (biases and norm gains too), so any mix-up shows
         for name, p in model.named_parameters():
@@ -114,7 +123,7 @@ def main():
         tmp = a.keep or t
         os.makedirs(tmp, exist_ok=True)
         ok = True
-        for kind in ("gpt2", "llama-tied", "llama-untied"):
+        for kind in ("gpt2", "llama-tied", "llama-untied", "llama3-rope"):
             ok &= hf_to_dscpp(a.dscpp, tmp, kind)
         for preset in ("gpt2-tiny", "llama-tiny"):
             for dtype in ("f32", "bf16"):

@@ -317,6 +317,14 @@ TEST(Models, HfConfigFieldNames) {
     EXPECT_NE(std::string(e.what()).find("'yarn'"), std::string::npos) << e.what();
   }
   EXPECT_EQ(ModelConfig::from_hf_json(l, /*shapes_only=*/true).to_hf_json(), ModelConfig::preset("llama-1b").to_hf_json());
+  // transformers 5 writes rope_parameters (theta inside) instead of rope_theta and rope_scaling.
+  l.erase("rope_scaling");
+  l.erase("rope_theta");
+  l["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 500000.0}};
+  EXPECT_EQ(ModelConfig::from_hf_json(l).to_hf_json(), ModelConfig::preset("llama-1b").to_hf_json());
+  l["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 32.0}, {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  EXPECT_EQ(ModelConfig::from_hf_json(l).to_hf_json(), l3.to_hf_json());
 }
 
 TEST(Models, ValidateNamesTheField) {
