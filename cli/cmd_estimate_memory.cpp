@@ -57,12 +57,14 @@ std::string grouped(int64_t v) {
 
 // Model states + activations + ZeRO's buffers per GPU, for each stage (Note [Activation estimate]).
 void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int W) {
-  DeepSpeedConfig ds = o.deepspeed_config.empty() ? DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1})", W)
-                                                  : DeepSpeedConfig::from_file(o.deepspeed_config, W);
+  const DeepSpeedConfig ds = o.deepspeed_config.empty()
+                                 ? DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1})", W)
+                                 : DeepSpeedConfig::from_file(o.deepspeed_config, W);
   const bool half = o.deepspeed_config.empty() || ds.bf16.enabled || ds.fp16.enabled;
   ActivationWorkload w;
   w.micro_batch = o.micro_batch ? o.micro_batch : ds.train_micro_batch_size_per_gpu;
-  DSCPP_CHECK(w.micro_batch > 0, "--micro_batch: give one, or a --deepspeed_config with train_micro_batch_size_per_gpu");
+  DSCPP_CHECK(w.micro_batch > 0,
+              "--micro_batch: give one, or a --deepspeed_config with train_micro_batch_size_per_gpu");
   w.seq_len = o.seq_len ? o.seq_len : cfg.max_seq_len;
   w.act = !half ? DType::f32 : ds.fp16.enabled ? DType::f16 : DType::bf16;
   const int64_t nc = o.number_checkpoints >= 0 ? o.number_checkpoints
@@ -70,7 +72,8 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
   w.checkpoint = checkpoint_every(cfg.n_layer, nc);
   const int64_t pb = int64_t(dtype_size(w.act));
   const ActivationEstimate act = estimate_activation_memory(cfg, w);
-  std::printf("\n== DeepSpeed.cpp engine: memory per GPU in training, %s, micro-batch %lld x %lld tokens, %s ==\n",
+  std::printf("\n== DeepSpeed.cpp engine: memory per GPU in training, %s, AdamW, micro-batch %lld x %lld tokens, "
+              "%s ==\n",
               dtype_name(w.act), (long long)w.micro_batch, (long long)w.seq_len,
               nc ? ("activation checkpointing on " + std::to_string(std::count(w.checkpoint.begin(),
                     w.checkpoint.end(), true)) + " of " + std::to_string(cfg.n_layer) + " blocks").c_str()
@@ -152,8 +155,8 @@ Command register_estimate_memory(CLI::App& app) {
   auto o = std::make_shared<EstimateOptions>();
   Command c;
   c.app = app.add_subcommand("estimate-memory",
-                             "Memory per GPU under ZeRO: DeepSpeed's model-state estimators, ours, and (with a micro-batch) the whole "
-                             "training peak");
+                             "Memory per GPU under ZeRO: DeepSpeed's model-state estimators, ours, and (with a "
+                             "micro-batch) the whole training peak");
   c.app->footer(
       "Examples:\n"
       "  dscpp estimate-memory --model gpt2 --num_gpus_per_node 4\n"
@@ -187,7 +190,8 @@ Command register_estimate_memory(CLI::App& app) {
   c.app->add_option("--number_checkpoints", o->number_checkpoints,
                     "Blocks with activation checkpointing, spread evenly (DeepSpeed's number_checkpoints)")
       ->check(CLI::NonNegativeNumber);
-  c.app->add_option("--gpu_memory_gib", o->gpu_memory_gib, "GPU memory: say whether each stage fits, and the largest micro-batch that does")
+  c.app->add_option("--gpu_memory_gib", o->gpu_memory_gib,
+                    "GPU memory: say whether each stage fits, and the largest micro-batch that does")
       ->check(CLI::NonNegativeNumber);
   c.run = [o] { return run_estimate(*o); };
   return c;

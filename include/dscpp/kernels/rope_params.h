@@ -34,7 +34,8 @@ DSCPP_HOST_DEVICE inline float rope_inv_freq(int i, int D, float theta, const Ro
   const float high_freq_wavelen = s.original_max_position / s.high_freq_factor;
   if (wavelen > low_freq_wavelen) return inv_freq / s.factor;
   if (wavelen < high_freq_wavelen) return inv_freq;
-  const float smooth = (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const float smooth =
+      (s.original_max_position / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
   return (1.0f - smooth) * inv_freq / s.factor + smooth * inv_freq;
 }
 

@@ -10,8 +10,9 @@
 // attention workspace, taken here as one f32 per query row and head), and the caching allocator rounds each block
 // to 512 bytes.
 //
-// What is not here: model states (runtime/zero_estimate.h), ZeRO's gathered parameters and gradient windows
-// (zero_buffer_estimate in runtime/zero_estimate.h), the allocator's cache and fragmentation, cuBLASLt's workspace and the CUDA context.
+// What is not here: model states and ZeRO's gathered parameters and gradient windows (estimate_training_memory in
+// runtime/zero_estimate.h lays those over this replay), the allocator's cache and fragmentation, cuBLASLt's workspace
+// and the CUDA context.
 #pragma once
 #include <cstdint>
 #include <functional>
