@@ -78,8 +78,10 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
               nc ? ("activation checkpointing on " + std::to_string(std::count(w.checkpoint.begin(),
                     w.checkpoint.end(), true)) + " of " + std::to_string(cfg.n_layer) + " blocks").c_str()
                  : "no activation checkpointing");
-  std::printf("activations alone: peak %s GiB (%s); %s GiB held from forward into backward\n",
-              format_gib(act.peak_bytes).c_str(), act.peak_at.c_str(), format_gib(act.end_of_forward).c_str());
+  std::printf("activations alone: peak %s GiB (%s); %s GiB held from forward into backward, of which the logits "
+              "(micro-batch x seq x vocab) %s GiB\n",
+              format_gib(act.peak_bytes).c_str(), act.peak_at.c_str(), format_gib(act.end_of_forward).c_str(),
+              format_gib(w.micro_batch * w.seq_len * cfg.vocab_size * pb).c_str());
   std::printf("| stage | model states | ZeRO-3 gathered params | gradient windows | peak GiB | at |%s\n",
               o.gpu_memory_gib > 0 ? " fits? | largest micro-batch that fits |" : "");
   std::printf("|---|---:|---:|---:|---:|---|%s\n", o.gpu_memory_gib > 0 ? "---|---:|" : "");
