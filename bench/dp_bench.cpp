@@ -213,7 +213,8 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
     ms.optimizer_states = int(engine->optimizer().state_tensors().size());
     ms.gradient_accumulation_steps = cfg.gradient_accumulation_steps;
     const TrainingMemoryEstimate est = estimate_training_memory(
-        mc, ActivationWorkload{a.batch, a.seq, mo.dtype, engine->model().checkpoint_policy(), device.is_cuda()}, ms);
+        mc, ActivationWorkload{a.batch, a.seq, mo.dtype, engine->model().checkpoint_policy(), device.is_cuda(),
+                               engine->fused_head()}, ms);
     std::printf("STATES\t%s\tstage %d: %s; predicted peak %s GiB (in %s)\n", label.c_str(), stage,
                 engine->model_state_report().c_str(), format_gib(est.peak_bytes).c_str(), est.peak_at.c_str());
     std::fflush(stdout);

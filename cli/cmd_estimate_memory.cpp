@@ -28,6 +28,7 @@ struct EstimateOptions {
   int64_t seq_len = 0;           // 0: the model's max_seq_len
   int64_t number_checkpoints = -1;  // -1: from --deepspeed_config, else none
   double gpu_memory_gib = 0;     // > 0: say whether each stage fits
+  bool fused_head = false;       // Note [Fused head] (DSCPP_FUSED_HEAD=1)
 };
 
 std::string z_note(const ZeroConfig& z) {
@@ -70,14 +71,16 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
   const int64_t nc = o.number_checkpoints >= 0 ? o.number_checkpoints
                                                : ds.activation_checkpointing.number_checkpoints.value_or(0);
   w.checkpoint = checkpoint_every(cfg.n_layer, nc);
+  w.fused_head = o.fused_head;
   const int64_t pb = int64_t(dtype_size(w.act));
   const ActivationEstimate act = estimate_activation_memory(cfg, w);
   std::printf("\n== DeepSpeed.cpp engine: memory per GPU in training, %s, AdamW, micro-batch %lld x %lld tokens, "
-              "%s ==\n",
+              "%s%s ==\n",
               dtype_name(w.act), (long long)w.micro_batch, (long long)w.seq_len,
               nc ? ("activation checkpointing on " + std::to_string(std::count(w.checkpoint.begin(),
                     w.checkpoint.end(), true)) + " of " + std::to_string(cfg.n_layer) + " blocks").c_str()
-                 : "no activation checkpointing");
+                 : "no activation checkpointing",
+              w.fused_head ? ", fused head" : "");
   std::printf("activations alone: peak %s GiB (%s); %s GiB held from forward into backward, of which the logits "
               "(micro-batch x seq x vocab) %s GiB\n",
               format_gib(act.peak_bytes).c_str(), act.peak_at.c_str(), format_gib(act.end_of_forward).c_str(),
@@ -195,6 +198,8 @@ Command register_estimate_memory(CLI::App& app) {
   c.app->add_option("--gpu_memory_gib", o->gpu_memory_gib,
                     "GPU memory: say whether each stage fits, and the largest micro-batch that does")
       ->check(CLI::NonNegativeNumber);
+  c.app->add_flag("--fused_head", o->fused_head,
+                  "The loss and lm head's backward inside forward, in chunks (what DSCPP_FUSED_HEAD=1 does)");
   c.run = [o] { return run_estimate(*o); };
   return c;
 }

@@ -177,32 +177,49 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
     use(int(l) + 1, false);
   }
   r.at("forward: the lm head and the loss");
-  const Replay::Id xf = r.alloc(NC);
-  const Replay::Id logits = r.alloc(s.N * s.V * s.a);
+  Replay::Id xf = r.alloc(NC), logits = 0, loss_lse = 0, dxf = 0, losses = 0;
+  if (!w.fused_head) logits = r.alloc(s.N * s.V * s.a);
   head_use(true);
   std::vector<Replay::Id> stf;
   for (int i = 0; i < s.norm_stats; i++) stf.push_back(r.alloc(s.N * 4));
+  if (w.fused_head) {  // Note [Fused head]: Decoder::fused_head_forward
+    losses = r.alloc(s.N * 4);
+    written(tied ? 0 : fin);  // the lm head's weight gradient
+    dxf = r.alloc(NC);
+    const int64_t rows = w.fused_head_rows ? std::min(w.fused_head_rows, s.N) : fused_head_rows(s.N, s.V, s.a);
+    const Replay::Id chunk = r.alloc(rows * s.V * s.a), lse = r.alloc(rows * 4);
+    r.free(chunk);
+    r.free(lse);
+    r.free(xf);
+  }
   head_use(false);
-  const Replay::Id losses = r.alloc(s.N * 4);
-  const Replay::Id loss_lse = r.alloc(s.N * 4);
+  if (!w.fused_head) {
+    losses = r.alloc(s.N * 4);
+    loss_lse = r.alloc(s.N * 4);
+  }
   r.alloc(4);  // the mean loss, held by the returned Loss
   r.free(losses);
   const int64_t end_of_forward = r.live();
 
   // Decoder::backward
   r.at("backward: the loss and the lm head");
-  head_use(true);
-  r.free(loss_lse);  // the cross-entropy gradient overwrites the logits in place
-  const Replay::Id dxf = r.alloc(NC);
-  written(tied ? 0 : fin);  // the lm head's weight gradient
-  r.free(logits);
+  if (w.fused_head) {
+    use(fin, true);  // the final norm's parameters only
+  } else {
+    head_use(true);
+    r.free(loss_lse);  // the cross-entropy gradient overwrites the logits in place
+    dxf = r.alloc(NC);
+    written(tied ? 0 : fin);  // the lm head's weight gradient
+    r.free(logits);
+  }
   const Replay::Id dres = r.alloc(NC);
   written(fin);  // the final norm's
   r.free(dxf);
-  r.free(xf);
+  if (!w.fused_head) r.free(xf);
   for (Replay::Id id : stf) r.free(id);
   ready(fin);
-  head_use(false);
+  if (w.fused_head) use(fin, false);
+  else head_use(false);
   for (int64_t l = L - 1; l >= 0; l--) {
     r.at("backward of block " + std::to_string(l) + (checkpointed(l) ? " (recomputed)" : ""));
     use(int(l) + 1, true);

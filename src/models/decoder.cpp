@@ -168,6 +168,41 @@ Tensor Decoder::embed(const Tensor& ids, const SeqInfo& s) {
   return x;
 }
 
+int64_t fused_head_rows(int64_t n_tokens, int64_t vocab, int64_t elem_bytes) {
+  const int64_t rows = (int64_t(256) << 20) / std::max<int64_t>(1, vocab * elem_bytes);
+  return std::min(n_tokens, std::max<int64_t>(256, rows));
+}
+
+void Decoder::fuse_head_into_next_forward(float dloss, int64_t chunk_rows) {
+  DSCPP_CHECK(std::isfinite(dloss) && chunk_rows >= 0, "fuse_head_into_next_forward: dloss ", dloss,
+              " and chunk_rows ", chunk_rows, " must be finite and >= 0");
+  fuse_next_ = dloss;
+  fuse_rows_ = chunk_rows;
+}
+
+// Note [Fused head]: the final norm's output xf_ goes through the lm head, the loss and their backward one chunk of
+// tokens at a time: logits = xf W^T, the loss and its log-sum-exp, the loss gradient written over the logits,
+// then dxf = dlogits W and dW += dlogits^T xf. The same ops as forward + backward run apart, so every row's loss,
+// dxf and share of dW is what they give; only dW's sum over tokens is ordered by chunk. What forward keeps for
+// backward shrinks from the logits [N, V] (and xf_) to dxf_ [N, C].
+void Decoder::fused_head_forward(const Tensor& losses, float scale) {
+  const int64_t N = seq_.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
+  const int64_t rows = fuse_rows_ ? std::min(fuse_rows_, N) : fused_head_rows(N, V, int64_t(dtype_size(act_)));
+  const Tensor W = params_.param(m_.lm_head_id), dW = params_.grad(m_.lm_head_id);
+  dxf_ = Tensor::empty({N, C}, act_, device_);
+  Tensor chunk = Tensor::empty({rows, V}, act_, device_);
+  Tensor lse = Tensor::empty({rows}, DType::f32, device_);
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = std::min(rows, N - r0);
+    const Tensor logits = chunk.view_at(0, {n, V}), l = lse.slice(0, n);
+    const Tensor xf = xf_.view_at(r0 * C, {n, C}), t = targets_.slice(r0, n);
+    ops::matmul_forward(logits, xf, W, Tensor());
+    ops::crossentropy_forward(losses.slice(r0, n), logits, t, 0, l);
+    ops::crossentropy_backward(logits, logits, t, scale, 0, l);
+    ops::matmul_backward(dxf_.view_at(r0 * C, {n, C}), dW, Tensor(), logits, xf, W);
+  }
+}
+
 Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   DSCPP_CHECK(targets.dtype() == DType::i32 && targets.shape() == tokens.shape(), "targets ", targets.str(),
               " do not match tokens ", tokens.str());
@@ -175,6 +210,8 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   DSCPP_CHECK(ckpt_.empty() || int64_t(ckpt_.size()) == L, "checkpoint policy has ", ckpt_.size(),
               " flags for ", L, " blocks");
   release();
+  fused_dloss_ = fuse_next_;  // Note [Fused head]: this forward only
+  fuse_next_.reset();
   DSCPP_PROFILE_RANGE("model");  // range names are the module tree's paths (profiler/module_tree.cpp)
   MemoryCategoryScope scope(MemoryCategory::activations);
   seq_ = seq_for(tokens);
@@ -197,8 +234,13 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     x_[size_t(l + 1)] = Tensor::empty({N, C}, act_, device_);
     m_.blocks[size_t(l)].forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, !checkpointed);
   }
+  // Ignored targets have loss 0: the mean is the sum over the valid count, which the host knows from the targets.
+  const int32_t* tp = host_targets.data<int32_t>();
+  num_valid_ = 0;
+  for (int64_t i = 0; i < N; i++) num_valid_ += tp[i] >= 0;
   xf_ = Tensor::empty({N, C}, act_, device_);
-  logits_ = Tensor::empty({N, V}, act_, device_);  // compute dtype; the loss and its statistics are f32
+  if (!fused_dloss_) logits_ = Tensor::empty({N, V}, act_, device_);  // compute dtype; the loss is f32
+  Tensor losses;
   {
     UnitUse use(*this, head_units(), F);
     {
@@ -206,40 +248,47 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
       stf_ = m_.norm_f.forward(params_, xf_, x_[size_t(L)]);
     }
     DSCPP_PROFILE_RANGE("model.lm_head");
-    ops::matmul_forward(logits_, xf_, params_.param(m_.lm_head_id), Tensor());
+    if (fused_dloss_) {
+      losses = Tensor::empty({N}, DType::f32, device_);
+      fused_head_forward(losses, num_valid_ ? *fused_dloss_ / float(num_valid_) : 0.0f);
+      xf_ = Tensor();  // backward reads dxf_ only
+    } else {
+      ops::matmul_forward(logits_, xf_, params_.param(m_.lm_head_id), Tensor());
+    }
   }
-  Tensor losses = Tensor::empty({N}, DType::f32, device_);
-  loss_lse_ = Tensor::empty({N}, DType::f32, device_);
-  {
+  if (!fused_dloss_) {
+    losses = Tensor::empty({N}, DType::f32, device_);
+    loss_lse_ = Tensor::empty({N}, DType::f32, device_);
     DSCPP_PROFILE_RANGE("model.loss");
     ops::crossentropy_forward(losses, logits_, targets_, 0, loss_lse_);
   }
-  // Ignored targets have loss 0: the mean is the sum over the valid count, which the host knows from the targets.
-  const int32_t* tp = host_targets.data<int32_t>();
-  num_valid_ = 0;
-  for (int64_t i = 0; i < N; i++) num_valid_ += tp[i] >= 0;
   Tensor mean = Tensor::zeros({1}, DType::f32, device_);
   if (num_valid_) ops::add_sum(mean, losses, float(1.0 / double(num_valid_)));
   return Loss(mean);
 }
 
 void Decoder::backward(float dloss) {
-  DSCPP_CHECK(logits_.defined(), "backward() without a forward() to go with it");
+  DSCPP_CHECK(logits_.defined() || dxf_.defined(), "backward() without a forward() to go with it");
+  DSCPP_CHECK(!fused_dloss_ || *fused_dloss_ == dloss, "backward(", dloss, ") after a forward whose fused head was "
+              "made for backward(", fused_dloss_.value_or(0.0f), ") (Note [Fused head])");
   DSCPP_PROFILE_RANGE("model");
   MemoryCategoryScope scope(MemoryCategory::activations);
   const int64_t L = cfg_.n_layer, N = seq_.N(), C = cfg_.n_embd;
   const float scale = num_valid_ ? dloss / float(num_valid_) : 0.0f;
 
   const UnitPass B = UnitPass::backward;
-  std::optional<UnitUse> head_use(std::in_place, *this, head_units(), B);
-  // Loss and lm head: the logits buffer becomes dlogits in place.
-  {
-    DSCPP_PROFILE_RANGE("model.loss");
-    ops::crossentropy_backward(logits_, logits_, targets_, scale, 0, loss_lse_);
-    loss_lse_ = Tensor();
-  }
-  Tensor dxf = Tensor::empty({N, C}, act_, device_);
-  {
+  // A fused head has done the loss's and the lm head's backward: only the final norm's parameters are read here.
+  std::optional<UnitUse> head_use(std::in_place, *this,
+                                  dxf_.defined() ? std::vector<int>{int(L) + 1} : head_units(), B);
+  Tensor dxf = dxf_;
+  dxf_ = Tensor();
+  if (!dxf.defined()) {
+    {  // Loss and lm head: the logits buffer becomes dlogits in place.
+      DSCPP_PROFILE_RANGE("model.loss");
+      ops::crossentropy_backward(logits_, logits_, targets_, scale, 0, loss_lse_);
+      loss_lse_ = Tensor();
+    }
+    dxf = Tensor::empty({N, C}, act_, device_);
     DSCPP_PROFILE_RANGE("model.lm_head");
     ops::matmul_backward(dxf, params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, params_.param(m_.lm_head_id));
   }
@@ -340,9 +389,10 @@ void Decoder::grads_ready(int id) {
 void Decoder::release() {
   for (Block& b : m_.blocks) b.release();
   x_.clear();
-  xf_ = logits_ = loss_lse_ = ids_ = targets_ = Tensor();
+  xf_ = dxf_ = logits_ = loss_lse_ = ids_ = targets_ = Tensor();
   stf_.release();
   num_valid_ = 0;
+  fused_dloss_.reset();
 }
 
 }  // namespace dscpp

@@ -7,6 +7,7 @@
 // gradients are bit-identical). The logits [N, V] live from forward to the start of backward, where the
 // cross-entropy gradient overwrites them in place.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "dscpp/models/model.h"
@@ -35,8 +36,10 @@ class Decoder final : public Model {
   Loss forward(const Tensor& tokens, const Tensor& targets) override;
   void backward(float dloss) override;
   Tensor logits(const Tensor& tokens) override;
+  void fuse_head_into_next_forward(float dloss, int64_t chunk_rows) override;
 
  private:
+  void fused_head_forward(const Tensor& losses, float scale);  // Note [Fused head]
   SeqInfo seq_for(const Tensor& tokens);
   Tensor embed(const Tensor& ids, const SeqInfo& s);
   Tensor on_device(const Tensor& t) const;  // t, copied to the model's device when it lives elsewhere
@@ -78,6 +81,10 @@ class Decoder final : public Model {
   int64_t pos_T_ = 0;
   std::vector<Tensor> x_;         // residual stream x_0..x_L, [N, C]
   Tensor xf_;                     // final norm output [N, C]
+  Tensor dxf_;                    // fused head: its gradient, made in forward [N, C]
+  std::optional<float> fuse_next_;  // fuse_head_into_next_forward's dloss, until that forward takes it
+  int64_t fuse_rows_ = 0;
+  std::optional<float> fused_dloss_;  // the dloss the last forward's fused head was made for
   NormStats stf_;
   Tensor logits_;                 // [N, V]
   Tensor loss_lse_;               // [N] f32: each row's log-sum-exp, so the loss backward reads the logits once

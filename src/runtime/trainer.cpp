@@ -300,7 +300,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   }
   // Note [ZeRO buffer estimate]: what this run's step should peak at, told before it starts, and set beside the
   // measured peak at the end.
-  ActivationWorkload mem_w{B, T, mopts.dtype, m.checkpoint_policy(), mopts.device.is_cuda()};
+  ActivationWorkload mem_w{B, T, mopts.dtype, m.checkpoint_policy(), mopts.device.is_cuda(), engine->fused_head()};
   TrainingMemorySetup mem_s;
   mem_s.stage = cfg.zero_optimization.stage;
   mem_s.world_size = world;

@@ -21,26 +21,12 @@ namespace dscpp {
 
 namespace {
 
-// The units in the order of their before() calls in one micro-step (models/decoder.cpp): forward the embeddings,
-// each block and the head (the final unit, with the embeddings inside it when tied); backward the head, then the
-// blocks in reverse. Prefetch reads ahead in it.
-std::vector<int> recorded_sequence(int units, bool tied) {
-  const int fin = units - 1;
-  std::vector<int> seq;
-  for (int u = 0; u < fin; u++) seq.push_back(u);
-  for (int pass = 0; pass < 2; pass++) {
-    seq.push_back(fin);
-    if (tied) seq.push_back(0);
-    if (pass == 1)
-      for (int u = fin - 1; u >= 1; u--) seq.push_back(u);
-  }
-  return seq;
-}
-
 class Stage3Gathers {
  public:
-  Stage3Gathers(const std::vector<int64_t>& size, bool tied, const ZeroConfig& z, int64_t elem_bytes)
-      : size_(size), z_(z), bytes_(elem_bytes), seq_(recorded_sequence(int(size.size()), tied)),
+  // seq: the units in the order of one micro-step's before() calls (the coordinator's recorded sequence), which
+  // prefetch and the reuse distance read ahead in.
+  Stage3Gathers(const std::vector<int64_t>& size, std::vector<int> seq, const ZeroConfig& z, int64_t elem_bytes)
+      : size_(size), z_(z), bytes_(elem_bytes), seq_(std::move(seq)),
         window_(size.size(), -1), fresh_(size.size(), false), persistent_(size.size(), false), refs_(size.size(), 0) {}
 
   void start(ReplayLedger& r) {
@@ -166,7 +152,14 @@ TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const Ac
   e.states = zero_model_state_bytes(flat, sharded ? s.stage : 0, s.world_size, int(dtype_size(w.act)), 4,
                                     s.fp32_master, s.optimizer_states);
   e.activations = estimate_activation_memory(cfg, w);
-  Stage3Gathers gathers(units, cfg.tie_embeddings, s.zero, int64_t(dtype_size(w.act)));
+  // The coordinator records the sequence of unit uses in the first micro-step and follows it afterwards: so do we.
+  std::vector<int> seq;
+  ReplayHooks record;
+  record.unit_use = [&](ReplayLedger&, int u, bool before) {
+    if (before) seq.push_back(u);
+  };
+  estimate_activation_memory(cfg, w, record);
+  Stage3Gathers gathers(units, std::move(seq), s.zero, int64_t(dtype_size(w.act)));
   GradWindows windows(units, s.zero.overlap_comm, s.gradient_accumulation_steps > 1, s.world_size);
   ReplayHooks hooks;
   if (sharded && s.stage == 3) {

@@ -13,7 +13,7 @@ using dscpp::test_fixtures::tiny_model_config;
 
 namespace {
 
-int64_t measured_peak(const ModelConfig& cfg, int64_t B, int64_t T, const CheckpointPolicy& ckpt) {
+int64_t measured_peak(const ModelConfig& cfg, int64_t B, int64_t T, const CheckpointPolicy& ckpt, int64_t fused_rows) {
   auto m = make_model(cfg, ModelOptions{});
   m->init_weights(7);
   m->set_checkpoint_policy(ckpt);
@@ -27,6 +27,7 @@ int64_t measured_peak(const ModelConfig& cfg, int64_t B, int64_t T, const Checkp
   const int64_t base = a.stats().current_bytes;
   a.reset_peak();
   {
+    if (fused_rows) m->fuse_head_into_next_forward(1.0f, fused_rows);
     Loss loss = m->forward(x, y);
     m->backward(1.0f);
     EXPECT_TRUE(std::isfinite(loss.value()));
@@ -41,11 +42,13 @@ TEST(ActivationMemory, ReplayMatchesTheCpuAllocator) {
     const char* arch;
     bool tied;
     int64_t n_layer, B, T;
-    int checkpoints;  // number_checkpoints
+    int checkpoints;     // number_checkpoints
+    int64_t fused_rows;  // Note [Fused head]: tokens per chunk, 0 = not fused
   };
-  const Case cases[] = {{"gpt2", true, 3, 2, 16, 0},  {"gpt2", true, 3, 3, 8, 3},   {"gpt2", true, 4, 1, 16, 2},
-                        {"llama", true, 3, 2, 16, 0}, {"llama", false, 3, 4, 5, 0}, {"llama", false, 4, 2, 16, 4},
-                        {"llama", true, 5, 2, 12, 2}};
+  const Case cases[] = {{"gpt2", true, 3, 2, 16, 0, 0},   {"gpt2", true, 3, 3, 8, 3, 0},   {"gpt2", true, 4, 1, 16, 2, 0},
+                        {"llama", true, 3, 2, 16, 0, 0},  {"llama", false, 3, 4, 5, 0, 0}, {"llama", false, 4, 2, 16, 4, 0},
+                        {"llama", true, 5, 2, 12, 2, 0},  {"gpt2", true, 3, 2, 16, 0, 5},  {"llama", false, 3, 4, 5, 3, 7},
+                        {"llama", true, 2, 2, 16, 0, 32}};
   for (const Case& c : cases) {
     ModelConfig cfg = tiny_model_config(c.arch);
     cfg.n_layer = c.n_layer;
@@ -57,11 +60,14 @@ TEST(ActivationMemory, ReplayMatchesTheCpuAllocator) {
     w.act = DType::f32;
     w.checkpoint = ckpt;
     w.cuda = false;
+    w.fused_head = c.fused_rows > 0;
+    w.fused_head_rows = c.fused_rows;
     const ActivationEstimate e = estimate_activation_memory(cfg, w);
     const std::string what = std::string(c.arch) + (c.tied ? " tied" : " untied") + " L=" +
                              std::to_string(c.n_layer) + " B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) +
-                             " checkpoints=" + std::to_string(c.checkpoints) + " (peak at " + e.peak_at + ")";
-    EXPECT_EQ(e.peak_bytes, measured_peak(cfg, c.B, c.T, ckpt)) << what;
+                             " checkpoints=" + std::to_string(c.checkpoints) + " fused rows " +
+                             std::to_string(c.fused_rows) + " (peak at " + e.peak_at + ")";
+    EXPECT_EQ(e.peak_bytes, measured_peak(cfg, c.B, c.T, ckpt, c.fused_rows)) << what;
     EXPECT_GT(e.peak_bytes, e.end_of_forward) << what << ": backward adds to what forward kept";
   }
 }
@@ -91,6 +97,33 @@ TEST(ActivationMemory, CheckpointingAndShapesMoveThePeak) {
   EXPECT_THROW(estimate_activation_memory(cfg, ActivationWorkload{0, 16, DType::bf16, {}, true}), Error);
   w.checkpoint = {true};
   EXPECT_THROW(estimate_activation_memory(cfg, w), Error) << "one flag for two blocks";
+}
+
+// Note [Fused head]: at a wide vocabulary the logits dominate what forward keeps; fusing keeps a chunk of them.
+TEST(ActivationMemory, FusedHeadKeepsAChunkOfTheLogits) {
+  const ModelConfig cfg = ModelConfig::preset("llama-1b");
+  ActivationWorkload w;
+  w.micro_batch = 16;
+  w.seq_len = 1024;
+  const ActivationEstimate plain = estimate_activation_memory(cfg, w);
+  w.fused_head = true;
+  const ActivationEstimate fused = estimate_activation_memory(cfg, w);
+  const int64_t N = 16 * 1024, logits = N * cfg.vocab_size * 2;
+  const int64_t chunk = fused_head_rows(N, cfg.vocab_size, 2) * cfg.vocab_size * 2;
+  EXPECT_EQ(chunk, int64_t(4194) * 32000 * 2) << "about 256 MiB of logits";
+  // Forward keeps dxf [N, C] instead of xf [N, C], the loss's log-sum-exp and the logits.
+  EXPECT_EQ(plain.end_of_forward - fused.end_of_forward, logits + N * 4) << plain.end_of_forward;
+  EXPECT_LE(fused.peak_bytes, plain.peak_bytes) << fused.peak_at;
+  // Llama 3.2 1B's shape (vocab 128256, tied): the logits were most of the peak, which now falls in a block.
+  ModelConfig l3 = cfg;
+  l3.vocab_size = 128256;
+  w.fused_head = false;
+  const ActivationEstimate l3_plain = estimate_activation_memory(l3, w);
+  w.fused_head = true;
+  const ActivationEstimate l3_fused = estimate_activation_memory(l3, w);
+  EXPECT_EQ(l3_plain.peak_at, "backward: the loss and the lm head");
+  EXPECT_NE(l3_fused.peak_at.find("block"), std::string::npos) << l3_fused.peak_at;
+  EXPECT_GT(l3_plain.peak_bytes - l3_fused.peak_bytes, N * l3.vocab_size * 2 * 3 / 4) << "most of the logits saved";
 }
 
 // What the H200 measured (docs/PERF.md, eighth session): the one-GPU stage-0 peak minus the model states, bf16,

@@ -415,3 +415,52 @@ TEST(Loss, ReadsOnceWhenAskedAndKeepsTheNumber) {
   EXPECT_THROW(Loss(Tensor::empty({2}, DType::f32)), Error);
   EXPECT_THROW(Loss(Tensor::empty({1}, DType::bf16)), Error);
 }
+
+// Note [Fused head]: the loss and the lm head's backward run inside forward, chunk by chunk; the loss, every
+// gradient and what backward(dloss) leaves are those of the unfused step (dW's sum over tokens is ordered by chunk,
+// hence a tolerance), with ignored targets, tied and untied heads and activation checkpointing. The promise holds for
+// one forward only, and backward must keep it.
+TEST(Models, FusedHeadMatchesTheUnfusedStep) {
+  struct Case {
+    const char* arch;
+    bool tied, checkpointing;
+    int64_t rows;
+  };
+  for (const Case& c : {Case{"gpt2", true, false, 3}, Case{"llama", true, true, 5}, Case{"llama", false, false, 16},
+                        Case{"llama", false, true, 0}}) {
+    const ModelConfig cfg = tiny(c.arch, c.tied);
+    auto plain = make_model(cfg), fused = make_model(cfg);
+    plain->init_weights(5);
+    fused->init_weights(5);
+    if (c.checkpointing) {
+      plain->set_checkpoint_policy(checkpoint_every(cfg.n_layer, cfg.n_layer));
+      fused->set_checkpoint_policy(checkpoint_every(cfg.n_layer, cfg.n_layer));
+    }
+    Rng rng(9);
+    const Tensor x = random_ids(2, 8, cfg.vocab_size, rng);
+    Tensor y = random_ids(2, 8, cfg.vocab_size, rng);
+    y.data<int32_t>()[3] = y.data<int32_t>()[11] = -1;  // ignored targets
+    const float dloss = 0.75f;
+    const float want = plain->forward(x, y).value();
+    plain->backward(dloss);
+    fused->fuse_head_into_next_forward(dloss, c.rows);
+    const float got = fused->forward(x, y).value();
+    fused->backward(dloss);
+    const std::string what = std::string(c.arch) + (c.tied ? " tied" : " untied") + " rows " + std::to_string(c.rows);
+    EXPECT_NEAR(got, want, 1e-6f * std::fabs(want)) << what;
+    const Tensor& ga = plain->params().flat_grads();
+    const Tensor& gb = fused->params().flat_grads();
+    double worst = 0, scale = 0;
+    for (int64_t i = 0; i < ga.numel(); i++) {
+      worst = std::max(worst, double(std::fabs(ga.data<float>()[i] - gb.data<float>()[i])));
+      scale = std::max(scale, double(std::fabs(ga.data<float>()[i])));
+    }
+    EXPECT_GT(scale, 0.0) << what;
+    EXPECT_LE(worst, 1e-5 * scale) << what;
+    // The promise was for that forward only: an evaluation forward after it keeps the logits as usual.
+    EXPECT_NEAR(fused->forward(x, y).value(), want, 1e-6f * std::fabs(want)) << what;
+    fused->fuse_head_into_next_forward(dloss, c.rows);
+    fused->forward(x, y);
+    EXPECT_THROW(fused->backward(0.5f), Error) << what << ": backward with another dloss than promised";
+  }
+}

@@ -51,6 +51,7 @@ struct ZeroSetup {
   bool copy_engine = false;     // DSCPP_DP_COPY_ENGINE=1 (Note [Copy-engine ZeRO]; on Gloo the same steps on the host)
   int arena_mib = -1;           // >= 0: DSCPP_COPY_ENGINE_ARENA_MIB (Note [Copy-engine arena budget])
   bool compute_stream_sums = false;  // DSCPP_DP_COPY_SUM=compute (Note [Sums on the compute stream])
+  bool fused_head = false;      // DSCPP_FUSED_HEAD=1 (Note [Fused head]); the reference stays unfused
 };
 
 std::string config_json(const ZeroSetup& s) {
@@ -142,6 +143,7 @@ Trained reference(const std::string& arch, int world, ZeroSetup s) {
 void on_engines(int world, const std::string& arch, const ZeroSetup& s, const std::function<void(Engine&, int)>& fn) {
   auto results = run_ranks(world, [&](int rank, int port) {
     omp_set_num_threads(1);
+    if (s.fused_head) setenv("DSCPP_FUSED_HEAD", "1", 1);  // a forked rank: the parent's env is untouched
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     auto e = make_engine(arch, s, world, pg.get());
     fn(*e, rank);
@@ -156,10 +158,12 @@ void stage_matches_reference(int stage, int world, const std::string& arch, Zero
     if (s.copy_engine) setenv("DSCPP_DP_COPY_ENGINE", "1", 1);  // a forked rank: the parent's env is untouched
     if (s.arena_mib >= 0) setenv("DSCPP_COPY_ENGINE_ARENA_MIB", std::to_string(s.arena_mib).c_str(), 1);
     if (s.compute_stream_sums) setenv("DSCPP_DP_COPY_SUM", "compute", 1);
+    if (s.fused_head) setenv("DSCPP_FUSED_HEAD", "1", 1);
     auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, kTimeout);
     auto e = make_engine(arch, s, world, pg.get());
     EXPECT_EQ(e->zero_partition().sharded(), stage > 0 && world > 1);
     Trained got = train(*e, arch, rank, s.gas);
+    unsetenv("DSCPP_FUSED_HEAD");
     if (s.copy_engine && s.arena_mib == 0) {  // no budget: no arena, every op on the main group
       ASSERT_NE(e->zero_grads(), nullptr);
       EXPECT_EQ(e->zero_grads()->reductions_by_copies(), 0);
@@ -289,6 +293,18 @@ TEST(Zero, CopyEngineStagesMatchOneProcess) {
   s.n_layer = 6;
   stage_matches_reference(3, 2, "gpt2", s);
   s.arena_mib = 0;  // Note [Copy-engine arena budget]: no room for any arena
+  stage_matches_reference(3, 2, "llama", s);
+}
+
+// Note [Fused head]: the loss and the lm head's backward inside forward, at every stage, with gradient accumulation,
+// clipping, checkpointing and the fp16 loss scale, give the unfused single process's parameters.
+TEST(Zero, FusedHeadStagesMatchOneProcess) {
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
+  ZeroSetup s;
+  s.fused_head = true;
+  for (int stage : {0, 1, 2, 3}) stage_matches_reference(stage, 2, stage % 2 ? "gpt2" : "llama", s);
+  stage_matches_reference(3, 4, "gpt2", s);
+  s.fp16 = true;
   stage_matches_reference(3, 2, "llama", s);
 }
 
@@ -424,13 +440,16 @@ TEST(ZeroBuffers, ReplayMatchesTheCoordinators) {
   struct Case {
     const char* arch;
     int64_t prefetch, persistence, reuse, max_live;
-    bool overlap;
+    bool overlap, fused_head = false;
   };
   const Case cases[] = {{"llama", 1, 0, 0, 1000000000, true},            // FSDP-like: one unit ahead, release
                         {"gpt2", 1, 0, 1000000000, 1000000000, true},    // keep every unit its sequence reuses
                         {"llama", 30000, 4000, 1000000000, 40000, false},  // reuse under a live bound; small persistent
                         {"gpt2", 1000000, 0, 30000, 1000000000, true},   // prefetch everything, reuse nearby only
-                        {"llama", 20000, 0, 1000000000, 1000000000, false}};
+                        {"llama", 20000, 0, 1000000000, 1000000000, false},
+                        {"gpt2", 1, 0, 0, 1000000000, true, true},       // Note [Fused head]: no head in backward
+                        {"gpt2", 30000, 0, 1000000000, 1000000000, true, true},
+                        {"llama", 20000, 0, 1000000000, 1000000000, false, true}};
   for (const Case& c : cases) {
     ZeroSetup s;
     s.stage = 3;
@@ -440,6 +459,7 @@ TEST(ZeroBuffers, ReplayMatchesTheCoordinators) {
     s.reuse = c.reuse;
     s.max_live = c.max_live;
     s.overlap = c.overlap;
+    s.fused_head = c.fused_head;
     const int world = 2;
     on_engines(world, c.arch, s, [&](Engine& e, int rank) {
       train(e, c.arch, rank, s.gas, 2);
@@ -448,8 +468,8 @@ TEST(ZeroBuffers, ReplayMatchesTheCoordinators) {
       ModelConfig mc = tiny_model_config(c.arch);
       mc.n_layer = s.n_layer;
       EXPECT_EQ(model_unit_sizes(mc, 16 * world), units) << "the estimator lays the units out as the engine does";
-      ActivationWorkload w{kB, kT, DType::f32, {}, false};
-      w.checkpoint = e.model().checkpoint_policy();
+      ActivationWorkload w{kB, kT, DType::f32, e.model().checkpoint_policy(), false, e.fused_head()};
+      ASSERT_EQ(e.fused_head(), c.fused_head);
       TrainingMemorySetup ts;
       ts.stage = 3;
       ts.world_size = world;
@@ -458,7 +478,8 @@ TEST(ZeroBuffers, ReplayMatchesTheCoordinators) {
       const TrainingMemoryEstimate est = estimate_training_memory(mc, w, ts);
       const std::string what = std::string(c.arch) + " prefetch " + std::to_string(c.prefetch) + " persistence " +
                                std::to_string(c.persistence) + " reuse " + std::to_string(c.reuse) + " max live " +
-                               std::to_string(c.max_live) + (c.overlap ? " overlap" : "");
+                               std::to_string(c.max_live) + (c.overlap ? " overlap" : "") +
+                               (c.fused_head ? " fused head" : "");
       ASSERT_NE(e.zero_params(), nullptr);
       EXPECT_EQ(est.gathered_params, e.zero_params()->peak_live_elements()) << what;
       ASSERT_NE(e.zero_grads(), nullptr);
@@ -793,6 +814,7 @@ TEST(ZeroBuffers, EstimateMatchesTheEnginesPeakOnTheCpu) {
       s.stage = stage;
       s.n_layer = 4;
       s.persistence = 0;
+      s.fused_head = std::string(arch) == "llama";  // Note [Fused head] on one of the two
       const int world = 2;
       on_engines(world, arch, s, [&](Engine& e, int rank) {
         Allocator& a = cpu_allocator();
@@ -810,7 +832,8 @@ TEST(ZeroBuffers, EstimateMatchesTheEnginesPeakOnTheCpu) {
         one_step(1);
         ModelConfig mc = tiny_model_config(arch);
         mc.n_layer = s.n_layer;
-        ActivationWorkload w{kB, kT, DType::f32, e.model().checkpoint_policy(), false};
+        ActivationWorkload w{kB, kT, DType::f32, e.model().checkpoint_policy(), false, e.fused_head()};
+        ASSERT_EQ(e.fused_head(), s.fused_head);
         TrainingMemorySetup ts;
         ts.stage = stage;
         ts.world_size = world;

@@ -29,6 +29,8 @@ struct ActivationWorkload {
   DType act = DType::bf16;     // the compute dtype (f32 on the CPU)
   CheckpointPolicy checkpoint; // one flag per block; empty = none checkpointed
   bool cuda = true;            // the CUDA kernels' temporaries and the caching allocator's 512-byte blocks
+  bool fused_head = false;     // Note [Fused head] (models/model.h): the loss and lm head's backward inside forward
+  int64_t fused_head_rows = 0; // its tokens per chunk; 0: fused_head_rows()
 };
 
 // Note [Replay hooks]: the engine's own buffers come and go at the model's hooks (Model::UnitHooks,

@@ -71,6 +71,11 @@ class Model {
   virtual void backward(float dloss) = 0;
   // Logits f32 [B, T, V] for tokens [B, T], keeping no activations (evaluation, generation).
   virtual Tensor logits(const Tensor& tokens) = 0;
+  // Note [Fused head]: the next forward() (that one only) also runs the loss's and the lm head's backward for a
+  // backward(dloss) with this dloss, in chunks of chunk_rows tokens (0: fused_head_rows), so the [tokens, vocab]
+  // logits never exist whole; that backward must pass the same dloss. The head's weight gradient is then written
+  // during forward.
+  virtual void fuse_head_into_next_forward(float dloss, int64_t chunk_rows = 0) = 0;
   void set_checkpoint_policy(CheckpointPolicy p) { ckpt_ = std::move(p); }
   const CheckpointPolicy& checkpoint_policy() const { return ckpt_; }
   // Called by backward() each time the gradients of the flat range [flat_begin, flat_end) are final for this
@@ -106,6 +111,10 @@ struct ModelOptions {
   bool allocate_grads = true;  // false: no flat gradient buffer (ZeRO-2/3 attach per-unit windows)
   bool materialize_params = true;  // false: no flat parameter buffer (ZeRO-3 shards come from Model::init_range)
 };
+
+// Note [Fused head]: tokens per chunk of the fused loss and lm head: about 256 MiB of logits, between 256 tokens and
+// all n_tokens.
+int64_t fused_head_rows(int64_t n_tokens, int64_t vocab, int64_t elem_bytes);
 
 // Declares the parameters of cfg.arch and materializes them (zeros until init_weights or a checkpoint load).
 std::unique_ptr<Model> make_model(const ModelConfig& cfg, const ModelOptions& opts = {});

@@ -91,6 +91,7 @@ class Engine {
   double last_grad_norm() const { return last_grad_norm_; }  // global norm before clipping, at the last boundary
   float last_loss() const { return last_loss_; }  // mean over the last boundary's micro-batches (read at the step)
   bool mixed_precision() const { return mixed_; }   // bf16 or fp16 enabled
+  bool fused_head() const { return fused_head_; }   // DSCPP_FUSED_HEAD=1 (Note [Fused head], models/model.h)
   double loss_scale() const { return scaler_.loss_scale(); }  // multiplies the loss in backward (1 unless fp16)
   const LossScaler& loss_scaler() const { return scaler_; }
   bool last_step_skipped() const { return last_skipped_; }   // the last boundary overflowed and was skipped
@@ -158,6 +159,7 @@ class Engine {
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
   // The sum of squares of the averaged gradients over all ranks, read once (Note [Norm on the device]).
   double global_grad_sum_squares(const std::optional<GradBucket>& tail);
+  float backward_scale() const;  // the dloss model backward gets: loss scale (fp16/bf16) / gradient accumulation
   void queue_loss_readback();  // this boundary's summed losses -> loss_host_, queued on the compute stream
   float take_mean_loss();      // their mean, once the stream has got there; then starts anew
   // Stage 1/2 (Note [Deferred parameter gathers]): launches the all-gather of every unit's updated chunks; the next
@@ -186,6 +188,7 @@ class Engine {
   std::unique_ptr<AsyncCheckpointer> async_ckpt_;
   double last_save_stall_s_ = 0.0;
   bool mixed_ = false;
+  bool fused_head_ = false;  // DSCPP_FUSED_HEAD=1: Note [Fused head] (models/model.h)
   LossScaler scaler_;
   Tensor master_;  // f32 [optimizer owned_numel] (MemoryCategory::optimizer); undefined in f32 mode
   bool last_skipped_ = false;

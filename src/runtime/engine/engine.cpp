@@ -19,6 +19,7 @@
 #include <iostream>
 
 #include "dscpp/core/cuda.h"
+#include "dscpp/core/env.h"
 #include "dscpp/kernels/gemm_sm_carveout.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/nn/comm_window.h"
@@ -63,6 +64,7 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   const DType pdt = ps.dtype(), want = model_dtype(cfg_);
   const Device dev = ps.device();
   mixed_ = cfg_.fp16.enabled || cfg_.bf16.enabled;
+  fused_head_ = env_flag("DSCPP_FUSED_HEAD");
   if (mixed_) {
     const char* sec = cfg_.fp16.enabled ? "fp16" : "bf16";
     if (pdt != want && !(pdt == DType::f32 && options.mixed_precision_on_f32_model)) {
@@ -170,6 +172,7 @@ Loss Engine::forward(const Tensor& tokens, const Tensor& targets) {
   auto t0 = Clock::now();
   Loss loss;
   if (zparams_) zparams_->begin_micro_step();
+  if (fused_head_) model_->fuse_head_into_next_forward(backward_scale());  // Note [Fused head]
   {
     ProfileRange r(prof_.get(), "forward");
     ScopedGemmSmCarveout carve(zparams_ ? comm_sm_carveout_ : gemm_sm_carveout());  // stage 3 gathers overlap
@@ -182,6 +185,11 @@ Loss Engine::forward(const Tensor& tokens, const Tensor& targets) {
   ops::add_inplace(loss_sum_, lt.device() == loss_sum_.device() ? lt : lt.to(loss_sum_.device()));
   loss_count_++;
   return loss;
+}
+
+float Engine::backward_scale() const {
+  const float gas = float(cfg_.gradient_accumulation_steps);  // DeepSpeed's scale_wrt_gas, times the loss scale
+  return mixed_ ? float(scaler_.loss_scale() / double(gas)) : 1.0f / gas;
 }
 
 void Engine::queue_loss_readback() {
@@ -206,7 +214,6 @@ void Engine::backward() {
   auto t0 = Clock::now();
   if (profiling_) prof_->set_phase(Phase::backward);
   ProfileRange r(prof_.get(), "backward");
-  const float gas = float(cfg_.gradient_accumulation_steps);  // DeepSpeed's scale_wrt_gas, times the loss scale
   const bool boundary = is_gradient_accumulation_boundary();
   if (reducer_) reducer_->begin_backward(boundary);
   if (zgrads_) zgrads_->begin_backward(boundary);
@@ -218,7 +225,7 @@ void Engine::backward() {
       if (r) r->comm_window();
       if (z) z->comm_window();
     }) : nullptr);
-    model_->backward(mixed_ ? float(scaler_.loss_scale() / double(gas)) : 1.0f / gas);
+    model_->backward(backward_scale());
   }
   if (reducer_) reducer_->end_backward();  // at the boundary: the gradients are now the average over the ranks
   if (zgrads_) zgrads_->end_backward();    // stage 2/3 every micro-batch, stage 1 at the boundary
