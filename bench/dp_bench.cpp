@@ -5,7 +5,7 @@
 //   dscpp launch --num_gpus N -- build/bench/dp_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024]
 //       [--steps 10] [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]
 //       [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]
-//       [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F]
+//       [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F --n-vocab V]
 //       [--comm-dtype fp32|bf16]
 // --model is --models. --bucket: zero_optimization.reduce_bucket_size in elements (0: DeepSpeed's default 5e8);
 // --overlap: overlap_comm (reductions during backward; PyTorch DDP's 25 MB buckets are --bucket 6250000 in f32).
@@ -65,7 +65,7 @@ struct Args {
   std::vector<int> stages{0};
   int64_t batch = 32, seq = 1024, steps = 10, warmup = 3, bucket = 0;
   int64_t reuse = 0, prefetch = 50000000;
-  int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0;  // 0: the preset's
+  int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0, n_vocab = 0;  // 0: the preset's
   bool overlap = false, checkpointing = false, nvtx_step = false;
   std::string trace;
   std::string comm_dtype;  // communication_data_type ("": the gradients' dtype, f32)
@@ -76,7 +76,7 @@ const bench::Flags kFlags{
     "dp_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024] [--steps 10]\n"
     "                [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]\n"
     "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
-    "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F]\n"
+    "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F] [--n-vocab V]\n"
     "                [--comm-dtype fp32|bf16] [--nvtx-step]\n"
     "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n"};
 [[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
@@ -105,6 +105,7 @@ Args parse(int argc, char** argv) {
     else if (k == "n-head") a.n_head = to_int(v, 1);
     else if (k == "n-kv-head") a.n_kv_head = to_int(v, 1);
     else if (k == "n-ffn") a.n_ffn = to_int(v, 1);
+    else if (k == "n-vocab") a.n_vocab = to_int(v, 1);
     else if (k == "batch") a.batch = to_int(v, 1);
     else if (k == "seq") a.seq = to_int(v, 1);
     else if (k == "steps") a.steps = to_int(v, 1);
@@ -118,7 +119,9 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-bool shape_overridden(const Args& a) { return a.n_layer || a.n_embd || a.n_head || a.n_kv_head || a.n_ffn; }
+bool shape_overridden(const Args& a) {
+  return a.n_layer || a.n_embd || a.n_head || a.n_kv_head || a.n_ffn || a.n_vocab;
+}
 
 ModelConfig bench_model(const std::string& name, const Args& a) {
   ModelConfig c = ModelConfig::preset(name);
@@ -131,6 +134,7 @@ ModelConfig bench_model(const std::string& name, const Args& a) {
   else if (c.arch == "gpt2") c.n_kv_head = c.n_head;
   if (a.n_ffn) c.n_ffn = a.n_ffn;
   else if (c.arch == "gpt2") c.n_ffn = 4 * c.n_embd;
+  if (a.n_vocab) c.vocab_size = a.n_vocab;
   c.validate();
   return c;
 }
@@ -138,7 +142,8 @@ ModelConfig bench_model(const std::string& name, const Args& a) {
 // The name in the output: the preset's, or <arch>-L<L>-C<C> when the shape was overridden.
 std::string model_label(const std::string& name, const ModelConfig& c, const Args& a) {
   if (!shape_overridden(a)) return name;
-  return c.arch + "-L" + std::to_string(c.n_layer) + "-C" + std::to_string(c.n_embd);
+  return c.arch + "-L" + std::to_string(c.n_layer) + "-C" + std::to_string(c.n_embd) +
+         (a.n_vocab ? "-V" + std::to_string(c.vocab_size) : "");
 }
 
 // train_bench's config (bench/train_bench.cpp), with the data-parallel and ZeRO settings.
