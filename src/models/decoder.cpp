@@ -209,6 +209,10 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   const int64_t L = cfg_.n_layer;
   DSCPP_CHECK(ckpt_.empty() || int64_t(ckpt_.size()) == L, "checkpoint policy has ", ckpt_.size(),
               " flags for ", L, " blocks");
+  // A fused forward has added its lm head's gradient already: without its backward, that gradient would stay.
+  DSCPP_CHECK(!fused_dloss_, "forward() after a forward with a fused head and no backward(): that forward's lm head "
+              "gradient is already accumulated (Note [Fused head]); with DSCPP_FUSED_HEAD=1 every training forward "
+              "needs its backward (evaluate with Model::logits, or without the knob)");
   release();
   fused_dloss_ = fuse_next_;  // Note [Fused head]: this forward only
   fuse_next_.reset();

@@ -462,5 +462,10 @@ TEST(Models, FusedHeadMatchesTheUnfusedStep) {
     fused->fuse_head_into_next_forward(dloss, c.rows);
     fused->forward(x, y);
     EXPECT_THROW(fused->backward(0.5f), Error) << what << ": backward with another dloss than promised";
+    fused->backward(dloss);
+    fused->fuse_head_into_next_forward(dloss, c.rows);
+    fused->forward(x, y);
+    EXPECT_THROW(fused->forward(x, y), Error) << what << ": a second forward would keep the first's head gradient";
+    fused->backward(dloss);  // the first forward's backward is still possible
   }
 }
