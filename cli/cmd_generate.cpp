@@ -77,7 +77,7 @@ Command register_generate(CLI::App& app) {
     Tokenizer tok = Tokenizer::load_hf(tok_path);
     for (int i = 0; i < o->num; i++) {
       std::vector<int32_t> ids = tok.encode(o->prompt);
-      ids.insert(ids.begin(), tok.eot_id());
+      ids.insert(ids.begin(), tok.bos_id());
       SamplingParams sp;
       sp.temperature = o->greedy ? 0.0f : o->temperature;
       sp.top_k = o->top_k;

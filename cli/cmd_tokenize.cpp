@@ -70,7 +70,7 @@ int run_tokenize(const TokenizeOptions& o) {
     std::fprintf(stderr, "saved tokenizer to %s\n", save.c_str());
   }
 
-  const int32_t eot = tok.eot_id();
+  const int32_t bos = tok.bos_id();
   std::vector<int32_t> buf;
   int shard = 0;
   int64_t total_tokens = 0, total_bytes = 0;
@@ -83,7 +83,7 @@ int run_tokenize(const TokenizeOptions& o) {
   auto t0 = std::chrono::steady_clock::now();
   auto last = t0;
   for (size_t i = 0; i < docs.size(); i++) {
-    buf.push_back(eot);  // each document starts with EOT, as in GPT-2's training data
+    buf.push_back(bos);  // each document starts with EOT as in GPT-2's training data (Llama 3: <|begin_of_text|>)
     std::vector<int32_t> ids = tok.encode_ordinary(docs[i]);
     buf.insert(buf.end(), ids.begin(), ids.end());
     total_tokens += int64_t(ids.size()) + 1;
@@ -100,8 +100,8 @@ int run_tokenize(const TokenizeOptions& o) {
     }
   }
   if (!buf.empty() || shard == 0) flush();
-  std::fprintf(stderr, "\nwrote %d shard(s) to %s (vocab %d, EOT id %d)\n", shard, o.out_dir.c_str(),
-               tok.vocab_size(), eot);
+  std::fprintf(stderr, "\nwrote %d shard(s) to %s (vocab %d, each document after token %d)\n", shard,
+               o.out_dir.c_str(), tok.vocab_size(), bos);
   return 0;
 }
 

@@ -74,9 +74,9 @@ std::string default_corpus_text(const std::string& dir) {
 
 std::vector<int32_t> tokenize_documents(const Tokenizer& tok, const std::vector<std::string>& docs) {
   std::vector<int32_t> out;
-  const int32_t eot = tok.eot_id();
+  const int32_t bos = tok.bos_id();  // GPT-2: EOT before each document; Llama 3: <|begin_of_text|>
   for (auto& d : docs) {
-    out.push_back(eot);
+    out.push_back(bos);
     std::vector<int32_t> ids = tok.encode_ordinary(d);
     out.insert(out.end(), ids.begin(), ids.end());
   }

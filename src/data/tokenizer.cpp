@@ -146,10 +146,17 @@ int32_t Tokenizer::token_id(std::string_view bytes) const {
 }
 
 int32_t Tokenizer::eot_id() const {
-  for (auto& [s, id] : specials_)
-    if (s == kEotToken) return id;
+  for (const char* name : {kEotToken, "<|end_of_text|>"})
+    for (auto& [s, id] : specials_)
+      if (s == name) return id;
   DSCPP_CHECK(!specials_.empty(), "tokenizer has no end-of-text token (no special tokens)");
   return specials_.front().second;
+}
+
+int32_t Tokenizer::bos_id() const {
+  for (auto& [s, id] : specials_)
+    if (s == "<|begin_of_text|>") return id;
+  return eot_id();
 }
 
 }  // namespace dscpp

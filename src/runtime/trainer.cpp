@@ -407,7 +407,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   for (int i = 0; (rank == 0 || all_ranks_generate) && i < o.num_samples; i++) {
     std::string prompt = prompts[i % 5];
     std::vector<int32_t> ids = data.tokenizer.encode(prompt);
-    ids.insert(ids.begin(), data.tokenizer.eot_id());
+    ids.insert(ids.begin(), data.tokenizer.bos_id());
     SamplingParams sp;
     sp.temperature = 0.8f;
     sp.top_k = 40;

@@ -169,6 +169,7 @@ TEST(Tokenizer, HfJsonExactEncodingBothMergeForms) {
     auto B = [](char c) { return byte_id(static_cast<unsigned char>(c)); };
     EXPECT_EQ(t.vocab_size(), 266);
     EXPECT_EQ(t.eot_id(), 265);
+    EXPECT_EQ(t.bos_id(), 265) << "GPT-2 starts documents with EOT";
     EXPECT_EQ(t.encode("xyz<|endoftext|> the"), (std::vector<int32_t>{263, B('z'), 265, 258})) << list_form;
   }
 }
@@ -190,7 +191,8 @@ TEST(Tokenizer, Llama3StyleJsonSplitsLikeLlama3AndIgnoresMerges) {
                              {"invert", false}},
                             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
     nlohmann::json j = {{"version", "1.0"},
-                        {"added_tokens", {{{"id", 267}, {"content", "<|begin_of_text|>"}, {"special", true}}}},
+                        {"added_tokens", {{{"id", 267}, {"content", "<|begin_of_text|>"}, {"special", true}},
+                                          {{"id", 268}, {"content", "<|end_of_text|>"}, {"special", true}}}},
                         {"pre_tokenizer", pre},
                         {"model", {{"type", "BPE"}, {"ignore_merges", ignore_merges}, {"vocab", vocab},
                                    {"merges", merges}}}};
@@ -200,6 +202,8 @@ TEST(Tokenizer, Llama3StyleJsonSplitsLikeLlama3AndIgnoresMerges) {
   auto B = [](char c) { return byte_id(static_cast<unsigned char>(c)); };
   const Tokenizer l3 = make(kLlama3SplitRegex, true);
   EXPECT_EQ(l3.pretokenizer(), Pretokenizer::llama3);
+  EXPECT_EQ(l3.bos_id(), 267) << "<|begin_of_text|> starts documents and prompts";
+  EXPECT_EQ(l3.eot_id(), 268) << "generation stops at <|end_of_text|>";
   const std::vector<int32_t> want{267, 266, B(' '), B('1'), B('2'), B('3'), B('4'), B('5')};  // xyz| |123|45
   EXPECT_EQ(l3.encode("<|begin_of_text|>xyz 12345"), want);
   const Tokenizer g2 = make(kGpt2SplitRegex, false);  // xyz| 12345, merged by rank (yz outranks xy)

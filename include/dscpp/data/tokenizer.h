@@ -42,7 +42,11 @@ class Tokenizer {
   const std::string& token_bytes(int32_t id) const;  // raw bytes of one token
 
   int vocab_size() const { return int(tokens_.size()); }
-  int32_t eot_id() const;  // "<|endoftext|>" if present, else the first special token; throws if none
+  // End of text: "<|endoftext|>" (GPT-2), else "<|end_of_text|>" (Llama 3), else the first special token; throws if
+  // none. Generation stops at it.
+  int32_t eot_id() const;
+  // What starts a document and a prompt: "<|begin_of_text|>" (Llama 3), else eot_id() (GPT-2 puts EOT there).
+  int32_t bos_id() const;
   int32_t token_id(std::string_view bytes) const;  // -1 when absent
   int num_merges() const { return int(merges_.size()); }
   const std::vector<std::pair<std::string, int32_t>>& special_tokens() const { return specials_; }
