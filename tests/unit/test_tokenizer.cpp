@@ -221,6 +221,26 @@ TEST(Tokenizer, Llama3StyleJsonSplitsLikeLlama3AndIgnoresMerges) {
   }
 }
 
+// A byte-level BPE in Llama 3's form trained by Hugging Face tokenizers on the fortunes, and that library's own ids
+// for 253 texts (tests/data/gen_llama3_tokenizer.py): loading its tokenizer.json gives the same ids.
+TEST(Tokenizer, Llama3StyleTokenizerEncodesAsHuggingFace) {
+  const std::string dir = std::string(DSCPP_SOURCE_DIR) + "/tests/data/";
+  const Tokenizer t = Tokenizer::load_hf(dir + "llama3_style_tokenizer.json");
+  EXPECT_EQ(t.pretokenizer(), Pretokenizer::llama3);
+  EXPECT_EQ(t.vocab_size(), 1200);
+  std::ifstream f(dir + "llama3_style_encodings.json");
+  ASSERT_TRUE(f.good());
+  const nlohmann::json j = nlohmann::json::parse(f);
+  int checked = 0;
+  for (const auto& c : j.at("cases")) {
+    const std::string text = c.at("text").get<std::string>();
+    EXPECT_EQ(t.encode_ordinary(text), c.at("ids").get<std::vector<int32_t>>()) << nlohmann::json(text).dump();
+    EXPECT_EQ(t.decode(t.encode_ordinary(text)), text);
+    checked++;
+  }
+  EXPECT_EQ(checked, 253);
+}
+
 TEST(Tokenizer, BadFilesNameTheProblem) {
   fs::path d = temp_dir();
   write_text(d / "vocab.json", hand_vocab().dump());
