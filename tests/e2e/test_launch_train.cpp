@@ -130,6 +130,18 @@ TEST(LaunchTrain, ZeroStage3SavesShardsAndReshardsThroughUniversal) {
   std::string gen = run(dscpp_binary() + " generate --checkpoint " + ckpt.string() + " --greedy --max-tokens 8", &rc);
   ASSERT_EQ(rc, 0) << gen;
   EXPECT_FALSE(gen.empty());
+  // The same model exported to a Hugging Face folder generates the same text from there (generate --hf).
+  const fs::path hf = job.dir / "hf";
+  std::string exp = run(dscpp_binary() + " ckpt export " + ckpt.string() + " --format safetensors -o " + hf.string(),
+                        &rc);
+  ASSERT_EQ(rc, 0) << exp;
+  std::string from_hf = run(dscpp_binary() + " generate --hf " + hf.string() + " --greedy --max-tokens 8", &rc);
+  ASSERT_EQ(rc, 0) << from_hf;
+  EXPECT_EQ(from_hf, gen);
+  fs::remove(hf / "tokenizer.json");
+  std::string no_tok = run(dscpp_binary() + " generate --hf " + hf.string() + " --max-tokens 2 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(no_tok.find("has no tokenizer.json"), std::string::npos) << no_tok;
 
   std::string conv = run(dscpp_binary() + " ckpt to-universal " + ckpt.string(), &rc);
   ASSERT_EQ(rc, 0) << conv;
