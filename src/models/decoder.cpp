@@ -275,6 +275,7 @@ void Decoder::backward(float dloss) {
   DSCPP_CHECK(logits_.defined() || dxf_.defined(), "backward() without a forward() to go with it");
   DSCPP_CHECK(!fused_dloss_ || *fused_dloss_ == dloss, "backward(", dloss, ") after a forward whose fused head was "
               "made for backward(", fused_dloss_.value_or(0.0f), ") (Note [Fused head])");
+  fused_dloss_.reset();  // the promise is kept, even if this backward fails part way
   DSCPP_PROFILE_RANGE("model");
   MemoryCategoryScope scope(MemoryCategory::activations);
   const int64_t L = cfg_.n_layer, N = seq_.N(), C = cfg_.n_embd;
