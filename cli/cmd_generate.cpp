@@ -1,4 +1,5 @@
 // dscpp generate: sample text from a checkpoint saved by `dscpp train`, or from a Hugging Face model folder.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -31,7 +32,8 @@ struct GenerateOptions {
 
 void print_token(int32_t id, void* user) {
   const Tokenizer* tok = static_cast<const Tokenizer*>(user);
-  if (id == tok->eot_id()) return;
+  const std::vector<int32_t> stops = tok->stop_ids();
+  if (std::find(stops.begin(), stops.end(), id) != stops.end()) return;
   const std::string& s = tok->token_bytes(id);
   std::fwrite(s.data(), 1, s.size(), stdout);
   std::fflush(stdout);
@@ -107,7 +109,7 @@ Command register_generate(CLI::App& app) {
       sp.seed = o->seed + uint64_t(i);
       if (o->num > 1) std::printf("--- sample %d ---\n", i + 1);
       std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);
-      generate(*model, ids, o->max_tokens, sp, tok.eot_id(), print_token, &tok);
+      generate(*model, ids, o->max_tokens, sp, tok.stop_ids(), print_token, &tok);
       std::printf("\n");
     }
     return 0;

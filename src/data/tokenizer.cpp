@@ -153,6 +153,13 @@ int32_t Tokenizer::eot_id() const {
   return specials_.front().second;
 }
 
+std::vector<int32_t> Tokenizer::stop_ids() const {
+  std::vector<int32_t> out{eot_id()};
+  for (auto& [s, id] : specials_)
+    if ((s == "<|eot_id|>" || s == "<|eom_id|>") && id != out.front()) out.push_back(id);
+  return out;
+}
+
 int32_t Tokenizer::bos_id() const {
   for (auto& [s, id] : specials_)
     if (s == "<|begin_of_text|>") return id;

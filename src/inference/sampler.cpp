@@ -39,6 +39,13 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingParams& p, Rn
 std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int64_t max_new_tokens,
                               const SamplingParams& p, int32_t stop_token, void (*on_token)(int32_t, void*),
                               void* user) {
+  return generate(model, std::move(tokens), max_new_tokens, p,
+                  stop_token >= 0 ? std::vector<int32_t>{stop_token} : std::vector<int32_t>{}, on_token, user);
+}
+
+std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int64_t max_new_tokens,
+                              const SamplingParams& p, const std::vector<int32_t>& stop_tokens,
+                              void (*on_token)(int32_t, void*), void* user) {
   DSCPP_CHECK(!tokens.empty(), "generate: empty prompt");
   const int64_t ctx = model.config().max_seq_len, V = model.config().vocab_size;
   Rng rng(p.seed);
@@ -51,7 +58,7 @@ std::vector<int32_t> generate(Model& model, std::vector<int32_t> tokens, int64_t
     int32_t next = sample_token(logits.data<float>() + (T - 1) * V, V, p, rng);
     tokens.push_back(next);
     if (on_token) on_token(next, user);
-    if (next == stop_token) break;
+    if (std::find(stop_tokens.begin(), stop_tokens.end(), next) != stop_tokens.end()) break;
   }
   return tokens;
 }

@@ -2,12 +2,14 @@
 // logits() vs forward(), preset parameter counts, config validation and HF json, and a few SGD steps.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "dscpp/core/rng.h"
+#include "dscpp/inference/sampler.h"
 #include "dscpp/models/model.h"
 
 using namespace dscpp;
@@ -468,4 +470,19 @@ TEST(Models, FusedHeadMatchesTheUnfusedStep) {
     EXPECT_THROW(fused->forward(x, y), Error) << what << ": a second forward would keep the first's head gradient";
     fused->backward(dloss);  // the first forward's backward is still possible
   }
+}
+
+// generate() stops at the first of its stop tokens it samples, and not before.
+TEST(Generate, StopsAtAnyOfItsStopTokens) {
+  auto m = make_model(tiny("llama"));
+  m->init_weights(3);
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  const std::vector<int32_t> free_run = generate(*m, {1, 2, 3}, 6, greedy);
+  ASSERT_EQ(free_run.size(), 9u);
+  const int32_t third = free_run[5];
+  const std::vector<int32_t> stopped = generate(*m, {1, 2, 3}, 6, greedy, std::vector<int32_t>{-7, third});
+  const size_t first = size_t(std::find(free_run.begin() + 3, free_run.end(), third) - free_run.begin());
+  EXPECT_EQ(stopped, std::vector<int32_t>(free_run.begin(), free_run.begin() + long(first) + 1));
+  EXPECT_EQ(generate(*m, {1, 2, 3}, 6, greedy, third), stopped) << "the single-token form agrees";
 }

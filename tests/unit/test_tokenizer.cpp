@@ -192,7 +192,8 @@ TEST(Tokenizer, Llama3StyleJsonSplitsLikeLlama3AndIgnoresMerges) {
                             {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
     nlohmann::json j = {{"version", "1.0"},
                         {"added_tokens", {{{"id", 267}, {"content", "<|begin_of_text|>"}, {"special", true}},
-                                          {{"id", 268}, {"content", "<|end_of_text|>"}, {"special", true}}}},
+                                          {{"id", 268}, {"content", "<|end_of_text|>"}, {"special", true}},
+                                          {{"id", 269}, {"content", "<|eot_id|>"}, {"special", true}}}},
                         {"pre_tokenizer", pre},
                         {"model", {{"type", "BPE"}, {"ignore_merges", ignore_merges}, {"vocab", vocab},
                                    {"merges", merges}}}};
@@ -204,6 +205,7 @@ TEST(Tokenizer, Llama3StyleJsonSplitsLikeLlama3AndIgnoresMerges) {
   EXPECT_EQ(l3.pretokenizer(), Pretokenizer::llama3);
   EXPECT_EQ(l3.bos_id(), 267) << "<|begin_of_text|> starts documents and prompts";
   EXPECT_EQ(l3.eot_id(), 268) << "generation stops at <|end_of_text|>";
+  EXPECT_EQ(l3.stop_ids(), (std::vector<int32_t>{268, 269})) << "and at the end of an instruct turn, <|eot_id|>";
   const std::vector<int32_t> want{267, 266, B(' '), B('1'), B('2'), B('3'), B('4'), B('5')};  // xyz| |123|45
   EXPECT_EQ(l3.encode("<|begin_of_text|>xyz 12345"), want);
   const Tokenizer g2 = make(kGpt2SplitRegex, false);  // xyz| 12345, merged by rank (yz outranks xy)

@@ -47,6 +47,8 @@ class Tokenizer {
   int32_t eot_id() const;
   // What starts a document and a prompt: "<|begin_of_text|>" (Llama 3), else eot_id() (GPT-2 puts EOT there).
   int32_t bos_id() const;
+  // Where generation stops: eot_id(), and Llama 3's end of turn "<|eot_id|>" and "<|eom_id|>" when present.
+  std::vector<int32_t> stop_ids() const;
   int32_t token_id(std::string_view bytes) const;  // -1 when absent
   int num_merges() const { return int(merges_.size()); }
   const std::vector<std::pair<std::string, int32_t>>& special_tokens() const { return specials_; }

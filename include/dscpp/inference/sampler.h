@@ -25,5 +25,10 @@ int32_t sample_token(const float* logits, int64_t V, const SamplingParams& p, Rn
 std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, int64_t max_new_tokens,
                               const SamplingParams& p, int32_t stop_token = -1,
                               void (*on_token)(int32_t, void*) = nullptr, void* user = nullptr);
+// The same, stopping at any of stop_tokens (Llama 3 instruct ends a turn with <|eot_id|>, the text with
+// <|end_of_text|>: Tokenizer::stop_ids).
+std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, int64_t max_new_tokens,
+                              const SamplingParams& p, const std::vector<int32_t>& stop_tokens,
+                              void (*on_token)(int32_t, void*) = nullptr, void* user = nullptr);
 
 }  // namespace dscpp
