@@ -4,7 +4,8 @@
 Both directions, GPT-2 and Llama (tied and untied; from transformers also Llama 3.1's rope_scaling):
   1. transformers -> dscpp: a random transformers model saved with save_pretrained (safetensors) is loaded by
      `dscpp ckpt hf-logits`; its logits must equal transformers' on the same tokens.
-  2. dscpp -> transformers: `dscpp train` for one step, `dscpp ckpt export` (f32 and bf16); transformers loads the
+  2. dscpp -> transformers: `dscpp train` for one step (presets, and a Llama 3 rope-scaling config), `dscpp ckpt
+     export` (f32 and bf16); transformers loads the
      folder with no missing or unexpected weights and gives the logits of our model (`dscpp ckpt hf-logits` on the
      same folder; the C++ tests prove that import(export(model)) is bit-exact).
 
@@ -87,10 +88,24 @@ def hf_to_dscpp(dscpp, tmp, kind):
                   hf_logits(model), TOL["f32"])
 
 
+def llama3_rope_config(tmp):
+    """A tiny Llama with Llama 3.1's rope scaling, as a config.json `dscpp train --model` reads."""
+    path = os.path.join(tmp, "llama3_rope_config.json")
+    with open(path, "w") as f:
+        json.dump({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
+                   "hidden_size": 64, "intermediate_size": 160, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "vocab_size": 2048, "max_position_embeddings": 32, "rms_norm_eps": 1e-5, "rope_theta": 1000.0,
+                   "tie_word_embeddings": True,
+                   "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                    "high_freq_factor": 4.0, "original_max_position_embeddings": 16}}, f)
+    return path
+
+
 def dscpp_to_hf(dscpp, tmp, preset, dtype):
+    model_arg = llama3_rope_config(tmp) if preset == "llama3-rope" else preset
     run = os.path.join(tmp, "run_" + preset)
     if not os.path.isdir(os.path.join(run, "checkpoints")):
-        subprocess.run([dscpp, "train", "--model", preset, "--steps", "1", "--seq-len", "32", "--samples", "0",
+        subprocess.run([dscpp, "train", "--model", model_arg, "--steps", "1", "--seq-len", "32", "--samples", "0",
                         "--out", run], check=True, stdout=subprocess.DEVNULL)
     folder = os.path.join(tmp, f"export_{preset}_{dtype}")
     subprocess.run([dscpp, "ckpt", "export", os.path.join(run, "checkpoints"), "--format", "safetensors", "-o",
@@ -125,7 +140,7 @@ def main():
         ok = True
         for kind in ("gpt2", "llama-tied", "llama-untied", "llama3-rope"):
             ok &= hf_to_dscpp(a.dscpp, tmp, kind)
-        for preset in ("gpt2-tiny", "llama-tiny"):
+        for preset in ("gpt2-tiny", "llama-tiny", "llama3-rope"):
             for dtype in ("f32", "bf16"):
                 ok &= dscpp_to_hf(a.dscpp, tmp, preset, dtype)
     print("all passed" if ok else "FAILED")
