@@ -154,11 +154,13 @@ TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const Ac
   e.activations = estimate_activation_memory(cfg, w);
   // The coordinator records the sequence of unit uses in the first micro-step and follows it afterwards: so do we.
   std::vector<int> seq;
-  ReplayHooks record;
-  record.unit_use = [&](ReplayLedger&, int u, bool before) {
-    if (before) seq.push_back(u);
-  };
-  estimate_activation_memory(cfg, w, record);
+  if (sharded && s.stage == 3) {
+    ReplayHooks record;
+    record.unit_use = [&](ReplayLedger&, int u, bool before) {
+      if (before) seq.push_back(u);
+    };
+    estimate_activation_memory(cfg, w, record);
+  }
   Stage3Gathers gathers(units, std::move(seq), s.zero, int64_t(dtype_size(w.act)));
   GradWindows windows(units, s.zero.overlap_comm, s.gradient_accumulation_steps > 1, s.world_size);
   ReplayHooks hooks;
