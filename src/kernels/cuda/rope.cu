@@ -2,7 +2,7 @@
 // Same angles as src/kernels/cpu/rope.cpp: inv_freq_i = rope_inv_freq(i) in f32 (kernels/rope_params.h: 1 / theta^(2i/D),
 // Llama 3 scaling when set), angle = pos * inv_freq_i.
 // A block row (threadIdx.y) owns one token: it first puts the token's D/2 cos/sin pairs in shared memory (one
-// powf + sincosf per pair, shared by all H + Hkv heads, where a thread per element made the kernel compute-bound at
+// sincosf per pair, shared by all H + Hkv heads, where a thread per element made the kernel compute-bound at
 // ~4x the copy time), then each thread rotates V pairs of one head: x[i..i+V) and x[i+D/2..i+D/2+V), owned by that
 // thread alone, so the in-place update has no races. V > 1 uses 16-byte accesses (Note [Vector width]).
 #include "kernels/cuda/common.cuh"
@@ -14,22 +14,24 @@ namespace {
 constexpr int kThreads = 256;
 
 // qkv[N, (H+2Hkv)*D]: rotates heads [0, H+Hkv) (the q heads, then the k heads). sign = +1 forward, -1 backward
-// (the inverse rotation: sin negated). Shared memory: blockDim.y * D floats.
+// (the inverse rotation: sin negated). Shared memory: D/2 + blockDim.y * D floats.
 template <typename T, int V>
 __global__ void rope_kernel(T* qkv, const int32_t* pos, int64_t N, int heads, int Htot, int D, float theta,
                             RopeScaling scaling, float sign) {
   extern __shared__ float table[];
   const int half = D / 2, groups = half / V, per_token = heads * groups;
-  float* cs = table + threadIdx.y * D;
+  float* inv_freq = table;  // the block's frequencies, once: a double pow each (kernels/rope_params.h)
+  float* cs = table + half + threadIdx.y * D;
   float* sn = cs + half;
+  for (int i = threadIdx.y * blockDim.x + threadIdx.x; i < half; i += blockDim.x * blockDim.y)
+    inv_freq[i] = rope_inv_freq(i, D, theta, scaling);
   for (int64_t n0 = int64_t(blockIdx.x) * blockDim.y; n0 < N; n0 += int64_t(gridDim.x) * blockDim.y) {
     const int64_t n = n0 + threadIdx.y;
     __syncthreads();  // the previous token's readers are done with the table
     if (n < N)
       for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const float inv_freq = rope_inv_freq(i, D, theta, scaling);
         float s, c;
-        sincosf(float(pos[n]) * inv_freq, &s, &c);
+        sincosf(float(pos[n]) * inv_freq[i], &s, &c);
         cs[i] = c;
         sn[i] = s * sign;
       }
@@ -60,8 +62,8 @@ void launch_rope_v(T* qkv, const int32_t* pos, int64_t N, int heads, int Htot, i
   const int x = per_token < kThreads ? per_token : kThreads;
   const int y = kThreads / x;  // tokens per block
   const dim3 block{unsigned(x), unsigned(y)};
-  rope_kernel<T, V><<<grid_for(N, y), block, size_t(y) * D * sizeof(float), s>>>(qkv, pos, N, heads, Htot, D,
-                                                                                 rope.theta, rope.scaling, sign);
+  const size_t shared = (size_t(y) * D + D / 2) * sizeof(float);
+  rope_kernel<T, V><<<grid_for(N, y), block, shared, s>>>(qkv, pos, N, heads, Htot, D, rope.theta, rope.scaling, sign);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
