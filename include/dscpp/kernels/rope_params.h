@@ -23,9 +23,9 @@ struct RopeParams {
   RopeParams(float theta_ = 10000.0f, RopeScaling s = {}) : theta(theta_), scaling(s) {}  // NOLINT: a bare theta
 };
 
-// One f32 product or sum, rounded on its own as torch's separate ops round it: nvcc would otherwise contract
-// a * b + c into one FMA, and the device's scaled frequencies would differ from the CPU's (and HF's) in the last bit,
-// enough for rope's f32 test to fail at 1.5x its threshold. (The host contracts only under DSCPP_NATIVE on an FMA CPU.)
+// One f32 product or sum, rounded on its own as torch's separate ops round it: nvcc may contract a * b + c into one
+// FMA, and the device's interpolated frequencies would then differ from the CPU's (and HF's) in the last bit. (The
+// host contracts only under DSCPP_NATIVE on an FMA CPU.)
 DSCPP_HOST_DEVICE inline float rope_mul(float a, float b) {
 #ifdef __CUDA_ARCH__
   return __fmul_rn(a, b);
@@ -43,10 +43,11 @@ DSCPP_HOST_DEVICE inline float rope_add(float a, float b) {
 
 // inv_freq_i = 1 / theta^(2i/D), in f32 as HF computes it, except the power: f32 powf is not correctly rounded on
 // either side (glibc's and CUDA's differ in the last bit for theta 500000), and an ulp of inv_freq turns into
-// pos * 6e-8 of angle, 1.5x rope's f32 test threshold at pos 4096. pow in double rounded to f32 is the correctly
-// rounded power on both, so the CPU reference and the kernel rotate by the same angles. With llama3 scaling (HF's _compute_llama3_parameters, the
-// same f32 operations in the same order): wavelengths longer than original / low_freq_factor are slowed by factor,
-// those shorter than original / high_freq_factor kept, and those between interpolated smoothly.
+// pos * 6e-8 of angle, 1.5x rope's f32 test threshold at pos 4096 (test_ops on an H100). pow in double rounded to
+// f32 is the correctly rounded power on both, so the CPU reference and the kernel rotate by the same angles. With
+// llama3 scaling (HF's _compute_llama3_parameters, the same f32 operations in the same order): wavelengths longer
+// than original / low_freq_factor are slowed by factor, those shorter than original / high_freq_factor kept, and
+// those between interpolated smoothly.
 DSCPP_HOST_DEVICE inline float rope_inv_freq(int i, int D, float theta, const RopeScaling& s) {
   const float inv_freq = 1.0f / float(pow(double(theta), double(float(2 * i) / float(D))));
   if (!s.enabled()) return inv_freq;
