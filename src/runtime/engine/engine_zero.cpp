@@ -74,10 +74,11 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
                                                   cfg_.communication_dtype());
   // Note [Copy-engine ZeRO] (runtime/zero_params.h); stage 1 reduces in place at the boundary and keeps NCCL's.
   if (z.overlap_comm && zp_.stage() >= 2 && env_flag("DSCPP_DP_COPY_ENGINE")) {
+    const bool sums_on_compute = copy_sums_on_compute_from_env();  // a bad value stops every rank before the group
     GroupOptions options;
     options.cta_policy = CtaPolicy::zero;
     side_dp_ = same_ranks_group(*dp_, options);
-    zgrads_->set_sums_on_compute_stream(copy_sums_on_compute_from_env());
+    zgrads_->set_sums_on_compute_stream(sums_on_compute);
     zgrads_->use_copy_engines(*side_dp_);
   }
   ZeroGradPartitioner* g = zgrads_.get();
@@ -121,13 +122,16 @@ void Engine::init_side_group(ParamSet& ps) {
   DSCPP_CHECK(ctas == 0 || !copies, "DSCPP_DP_LEAN_CTAS=", ctas, " and DSCPP_DP_COPY_ENGINE=1 are two ways to run "
               "the overlapped buckets: set one");
   const int tail = env_int("DSCPP_DP_TAIL_BUCKETS", copies ? 1 : 2, 0, 1 << 20);
+  // Every knob is read before the side group's collective: a rank that threw there would leave the others connecting
+  // to it, and they would report the lost connection instead of the bad value (a flaky test on 2 cores).
+  const bool sums_on_compute = copies && copy_sums_on_compute_from_env();
   GroupOptions options;
   options.max_ctas = ctas;
   if (copies) options.cta_policy = CtaPolicy::zero;
   side_dp_ = same_ranks_group(*dp_, options);
   if (!copies) return reducer_->set_side_group(side_dp_.get(), tail);
   // Note [Sums on the compute stream]
-  reducer_->set_sums_on_compute_stream(copy_sums_on_compute_from_env());
+  reducer_->set_sums_on_compute_stream(sums_on_compute);
   reducer_->set_side_group(side_dp_.get(), tail);  // to size the scratch buffer
   Tensor scratch;
   {
