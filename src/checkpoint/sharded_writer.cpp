@@ -12,6 +12,8 @@
 //      fsyncs the tree, renames "<tag>.tmp" -> "<tag>"                                  [before_rename]
 //      rewrites `latest`                                                                [before_latest]
 //      sets ns/committed, then prunes to keep_last; ranks > 0 return when they see ns/committed
+// A rank > 0 sets ns/quiet/<r> once it writes nothing more into "<tag>.tmp" (step 3, or on failure); rank 0, failing,
+// waits for those (at most the timeout) before it removes "<tag>.tmp", which a late file would otherwise keep alive.
 // Failure: a rank whose step throws (or whose writer is destroyed uncommitted) sets ns/abort = "rank R: reason"
 // (first writer wins, so it names the root cause) and rethrows. Every wait polls ns/abort and the job's abort key,
 // which the store server sets when a rank's process dies (Note [Store failure signalling], comm/store.h); a
@@ -90,15 +92,30 @@ nlohmann::json read_manifest(const CheckpointReader& r) {
 // ---- waiting on the store ----
 
 namespace {
+// A store call; a lost connection means its host, rank 0, died.
+template <typename Fn> auto via_store(const std::string& where, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const CheckpointError&) {
+    throw;
+  } catch (const std::exception& e) {
+    checkpoint_fail(K::peer_failed, where, ": rank 0: exited or failed (it hosts the store and the connection is lost): ", e.what());
+  }
+}
+
+void put(TcpStore& s, const std::string& key, const std::string& value, const std::string& where) {
+  via_store(where, [&] { s.set(key, value); });
+}
+
 // Polls until every key exists; throws CheckpointError(peer_failed) when the save or the job is aborted, the store
-// is gone, or `timeout` passes. `who(i)` names the rank that owes keys[i] for the timeout message.
+// is gone, or `timeout` passes. `owners[i]` names the rank that owes keys[i] for the timeout message.
 std::vector<Bytes> await_keys(TcpStore& s, const std::vector<std::string>& keys, const std::string& abort_key,
                               std::chrono::milliseconds timeout, const std::string& where,
                               const std::vector<int>& owners) {
   std::vector<Bytes> out(keys.size());
   std::vector<bool> have(keys.size(), false);
   auto deadline = Clock::now() + timeout;
-  try {
+  return via_store(where, [&] {
     for (int i = 0;; ++i) {
       bool all = true;
       for (size_t k = 0; k < keys.size(); ++k) {
@@ -120,20 +137,7 @@ std::vector<Bytes> await_keys(TcpStore& s, const std::vector<std::string>& keys,
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(i < 50 ? 2 : 10));
     }
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const std::exception& e) {  // the store's connection is gone: its host, rank 0, died
-    checkpoint_fail(K::peer_failed, where, ": rank 0: exited or failed (it hosts the store and the connection is lost): ", e.what());
-  }
-}
-
-// A store write; a lost connection means its host, rank 0, died.
-void put(TcpStore& s, const std::string& key, const std::string& value, const std::string& where) {
-  try {
-    s.set(key, value);
-  } catch (const std::exception& e) {
-    checkpoint_fail(K::peer_failed, where, ": rank 0: exited or failed (it hosts the store and the connection is lost): ", e.what());
-  }
+  });
 }
 }  // namespace
 
@@ -148,7 +152,8 @@ ShardedWriter::ShardedWriter(std::string save_dir, std::string tag, SaveGroup gr
   tmp_ = save_dir_ + "/" + tag_ + ".tmp";
   if (g_.store) {
     if (g_.timeout.count() <= 0) g_.timeout = g_.store->timeout();
-    int64_t seq = g_.store->add("dscpp/ckpt/" + tag_ + "/saves/rank" + std::to_string(g_.rank), 1);
+    // Rank 0 may already have died in this save (a slow rank gets here late): say so by name.
+    int64_t seq = via_store(where(), [&] { return g_.store->add("dscpp/ckpt/" + tag_ + "/saves/rank" + std::to_string(g_.rank), 1); });
     ns_ = "dscpp/ckpt/" + tag_ + "/" + std::to_string(seq);
   }
   guarded([&] {
@@ -167,12 +172,36 @@ ShardedWriter::ShardedWriter(std::string save_dir, std::string tag, SaveGroup gr
 
 ShardedWriter::~ShardedWriter() {
   if (!done_) fail_peers("save abandoned before commit");
+  if (dir_ && !dir_->committed()) await_peers_quiet();
+}  // then dir_ removes "<tag>.tmp"
+
+// Rank 0, giving up: the others may still be writing into "<tag>.tmp" (they learn of the abort only at their next
+// wait), and a file created while remove_all walks the directory leaves it behind. So wait, at most the group's
+// timeout, for every rank to say it writes no more; a dead job's ranks write nothing.
+void ShardedWriter::await_peers_quiet() noexcept {
+  if (!g_.store || g_.world_size == 1) return;
+  try {
+    std::vector<std::string> keys;
+    for (int r = 1; r < g_.world_size; ++r) keys.push_back(ns_ + "/quiet/" + std::to_string(r));
+    auto deadline = Clock::now() + g_.timeout;
+    while (Clock::now() < deadline && !g_.store->abort_reason()) {
+      std::erase_if(keys, [&](const std::string& k) { return g_.store->try_get(k).has_value(); });
+      if (keys.empty()) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } catch (...) {  // runs on error paths: the store may be gone; remove what is there
+  }
+}
+
+void ShardedWriter::say_quiet() {
+  if (g_.store && g_.rank > 0) put(*g_.store, ns_ + "/quiet/" + std::to_string(g_.rank), "1", where());
 }
 
 std::optional<std::string> ShardedWriter::fail_peers(const std::string& reason) {
   done_ = true;
   if (!g_.store) return std::nullopt;
   try {
+    say_quiet();
     std::string v = "rank " + std::to_string(g_.rank) + ": " + reason;
     if (g_.store->set_if_absent(ns_ + "/abort", Bytes(v.begin(), v.end()))) return std::nullopt;
     if (auto first = g_.store->try_get(ns_ + "/abort")) return to_string(*first);
@@ -252,6 +281,7 @@ void ShardedWriter::commit(bool update_latest, int keep_last) {
 
 void ShardedWriter::commit_other() {
   checkpoint_fault_point(FaultPoint::before_shard_report);
+  say_quiet();
   nlohmann::json rep = {{"files", records_json(files_)}, {"bytes", stats_.bytes}, {"seconds", stats_.seconds}};
   put(*g_.store, ns_ + "/files/" + std::to_string(g_.rank), rep.dump(), where());
   await_keys(*g_.store, {ns_ + "/committed"}, ns_ + "/abort", g_.timeout,

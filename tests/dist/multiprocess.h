@@ -38,6 +38,16 @@ struct RankResult {
   std::string message;  // exception text, "gtest expectation failed", "exit code N", "killed: ..."
 };
 
+// Failures recorded so far in the running test. A child inherits its parent's: only those it adds are its own.
+inline int failed_test_parts() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  if (!info) return ::testing::Test::HasFailure() ? 1 : 0;
+  const auto* r = info->result();
+  int n = 0;
+  for (int i = 0; i < r->total_part_count(); ++i) n += r->GetTestPartResult(i).failed() ? 1 : 0;
+  return n;
+}
+
 // Runs fn in `world` child processes; kills every child still running after `limit`.
 inline std::vector<RankResult> run_ranks(int world, const std::function<void(int rank, int port)>& fn,
                                          std::chrono::seconds limit = std::chrono::seconds(60)) {
@@ -54,9 +64,10 @@ inline std::vector<RankResult> run_ranks(int world, const std::function<void(int
       ::close(p[0]);
       int code = 0;
       std::string msg;
+      const int inherited = failed_test_parts();
       try {
         fn(r, port);
-        if (::testing::Test::HasFailure()) code = 1, msg = "gtest expectation failed (see the output above)";
+        if (failed_test_parts() > inherited) code = 1, msg = "gtest expectation failed (see the output above)";
       } catch (const std::exception& e) {
         code = 2, msg = e.what();
       }

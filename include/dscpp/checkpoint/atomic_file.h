@@ -69,6 +69,7 @@ class AtomicDir {
 
   const std::string& tmp_path() const { return tmp_; }
   const std::string& final_path() const { return final_; }
+  bool committed() const { return committed_; }
   void sync();
   void rename_into_place();
   void commit() { sync(); rename_into_place(); }

@@ -70,6 +70,8 @@ class ShardedWriter {
   std::optional<std::string> fail_peers(const std::string& reason);
   void commit_rank0(bool update_latest, int keep_last);
   void commit_other();
+  void say_quiet();                      // rank > 0: writes nothing more into "<tag>.tmp"
+  void await_peers_quiet() noexcept;     // rank 0, failing: until every rank said so (or the timeout)
 
   std::string save_dir_, tag_, tmp_, ns_;  // ns_: this save's store key prefix
   SaveGroup g_;
