@@ -107,8 +107,8 @@ void put(TcpStore& s, const std::string& key, const std::string& value, const st
   via_store(where, [&] { s.set(key, value); });
 }
 
-// Polls until every key exists; throws CheckpointError(peer_failed) when the save or the job is aborted, the store
-// is gone, or `timeout` passes. `owners[i]` names the rank that owes keys[i] for the timeout message.
+// Polls until every key exists; throws CheckpointError(peer_failed) when the save (abort_key, unless empty) or the
+// job is aborted, the store is gone, or `timeout` passes. `owners[i]` names the rank that owes keys[i] for the timeout message.
 std::vector<Bytes> await_keys(TcpStore& s, const std::vector<std::string>& keys, const std::string& abort_key,
                               std::chrono::milliseconds timeout, const std::string& where,
                               const std::vector<int>& owners) {
@@ -126,7 +126,7 @@ std::vector<Bytes> await_keys(TcpStore& s, const std::vector<std::string>& keys,
       if (all) return out;
       // The job's key first: when a rank dies, the survivor that notices first also aborts the save naming itself.
       if (auto why = s.abort_reason()) checkpoint_fail(K::peer_failed, where, ": job aborted: ", *why);
-      if (auto why = s.try_get(abort_key))
+      if (auto why = abort_key.empty() ? std::nullopt : s.try_get(abort_key))
         checkpoint_fail(K::peer_failed, where, ": save abandoned: ", to_string(*why));
       if (Clock::now() >= deadline) {
         std::string late;
@@ -153,7 +153,8 @@ ShardedWriter::ShardedWriter(std::string save_dir, std::string tag, SaveGroup gr
   if (g_.store) {
     if (g_.timeout.count() <= 0) g_.timeout = g_.store->timeout();
     // Rank 0 may already have died in this save (a slow rank gets here late): say so by name.
-    int64_t seq = via_store(where(), [&] { return g_.store->add("dscpp/ckpt/" + tag_ + "/saves/rank" + std::to_string(g_.rank), 1); });
+    const std::string counter = "dscpp/ckpt/" + tag_ + "/saves/rank" + std::to_string(g_.rank);
+    int64_t seq = via_store(where(), [&] { return g_.store->add(counter, 1); });
     ns_ = "dscpp/ckpt/" + tag_ + "/" + std::to_string(seq);
   }
   guarded([&] {
@@ -180,16 +181,12 @@ ShardedWriter::~ShardedWriter() {
 // timeout, for every rank to say it writes no more; a dead job's ranks write nothing.
 void ShardedWriter::await_peers_quiet() noexcept {
   if (!g_.store || g_.world_size == 1) return;
+  std::vector<std::string> keys;
+  std::vector<int> owners;
+  for (int r = 1; r < g_.world_size; ++r) keys.push_back(ns_ + "/quiet/" + std::to_string(r)), owners.push_back(r);
   try {
-    std::vector<std::string> keys;
-    for (int r = 1; r < g_.world_size; ++r) keys.push_back(ns_ + "/quiet/" + std::to_string(r));
-    auto deadline = Clock::now() + g_.timeout;
-    while (Clock::now() < deadline && !g_.store->abort_reason()) {
-      std::erase_if(keys, [&](const std::string& k) { return g_.store->try_get(k).has_value(); });
-      if (keys.empty()) return;
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  } catch (...) {  // runs on error paths: the store may be gone; remove what is there
+    await_keys(*g_.store, keys, /*abort_key=*/"", g_.timeout, where(), owners);  // the save's abort is set: ignore it
+  } catch (...) {  // runs on error paths: the store may be gone, the job aborted, a rank hung; remove what is there
   }
 }
 

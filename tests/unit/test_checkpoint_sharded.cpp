@@ -93,9 +93,14 @@ void leave(TcpStore& s, int rank, int world, int dead_rank = -1) {
 }
 
 // Every rank reaches this point before any leaves it.
-void sync_ranks(TcpStore& s, const std::string& name, int world) {
-  if (s.add("test/sync/" + name, 1) == world) s.set("test/sync/" + name + "/all", std::string("1"));
-  s.wait({"test/sync/" + name + "/all"});
+// A barrier that rank 0, the store's host, leaves last: a rank still waiting on it when rank 0 goes on and dies
+// would see the lost connection instead of the failure under test.
+void sync_ranks(TcpStore& s, const std::string& name, int rank, int world) {
+  const std::string k = "test/sync/" + name;
+  if (s.add(k, 1) == world) s.set(k + "/all", std::string("1"));
+  s.wait({k + "/all"});
+  if (s.add(k + "/left", 1) == world) s.set(k + "/left/all", std::string("1"));
+  if (rank == 0) s.wait({k + "/left/all"});
 }
 
 }  // namespace
@@ -170,7 +175,7 @@ void run_kill(int world, const Kill& k) {
     StoreHandle h = connect_store("127.0.0.1", port, rank, rank == 0, 20s);
     SaveGroup g = group_of(h, rank, world);
     save_rank(dir, "s1", g, 1);
-    sync_ranks(*h.store, "s1", world);  // rank 0 must not die before every rank has seen s1 committed
+    sync_ranks(*h.store, "s1", rank, world);  // rank 0 must not die before every rank has seen s1 committed
     if (rank == k.victim) {
       auto seen = std::make_shared<int>(0);
       set_checkpoint_fault_hook([k, seen](FaultPoint p) {
