@@ -407,3 +407,26 @@ TEST(Config, CommsLogger) {
   expect_error(with_batch(R"("comms_logger": {"prof_ops": [1]})"), "comms_logger.prof_ops", {"list of op names"});
   expect_error(with_batch(R"("comms_logger": {"verbos": true})"), "comms_logger.verbos", {"did you mean 'verbose'"});
 }
+
+TEST(Config, EngineKeysOfOurs) {
+  auto d = DeepSpeedConfig::from_string(R"({"train_batch_size": 8})");
+  EXPECT_EQ(d.dscpp.attention, "auto");
+  EXPECT_FALSE(d.dscpp.fused_head);
+  EXPECT_FALSE(d.dscpp.copy_engine.enabled);
+  EXPECT_FALSE(d.dscpp.copy_engine.arena_mib.has_value());
+
+  auto c = DeepSpeedConfig::from_string(with_batch(
+      R"("dscpp": {"attention": "own", "fused_head": true, "copy_engine": {"enabled": true, "arena_mib": 64}})"));
+  EXPECT_EQ(c.dscpp.attention, "own");
+  EXPECT_TRUE(c.dscpp.fused_head);
+  EXPECT_TRUE(c.dscpp.copy_engine.enabled);
+  EXPECT_EQ(c.dscpp.copy_engine.arena_mib.value(), 64);
+  auto b = DeepSpeedConfig::parse(c.to_json());
+  EXPECT_EQ(b.canonical_dump(), c.canonical_dump());
+  EXPECT_NE(b.hash(), d.hash());  // the cross-rank check sees every engine key
+
+  expect_error(with_batch(R"("dscpp": {"attention": "flash"})"), "dscpp.attention", {"flash", "cudnn"});
+  expect_error(with_batch(R"("dscpp": {"fused_head": 1})"), "dscpp.fused_head", {});
+  expect_error(with_batch(R"("dscpp": {"copy_engine": {"arena_mib": -3}})"), "dscpp.copy_engine.arena_mib", {"-3"});
+  expect_error(with_batch(R"("dscpp": {"fused_haed": true})"), "dscpp.fused_haed", {"did you mean 'fused_head'"});
+}

@@ -87,6 +87,7 @@ struct DeepSpeedConfig {
   std::string communication_data_type;
   DType communication_dtype() const;     // f32, bf16 or f16
   uint64_t seed = 1234;                  // our extension: seed of every RNG (DeepSpeed takes it from the script)
+  DscppConfig dscpp;                     // our extension: the engine's own keys (kernels, copy engines)
 
   // dp_world_size resolves the batch-size triple. Warnings (unknown top-level keys, deprecated keys) are appended
   // to *warnings when given. Throws ConfigError.

@@ -130,6 +130,19 @@ struct CheckpointConfig {                // "checkpoint" (deepspeed/checkpoint/c
   bool async_save = false;               // "writer": {"decoupled": true}: save in the background (our writer)
 };
 
+// "dscpp": DeepSpeed.cpp's own engine keys, where DeepSpeed has none (docs/CONFIG.md, "Engine keys of ours").
+// Like every key, they are in the config hash every rank checks at start-up, so ranks cannot disagree on them.
+struct CopyEngineConfig {                // "dscpp.copy_engine": reductions and gathers on the GPUs' copy engines
+  bool enabled = false;                  // stage 0 buckets / stage 2-3 units beside backward (needs overlap_comm)
+  std::optional<int64_t> arena_mib;      // symmetric-memory arena for them; unset = sized from the model
+};
+
+struct DscppConfig {                     // "dscpp"
+  std::string attention = "auto";        // "auto" | "cudnn" | "own": which kernels run attention on CUDA
+  bool fused_head = false;               // lm head and loss backward inside forward, in chunks of logits
+  CopyEngineConfig copy_engine;
+};
+
 struct CommsLoggerConfig {               // "comms_logger" (deepspeed/comm/config.py)
   bool enabled = false;                  // record every profiled collective (count, size, latency, bandwidth)
   bool verbose = false;                  // also log each op as it completes

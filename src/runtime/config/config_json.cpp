@@ -185,6 +185,9 @@ json DeepSpeedConfig::to_json() const {
   j["zero_optimization"] = zero_json(zero_optimization);
   j["communication_data_type"] = communication_data_type.empty() ? nlohmann::json() : nlohmann::json(communication_data_type);
   j["seed"] = seed;
+  j["dscpp"] = {{"attention", dscpp.attention}, {"fused_head", dscpp.fused_head},
+                {"copy_engine", {{"enabled", dscpp.copy_engine.enabled},
+                                 {"arena_mib", opt(dscpp.copy_engine.arena_mib)}}}};
   return j;
 }
 

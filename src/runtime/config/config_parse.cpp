@@ -33,7 +33,7 @@ static const std::vector<std::string> kTopLevelKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
     "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "activation_checkpointing", "fp16", "bf16",
     "bfloat16", "zero_optimization", "allgather_size", "seed", "flops_profiler",
-    "comms_logger", "checkpoint", "communication_data_type"};
+    "comms_logger", "checkpoint", "communication_data_type", "dscpp"};
 
 static void parse_fp16(const json& j, Fp16Config& f) {
   SectionReader r(j, "fp16");
@@ -125,6 +125,19 @@ static void parse_comms_logger(const json& j, CommsLoggerConfig& c) {
   r.finish();
 }
 
+static void parse_dscpp(const json& j, DscppConfig& d) {
+  SectionReader r(j, "dscpp");
+  r.get("attention", d.attention, {"auto", "cudnn", "own"});
+  r.get("fused_head", d.fused_head);
+  if (const json* c = r.raw("copy_engine")) {
+    SectionReader cr(*c, "dscpp.copy_engine");
+    cr.get("enabled", d.copy_engine.enabled);
+    cr.get("arena_mib", d.copy_engine.arena_mib, 0, int64_t(1) << 30);
+    cr.finish();
+  }
+  r.finish();
+}
+
 static void check_top_level_keys(const json& root, std::vector<std::string>* warnings) {
   for (auto it = root.begin(); it != root.end(); ++it) {
     const std::string& k = it.key();
@@ -163,6 +176,7 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
   if (const json* j = section("flops_profiler")) parse_flops_profiler(*j, c.flops_profiler);
   if (const json* j = section("comms_logger")) parse_comms_logger(*j, c.comms_logger);
   if (const json* j = section("checkpoint")) parse_checkpoint(*j, c.checkpoint);
+  if (const json* j = section("dscpp")) parse_dscpp(*j, c.dscpp);
   if (c.flops_profiler.enabled) c.wall_clock_breakdown = true;  // as DeepSpeed's wall_clock_breakdown()
   parse_bf16(root, c.bf16);
   parse_zero(root, c.zero_optimization, warnings);
