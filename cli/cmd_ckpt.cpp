@@ -1,5 +1,6 @@
 // dscpp ckpt: look into and convert checkpoints.
-//   inspect    tags, `latest`, every file's size and CRC32 status, model config, counters, optimizer/scheduler
+//   inspect    tags, `latest`, leftovers of interrupted saves, every file's size and CRC32 status, model config,
+//              counters, optimizer/scheduler
 //   export     an engine checkpoint tag -> a Hugging Face folder (DeepSpeed's zero_to_fp32 equivalent)
 //   to-universal  a ZeRO tag -> a universal tag, loadable at any world size and stage (DeepSpeed's ds_to_universal)
 //   hf-logits  logits of a Hugging Face folder loaded into our model (to compare with transformers)
@@ -12,6 +13,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/paths.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/crc32.h"
 #include "dscpp/checkpoint/hf_interop.h"
@@ -129,6 +131,8 @@ int run_inspect(const CkptOptions& o) {
     std::printf("latest_universal: %s\n", read_latest_universal_tag(o.dir).c_str());
   } catch (const CheckpointError&) {
   }
+  for (const auto& l : checkpoint_leftovers(o.dir))
+    std::printf("leftover: %s/%s: %s\n", o.dir.c_str(), l.name.c_str(), l.what.c_str());
   std::string tag = !o.tag.empty() ? o.tag : !latest.empty() ? latest : tags.empty() ? "" : tags.back();
   DSCPP_CHECK(!tag.empty(), o.dir, ": no complete checkpoint tag");
   const std::string tdir = o.dir + "/" + tag;
@@ -183,8 +187,22 @@ int run_inspect(const CkptOptions& o) {
   return bad ? 1 : 0;
 }
 
+// Where DeepSpeed users run zero_to_fp32, inside the checkpoint folder, an export would replace a tag's own files
+// (tokenizer.json) and the tag would no longer load: the output goes beside the tags.
+void check_output_beside_tags(const CkptOptions& o, const std::string& out, bool dir_allowed) {
+  const std::string tag = tag_holding(o.dir, out);
+  if (!tag.empty())
+    DSCPP_FAIL("-o ", out, " is inside the checkpoint tag ", o.dir, "/", tag, ", which this command reads: its files "
+               "would replace the tag's own and the tag would no longer load. Write beside the tags (-o ",
+               dir_allowed ? o.dir + ", the default" : std::string("hf_model"), ")");
+  if (!dir_allowed && is_within(out, o.dir) && is_within(o.dir, out))
+    DSCPP_FAIL("-o ", out, " is the checkpoint directory this command reads (its `latest` and tags): export to a "
+               "folder of its own, e.g. -o hf_model");
+}
+
 int run_export(const CkptOptions& o) {
   DSCPP_CHECK(o.format == "safetensors", "--format: only safetensors is supported, got '", o.format, "'");
+  check_output_beside_tags(o, o.out, /*dir_allowed=*/false);
   HfExportOptions eo;
   eo.dtype = dtype_from_name(o.dtype);
   eo.max_shard_bytes = parse_byte_size(o.max_shard);
@@ -196,6 +214,7 @@ int run_export(const CkptOptions& o) {
 }
 
 int run_to_universal(const CkptOptions& o) {
+  check_output_beside_tags(o, o.out.empty() ? o.dir : o.out, /*dir_allowed=*/true);
   UniversalResult r = convert_to_universal(o.dir, o.tag, o.out, o.out_tag);
   std::printf("wrote universal tag %s in %s: %" PRId64 " parameters, states", r.out_tag.c_str(), r.out_dir.c_str(),
               r.num_params);
@@ -207,6 +226,8 @@ int run_to_universal(const CkptOptions& o) {
 }
 
 int run_hf_logits(const CkptOptions& o) {
+  if (!o.out.empty() && is_within(o.out, o.dir))
+    DSCPP_FAIL("-o ", o.out, " is inside the model folder ", o.dir, " this command reads: write the logits elsewhere");
   ModelConfig cfg = read_hf_config(o.dir);
   auto model = make_model(cfg);
   HfLoadReport rep = load_hf_model(o.dir, *model);

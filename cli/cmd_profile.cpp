@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "cli/paths.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/profiler/memory_report.h"
 #include "dscpp/profiler/report.h"
@@ -48,6 +49,9 @@ void random_batch(Tensor& tokens, Tensor& targets, int64_t V, Rng& rng) {
 }
 
 int run_profile(const ProfileOptions& o) {
+  const std::vector<InputPath> reads = {{"--model", o.model.ends_with(".json") ? o.model : ""}};
+  if (!o.output_file.empty()) refuse_output_on_inputs("-o", o.output_file, false, reads);
+  if (!o.trace.empty()) refuse_output_on_inputs("--trace", o.trace, false, reads);
   ModelConfig cfg = load_model_config(o.model);
   FlopsOptions fo;
   fo.batch = o.batch;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "cli/commands.h"
+#include "cli/paths.h"
 #include "dscpp/core/check.h"
 #include "dscpp/data/corpus.h"
 #include "dscpp/data/shard.h"
@@ -59,17 +60,25 @@ Tokenizer make_tokenizer(const TokenizeOptions& o, const std::vector<std::string
 
 int run_tokenize(const TokenizeOptions& o) {
   namespace fs = std::filesystem;
+  std::string save = o.save_tokenizer;
+  if (save.empty() && o.train_vocab > 0) save = (fs::path(o.out_dir) / "tokenizer.json").string();
+  std::vector<InputPath> reads = {{"--tokenizer", o.tokenizer}, {"--vocab", o.vocab}, {"--merges", o.merges}};
+  for (const auto& in : o.inputs) reads.push_back({"input", in});
+  refuse_output_on_inputs("-o", o.out_dir, /*out_is_dir=*/true, reads);
+  if (!save.empty()) refuse_output_on_inputs("--save-tokenizer", save, /*out_is_dir=*/false, reads);
   std::vector<std::string> docs = read_documents(o);
   DSCPP_CHECK(!docs.empty(), "no documents in the input");
   Tokenizer tok = make_tokenizer(o, docs);
   fs::create_directories(o.out_dir);
-  std::string save = o.save_tokenizer;
-  if (save.empty() && o.train_vocab > 0) save = (fs::path(o.out_dir) / "tokenizer.json").string();
   if (!save.empty()) {
     tok.save_hf(save);
     std::fprintf(stderr, "saved tokenizer to %s\n", save.c_str());
   }
 
+  // The shards record their tokenizer, so training refuses them with another (shard.h).
+  const ShardTokenizer made_by{tok.fingerprint(), !save.empty()           ? save
+                                                  : !o.tokenizer.empty() ? o.tokenizer
+                                                                         : o.vocab};
   const int32_t bos = tok.bos_id();
   std::vector<int32_t> buf;
   int shard = 0;
@@ -77,7 +86,7 @@ int run_tokenize(const TokenizeOptions& o) {
   auto flush = [&] {
     char name[32];
     std::snprintf(name, sizeof name, "shard_%05d.bin", shard++);
-    write_token_shard((fs::path(o.out_dir) / name).string(), buf, tok.vocab_size());
+    write_token_shard((fs::path(o.out_dir) / name).string(), buf, tok.vocab_size(), made_by);
     buf.clear();
   };
   auto t0 = std::chrono::steady_clock::now();

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/paths.h"
 #include "dscpp/models/model.h"
 #include "dscpp/runtime/trainer.h"
 
@@ -35,7 +36,10 @@ Command register_train(CLI::App& app) {
   c.app->add_option("--save-every", o->save_every, "Save a checkpoint every N steps (0: at the end)")
       ->capture_default_str();
   c.app->add_option("--keep-last", o->keep_last, "Checkpoint tags to keep")->capture_default_str();
-  c.app->add_flag("--resume", o->resume, "Resume from OUT/checkpoints/latest when present");
+  c.app->add_flag("--resume", o->resume,
+                  "Resume from OUT/checkpoints/latest (without it: the newest complete tag; none: an error)");
+  c.app->add_flag("--overwrite", o->overwrite,
+                  "Start a new run in an OUT that holds checkpoints: delete them first (without it: an error)");
   c.app->add_flag("--activation-checkpointing", o->activation_checkpointing,
                   "Recompute block activations in backward (activation_checkpointing.number_checkpoints picks how many)");
   c.app->add_option("--eval-every", o->eval_every, "Validation loss every N steps (0: at the start and end)")
@@ -46,6 +50,11 @@ Command register_train(CLI::App& app) {
                     "flops_profiler.profile_step (default 1, counted from 0) to this file");
   c.app->add_option("--device", o->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
   c.run = [o] {
+    if (!o->trace.empty()) {
+      std::vector<InputPath> reads = {{"--config", o->config_path}, {"--model", o->model}, {"--tokenizer", o->tokenizer}};
+      for (const auto& d : o->data) reads.push_back({"--data", d});
+      refuse_output_on_inputs("--trace", o->trace, /*out_is_dir=*/false, reads);
+    }
     run_training(*o, std::cout);
     return 0;
   };

@@ -8,7 +8,8 @@
 //   3. fsyncs the whole temp tree, renames it to "<save_dir>/<tag>", fsyncs save_dir  [fault: before_rename]
 //   4. rewrites "<save_dir>/latest" atomically (temp file + rename + fsync)          [fault: before_latest]
 // Until 3 nothing named <tag> exists; until 4 `latest` names the previous tag. A "<tag>.tmp" left by a crash is
-// ignored by readers and removed by the next writer of that tag. A reader trusts nothing: it re-checks every
+// ignored by readers and removed by the next writer of that tag, or by the next training save (after its commit).
+// Deleting a tag (pruning) renames it to "<tag>.tmp" first, so a kill during a deletion leaves the same. A reader trusts nothing: it re-checks every
 // file's size and CRC32 against the manifest before returning data, so a torn or bit-rotted file is an error
 // naming that file, never a silent wrong load.
 //
@@ -246,6 +247,22 @@ std::vector<std::string> list_tags(const std::string& save_dir) {
   return tags;
 }
 
+void remove_tag(const std::string& save_dir, const std::string& tag) {
+  check_tag(tag, save_dir);
+  // Out of sight in one rename: from then on a kill leaves "<tag>.tmp", which no reader or listing takes for a
+  // tag and the next save removes (remove_checkpoint_leftovers).
+  const std::string d = save_dir + "/" + tag, tmp = d + ".tmp";
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  if (ec) checkpoint_fail(K::io, tmp, ": cannot remove: ", ec.message());
+  fs::rename(d, tmp, ec);
+  if (ec) checkpoint_fail(K::io, d, ": cannot move aside for deletion: ", ec.message());
+  fsync_dir(save_dir);
+  checkpoint_fault_point(FaultPoint::during_prune);
+  fs::remove_all(tmp, ec);
+  if (ec) checkpoint_fail(K::io, tmp, ": cannot remove: ", ec.message());
+}
+
 void prune_old_tags(const std::string& save_dir, int keep_last) {
   if (keep_last < 1) checkpoint_fail(K::bad_argument, save_dir, ": prune_old_tags keep_last must be >= 1, got ", keep_last);
   std::string latest;
@@ -256,18 +273,8 @@ void prune_old_tags(const std::string& save_dir, int keep_last) {
   }
   std::vector<std::string> tags = list_tags(save_dir);
   int excess = int(tags.size()) - keep_last;
-  for (int i = 0; i < excess; i++) {
-    if (tags[size_t(i)] == latest) continue;
-    std::string d = save_dir + "/" + tags[size_t(i)];
-    // Drop the manifest first so a crash mid-delete leaves a directory no reader or listing treats as a tag.
-    std::error_code ec;
-    fs::remove(d + "/" + kManifest, ec);
-    if (ec) checkpoint_fail(K::io, d, ": cannot remove manifest: ", ec.message());
-    fsync_dir(d);
-    fs::remove_all(d, ec);
-    if (ec) checkpoint_fail(K::io, d, ": cannot remove: ", ec.message());
-  }
-  fsync_dir(save_dir);
+  for (int i = 0; i < excess; i++)
+    if (tags[size_t(i)] != latest) remove_tag(save_dir, tags[size_t(i)]);
 }
 
 }  // namespace dscpp

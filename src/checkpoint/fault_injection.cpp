@@ -22,6 +22,7 @@ const char* fault_point_name(FaultPoint p) {
     case FaultPoint::before_latest: return "before_latest";
     case FaultPoint::before_shard_write: return "before_shard_write";
     case FaultPoint::before_shard_report: return "before_shard_report";
+    case FaultPoint::during_prune: return "during_prune";
   }
   return "?";
 }

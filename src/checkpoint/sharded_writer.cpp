@@ -11,7 +11,8 @@
 //   4. rank 0 waits for every ns/files/<r>, writes manifest.json (all ranks' files)   [before_manifest]
 //      fsyncs the tree, renames "<tag>.tmp" -> "<tag>"                                  [before_rename]
 //      rewrites `latest`                                                                [before_latest]
-//      sets ns/committed, then prunes to keep_last; ranks > 0 return when they see ns/committed
+//      sets ns/committed, removes leftovers of interrupted saves and prunes ("<tag>.tmp"), then prunes to
+//      keep_last; ranks > 0 return when they see ns/committed
 // A rank > 0 sets ns/quiet/<r> once it writes nothing more into "<tag>.tmp" (step 3, or on failure); rank 0, failing,
 // waits for those (at most the timeout) before it removes "<tag>.tmp", which a late file would otherwise keep alive.
 // Failure: a rank whose step throws (or whose writer is destroyed uncommitted) sets ns/abort = "rank R: reason"
@@ -334,6 +335,7 @@ void ShardedWriter::commit_rank0(bool update_latest, int keep_last) {
   if (update_latest) write_file_atomic(save_dir_ + "/latest", tag_);
   if (g_.store) put(*g_.store, ns_ + "/committed", "ok", where());
   done_ = true;  // from here a failure (pruning) is rank 0's alone: the tag is committed
+  remove_checkpoint_leftovers(save_dir_);  // no other save of this job is in flight now
   if (keep_last > 0) prune_old_tags(save_dir_, keep_last);
 }
 

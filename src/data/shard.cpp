@@ -22,7 +22,7 @@ static_assert(std::endian::native == std::endian::little, "shard files are littl
 namespace {
 constexpr char kMagic[8] = {'D', 'S', 'C', 'P', 'P', 'T', 'O', 'K'};
 
-struct Header {  // the first 40 bytes of the 256-byte header
+struct Header {
   char magic[8];
   uint32_t version;
   uint32_t token_bytes;
@@ -30,8 +30,13 @@ struct Header {  // the first 40 bytes of the 256-byte header
   uint64_t n_tokens;
   uint32_t crc32;
   uint32_t header_crc;  // CRC32 of the 36 bytes above
+  // Version 2: the tokenizer record (version 1 has zeros here).
+  uint64_t tokenizer_fingerprint;
+  char tokenizer_name[204];
+  uint32_t record_crc;  // CRC32 of the fingerprint and the name
 };
-static_assert(sizeof(Header) == 40);
+static_assert(sizeof(Header) == kShardHeaderBytes);
+constexpr size_t kRecordBegin = offsetof(Header, tokenizer_fingerprint);
 
 uint32_t crc_of(const unsigned char* p, size_t n) {
   uLong crc = crc32(0L, Z_NULL, 0);
@@ -60,7 +65,8 @@ void write_all(int fd, const void* data, size_t n, const std::string& path) {
 }
 }  // namespace
 
-void write_token_shard(const std::string& path, std::span<const int32_t> tokens, int64_t vocab_size) {
+void write_token_shard(const std::string& path, std::span<const int32_t> tokens, int64_t vocab_size,
+                       const ShardTokenizer& made_by) {
   DSCPP_CHECK(vocab_size > 0 && vocab_size <= (int64_t(1) << 31), "shard ", path, ": bad vocab size ", vocab_size);
   const int tb = vocab_size <= 65536 ? 2 : 4;
   std::vector<unsigned char> payload(tokens.size() * tb);
@@ -71,7 +77,6 @@ void write_token_shard(const std::string& path, std::span<const int32_t> tokens,
     if (tb == 2) { uint16_t v = uint16_t(t); std::memcpy(&payload[i * 2], &v, 2); }
     else std::memcpy(&payload[i * 4], &t, 4);
   }
-  unsigned char header[kShardHeaderBytes] = {};
   Header h{};
   std::memcpy(h.magic, kMagic, 8);
   h.version = kShardVersion;
@@ -80,12 +85,15 @@ void write_token_shard(const std::string& path, std::span<const int32_t> tokens,
   h.n_tokens = tokens.size();
   h.crc32 = crc_of(payload.data(), payload.size());
   h.header_crc = crc_of(reinterpret_cast<const unsigned char*>(&h), offsetof(Header, header_crc));
-  std::memcpy(header, &h, sizeof h);
+  h.tokenizer_fingerprint = made_by.fingerprint;
+  std::memcpy(h.tokenizer_name, made_by.name.data(), std::min(made_by.name.size(), sizeof h.tokenizer_name - 1));
+  h.record_crc = crc_of(reinterpret_cast<const unsigned char*>(&h) + kRecordBegin,
+                        offsetof(Header, record_crc) - kRecordBegin);
 
   std::string tmp = path + ".tmp." + std::to_string(::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   DSCPP_CHECK(fd >= 0, "cannot create ", tmp, ": ", std::strerror(errno));
-  write_all(fd, header, sizeof header, tmp);
+  write_all(fd, &h, sizeof h, tmp);
   write_all(fd, payload.data(), payload.size(), tmp);
   bool ok = ::fsync(fd) == 0;
   ok = (::close(fd) == 0) && ok;
@@ -118,8 +126,14 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
     DSCPP_CHECK(std::memcmp(h.magic, kMagic, 8) == 0, "token shard ", path, ": bad magic (not a dscpp token shard)");
     DSCPP_CHECK(h.header_crc == crc_of(map_, offsetof(Header, header_crc)), "token shard ", path,
                 ": header checksum mismatch (corrupted header)");
-    DSCPP_CHECK(h.version == kShardVersion, "token shard ", path, ": version ", h.version, ", this build reads ",
-                kShardVersion);
+    DSCPP_CHECK(h.version >= 1 && h.version <= kShardVersion, "token shard ", path, ": version ", h.version,
+                ", this build reads 1 to ", kShardVersion);
+    if (h.version >= 2) {
+      DSCPP_CHECK(h.record_crc == crc_of(map_ + kRecordBegin, offsetof(Header, record_crc) - kRecordBegin),
+                  "token shard ", path, ": tokenizer record checksum mismatch (corrupted header)");
+      tokenizer_.fingerprint = h.tokenizer_fingerprint;
+      tokenizer_.name.assign(h.tokenizer_name, strnlen(h.tokenizer_name, sizeof h.tokenizer_name));
+    }
     DSCPP_CHECK(h.token_bytes == 2 || h.token_bytes == 4, "token shard ", path, ": token size ", h.token_bytes,
                 " bytes, expected 2 or 4");
     size_t expect = kShardHeaderBytes + h.n_tokens * h.token_bytes;
@@ -132,6 +146,7 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
     n_tokens_ = int64_t(h.n_tokens);
     vocab_size_ = int64_t(h.vocab_size);
     token_bytes_ = int(h.token_bytes);
+    version_ = int(h.version);
   } catch (...) {
     ::munmap(const_cast<unsigned char*>(map_), map_bytes_);
     throw;
@@ -140,7 +155,8 @@ TokenShard::TokenShard(const std::string& path) : path_(path) {
 
 TokenShard::TokenShard(TokenShard&& o) noexcept
     : path_(std::move(o.path_)), map_(o.map_), map_bytes_(o.map_bytes_), n_tokens_(o.n_tokens_),
-      vocab_size_(o.vocab_size_), token_bytes_(o.token_bytes_) {
+      vocab_size_(o.vocab_size_), token_bytes_(o.token_bytes_), version_(o.version_),
+      tokenizer_(std::move(o.tokenizer_)) {
   o.map_ = nullptr;
   o.map_bytes_ = 0;
 }

@@ -53,6 +53,23 @@ void Tokenizer::finish_init() {
   cache_ = std::make_shared<Cache>();
 }
 
+uint64_t Tokenizer::fingerprint() const {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  auto mix = [&](const void* p, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 0x100000001b3ull;
+  };
+  auto mix_int = [&](int64_t v) { mix(&v, sizeof v); };
+  auto mix_str = [&](const std::string& s) { mix_int(int64_t(s.size())), mix(s.data(), s.size()); };
+  mix_int(int64_t(pre_));
+  mix_int(ignore_merges_);
+  mix_int(int64_t(tokens_.size()));
+  for (const auto& t : tokens_) mix_str(t);
+  mix_int(int64_t(merges_.size()));
+  for (auto [a, b] : merges_) mix_int(a), mix_int(b);
+  for (const auto& [s, id] : specials_) mix_str(s), mix_int(id);
+  return h;
+}
+
 void Tokenizer::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   const size_t n = word.size();
   if (n == 1) { out.push_back(byte_id_[static_cast<unsigned char>(word[0])]); return; }

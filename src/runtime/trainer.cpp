@@ -15,10 +15,10 @@
 #include "dscpp/comm/dist_env.h"
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/cuda.h"
-#include "dscpp/data/corpus.h"
+#include "dscpp/checkpoint/universal.h"
 #include "dscpp/data/dataloader.h"
 #include "dscpp/data/shard.h"
-#include "dscpp/data/tokenizer.h"
+#include "dscpp/data/train_data.h"
 #include "dscpp/kernels/attention_backend.h"
 #include "dscpp/inference/sampler.h"
 #include "dscpp/runtime/engine.h"
@@ -68,93 +68,51 @@ int64_t peak_rss_bytes() {
   return int64_t(ru.ru_maxrss) * 1024;
 }
 
-bool is_shard(const std::string& p) { return fs::path(p).extension() == ".bin"; }
-
-Tokenizer load_tokenizer(const std::string& path) {
-  if (fs::path(path).filename() == "vocab.json")
-    return Tokenizer::load_gpt2(path, (fs::path(path).parent_path() / "merges.txt").string());
-  return Tokenizer::load_hf(path);
-}
-
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   DSCPP_CHECK(in.good(), "cannot read ", path);
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
-// Resolves the tokenizer and the token shards; caches the built-in corpus's under out_dir/data.
-struct PreparedData {
-  Tokenizer tokenizer;
-  std::string tokenizer_path;
-  std::vector<std::string> shards;
-};
-
-PreparedData prepare_data(const TrainOptions& o, std::ostream& log) {
-  PreparedData d;
-  fs::path data_dir = fs::path(o.out_dir) / "data";
-  fs::create_directories(data_dir);
-  std::vector<std::string> texts, shards;
-  for (const auto& p : o.data) (is_shard(p) ? shards : texts).push_back(p);
-  DSCPP_CHECK(texts.empty() || shards.empty(), "--data: give token shards (*.bin) or text files, not both");
-
-  std::vector<std::string> docs;
-  auto load_docs = [&] {
-    if (!docs.empty()) return;
-    if (texts.empty()) {
-      docs = default_corpus_documents();
-    } else {
-      for (const auto& t : texts) docs.push_back(read_file(t));
-    }
-  };
-
-  if (!o.tokenizer.empty()) {
-    d.tokenizer = load_tokenizer(o.tokenizer);
-    d.tokenizer_path = o.tokenizer;
-  } else if (fs::exists(data_dir / "tokenizer.json") && shards.empty()) {
-    d.tokenizer_path = (data_dir / "tokenizer.json").string();
-    d.tokenizer = Tokenizer::load_hf(d.tokenizer_path);
-  } else {
-    DSCPP_CHECK(shards.empty(), "--data with token shards needs --tokenizer (the one that made them)");
-    load_docs();
-    auto t0 = Clock::now();
-    std::string joined;
-    for (const auto& doc : docs) joined += doc, joined += '\n';
-    if (!o.quiet) log << "training a " << o.vocab_size << "-token BPE tokenizer on " << fmt_bytes(int64_t(joined.size()))
-                      << " of text..." << std::endl;
-    d.tokenizer = Tokenizer::train(joined, o.vocab_size);
-    d.tokenizer_path = (data_dir / "tokenizer.json").string();
-    d.tokenizer.save_hf(d.tokenizer_path);
-    if (!o.quiet)
-      log << "  tokenizer: " << d.tokenizer.vocab_size() << " tokens in "
-          << std::chrono::duration<double>(Clock::now() - t0).count() << " s -> " << d.tokenizer_path << std::endl;
+// What this run does with the checkpoints already in --out, decided before any work: a fresh run never replaces
+// another run's tags unasked, and a resume never quietly starts over. Returns the tag to resume from ("" = none).
+std::string plan_checkpoints(const TrainOptions& o, const std::string& ckpt_dir, bool universal, bool quiet,
+                             std::ostream& log) {
+  if (o.resume && o.overwrite)
+    DSCPP_FAIL("--resume and --overwrite: choose one (continue the run in ", ckpt_dir, ", or delete it and start over)");
+  if (!o.resume) {
+    const std::vector<std::string> tags = list_tags(ckpt_dir);
+    if (tags.empty() || o.overwrite) return "";
+    std::string names;
+    for (const auto& t : tags) names += (names.empty() ? "" : ", ") + t;
+    DSCPP_FAIL("--out ", o.out_dir, " holds the checkpoints of an earlier run (", ckpt_dir, ": ", names,
+               "), which this run would replace: pass --resume to continue it, another --out to start a new run "
+               "beside it, or --overwrite to delete them and start over");
   }
+  if (universal) return read_latest_universal_tag(ckpt_dir);
+  std::string note;
+  const std::string tag = find_resume_tag(ckpt_dir, &note);
+  if (tag.empty())
+    DSCPP_FAIL("--resume: nothing to resume: ", note, ". Drop --resume to start a new run, or give the --out of the "
+               "run to continue");
+  if (!note.empty() && !quiet) log << "warning: " << note << std::endl;
+  return tag;
+}
 
-  if (!shards.empty()) {
-    d.shards = shards;
-    return d;
-  }
-  fs::path shard = data_dir / "train_000.bin";
-  bool reuse = false;
-  if (fs::exists(shard)) {
-    try {
-      TokenShard s(shard.string());
-      reuse = s.vocab_size() == d.tokenizer.vocab_size() &&
-              fs::last_write_time(shard) >= fs::last_write_time(d.tokenizer_path);
-    } catch (const Error&) {
-      reuse = false;  // a damaged cache is rebuilt
-    }
-  }
-  if (!reuse) {
-    load_docs();
-    auto t0 = Clock::now();
-    std::vector<int32_t> toks = tokenize_documents(d.tokenizer, docs);
-    write_token_shard(shard.string(), toks, d.tokenizer.vocab_size());
-    if (!o.quiet)
-      log << "  tokenized " << docs.size() << " documents into " << toks.size() << " tokens in "
-          << std::chrono::duration<double>(Clock::now() - t0).count() << " s -> " << shard.string() << std::endl;
-  }
-  d.shards = {shard.string()};
-  return d;
+// A resumed model's token ids mean what its checkpoint's tokenizer says: refuse another (a cache rebuilt for new
+// --data, another --vocab-size or --tokenizer).
+void check_resume_tokenizer(const std::string& ckpt_dir, const std::string& tag, const TrainData& data) {
+  CheckpointReader r(ckpt_dir, tag, /*verify_crc=*/false);  // the load verifies everything
+  if (!r.has_file("tokenizer.json")) return;
+  const std::string saved_path = r.dir() + "/tokenizer.json";
+  const Tokenizer saved = Tokenizer::load_hf(saved_path);
+  if (saved.fingerprint() == data.tokenizer.fingerprint()) return;
+  DSCPP_FAIL("--resume: ", r.dir(), " was trained with the tokenizer in ", saved_path, " (", saved.vocab_size(),
+             " tokens), but this run's tokenizer is ", data.tokenizer_path, " (", data.tokenizer.vocab_size(),
+             " tokens; another --data, --vocab-size or --tokenizer makes another): the model's token ids would mean "
+             "other text. Resume with the run's own data and settings, or tokenize new text with the checkpoint's "
+             "tokenizer (dscpp tokenize --tokenizer ", saved_path, " --save-tokenizer DIR/tokenizer.json -o DIR "
+             "TEXT...) and resume with --data DIR/*.bin --tokenizer DIR/tokenizer.json");
 }
 
 float evaluate(Model& model, DataLoader& val, int64_t batches, int64_t B, int64_t T) {
@@ -191,17 +149,21 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
                     : fs::exists(o.model)  ? ModelConfig::from_hf_json(nlohmann::json::parse(read_file(o.model)))
                                            : ModelConfig::preset(o.model);
 
+  const std::string ckpt_dir = (fs::path(o.out_dir) / "checkpoints").string();
+  res.checkpoint_dir = ckpt_dir;
+  const std::string resume_tag = plan_checkpoints(o, ckpt_dir, cfg.checkpoint.load_universal, quiet, log);
+
   // Data parallel: the process group (the ranks meet through the store on MASTER_ADDR:MASTER_PORT).
   std::unique_ptr<ProcessGroup> pg;
   if (world > 1) pg = init_process_group(o.device == "cuda" ? "nccl" : "gloo");
 
   // 2. Data and tokenizer; the model's vocabulary follows the tokenizer's. Rank 0 builds the cache under out_dir
   // (tokenizer, token shard) while the others wait, then they read it.
-  TrainOptions data_opts = o;
-  data_opts.quiet = quiet;
+  TrainDataRequest data_req{o.data, o.tokenizer, o.vocab_size, (fs::path(o.out_dir) / "data").string()};
   if (pg && rank != 0) pg->barrier()->wait();
-  PreparedData data = prepare_data(data_opts, log);
+  TrainData data = prepare_train_data(data_req, quiet ? nullptr : &log);
   if (pg && rank == 0) pg->barrier()->wait();
+  if (!resume_tag.empty()) check_resume_tokenizer(ckpt_dir, resume_tag, data);
   if (o.init_from.empty()) {
     mcfg.vocab_size = data.tokenizer.vocab_size();
   } else {
@@ -263,13 +225,17 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (!o.trace.empty()) engine->set_trace_file(o.trace);
   Model& m = engine->model();
 
-  const std::string ckpt_dir = (fs::path(o.out_dir) / "checkpoints").string();
-  res.checkpoint_dir = ckpt_dir;
-  if (o.resume && fs::exists(fs::path(ckpt_dir) / "latest")) {
-    nlohmann::json cs = engine->load_checkpoint(ckpt_dir);
+  if (o.overwrite && rank == 0 && !o.resume) {
+    const std::vector<std::string> old_tags = list_tags(ckpt_dir);
+    if (!old_tags.empty() && !quiet)
+      log << "--overwrite: deleting the " << old_tags.size() << " checkpoint tag(s) in " << ckpt_dir << std::endl;
+    remove_all_checkpoints(ckpt_dir);
+  }
+  if (!resume_tag.empty()) {
+    nlohmann::json cs = engine->load_checkpoint(ckpt_dir, resume_tag);
     const auto& dl = cs.at("dataloader");
     train.set_state({dl.at("epoch").get<uint64_t>(), dl.at("position").get<uint64_t>(), dl.at("seed").get<uint64_t>()});
-    if (!quiet) log << "resumed from " << ckpt_dir << " at step " << engine->global_steps() << std::endl;
+    if (!quiet) log << "resumed from " << ckpt_dir << "/" << resume_tag << " at step " << engine->global_steps() << std::endl;
   }
   auto save = [&] {
     DataLoaderState s = train.state();

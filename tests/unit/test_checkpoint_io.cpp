@@ -13,6 +13,7 @@
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/crc32.h"
 #include "dscpp/checkpoint/fault_injection.h"
+#include "dscpp/checkpoint/sharded_writer.h"
 #include "dscpp/core/rng.h"
 #include "checkpoint_fixtures.h"
 
@@ -359,6 +360,60 @@ TEST_F(CheckpointTest, LatestHandlingAndPrune) {
   spit(dir_ + "/latest", "  ");
   expect_ckpt_error([&] { read_latest_tag(dir_); }, K::missing_latest, {"empty"});
   expect_ckpt_error([&] { prune_old_tags(dir_, 0); }, K::bad_argument, {"keep_last"});
+}
+
+// A kill while pruning leaves the tag being deleted as "<tag>.tmp": never listed, reported as a removable leftover,
+// and removed by the next multi-rank save (here of one rank). A folder without a manifest is reported, and kept.
+TEST_F(CheckpointTest, CrashWhilePruningLeavesARemovableLeftover) {
+  save_tag(dir_, "s1", 1);
+  save_tag(dir_, "s2", 2);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    set_checkpoint_fault_hook([](FaultPoint p) {
+      if (p == FaultPoint::during_prune) _exit(3);
+    });
+    try {
+      prune_old_tags(dir_, 1);
+    } catch (...) {
+      _exit(4);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 3) << "the child did not die while pruning";
+  EXPECT_TRUE(fs::exists(dir_ + "/s1.tmp/manifest.json"));
+  EXPECT_EQ(list_tags(dir_), std::vector<std::string>{"s2"});
+  fs::create_directories(dir_ + "/foreign");
+  std::vector<CheckpointLeftover> left = checkpoint_leftovers(dir_);
+  ASSERT_EQ(left.size(), 2u);
+  EXPECT_EQ(left[0].name, "foreign");
+  EXPECT_FALSE(left[0].removable);
+  EXPECT_EQ(left[1].name, "s1.tmp");
+  EXPECT_TRUE(left[1].removable);
+
+  std::string note;
+  EXPECT_EQ(find_resume_tag(dir_, &note), "s2");
+  EXPECT_EQ(note, "");
+  fs::remove(dir_ + "/latest");
+  EXPECT_EQ(find_resume_tag(dir_, &note), "s2");
+  EXPECT_NE(note.find("latest is missing; resuming from the newest complete tag, s2"), std::string::npos) << note;
+
+  {
+    ShardedWriter w(dir_, "s3");
+    w.add_tensors("model.safetensors", model_tensors(3));
+    w.commit(true, /*keep_last=*/0);
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/s1.tmp"));
+  EXPECT_TRUE(fs::exists(dir_ + "/foreign"));
+  remove_all_checkpoints(dir_);
+  EXPECT_TRUE(list_tags(dir_).empty());
+  EXPECT_FALSE(fs::exists(dir_ + "/latest"));
+  EXPECT_TRUE(fs::exists(dir_ + "/foreign"));
+  EXPECT_EQ(find_resume_tag(dir_, &note), "");
+  EXPECT_NE(note.find("foreign: not a checkpoint"), std::string::npos) << note;
 }
 
 TEST_F(CheckpointTest, ResavingATagReplacesItWhole) {

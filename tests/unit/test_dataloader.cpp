@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
+#include "dscpp/checkpoint/crc32.h"
 #include "dscpp/core/check.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/data/corpus.h"
@@ -81,6 +83,37 @@ TEST(Shard, RoundTripBothTokenWidths) {
   fs::remove_all(d);
 }
 
+// Version 2 records the tokenizer that made the tokens; version 1 files (zeros there) still read, unrecorded.
+TEST(Shard, RecordsItsTokenizerAndReadsVersion1) {
+  fs::path d = temp_dir();
+  const std::vector<int32_t> tok = {5, 1, 299, 0, 42};
+  const std::string p = (d / "v2.bin").string();
+  write_token_shard(p, tok, 300, {0x0123456789abcdefull, "runs/x/data/tokenizer.json"});
+  TokenShard s(p);
+  EXPECT_EQ(s.version(), 2);
+  EXPECT_EQ(s.tokenizer().fingerprint, 0x0123456789abcdefull);
+  EXPECT_EQ(s.tokenizer().name, "runs/x/data/tokenizer.json");
+  EXPECT_EQ(s.read_all(), tok);
+  write_token_shard(p, tok, 300, {1, std::string(500, 'n')});  // a long name is cut, never spills over
+  EXPECT_EQ(TokenShard(p).tokenizer().name, std::string(203, 'n'));
+
+  // The bytes a version 1 writer made: the same first 36 header bytes with version 1, then zeros.
+  std::ifstream in(p, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  uint32_t v1 = 1;
+  std::memcpy(&bytes[8], &v1, 4);
+  std::fill(bytes.begin() + 40, bytes.begin() + kShardHeaderBytes, '\0');
+  const uint32_t crc = crc32_update(0, bytes.data(), 36);
+  std::memcpy(&bytes[36], &crc, 4);
+  const std::string old = (d / "v1.bin").string();
+  std::ofstream(old, std::ios::binary) << bytes;
+  TokenShard s1(old);
+  EXPECT_EQ(s1.version(), 1);
+  EXPECT_EQ(s1.tokenizer().fingerprint, 0u);
+  EXPECT_EQ(s1.read_all(), tok);
+  fs::remove_all(d);
+}
+
 TEST(Shard, CorruptOrTruncatedFilesNameTheFileAndProblem) {
   fs::path d = temp_dir();
   std::vector<int32_t> tok(1000);
@@ -102,6 +135,7 @@ TEST(Shard, CorruptOrTruncatedFilesNameTheFileAndProblem) {
       {variant("tiny.bin", [](std::string& b) { b.resize(100); }), "header"},
       {variant("magic.bin", [](std::string& b) { b[0] = 'X'; }), "magic"},
       {variant("header.bin", [](std::string& b) { b[17] ^= 1; }), "header checksum"},
+      {variant("record.bin", [](std::string& b) { b[60] ^= 1; }), "tokenizer record checksum"},
   };
   for (auto& c : cases) {
     std::string msg = error_of([&] { TokenShard s(c.file); });

@@ -317,5 +317,29 @@ TEST(Tokenizer, SaveLoadHfReproducesEncodings) {
   Rng rng(3);
   std::string junk = random_bytes(rng, 5000);
   EXPECT_EQ(u.encode(junk), t.encode(junk));
+  EXPECT_EQ(u.fingerprint(), t.fingerprint());  // what shards record (shard.h): the same tokenizer, read back
+  fs::remove_all(d);
+}
+
+// One merge, one token or one special token more or less is another tokenizer; the file format is not.
+TEST(Tokenizer, FingerprintIdentifiesTheEncoding) {
+  fs::path d = temp_dir();
+  nlohmann::json vocab = hand_vocab();
+  vocab["<|endoftext|>"] = 265;
+  write_text(d / "vocab.json", vocab.dump());
+  std::string merges = "#version: 0.2\n";
+  for (auto& [a, b] : kMerges) merges += a + " " + b + "\n";
+  write_text(d / "merges.txt", merges);
+  const Tokenizer gpt2 = Tokenizer::load_gpt2((d / "vocab.json").string(), (d / "merges.txt").string());
+  gpt2.save_hf((d / "tokenizer.json").string());
+  EXPECT_EQ(Tokenizer::load_hf((d / "tokenizer.json").string()).fingerprint(), gpt2.fingerprint());
+  std::string fewer = "#version: 0.2\n";
+  for (size_t i = 0; i + 1 < kMerges.size(); i++) fewer += kMerges[i].first + " " + kMerges[i].second + "\n";
+  write_text(d / "merges.txt", fewer);
+  EXPECT_NE(Tokenizer::load_gpt2((d / "vocab.json").string(), (d / "merges.txt").string()).fingerprint(),
+            gpt2.fingerprint());
+  const std::string text = default_corpus_text().substr(0, 20000);
+  EXPECT_NE(Tokenizer::train(text, 300).fingerprint(), Tokenizer::train(text, 301).fingerprint());
+  EXPECT_EQ(Tokenizer::train(text, 300).fingerprint(), Tokenizer::train(text, 300).fingerprint());
   fs::remove_all(d);
 }

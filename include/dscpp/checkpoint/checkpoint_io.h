@@ -79,7 +79,30 @@ class CheckpointReader {
 
 std::string read_latest_tag(const std::string& save_dir);      // throws CheckpointError(missing_latest)
 std::vector<std::string> list_tags(const std::string& save_dir);  // complete tags, oldest commit first
-// Deletes all but the newest keep_last complete tags; never the one `latest` names.
+// Deletes all but the newest keep_last complete tags (remove_tag); never the one `latest` names.
 void prune_old_tags(const std::string& save_dir, int keep_last);
+// Deletes one tag: renamed to "<tag>.tmp" first, so a kill midway leaves what an interrupted save leaves.
+void remove_tag(const std::string& save_dir, const std::string& tag);
+
+// Deletes every tag (remove_tag), `latest`, `latest_universal` and the removable leftovers: a new run started
+// over. Anything else in save_dir stays.
+void remove_all_checkpoints(const std::string& save_dir);
+
+// Which tag a resumed run loads: the one `latest` names; without `latest` (a hand-deleted file, a copy that
+// missed it), the newest tag whose manifest and files verify, and *note says so. "" when there is none: *note then
+// says what save_dir holds.
+std::string find_resume_tag(const std::string& save_dir, std::string* note);
+
+// Folders in save_dir that are not complete tags. "<tag>.tmp" is an interrupted save or prune: removable, and the
+// next save (rank 0, after its commit) removes it. Any other folder without manifest.json (an older version's
+// interrupted prune, or not ours) and "<tag>.old" (an interrupted replacement of a tag: maybe its only copy) are
+// only reported.
+struct CheckpointLeftover {
+  std::string name;
+  bool removable = false;
+  std::string what;  // for `dscpp ckpt inspect`
+};
+std::vector<CheckpointLeftover> checkpoint_leftovers(const std::string& save_dir);
+void remove_checkpoint_leftovers(const std::string& save_dir);  // the removable ones; best effort
 
 }  // namespace dscpp

@@ -15,6 +15,7 @@ enum class FaultPoint {
   before_rename,       // "<tag>.tmp" complete and fsynced, not yet renamed to "<tag>"
   before_latest,       // "<tag>" in place, `latest` not yet updated
   before_shard_report, // multi-rank save, rank > 0: its files written and fsynced, not yet reported to rank 0
+  during_prune,        // an old tag moved aside as "<tag>.tmp" for deletion, not yet deleted
 };
 const char* fault_point_name(FaultPoint p);
 

@@ -53,6 +53,9 @@ class Tokenizer {
   int num_merges() const { return int(merges_.size()); }
   const std::vector<std::pair<std::string, int32_t>>& special_tokens() const { return specials_; }
   Pretokenizer pretokenizer() const { return pre_; }
+  // 64 bits that identify what encoding depends on (tokens, merges, special tokens, pre-tokenizer), equal for the
+  // same tokenizer read from tokenizer.json or from vocab.json + merges.txt. Token shards record it (shard.h).
+  uint64_t fingerprint() const;
 
  private:
   struct Merge { int32_t rank, id; };

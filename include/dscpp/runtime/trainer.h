@@ -23,7 +23,8 @@ struct TrainOptions {
   int64_t seq_len = 0;                // 0 = the model's context length
   int64_t save_every = 0;             // 0 = save at the end only
   int keep_last = 2;                  // checkpoint tags to keep
-  bool resume = false;                // continue from out_dir/checkpoints/latest when present
+  bool resume = false;                // continue from out_dir/checkpoints/latest (else its newest complete tag)
+  bool overwrite = false;             // a new run into an out_dir holding checkpoints: delete them first
   bool activation_checkpointing = false;  // recompute every block (number_checkpoints in the config picks fewer)
   int64_t eval_every = 100;           // 0 = only at the end
   int64_t eval_batches = 8;
