@@ -23,6 +23,6 @@ for run in "cuda bf16" "cuda fp16" "cuda f32" "cpu f32"; do
   steps=200; [ "$1" = cpu ] && steps=50
   echo "== $1 $2"
   timeout 240 "$build/dscpp" train --device "$1" --config "$OUT/$2.json" --data "$text" --vocab-size 2048 \
-    --steps $steps --out "$OUT/run_$1_$2" --samples 1 --eval-every 0 >"$OUT/train_$1_$2.log" 2>&1
+    --steps $steps --out "$OUT/run_$1_$2" --overwrite --samples 1 --eval-every 0 >"$OUT/train_$1_$2.log" 2>&1
   echo "rc=$?"; grep -E "val loss|tokens/s;|error" "$OUT/train_$1_$2.log" | tail -4
 done

@@ -127,6 +127,21 @@ TEST(WorkSafety, ChangedInputOrVocabSizeRebuildsTheDataCache) {
   EXPECT_TRUE(has(edited.out, "rebuilding it")) << edited.out;
 }
 
+// The default run's cache (the built-in corpus) is not the cache of `--data my.txt` into the same --out.
+TEST(WorkSafety, BuiltInCorpusCacheIsNotReusedForOwnText) {
+  REQUIRE_DSCPP();
+  Workspace w;
+  const std::string r = w.out("r");
+  Ran builtin = run(w.train + " --out " + r + " --steps 1");
+  ASSERT_EQ(builtin.rc, 0) << builtin.out;
+  Ran own = run(w.train + " --data " + w.a + " --out " + r + " --steps 1 --overwrite");
+  ASSERT_EQ(own.rc, 0) << own.out;
+  EXPECT_TRUE(has(own.out, "data cache " + r + "/data: it was made from the built-in corpus (")) << own.out;
+  Ran fresh = run(w.train + " --data " + w.a + " --out " + w.out("fresh") + " --steps 1");
+  ASSERT_EQ(fresh.rc, 0) << fresh.out;
+  EXPECT_EQ(slurp(r + "/data/tokenizer.json"), slurp(w.out("fresh") + "/data/tokenizer.json"));
+}
+
 // Resuming on new data rebuilds the cache, and the checkpoint's tokenizer then differs from this run's: refused,
 // naming both, before any training.
 TEST(WorkSafety, ResumeWithAnotherTokenizerIsRefused) {

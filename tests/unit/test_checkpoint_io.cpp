@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "dscpp/checkpoint/atomic_file.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
@@ -61,6 +62,23 @@ void expect_same_bytes(const Tensor& a, const Tensor& b, const std::string& what
 }
 
 
+
+// Runs `body` in a fork()ed child, which then exits 0 (4 when body throws); returns the child's exit status (-1
+// when it did not exit). A fault hook or DSCPP_CHECKPOINT_CRASH_AT inside body makes it die like kill -9.
+int exit_status_of_child(const std::function<void()>& body) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    try {
+      body();
+    } catch (...) {
+      _exit(4);
+    }
+    _exit(0);
+  }
+  int status = 0;
+  if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
 
 // A hand-built safetensors file: header JSON text (padded here) + raw data.
 std::string st_file(std::string json, const std::string& data, bool pad = true) {
@@ -367,23 +385,13 @@ TEST_F(CheckpointTest, LatestHandlingAndPrune) {
 TEST_F(CheckpointTest, CrashWhilePruningLeavesARemovableLeftover) {
   save_tag(dir_, "s1", 1);
   save_tag(dir_, "s2", 2);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
+  const int status = exit_status_of_child([&] {
     set_checkpoint_fault_hook([](FaultPoint p) {
       if (p == FaultPoint::during_prune) _exit(3);
     });
-    try {
-      prune_old_tags(dir_, 1);
-    } catch (...) {
-      _exit(4);
-    }
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 3) << "the child did not die while pruning";
+    prune_old_tags(dir_, 1);
+  });
+  ASSERT_EQ(status, 3) << "the child did not die while pruning";
   EXPECT_TRUE(fs::exists(dir_ + "/s1.tmp/manifest.json"));
   EXPECT_EQ(list_tags(dir_), std::vector<std::string>{"s2"});
   fs::create_directories(dir_ + "/foreign");
@@ -452,23 +460,13 @@ TEST_F(CheckpointTest, CrashAtEveryFaultPointLeavesPreviousTagLoadable) {
     fs::remove_all(dir_);
     save_tag(dir_, "s1", 1);
     const std::string latest_before = slurp(dir_ + "/latest");
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
+    const int status = exit_status_of_child([&] {
       set_checkpoint_fault_hook([fp](FaultPoint p) {
         if (p == fp) _exit(3);
       });
-      try {
-        save_tag(dir_, "s2", 2);
-      } catch (...) {
-        _exit(4);
-      }
-      _exit(0);  // the fault point was never reached: the parent fails the test
-    }
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    ASSERT_TRUE(WIFEXITED(status));
-    ASSERT_EQ(WEXITSTATUS(status), 3) << "child did not die at the fault point";
+      save_tag(dir_, "s2", 2);
+    });
+    ASSERT_EQ(status, 3) << "child did not die at the fault point";
 
     EXPECT_EQ(slurp(dir_ + "/latest"), latest_before);
     expect_tag_holds(dir_, "", 1);
@@ -488,21 +486,11 @@ TEST_F(CheckpointTest, CrashAtEveryFaultPointLeavesPreviousTagLoadable) {
 
 TEST_F(CheckpointTest, CrashViaEnvironmentVariable) {
   save_tag(dir_, "s1", 1);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    setenv("DSCPP_CHECKPOINT_CRASH_AT", "before_rename", 1);
-    try {
-      save_tag(dir_, "s2", 2);
-    } catch (...) {
-      _exit(4);
-    }
-    _exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 86);
+  EXPECT_EQ(exit_status_of_child([&] {
+              setenv("DSCPP_CHECKPOINT_CRASH_AT", "before_rename", 1);
+              save_tag(dir_, "s2", 2);
+            }),
+            86);
   EXPECT_TRUE(fs::exists(dir_ + "/s2.tmp/manifest.json"));  // died with a complete temp dir, before the rename
   EXPECT_EQ(read_latest_tag(dir_), "s1");
   EXPECT_EQ(list_tags(dir_), std::vector<std::string>{"s1"});

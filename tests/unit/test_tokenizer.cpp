@@ -48,6 +48,16 @@ nlohmann::json hand_vocab() {
   return v;
 }
 
+// GPT-2 files in d: vocab.json (hand_vocab and the end-of-text token) and merges.txt with the first n of kMerges.
+void write_hand_gpt2_files(const fs::path& d, size_t n = kMerges.size()) {
+  nlohmann::json vocab = hand_vocab();
+  vocab["<|endoftext|>"] = 265;
+  write_text(d / "vocab.json", vocab.dump());
+  std::string merges = "#version: 0.2\n";
+  for (size_t i = 0; i < n; i++) merges += kMerges[i].first + " " + kMerges[i].second + "\n";
+  write_text(d / "merges.txt", merges);
+}
+
 const Tokenizer& corpus_tokenizer() {  // trained once, shared by the tests that need a realistic vocab
   static const Tokenizer t = Tokenizer::train(default_corpus_text(), 2048);
   return t;
@@ -125,12 +135,7 @@ TEST(Tokenizer, BytesToUnicodeMatchesGpt2) {
 
 TEST(Tokenizer, Gpt2FilesExactEncoding) {
   fs::path d = temp_dir();
-  nlohmann::json vocab = hand_vocab();
-  vocab["<|endoftext|>"] = 265;
-  write_text(d / "vocab.json", vocab.dump());
-  std::string merges = "#version: 0.2\n";
-  for (auto& [a, b] : kMerges) merges += a + " " + b + "\n";
-  write_text(d / "merges.txt", merges);
+  write_hand_gpt2_files(d);
   Tokenizer t = Tokenizer::load_gpt2((d / "vocab.json").string(), (d / "merges.txt").string());
   EXPECT_EQ(t.vocab_size(), 266);
   EXPECT_EQ(t.eot_id(), 265);
@@ -324,18 +329,11 @@ TEST(Tokenizer, SaveLoadHfReproducesEncodings) {
 // One merge, one token or one special token more or less is another tokenizer; the file format is not.
 TEST(Tokenizer, FingerprintIdentifiesTheEncoding) {
   fs::path d = temp_dir();
-  nlohmann::json vocab = hand_vocab();
-  vocab["<|endoftext|>"] = 265;
-  write_text(d / "vocab.json", vocab.dump());
-  std::string merges = "#version: 0.2\n";
-  for (auto& [a, b] : kMerges) merges += a + " " + b + "\n";
-  write_text(d / "merges.txt", merges);
+  write_hand_gpt2_files(d);
   const Tokenizer gpt2 = Tokenizer::load_gpt2((d / "vocab.json").string(), (d / "merges.txt").string());
   gpt2.save_hf((d / "tokenizer.json").string());
   EXPECT_EQ(Tokenizer::load_hf((d / "tokenizer.json").string()).fingerprint(), gpt2.fingerprint());
-  std::string fewer = "#version: 0.2\n";
-  for (size_t i = 0; i + 1 < kMerges.size(); i++) fewer += kMerges[i].first + " " + kMerges[i].second + "\n";
-  write_text(d / "merges.txt", fewer);
+  write_hand_gpt2_files(d, kMerges.size() - 1);
   EXPECT_NE(Tokenizer::load_gpt2((d / "vocab.json").string(), (d / "merges.txt").string()).fingerprint(),
             gpt2.fingerprint());
   const std::string text = default_corpus_text().substr(0, 20000);
