@@ -51,6 +51,8 @@ constexpr DType f32 = DType::f32, bf16_ = DType::bf16, f16_ = DType::f16, i32 = 
 // f32 (Case::inner); an f32 sum of K terms drifts by about eps·sqrt(K) on each side, more where random signs cancel,
 // and f32 math functions are a few ulp off: 8·eps(f32)·sqrt(K) (K >= 1). On the normalised error of n elements:
 //   threshold = eps(out) + inner + 8·eps(f32)·sqrt(K) + tiny(out)·sqrt(n) / ||ref||,  tiny = the smallest subnormal.
+// A mean may cancel to near zero, its error staying that of its terms: its ||ref|| is at least its inputs' RMS
+// (Arg::scale).
 double eps(DType t) { return t == bf16_ ? 0x1p-7 : t == f16_ ? 0x1p-10 : 0x1p-23; }
 double tiny(DType t) { return t == bf16_ ? 0x1p-133 : t == f16_ ? 0x1p-24 : 0x1p-149; }
 // Inner roundings: f32 GEMMs in TF32 round both operands of every product to 11 bits; cuBLASLt's GELU epilogues
