@@ -10,10 +10,10 @@
 #include <fstream>
 #include <functional>
 
-#include "dscpp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/crc32.h"
-#include "dscpp/checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/sharded_writer.h"
 #include "dscpp/core/rng.h"
 #include "checkpoint_fixtures.h"
