@@ -32,6 +32,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -362,6 +363,15 @@ inline void expect_same_on_every_rank(ProcessGroup& pg, const std::vector<float>
   int64_t differ = 0;
   for (size_t i = 0; i < mine.size(); i++) differ += t.data<float>()[i] != mine[i];
   EXPECT_EQ(differ, 0) << "rank " << pg.rank() << " differs from rank 0 in " << differ << " parameters";
+}
+
+// The store lives in rank 0's process: rank 0 leaves last, so that a rank still reading the store when a start-up
+// error stops it meets that error, not a lost connection.
+inline void leave_together(ProcessGroup& pg) {
+  TcpStore& store = *pg.store();
+  store.add("test/left", 1);
+  if (pg.rank() != 0) return;
+  while (store.add("test/left", 0) < pg.size()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
 }
 
 inline int gpus_without_touching_cuda_here() {  // a CUDA context does not survive fork: ask in a throwaway child

@@ -26,7 +26,7 @@ class NeedsGloo : public ::testing::Environment {
 };
 [[maybe_unused]] ::testing::Environment* const kNeedsGloo = ::testing::AddGlobalTestEnvironment(new NeedsGloo);
 
-// The engine's start-up throws on every rank; each message names `key`.
+// The engine's start-up throws on every rank, each message holding `needle`.
 void start_up_fails_everywhere(const std::function<DistCase(int rank)>& case_of, bool over_gloo_allowed,
                                const std::string& needle) {
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
@@ -43,6 +43,7 @@ void start_up_fails_everywhere(const std::function<DistCase(int rank)>& case_of,
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
+    test::leave_together(*pg);
   }));
 }
 

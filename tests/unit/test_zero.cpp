@@ -122,6 +122,7 @@ TEST(Zero, ShardedInitNeedsStage3) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("materialize_params"), std::string::npos) << e.what();
     }
+    test::leave_together(*pg);
   }));
 }
 
