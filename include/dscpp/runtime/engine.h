@@ -12,7 +12,7 @@
 // Data parallelism (ZeRO stage 0, EngineOptions::dp_group): every rank starts from rank 0's parameters, backward
 // averages the gradients across ranks at the boundary (Note [Gradient sync], src/runtime/dp/grad_sync.h), so
 // clipping, the overflow check and the step see the same averaged gradients on every rank.
-// ZeRO stages 1-3 (zero_optimization.stage, Note [ZeRO units] in runtime/zero_partition.h): rank r owns chunk r of
+// ZeRO stages 1-3 (zero_optimization.stage, Note [ZeRO units] in nn/zero_partition.h): rank r owns chunk r of
 // every unit; its optimizer (and f32 masters) cover only those chunks; gradients are reduce-scattered per unit (the
 // same component; stage 2/3 keep only the partition); stage 1/2 all-gather the updated parameters after the step,
 // stage 3 keeps only the parameter shard and gathers units around their use (runtime/zero_params.h). The gradient
@@ -30,6 +30,7 @@
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/models/model.h"
+#include "dscpp/nn/zero_partition.h"
 #include "dscpp/profiler/profiler.h"
 #include "dscpp/runtime/config.h"
 #include "dscpp/runtime/loss_scaler.h"
@@ -37,7 +38,6 @@
 #include "dscpp/runtime/optimizer.h"
 #include "dscpp/runtime/zero_estimate.h"  // ModelStateBytes: the bytes this rank holds, by kind
 #include "dscpp/runtime/zero_params.h"
-#include "dscpp/runtime/zero_partition.h"
 
 namespace dscpp {
 

@@ -19,13 +19,13 @@
 #include <iostream>
 
 #include "dscpp/core/cuda.h"
+#include "dscpp/flops_profiler/module_tree.h"
+#include "dscpp/flops_profiler/report.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/profiler/memory_report.h"
-#include "dscpp/profiler/module_tree.h"
-#include "dscpp/profiler/report.h"
 #include "dscpp/profiler/trace.h"
-#include "dscpp/runtime/grad_clip.h"
 #include "runtime/dp/grad_sync.h"
+#include "runtime/optim/grad_clip.h"
 
 namespace dscpp {
 
