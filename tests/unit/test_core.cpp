@@ -113,7 +113,7 @@ TEST(ParamSet, FlatLayoutAlignedFusedAndPadded) {
   EXPECT_THROW(ps.add("late", {1}, true), Error);
 }
 
-// Note [Copy-engine buckets]: the gradients move into another buffer (a group's symmetric memory) with their values.
+// Note [Copy-engine reductions]: the gradients move into another buffer (a group's symmetric memory) with their values.
 TEST(ParamSet, ReplaceFlatGradsCopiesAndChecks) {
   ParamSet ps;
   int a = ps.add("a.weight", {3, 5}, true);
