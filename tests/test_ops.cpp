@@ -455,23 +455,11 @@ void add_fused_norms() {
                 if (ln) x.compare("mean", dmean, mean, 1e-5);
                 x.compare("rstd", drstd, rstd, 1e-5);
               });
-            // LayerNorm: f32 gradients (mixed precision); RMSNorm: gradients in the weight's dtype. 16-bit
-            // activations also run the experimental one-pass kernel (Note [Fused norm backward, one pass]).
+            // LayerNorm: f32 gradients (mixed precision); RMSNorm: gradients in the weight's dtype.
             const DType g = ln ? DType::f32 : w;
-            for (bool onepass : {false, true})
             for (bool in_place : {false, true}) {
-              if (onepass && t == DType::f32) continue;
               add("fused_residual_" + kind + "_backward", t,
-                  sh + " dw=" + dt_name(g) + (in_place ? " dresid=dskip" : "") + (onepass ? " onepass" : ""),
-                  [=](Ctx& x) {
-                    struct Onepass {  // the kernel choice for this case only
-#ifdef DSCPP_WITH_CUDA
-                      explicit Onepass(bool on) { cuda::set_norm_backward_onepass(on); }
-                      ~Onepass() { cuda::set_norm_backward_onepass(false); }
-#else
-                      explicit Onepass(bool) {}
-#endif
-                    } scoped(onepass);
+                  sh + " dw=" + dt_name(g) + (in_place ? " dresid=dskip" : ""), [=](Ctx& x) {
                     Tensor s = x.rand({N, C}, -2.0f, 3.0f), wt = x.rand({C}, w), b = x.rand({C}, w);
                     Tensor dskip = x.rand({N, C}), dnorm = x.rand({N, C});
                     Tensor y = Tensor::empty({N, C}, DType::f32), mean = Tensor::empty({N}, DType::f32),
@@ -838,20 +826,18 @@ void add_matmul() {
 #endif
 }
 
-// The matmul switches for one case (cuBLASLt epilogues on/off, TF32 for f32 GEMMs, dbias through BGRADB), back to
-// the defaults after.
+// The matmul switches for one case (cuBLASLt epilogues on/off, TF32 for f32 GEMMs), back to the defaults after.
 struct MatmulMode {
-  MatmulMode(bool epilogues, bool tf32, bool bgradb = false) { set(epilogues, tf32, bgradb); }
-  ~MatmulMode() { set(true, true, false); }
+  MatmulMode(bool epilogues, bool tf32) { set(epilogues, tf32); }
+  ~MatmulMode() { set(true, true); }
   MatmulMode(const MatmulMode&) = delete;
   MatmulMode& operator=(const MatmulMode&) = delete;
-  static void set(bool epilogues, bool tf32, bool bgradb) {
+  static void set(bool epilogues, bool tf32) {
 #ifdef DSCPP_WITH_CUDA
     cuda::set_matmul_epilogues(epilogues);
     cuda::set_matmul_allow_tf32(tf32);
-    cuda::set_matmul_bgradb(bgradb);
 #else
-    (void)epilogues, (void)tf32, (void)bgradb;
+    (void)epilogues, (void)tf32;
 #endif
   }
 };
@@ -892,16 +878,13 @@ void add_matmul_epilogue() {
           x.run([&] { ops::matmul_dgelu_backward(ddpre, ddy, dw, dp); });
           x.compare("dpre", ddpre, ref);
         });
-        // dbias by bias_grad (the default) and, fused, through the BGRADB epilogue of the weight-gradient GEMM
-        // (DSCPP_BGRADB=1): accumulates (+=) onto non-zero gradients, f32 (mixed precision) or in the activations'
-        // dtype; deterministic.
-        for (DType g : param_dtypes(t))
-          for (bool bgradb : {false, true}) {
-            if (bgradb && !fused) continue;
+        // dbias by bias_grad: accumulates (+=) onto non-zero gradients, f32 (mixed precision) or in the
+        // activations' dtype; deterministic.
+        for (DType g : param_dtypes(t)) {
             add("matmul_backward", t, dims({{"N", s.N}, {"C", s.C}, {"OC", s.F}}) + " bias dw=" + dt_name(g) +
-                                          (fused ? " fused" : " unfused") + (bgradb ? " bgradb" : ""), [=](Ctx& x) {
+                                          (fused ? " fused" : " unfused"), [=](Ctx& x) {
               x.tol = kGemmTol;
-              MatmulMode mode(fused, true, bgradb);
+              MatmulMode mode(fused, true);
               const int64_t N = s.N, C = s.C, OC = s.F;
               Tensor inp = x.rand({N, C}), w = x.rand({OC, C}), dy = x.rand({N, OC});
               Tensor dw0 = x.rand({OC, C}, g), db0 = x.rand({OC}, g);
@@ -964,7 +947,6 @@ void add_attention() {
         const std::string suffix = cudnn ? "[cudnn]" : "";
         // Runs `call` on the backend; a cuDNN case must have been served by cuDNN where it should be.
         auto on_backend = [=](Ctx& x, bool backward, const std::function<void()>& call) {
-          ScopedAttentionBackend scope(be);
           const AttentionCalls before = attention_calls();
           x.run(call);
           const AttentionCalls after = attention_calls();
@@ -980,7 +962,7 @@ void add_attention() {
           ops::attention_forward(out, lse, qkv, s.B, s.T, s.H, s.Hkv, s.D);
           Tensor dq = x.dev(qkv, "qkv"), dout = x.out({s.B, s.T, s.H * s.D}, "out"),
                  dlse = x.out({s.B, s.H, s.T}, DType::f32, "lse");
-          on_backend(x, false, [&] { ops::attention_forward(dout, dlse, dq, s.B, s.T, s.H, s.Hkv, s.D); });
+          on_backend(x, false, [&] { ops::attention_forward(dout, dlse, dq, s.B, s.T, s.H, s.Hkv, s.D, be); });
           x.compare("out", dout, out);
           x.compare("lse", dlse, lse, 1e-4);
         });
@@ -994,7 +976,8 @@ void add_attention() {
           ops::attention_backward(ref, dy, qkv, out, lse, s.B, s.T, s.H, s.Hkv, s.D);
           Tensor dq = x.dev(qkv, "qkv"), ddy = x.dev(dy, "dout"), dout = x.dev(out, "out"),
                  dlse = x.dev(lse, DType::f32, "lse"), ddq = x.out({s.B, s.T, row}, "dqkv");
-          on_backend(x, true, [&] { ops::attention_backward(ddq, ddy, dq, dout, dlse, s.B, s.T, s.H, s.Hkv, s.D); });
+          on_backend(x, true,
+                     [&] { ops::attention_backward(ddq, ddy, dq, dout, dlse, s.B, s.T, s.H, s.Hkv, s.D, be); });
           x.compare("dqkv", ddq, ref);
         });
       }
