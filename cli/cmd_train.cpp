@@ -3,8 +3,8 @@
 #include <iostream>
 
 #include "cli/commands.h"
+#include "cli/trainer.h"
 #include "dscpp/models/model.h"
-#include "dscpp/runtime/trainer.h"
 
 namespace dscpp::cli {
 

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "dist/multiprocess.h"
+#include "checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/async_checkpointer.h"
-#include "dscpp/checkpoint/fault_injection.h"
 #include "dscpp/comm/store.h"
 #include "dscpp/core/rng.h"
 #include "checkpoint_fixtures.h"

@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "dist/multiprocess.h"
+#include "checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
-#include "dscpp/checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/sharded_writer.h"
 #include "dscpp/comm/store.h"
 #include "dscpp/core/rng.h"

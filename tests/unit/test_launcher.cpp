@@ -15,7 +15,7 @@
 
 #include "dscpp/core/check.h"
 #include "dscpp/launcher/launch.h"
-#include "dscpp/launcher/runners.h"
+#include "launcher/runners.h"
 
 using namespace dscpp::launcher;
 namespace fs = std::filesystem;

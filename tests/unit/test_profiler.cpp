@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/flops_profiler/report.h"
 #include "dscpp/profiler/memory_report.h"
-#include "dscpp/profiler/report.h"
 #include "dscpp/profiler/trace.h"
 #include "dscpp/profiler/wall_clock.h"
 #include "gpu_test.h"
