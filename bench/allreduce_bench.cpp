@@ -24,7 +24,6 @@
 #include "dscpp/comm/dist_env.h"
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/cuda.h"
-#include "dscpp/runtime/grad_reducer.h"
 
 #include "bench_flags.h"
 

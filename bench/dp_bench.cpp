@@ -6,7 +6,7 @@
 //       [--steps 10] [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]
 //       [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]
 //       [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F --n-vocab V]
-//       [--comm-dtype fp32|bf16]
+//       [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head]
 // --model is --models. --bucket: zero_optimization.reduce_bucket_size in elements (0: DeepSpeed's default 5e8);
 // --overlap: overlap_comm (reductions during backward; PyTorch DDP's 25 MB buckets are --bucket 6250000 in f32).
 // --zero-stage: one stage or a comma list, each a fresh engine on a fresh sub-group of the ranks. Stage >= 1 builds
@@ -14,6 +14,8 @@
 // buffer, as cli/trainer.cpp does. --stage3-reuse-distance: stage3_max_reuse_distance (0: release every
 // unit after its use, FSDP's reshard_after_forward); --prefetch: stage3_prefetch_bucket_size in elements.
 // --comm-dtype: communication_data_type (gradients reduced in bf16 instead of f32).
+// --copy-engine: dscpp.copy_engine.enabled (Note [Copy-engine reductions]; needs --overlap at stages 0 and 2;
+// stage 1, which has no copy-engine path, runs without it). --fused-head: dscpp.fused_head (Note [Fused head]).
 // --checkpointing: activation checkpointing of every block. --n-*: override the preset's shape (the model is then
 // named <arch>-L<L>-C<C>), e.g. a Llama of 7B parameters for a memory probe.
 // --trace: a Chrome trace of step 1 (a warm-up step) per rank, FILE.rank<r> (scripts/check_trace.py).
@@ -50,7 +52,6 @@
 #include "dscpp/profiler/profiler.h"
 #include "dscpp/runtime/engine.h"
 #include "dscpp/runtime/zero_estimate.h"
-#include "dscpp/runtime/grad_reducer.h"
 
 #include "bench_flags.h"
 
@@ -66,7 +67,7 @@ struct Args {
   int64_t batch = 32, seq = 1024, steps = 10, warmup = 3, bucket = 0;
   int64_t reuse = 0, prefetch = 50000000;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0, n_vocab = 0;  // 0: the preset's
-  bool overlap = false, checkpointing = false, nvtx_step = false;
+  bool overlap = false, checkpointing = false, nvtx_step = false, copy_engine = false, fused_head = false;
   std::string trace;
   std::string comm_dtype;  // communication_data_type ("": the gradients' dtype, f32)
 };
@@ -77,16 +78,21 @@ const bench::Flags kFlags{
     "                [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]\n"
     "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
     "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F] [--n-vocab V]\n"
-    "                [--comm-dtype fp32|bf16] [--nvtx-step]\n"
+    "                [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head] [--nvtx-step]\n"
     "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n"};
 [[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
 Args parse(int argc, char** argv) {
   Args a;
   auto on_switch = [&](const std::string& k) {
-    (k == "overlap" ? a.overlap : k == "checkpointing" ? a.checkpointing : a.nvtx_step) = true;
+    (k == "overlap"         ? a.overlap
+     : k == "checkpointing" ? a.checkpointing
+     : k == "copy-engine"   ? a.copy_engine
+     : k == "fused-head"    ? a.fused_head
+                            : a.nvtx_step) = true;
   };
-  kFlags.parse(argc, argv, {"overlap", "checkpointing", "nvtx-step"}, on_switch, [&](const std::string& k, const std::string& v) {
+  kFlags.parse(argc, argv, {"overlap", "checkpointing", "copy-engine", "fused-head", "nvtx-step"}, on_switch,
+               [&](const std::string& k, const std::string& v) {
     auto to_int = [&](const std::string& x, int64_t min) { return kFlags.to_int(k, x, min); };
     if (k == "models" || k == "model") {
       a.models = bench::Flags::list(v);
@@ -148,19 +154,22 @@ std::string model_label(const std::string& name, const ModelConfig& c, const Arg
 
 // train_bench's config (bench/train_bench.cpp), with the data-parallel and ZeRO settings.
 DeepSpeedConfig bench_config(const Args& a, int stage, int64_t n_layer, int world) {
-  std::string zero = R"(, "zero_optimization": {"stage": )" + std::to_string(stage);
-  if (a.bucket > 0) zero += R"(, "reduce_bucket_size": )" + std::to_string(a.bucket);
-  zero += std::string(R"(, "overlap_comm": )") + (a.overlap ? "true" : "false");
-  zero += R"(, "stage3_max_reuse_distance": )" + std::to_string(a.reuse) + R"(, "stage3_prefetch_bucket_size": )" +
+  std::string more = R"(, "zero_optimization": {"stage": )" + std::to_string(stage);
+  if (a.bucket > 0) more += R"(, "reduce_bucket_size": )" + std::to_string(a.bucket);
+  more += std::string(R"(, "overlap_comm": )") + (a.overlap ? "true" : "false");
+  more += R"(, "stage3_max_reuse_distance": )" + std::to_string(a.reuse) + R"(, "stage3_prefetch_bucket_size": )" +
           std::to_string(a.prefetch) + "}";
   if (a.checkpointing)
-    zero += R"(, "activation_checkpointing": {"number_checkpoints": )" + std::to_string(n_layer) + "}";
+    more += R"(, "activation_checkpointing": {"number_checkpoints": )" + std::to_string(n_layer) + "}";
+  const bool copies = a.copy_engine && stage != 1;
+  more += std::string(R"(, "dscpp": {"fused_head": )") + (a.fused_head ? "true" : "false") +
+          R"(, "copy_engine": {"enabled": )" + (copies ? "true" : "false") + "}}";
   return DeepSpeedConfig::from_string(
       R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.batch) +
           R"(, "gradient_accumulation_steps": 1,
           "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
                                                     "weight_decay": 0.1}},
-          "gradient_clipping": 1.0, "bf16": {"enabled": true})" + zero +
+          "gradient_clipping": 1.0, "bf16": {"enabled": true})" + more +
           (a.comm_dtype.empty() ? "" : R"(, "communication_data_type": ")" + a.comm_dtype + "\"") + "}",
       world);
 }

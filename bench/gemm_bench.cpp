@@ -1,19 +1,14 @@
 // GEMM benchmark and self-check for the cuBLASLt matmuls (src/kernels/cuda/matmul.cu).
-//   gemm_bench            check against the CPU reference, then time      gemm_bench check | time | dbias | carveout
+//   gemm_bench            check against the CPU reference, then time      gemm_bench check | time | dbias
 // The 8192^3 bf16 case compares with the measured cuBLAS ceiling (~677-790 TFLOP/s on H100).
 // The dbias section times the bias gradient of GPT-2's four linears (our bias_grad kernel, Note [Matmul epilogues])
 // alone and after the weight-gradient GEMM, L2 flushed before each run.
-// The carveout section (Note [GEMM SM carve-out]) times a training step's GEMMs (forward + backward) alone, then
-// beside a kernel that holds k SMs for a while (bench/sm_hog.cu, standing in for an NCCL collective), each with
-// GEMMs targeting every SM and with k SMs carved out.
 #include <cstdio>
 #include <functional>
 #include <string>
 
 #include "bench/bench_util.h"
-#include "bench/sm_hog.h"
 #include "dscpp/core/cuda.h"
-#include "dscpp/kernels/gemm_sm_carveout.h"
 #include "dscpp/kernels/ops.h"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -158,53 +153,6 @@ void run_dbias_timing() {
   }
 }
 
-// Forward + backward GEMMs of one linear at a time (bf16, f32 weight gradient): alone and beside a kernel holding k
-// SMs for hog_us, with the GEMMs targeting all SMs ("k=0") or carving the k out.
-void run_carveout_timing() {
-  const Linear lins[] = {{32768, 768, 2304, "GPT-2 qkv"},
-                      {32768, 768, 3072, "GPT-2 fc"},
-                      {32768, 3072, 768, "GPT-2 proj"},
-                      {16384, 2048, 16384, "Llama-1B gate_up"}};
-  cudaStream_t main_s = dscpp::cuda::current_stream(0), side = nullptr;
-  DSCPP_CUDA_CHECK(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
-  const double hog_us = 300;  // about one 25 MB bucket's all-reduce on 4 H200s
-  std::printf("\ncarve-out: fwd+bwd GEMM ms; 'beside': a kernel holds k SMs for %.0f us, started with the GEMMs\n",
-              hog_us);
-  {
-    const double hog = time_ms([&] { launch_sm_hog(8, hog_us, main_s); });
-    std::printf("the stand-in kernel alone: %.3f ms ('beside' runs until both it and the GEMMs are done)\n", hog);
-  }
-  std::printf("%-17s %3s | %9s %9s | %11s %11s\n", "linear (bf16)", "k", "alone k=0", "alone -k", "beside k=0",
-              "beside -k");
-  for (const Linear& l : lins) {
-    LinearBufs b(l);
-    auto step = [&] {
-      b.forward();
-      b.backward();
-    };
-    for (int k : {8, 16, 32}) {
-      auto beside = [&] {
-        dscpp::cuda::Event go;
-        go.record(main_s);
-        go.wait(side);
-        launch_sm_hog(k, hog_us, side);
-        step();
-        dscpp::cuda::Event done;
-        done.record(side);
-        done.wait(main_s);  // the next run starts with the SMs free
-      };
-      double t[4];
-      for (int carve = 0; carve < 2; carve++) {
-        dscpp::ScopedGemmSmCarveout c(carve ? k : 0);
-        t[carve] = time_ms(step);
-        t[2 + carve] = time_ms(beside);
-      }
-      std::printf("%-17s %3d | %9.3f %9.3f | %11.3f %11.3f\n", l.what, k, t[0], t[1], t[2], t[3]);
-    }
-  }
-  DSCPP_CUDA_CHECK(cudaStreamDestroy(side));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -218,7 +166,6 @@ int main(int argc, char** argv) {
     if (mode == "all" || mode == "check") ok = run_checks();
     if (mode == "all" || mode == "time") run_timing();
     if (mode == "all" || mode == "time" || mode == "dbias") run_dbias_timing();
-    if (mode == "all" || mode == "carveout") run_carveout_timing();
     return ok ? 0 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gemm_bench: %s\n", e.what());

@@ -5,7 +5,7 @@
 # Usage: bench/run_dp_sweep.sh [--build DIR] [--gpus 2] [--model gpt2] [--batch 32] [--seq 1024] [--steps 8]
 #          VARIANT...   where VARIANT = "NAME|ENV|ARGS", e.g.
 #   bench/run_dp_sweep.sh "base||--overlap --bucket 6250000" \
-#                         "windows|DSCPP_COMM_WINDOW=attention|--overlap --bucket 6250000"
+#                         "ce||--overlap --bucket 6250000 --copy-engine" "ring|NCCL_ALGO=Ring|--overlap --bucket 6250000"
 # ENV: space-separated VAR=VALUE for our ranks; ARGS: dp_bench options. Logs and traces: $LOGDIR (default a new
 # directory under ${TMPDIR:-/tmp}). About 15 s per GPT-2 124M variant on 2 H200s.
 set -u

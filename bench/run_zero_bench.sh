@@ -12,6 +12,7 @@
 #          [--models "gpt2-medium llama-1b" | "gpt2-medium:32 llama-1b:16"] [--batch 8] [--seq 1024] [--steps 5] [--warmup 2] [--no-compile]
 #          [--no-torch] [--no-probe] [--probe "3b 7b 13b 20b 24b 28b 30b"] [--probe-batch 4] [--budget 420]
 #          [--stages 0,1,2,3] [--comm-dtype bf16 (ours: communication_data_type; FSDP2: reduce_dtype)]
+#          [--copy-engine (ours: dscpp.copy_engine.enabled at stages 0, 2 and 3)]
 # Output: the table (model, impl: ours zero-0..3 / torch-fsdp2, tokens/s per GPU, MFU, peak GiB = allocator peak
 # (ours) or max_memory_allocated (torch), ours/FSDP2 = tokens/s per GPU against FSDP2's on the same model), the
 # engine's model-state report per stage, and the probe's rows (params, tokens/s per GPU, MFU, peak GiB, or the
@@ -24,7 +25,7 @@ root="$(dirname "$here")"
 build="$root/build"
 [ -x "$root/build-gpu/bench/dp_bench" ] && build="$root/build-gpu"  # scripts/gpu/check.sh's build
 gpus=4 models="gpt2-medium llama-1b" batch=8 seq=1024 steps=5 warmup=2
-comm_dtype="" compile=1 run_torch=1 run_probe=1 probe="3b 7b 13b 20b 24b 28b 30b" probe_batch=4 budget=420 stages=0,1,2,3
+comm_dtype="" copy_engine="" compile=1 run_torch=1 run_probe=1 probe="3b 7b 13b 20b 24b 28b 30b" probe_batch=4 budget=420 stages=0,1,2,3
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -35,6 +36,7 @@ while [ $# -gt 0 ]; do
     --steps) steps="$2"; shift 2 ;;
     --warmup) warmup="$2"; shift 2 ;;
     --no-compile) compile=0; shift ;;
+    --copy-engine) copy_engine=--copy-engine; shift ;;
     --no-torch) run_torch=0; shift ;;
     --no-probe) run_probe=0; shift ;;
     --probe) probe="$2"; shift 2 ;;
@@ -43,7 +45,7 @@ while [ $# -gt 0 ]; do
     --stages) stages="$2"; shift 2 ;;
     --comm-dtype) comm_dtype="$2"; shift 2
       [ "$comm_dtype" = bf16 ] || { echo "run_zero_bench.sh: --comm-dtype '$comm_dtype': only bf16 (f32 is the default)" >&2; exit 2; } ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "run_zero_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -103,7 +105,7 @@ for entry in $models; do
   names="$names $m"
   common=(--batch "$b" --seq "$seq" --steps "$steps" --warmup "$warmup")
   run "dscpp_zero_$m" 240 "${launch[@]}" "$build/bench/dp_bench" --model "$m" --zero-stage "$stages" "${common[@]}" \
-    --overlap --bucket 6250000 --stage3-reuse-distance 0 ${ours_comm[@]+"${ours_comm[@]}"}
+    --overlap --bucket 6250000 --stage3-reuse-distance 0 ${ours_comm[@]+"${ours_comm[@]}"} $copy_engine
   [ "$run_torch" = 1 ] && run "torch_fsdp2_$m" 360 "${torchrun[@]}" "$here/fsdp_torch.py" --models "$m" "${common[@]}" \
     ${flags[@]+"${flags[@]}"}
 done

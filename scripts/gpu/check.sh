@@ -87,13 +87,13 @@ if named ckpt; then
 fi
 if named dp; then
   # Multi-GPU: the NCCL tests, then the data-parallel A/B of bench/run_dp_sweep.sh on GPT-2 124M (DDP-like 25 MB and
-  # 100 MB buckets, each with and without communication windows). ~2.5 min on 2 H200s after the build.
+  # 100 MB buckets, each with NCCL's kernels and with copy engines). ~2.5 min on 2 H200s after the build.
   (cd build-gpu && timeout 300 ctest -j 2 -R "Nccl|NCCL") >"$OUT/ctest_nccl.log" 2>&1
   summary+=("nccl ctest rc=$?: $(grep -E 'tests passed' "$OUT/ctest_nccl.log" | tail -1)")
   grep -E "Failed|\*\*\*" "$OUT/ctest_nccl.log" | head -10
   LOGDIR=/tmp/dp_sweep timeout 400 bash bench/run_dp_sweep.sh --build build-gpu --gpus "${DP_GPUS:-2}" \
-    "b6M||--overlap --bucket 6250000" "b6M_win|DSCPP_COMM_WINDOW=attention|--overlap --bucket 6250000" \
-    "b25M||--overlap --bucket 25000000" "b25M_win|DSCPP_COMM_WINDOW=attention|--overlap --bucket 25000000" \
+    "b6M||--overlap --bucket 6250000" "b6M_ce||--overlap --bucket 6250000 --copy-engine" \
+    "b25M||--overlap --bucket 25000000" "b25M_ce||--overlap --bucket 25000000 --copy-engine" \
     "one_bucket||--bucket 500000000" 2>&1 | tee "$OUT/dp_sweep.log"
   summary+=("dp sweep rc=$?")
 fi

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a machine of several GPUs (all of them, or GPUS=N), what the ZeRO issue measures; one part per call (< 600 s):
 #   compare: a fresh sm_90a build; the NCCL/ZeRO GPU tests (those for more GPUs skip); stage 3 with copy-engine
-#            reductions and gathers (DSCPP_DP_COPY_ENGINE=1) against FSDP2 + torch.compile, Llama-1B (B 16) and
+#            reductions and gathers (dscpp.copy_engine.enabled) against FSDP2 + torch.compile, Llama-1B (B 16) and
 #            GPT-2 350M (B 32), 20 timed steps each side; then Llama-1B stage 3 with NCCL kernels, 20 steps.
 #   probe:   (4 H200s) the largest stage-3 Llama: the 28b and 29b shapes of bench/run_zero_bench.sh (dscpp estimate-memory
 #            predicts 127.5 and 134.2 GiB per GPU), with NCCL_DEBUG=WARN, CUDA errors' call stacks and the kernel's
@@ -28,10 +28,10 @@ el built
 launch=(./build-gpu/dscpp launch --hostfile /tmp/zerog_nohost --master_port 0 --num_gpus "$gpus" --)
 case "$part" in
   compare)
-    (cd build-gpu && timeout 240 ctest --output-on-failure -R "ZeroNccl|CommNccl" > "$OUT/zero_nccl_tests.log" 2>&1)
+    (cd build-gpu && timeout 240 ctest --output-on-failure -R "Nccl" > "$OUT/zero_nccl_tests.log" 2>&1)
     echo "NCCL/ZeRO tests rc=$?: $(grep -E 'tests passed' "$OUT/zero_nccl_tests.log")"
     el tests
-    LOGDIR=/tmp/zerog_ce DSCPP_DP_COPY_ENGINE=1 timeout 330 bash bench/run_zero_bench.sh --build build-gpu --gpus "$gpus" \
+    LOGDIR=/tmp/zerog_ce timeout 330 bash bench/run_zero_bench.sh --build build-gpu --gpus "$gpus" --copy-engine \
       --models "llama-1b:16 gpt2-medium:32" --stages 3 --steps 20 --warmup 3 --no-probe > "$OUT/zero_ce.txt" 2>&1
     echo "zero bench rc=$?"; grep -E "^\|" "$OUT/zero_ce.txt"
     el compared

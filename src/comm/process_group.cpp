@@ -208,7 +208,6 @@ std::unique_ptr<ProcessGroup> ProcessGroup::new_subgroup(const std::vector<int>&
   std::string sub_name = name_ + "/sub" + std::to_string(subgroups_made_++);
   auto it = std::find(ranks.begin(), ranks.end(), rank_);
   if (it == ranks.end()) return nullptr;
-  DSCPP_CHECK(options.max_ctas >= 0, "new_subgroup of '", name_, "': max_ctas ", options.max_ctas, " (expected >= 0)");
   auto sub = make_subgroup(sub_name, int(it - ranks.begin()), ranks, options);
   sub->logger_ = logger_;
   return sub;
@@ -260,6 +259,16 @@ std::unique_ptr<ProcessGroup> init_process_group(const std::string& backend, std
     cuda_set_device(e.local_rank % n);
   }
   return new_process_group(be, e.rank, e.world_size, e.master_addr, e.master_port, timeout);
+}
+
+std::vector<float> all_reduce_values(ProcessGroup& pg, const std::vector<float>& values, ReduceOp op,
+                                     Device device) {
+  Tensor host = Tensor::empty({int64_t(values.size())}, DType::f32, Device::cpu());
+  std::copy(values.begin(), values.end(), host.data<float>());
+  Tensor t = device.is_cpu() ? host : host.to(device);
+  pg.all_reduce(t, op)->wait();
+  if (!device.is_cpu()) host = t.to(Device::cpu());  // nccl's wait only orders the stream; to() synchronises
+  return std::vector<float>(host.data<float>(), host.data<float>() + values.size());
 }
 
 // Note [Config checks per group]: the n-th check this process makes on a group uses its own keys (.../<n>/<rank>).

@@ -9,7 +9,6 @@
 
 #include "dscpp/core/rng.h"
 #include "dscpp/kernels/ops.h"
-#include "dscpp/nn/comm_window.h"
 #include "dscpp/profiler/profiler.h"
 
 namespace dscpp {
@@ -330,7 +329,6 @@ void Decoder::backward(float dloss) {
   }
   {
     DSCPP_PROFILE_RANGE("model.embeddings");
-    comm_window();  // the scatter-add below is the last compute of backward (Note [Communication windows])
     m_.wte.backward(params_, dres, ids_);
     if (m_.wpe.defined()) m_.wpe.backward(params_, dres, seq_.pos);
   }

@@ -1,7 +1,6 @@
 #include "dscpp/nn/attention.h"
 
 #include "dscpp/kernels/ops.h"
-#include "dscpp/nn/comm_window.h"
 
 namespace dscpp {
 
@@ -31,7 +30,6 @@ void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const
   Tensor datt = Tensor::empty({N, H * D}, dout.dtype(), dout.device());
   proj.backward(ps, datt, dout, att_);
   Tensor dqkv = Tensor::empty(qkv_out_.shape(), dout.dtype(), dout.device());
-  comm_window();  // Note [Communication windows]
   ops::attention_backward(dqkv, datt, qkv_out_, att_, lse_, s.B, s.T, H, Hkv, D, backend);
   datt = Tensor();
   if (rope) ops::rope_backward(dqkv, s.pos, H, Hkv, D, rope_params);

@@ -6,7 +6,7 @@
 //   unit that is not fresh, then prefetches from the recorded sequence up to the prefetch bucket while the live bound
 //   allows; after() keeps a persistent unit, and one the sequence reuses within the reuse distance; the step (Note
 //   [Gathers at the step]) leaves the sequence's first units gathered for the next forward.
-// - Stages 2 and 3 follow ZeroGradPartitioner (runtime/zero/zero_grads.cpp): a unit's f32 window opens where
+// - Stages 2 and 3 follow GradSync (Note [Gradient sync], runtime/dp/grad_sync.h): a unit's f32 window opens where
 //   backward first writes its gradients, its reduce-scatter is launched when they are final, and the oldest is
 //   retired (its window freed) once more than kMaxInFlight are in flight (none without overlap_comm); a later
 //   micro-batch of the step also holds an f32 chunk per reduction to add into the partition.
@@ -15,7 +15,7 @@
 #include <deque>
 
 #include "dscpp/runtime/zero_estimate.h"
-#include "dscpp/runtime/zero_grads.h"
+#include "runtime/dp/grad_sync.h"
 
 namespace dscpp {
 
@@ -112,7 +112,7 @@ class GradWindows {
     written(r, u);  // no gradient reached the unit: zeros are reduced all the same
     const int64_t out = accumulating_ ? int64_t(r.alloc(size_[size_t(u)] / world_ * 4)) : -1;
     in_flight_.push_back({u, out});
-    if (in_flight_.size() > (overlap_ ? ZeroGradPartitioner::kMaxInFlight : 0)) retire(r);
+    if (in_flight_.size() > (overlap_ ? GradSync::kMaxInFlight : 0)) retire(r);
   }
   void end(ReplayLedger& r) {
     while (!in_flight_.empty()) retire(r);

@@ -416,7 +416,8 @@ TEST(Config, EngineKeysOfOurs) {
   EXPECT_FALSE(d.dscpp.copy_engine.arena_mib.has_value());
 
   auto c = DeepSpeedConfig::from_string(with_batch(
-      R"("dscpp": {"attention": "own", "fused_head": true, "copy_engine": {"enabled": true, "arena_mib": 64}})"));
+      R"("dscpp": {"attention": "own", "fused_head": true, "copy_engine": {"enabled": true, "arena_mib": 64}},
+          "zero_optimization": {"overlap_comm": true})"));
   EXPECT_EQ(c.dscpp.attention, "own");
   EXPECT_TRUE(c.dscpp.fused_head);
   EXPECT_TRUE(c.dscpp.copy_engine.enabled);

@@ -29,15 +29,11 @@ enum class WorkStatus { pending, completed, failed };
 // NCCL's CTA policy (ncclConfig_t::CTAPolicy, NCCL >= 2.28). zero: all_to_all and all_gather in this group's
 // symmetric memory (alloc_symmetric) move their data with the GPU's copy engines, leaving every SM to the compute
 // beside them (Note [All-reduce by copies]); on such a group those two and all_reduce_by_copies accept only that
-// memory (Note [Copy-engine sources]). efficiency: as few thread blocks as NCCL finds decent. A group with either
-// has a blocking communicator (NCCL 2.28.3 registers windows only on those).
-enum class CtaPolicy { nccl_default, efficiency, zero };
+// memory (Note [Copy-engine sources]). Such a group has a blocking communicator (NCCL 2.28.3 registers windows only
+// on those).
+enum class CtaPolicy { nccl_default, zero };
 
-// How a new sub-group's collectives run. max_ctas (NCCL's ncclConfig_t::maxCTAs): at most this many thread blocks
-// per collective, 0 = NCCL's choice; fewer leave more SMs to the compute running beside it and take longer. Gloo
-// ignores both.
-struct GroupOptions {
-  int max_ctas = 0;
+struct GroupOptions {  // how a new sub-group's collectives run; Gloo ignores it
   CtaPolicy cta_policy = CtaPolicy::nccl_default;
 };
 
@@ -45,7 +41,7 @@ class Work {
  public:
   virtual ~Work() = default;
   // gloo: blocks until the op is done. nccl: makes the current compute stream wait for the op's end event; the host
-  // does not block (DSCPP_NCCL_BLOCKING_WAIT=1 makes it block too). When that is the stream current at launch, the op
+  // does not block (barrier() excepted). When that is the stream current at launch, the op
   // stops holding its tensors: memory freed after wait() is reused only after the op (Note [Waited ops]). A tensor
   // allocated on another stream must be kept alive by the caller until that stream is done with it. Throws
   // dscpp::Error when the op failed.
@@ -167,6 +163,10 @@ std::unique_ptr<ProcessGroup> new_process_group(const std::string& backend, int 
                                                 std::chrono::milliseconds timeout);
 bool gloo_available();  // this build has the Gloo backend
 bool nccl_available();  // this build has the NCCL backend
+
+// A few host values all-reduced among the group (loss, tokens/s for printing) through a tensor on `device` (nccl
+// needs CUDA memory, gloo CPU memory). A collective: every rank calls it with the same count.
+std::vector<float> all_reduce_values(ProcessGroup& pg, const std::vector<float>& values, ReduceOp op, Device device);
 
 // Start-up check that every rank runs the same config: exchanges `config_hash` through the store and throws
 // dscpp::Error listing the ranks whose hash differs from rank 0's (on every rank; sets the abort key).

@@ -81,7 +81,7 @@ class ParamSet {
   void drop_flat_params();  // frees the flat parameter buffer (ZeRO-3: each rank keeps its shard elsewhere)
   void drop_flat_grads();
   // Moves the flat gradients into t (flat_numel() elements of grad_dtype() on device(); contents copied), e.g. a
-  // process group's symmetric memory (Note [Copy-engine buckets]). Views taken before keep the old buffer.
+  // process group's symmetric memory (Note [Copy-engine reductions]). Views taken before keep the old buffer.
   void replace_flat_grads(Tensor t);
   void attach_param_window(int unit, Tensor t);  // t: units()[unit].size() elements of dtype()
   void detach_param_window(int unit);

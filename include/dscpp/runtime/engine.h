@@ -10,13 +10,13 @@
 // and at the boundary skips the step on a non-finite gradient (skipped_steps += 1, no LR step, gradients zeroed,
 // global_steps += 1 anyway), else unscales + clips, steps the masters and casts them back into the parameters.
 // Data parallelism (ZeRO stage 0, EngineOptions::dp_group): every rank starts from rank 0's parameters, backward
-// averages the gradients across ranks at the boundary (GradReducer, runtime/grad_reducer.h), so clipping, the
-// overflow check and the step see the same averaged gradients on every rank.
+// averages the gradients across ranks at the boundary (Note [Gradient sync], src/runtime/dp/grad_sync.h), so
+// clipping, the overflow check and the step see the same averaged gradients on every rank.
 // ZeRO stages 1-3 (zero_optimization.stage, Note [ZeRO units] in nn/zero_partition.h): rank r owns chunk r of
-// every unit; its optimizer (and f32 masters) cover only those chunks; gradients are reduce-scattered per unit
-// (runtime/zero_grads.h; stage 2/3 keep only the partition); stage 1/2 all-gather the updated parameters after the
-// step, stage 3 keeps only the parameter shard and gathers units around their use (runtime/zero_params.h). The
-// gradient norm and the overflow check are summed across the partitions, so every rank clips and skips alike.
+// every unit; its optimizer (and f32 masters) cover only those chunks; gradients are reduce-scattered per unit (the
+// same component; stage 2/3 keep only the partition); stage 1/2 all-gather the updated parameters after the step,
+// stage 3 keeps only the parameter shard and gathers units around their use (runtime/zero_params.h). The gradient
+// norm and the overflow check are summed across the partitions, so every rank clips and skips alike.
 #pragma once
 #include <chrono>
 #include <memory>
@@ -27,20 +27,21 @@
 #include <nlohmann/json.hpp>
 
 #include "dscpp/checkpoint/async_checkpointer.h"
+#include "dscpp/comm/process_group.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/models/model.h"
 #include "dscpp/nn/zero_partition.h"
 #include "dscpp/profiler/profiler.h"
 #include "dscpp/runtime/config.h"
-#include "dscpp/runtime/grad_reducer.h"
 #include "dscpp/runtime/loss_scaler.h"
 #include "dscpp/runtime/lr_schedule.h"
 #include "dscpp/runtime/optimizer.h"
 #include "dscpp/runtime/zero_estimate.h"  // ModelStateBytes: the bytes this rank holds, by kind
-#include "dscpp/runtime/zero_grads.h"
 #include "dscpp/runtime/zero_params.h"
 
 namespace dscpp {
+
+class GradSync;  // src/runtime/dp/grad_sync.h
 
 struct StepTimes {  // wall_clock_breakdown: milliseconds summed since the last report
   double forward_ms = 0, backward_ms = 0, step_ms = 0;
@@ -68,6 +69,9 @@ struct EngineOptions {
   // Where rank 0 prints, at start-up, the model-state bytes it allocated next to the stage's theoretical figure
   // (model_state_report()); null = silent.
   std::ostream* log = nullptr;
+  // Tests only: let dscpp.copy_engine.enabled run over a Gloo group (the same steps on the host), so the copy-engine
+  // path can be exercised on the CPU. Production code leaves it off: the key then needs an NCCL group.
+  bool copy_engine_over_gloo = false;
 };
 
 class Engine {
@@ -91,14 +95,14 @@ class Engine {
   double last_grad_norm() const { return last_grad_norm_; }  // global norm before clipping, at the last boundary
   float last_loss() const { return last_loss_; }  // mean over the last boundary's micro-batches (read at the step)
   bool mixed_precision() const { return mixed_; }   // bf16 or fp16 enabled
-  bool fused_head() const { return fused_head_; }   // DSCPP_FUSED_HEAD=1 (Note [Fused head], models/model.h)
+  bool fused_head() const { return cfg_.dscpp.fused_head; }  // Note [Fused head], models/model.h
   double loss_scale() const { return scaler_.loss_scale(); }  // multiplies the loss in backward (1 unless fp16)
   const LossScaler& loss_scaler() const { return scaler_; }
   bool last_step_skipped() const { return last_skipped_; }   // the last boundary overflowed and was skipped
   const Tensor& master_params() const { return master_; }    // f32 masters of the owned ranges (mixed only)
   const ZeroPartition& zero_partition() const { return zp_; }
   const ZeroParamCoordinator* zero_params() const { return zparams_.get(); }  // stage 3 across ranks, else null
-  const ZeroGradPartitioner* zero_grads() const { return zgrads_.get(); }     // stages 1-3 across ranks, else null
+  const GradSync* grad_sync() const { return grad_sync_.get(); }  // across ranks, else null
   // Stage 1/2: units whose post-step all-gather the next forward has not waited for yet (Note [Deferred parameter
   // gathers]); 0 otherwise.
   int64_t pending_param_gathers() const;
@@ -114,7 +118,6 @@ class Engine {
   int dp_rank() const { return dp_ ? dp_->rank() : 0; }
   int dp_world_size() const { return dp_ ? dp_->size() : 1; }
   ProcessGroup* dp_group() const { return dp_; }             // null when single-process
-  const GradReducer* grad_reducer() const { return reducer_.get(); }  // null when single-process
   // last_loss() averaged over the data-parallel ranks: a collective (every rank calls it at the same steps).
   float global_last_loss();
 
@@ -153,12 +156,11 @@ class Engine {
   void refresh_master();          // master <- parameters (after init or a checkpoint without masters)
   void set_scheduled_betas();     // OneCycle momentum cycling
 
-  void init_data_parallel(ProcessGroup* pg);
-  void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, reducers, stage-3 shards
-  void init_side_group(ParamSet& ps);                 // stage 0's lean or copy-engine buckets (env experiments)
+  void init_data_parallel(ProcessGroup* pg, bool copy_engine_over_gloo);
+  void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, gradient sync, stage-3 shards
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
   // The sum of squares of the averaged gradients over all ranks, read once (Note [Norm on the device]).
-  double global_grad_sum_squares(const std::optional<GradBucket>& tail);
+  double global_grad_sum_squares();
   float backward_scale() const;  // the dloss model backward gets: loss scale (fp16/bf16) / gradient accumulation
   void queue_loss_readback();  // this boundary's summed losses -> loss_host_, queued on the compute stream
   float take_mean_loss();      // their mean, once the stream has got there; then starts anew
@@ -172,23 +174,19 @@ class Engine {
   std::unique_ptr<Model> model_;
   DeepSpeedConfig cfg_;
   ProcessGroup* dp_ = nullptr;              // size > 1 only
-  int comm_sm_carveout_ = 0;                // SMs kept from GEMMs while collectives overlap (Note [GEMM SM carve-out])
-  std::unique_ptr<ProcessGroup> side_dp_;   // Note [Lean buckets], [Copy-engine buckets]: dp_'s ranks again (before
-                                            // reducer_, which points at it, so it is destroyed after)
-  std::unique_ptr<GradReducer> reducer_;    // with dp_, stage 0
+  // Note [Copy-engine reductions]: dp_'s ranks again, with CtaPolicy::zero (declared before the users that point at
+  // it, so it is destroyed after them).
+  std::unique_ptr<ProcessGroup> copy_group_;
   ZeroPartition zp_;
   std::vector<int64_t> owned_offset_;       // where owned range k starts in the shard layout
-  std::unique_ptr<ZeroGradPartitioner> zgrads_;   // stages 1-3 across ranks
-  bool gather_at_step_ = true;                    // Note [Gathers at the step] (runtime/zero_params.h)
+  std::unique_ptr<GradSync> grad_sync_;     // with dp_
   std::unique_ptr<ZeroParamCoordinator> zparams_; // stage 3
   Tensor grad_partition_;                   // stages 2/3: f32 [shard_numel]
   Tensor param_shard_;                      // stage 3: model dtype [shard_numel]
   std::vector<WorkPtr> param_gathers_;      // stage 1/2: per unit, the all-gather still pending since the step
-  bool sync_param_gathers_ = false;         // DSCPP_SYNC_PARAM_GATHER=1: wait for them at the step (A/B)
   std::unique_ptr<AsyncCheckpointer> async_ckpt_;
   double last_save_stall_s_ = 0.0;
   bool mixed_ = false;
-  bool fused_head_ = false;  // DSCPP_FUSED_HEAD=1: Note [Fused head] (models/model.h)
   LossScaler scaler_;
   Tensor master_;  // f32 [optimizer owned_numel] (MemoryCategory::optimizer); undefined in f32 mode
   bool last_skipped_ = false;

@@ -102,7 +102,7 @@ std::string format_model_state_table(int64_t flat_numel, int world_size, int par
 // ---- Training memory per rank (Note [ZeRO buffer estimate], runtime/zero_buffer_estimate.cpp) ----------------------
 // Model states, plus one high-water mark over a micro-step of the activations (Note [Activation estimate]) and
 // ZeRO's buffers together: stage 3's gathered parameter windows (ZeroParamCoordinator's prefetch, persistence, live
-// bound and reuse distance, replayed) and stages 2-3's f32 gradient windows (ZeroGradPartitioner's, replayed). The
+// bound and reuse distance, replayed) and stages 2-3's f32 gradient windows (GradSync's, replayed). The
 // buffers' peaks alone are what the coordinators report (peak_live_elements, window_peak_elements).
 struct TrainingMemorySetup {
   int stage = 0;

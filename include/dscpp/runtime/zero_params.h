@@ -12,24 +12,21 @@
 // sequence uses again within stage3_max_reuse_distance elements of other units stays gathered (while the live
 // bound allows), as DeepSpeed does; set it to 0 to release every unit after each use (FSDP's reshard).
 //
-// Note [Copy-engine ZeRO]: NCCL's kernels take SMs for the whole of a collective, and an overlapped gather or
-// reduce-scatter slows the GEMMs beside it (Llama-1B stage 3 on 2 H200s: backward MLP GEMMs +7.5 ms a step beside
-// 29 ms of collectives). On a CtaPolicy::zero group, NCCL >= 2.28 moves all_gather and all_to_all data with the
-// copy engines, between buffers registered as symmetric windows (ProcessGroup::alloc_symmetric). With
-// DSCPP_DP_COPY_ENGINE=1 at stages 2 and 3:
-// - stage 3's shard lives in such a window, and use_copy_engines() gathers into windows taken from an arena over
-//   another (TensorArena: registering is a collective, so it is done once);
-// - ZeroGradPartitioner's gradient windows come from an arena too, and each unit is reduce-scattered as an all_to_all
-//   into an arena scratch slice plus a local sum (ProcessGroup::reduce_scatter_by_copies).
-// An op that finds no room in its arena runs as before, on the main group in ordinary memory. Every rank takes and
-// gives back arena slices in the same program order, so they agree on which ops go where without talking.
+// Note [Copy-engine ZeRO]: with dscpp.copy_engine.enabled, stage 3's shard lives in the symmetric memory of the
+// copy-engine group (Note [Copy-engine reductions], runtime/dp/grad_sync.h), and use_copy_engines() gathers on that
+// group into windows taken from an arena over another buffer of it (registering is a collective, so it is done once),
+// so the gathers beside forward and backward take no SMs (NCCL's kernels beside the GEMMs: Llama-1B's backward MLP
+// GEMMs +7.5 ms a step on 2 H200s). A gather that finds no room in the arena runs on the main group into ordinary
+// memory. Every rank takes and gives back arena slices in the same program order, so the ranks agree on which
+// gathers go where without talking.
 //
 // Note [Copy-engine arena budget]: the arenas are sized from the largest unit, which grows with the model (a 24B
-// Llama's block has 0.4B elements: a 16 GB gradient arena), while they buy a few percent of throughput. Each arena
-// therefore takes at most DSCPP_COPY_ENGINE_ARENA_MIB (default: 1/32 of the GPU's memory, 4.4 GiB on an H200; no
+// Llama's block has 0.4B elements: an 11 GB gradient arena), while they buy a few percent of throughput. Each arena
+// therefore takes at most dscpp.copy_engine.arena_mib (default: 1/32 of the GPU's memory, 4.4 GiB on an H200; no
 // limit on the CPU), and one too small for the largest unit's ops is not made: all its ops use the main group.
-// Making an arena is a collective, so every rank must come to the same answer: the same GPU model and setting.
+// Making an arena is a collective, so every rank must come to the same answer: the same GPU model and config.
 #pragma once
+#include <optional>
 #include <vector>
 
 #include "dscpp/core/tensor_arena.h"
@@ -41,9 +38,10 @@
 
 namespace dscpp {
 
-// Note [Copy-engine arena budget]: `wanted` elements of `dtype` on `device`, cut to the budget; 0 when the budget is
-// below `least` elements (the arena would not serve the largest unit).
-int64_t copy_engine_arena_elements(int64_t wanted, int64_t least, DType dtype, Device device);
+// Note [Copy-engine arena budget]: `wanted` elements of `dtype` on `device`, cut to the budget (arena_mib, else the
+// default); 0 when the budget is below `least` elements (the arena would not serve the largest unit).
+int64_t copy_engine_arena_elements(int64_t wanted, int64_t least, DType dtype, Device device,
+                                   std::optional<int64_t> arena_mib);
 
 class ZeroParamCoordinator {
  public:
@@ -66,8 +64,9 @@ class ZeroParamCoordinator {
   void gather_all(Tensor& out);
 
   // Note [Copy-engine ZeRO]: later gathers run on `side` (a CtaPolicy::zero group of the same ranks, outliving
-  // this) into windows from an arena of its symmetric memory (a collective). shard must be `side`'s symmetric memory.
-  void use_copy_engines(ProcessGroup& side);
+  // this) into windows from an arena of its symmetric memory (a collective; arena_mib: Note [Copy-engine arena
+  // budget]). shard must be `side`'s symmetric memory.
+  void use_copy_engines(ProcessGroup& side, std::optional<int64_t> arena_mib);
   int64_t gathers() const { return gathers_; }  // all-gathers launched, since start
   int64_t gathers_by_copies() const { return by_copies_; }
   const TensorArena& arena() const { return arena_; }

@@ -12,10 +12,7 @@
 // A watchdog thread polls the pending ops' end events, ncclCommGetAsyncError and (once a second) the store's abort
 // key; on an async error, an op older than the timeout or another rank's abort it calls ncclCommAbort (which also
 // releases the kernels waiting on dead peers), fails every pending op and marks the group broken.
-// DSCPP_NCCL_BLOCKING_WAIT=1 (or NCCL_BLOCKING_WAIT=1) makes Work::wait() also block the host until the op ends.
 #include "comm/process_group_impl.h"
-#include "dscpp/core/env.h"
-#include "dscpp/kernels/gemm_sm_carveout.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/profiler/profiler.h"
 
@@ -213,8 +210,7 @@ class NcclWork : public Work {
 class NcclProcessGroup : public ProcessGroup {
  public:
   explicit NcclProcessGroup(GroupArgs a)
-      : ProcessGroup(a.name, a.rank, a.size, a.global_ranks, a.store, a.timeout),
-        blocking_wait_(env_flag("DSCPP_NCCL_BLOCKING_WAIT") || env_flag("NCCL_BLOCKING_WAIT")) {
+      : ProcessGroup(a.name, a.rank, a.size, a.global_ranks, a.store, a.timeout) {
     setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);  // NVLink multicast off unless the user asked for it
     device_ = cuda::current_device();
     cta_policy_ = a.options.cta_policy;
@@ -229,35 +225,21 @@ class NcclProcessGroup : public ProcessGroup {
       std::memcpy(&id, b.data(), sizeof id);
     }
     // Note [Stream priorities]: a group whose collectives are kernels runs at the compute stream's priority, a
-    // copy-engine group (CtaPolicy::zero) at normal priority. DSCPP_NCCL_STREAM_PRIORITY=high|normal overrides both.
-    const std::string asked = env_choice("DSCPP_NCCL_STREAM_PRIORITY", {"high", "normal", "auto"}, "auto");
-    int priority = a.options.cta_policy == CtaPolicy::zero ? cuda::least_stream_priority() : cuda::compute_stream_priority();
-    if (asked != "auto") {
-      int least = 0, greatest = 0;
-      DSCPP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-      priority = asked == "high" ? greatest : least;
-    }
+    // copy-engine group (CtaPolicy::zero) at normal priority, so that backward gets a freed SM before the local sums.
+    const int priority =
+        a.options.cta_policy == CtaPolicy::zero ? cuda::least_stream_priority() : cuda::compute_stream_priority();
     DSCPP_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, priority));
     DSCPP_CUDA_CHECK(cudaMalloc(&barrier_buf_, sizeof(float)));
     DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming));
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    // Non-blocking, so that initialisation and every call can time out (settle()); DSCPP_NCCL_BLOCKING=1 makes
-    // NCCL's calls block instead (PyTorch's default; the watchdog's timeouts still abort stuck collectives).
-    // A group with a CTA policy is blocking too: it is the one that registers symmetric windows, and NCCL 2.28.3's
+    // Non-blocking, so that initialisation and every call can time out (settle()). A blocking communicator takes
+    // 14-18 us instead of 65-125 us for a 1 MiB all_reduce but trained no faster (docs/PERF.md: the host runs far
+    // ahead). A copy-engine group is blocking: it is the one that registers symmetric windows, and NCCL 2.28.3's
     // ncclCommWindowRegister fails on a non-blocking communicator ("Attempt to use communicator before the previous
     // operation returned ncclSuccess", seen on 2 H200s). Its collectives still time out through the watchdog.
-    config.blocking = env_flag("DSCPP_NCCL_BLOCKING") || a.options.cta_policy != CtaPolicy::nccl_default ? 1 : 0;
-    // The SMs the engine keeps free of GEMMs for overlapped collectives are NCCL's (Note [GEMM SM carve-out]);
-    // NCCL_MAX_CTAS, when set, still wins.
-    // A group made with GroupOptions::max_ctas takes that cap instead (Note [Lean buckets], runtime/grad_reducer.h).
-    const int max_ctas = a.options.max_ctas > 0 ? a.options.max_ctas : comm_sm_carveout_from_env();
-    if (max_ctas > 0 && (a.options.max_ctas > 0 || !std::getenv("NCCL_MAX_CTAS"))) {
-      config.maxCTAs = max_ctas;
-      config.minCTAs = std::min(max_ctas, 2);
-    }
+    config.blocking = a.options.cta_policy == CtaPolicy::zero ? 1 : 0;
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
-    if (a.options.cta_policy != CtaPolicy::nccl_default)
-      config.CTAPolicy = a.options.cta_policy == CtaPolicy::zero ? NCCL_CTA_POLICY_ZERO : NCCL_CTA_POLICY_EFFICIENCY;
+    if (a.options.cta_policy == CtaPolicy::zero) config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
 #else
     DSCPP_CHECK(a.options.cta_policy == CtaPolicy::nccl_default, "group '", name_, "': a CTA policy needs NCCL >= "
                 "2.28 (this build has ", NCCL_MAJOR, ".", NCCL_MINOR, ")");
@@ -304,7 +286,6 @@ class NcclProcessGroup : public ProcessGroup {
   }
 
   const char* backend() const override { return "nccl"; }
-  bool blocking_wait() const { return blocking_wait_; }
   int device() const { return device_; }
 
  protected:
@@ -623,7 +604,6 @@ class NcclProcessGroup : public ProcessGroup {
 
   int device_ = 0;
   CtaPolicy cta_policy_ = CtaPolicy::nccl_default;
-  bool blocking_wait_;
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
   float* barrier_buf_ = nullptr;
@@ -641,7 +621,7 @@ class NcclProcessGroup : public ProcessGroup {
 
 void NcclWork::wait() {
   auto* pg = static_cast<NcclProcessGroup*>(pg_);
-  if (pg->blocking_wait() || block_host) {
+  if (block_host) {
     while (status() == WorkStatus::pending) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
   if (status() == WorkStatus::failed) pg->fail_op(op_, error_, seq_);

@@ -43,7 +43,6 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "dscpp/kernels/gemm_sm_carveout.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -104,21 +103,6 @@ void* lt_workspace(int device, cudaStream_t stream) {
   return p;
 }
 
-// SMs a GEMM should target now: 0 (all) unless a carve-out is set (Note [GEMM SM carve-out]). The caller holds
-// lt_state().mu.
-int sm_target(int device) {
-  const int carve = gemm_sm_carveout();
-  if (carve == 0) return 0;
-  static std::map<int, int> sms;  // per device, read once
-  auto it = sms.find(device);
-  if (it == sms.end()) {
-    int n = 0;
-    DSCPP_CUDA_CHECK(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device));
-    it = sms.emplace(device, n).first;
-  }
-  return std::max(1, it->second - carve);
-}
-
 // ---- plan cache ----
 struct PlanKey {
   int device;
@@ -128,7 +112,6 @@ struct PlanKey {
   uint32_t epi;  // cublasLtEpilogue_t
   bool tf32;
   uint32_t al_a, al_b, al_c, al_bias, al_aux;
-  int sm_target;  // 0: every SM; else the SMs left by the carve-out (Note [GEMM SM carve-out])
   bool operator==(const PlanKey&) const = default;
 };
 struct PlanKeyHash {
@@ -137,7 +120,7 @@ struct PlanKeyHash {
     auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
     mix(uint64_t(k.device)), mix(k.trans_a), mix(k.trans_b), mix(uint64_t(k.M)), mix(uint64_t(k.N));
     mix(uint64_t(k.K)), mix(uint64_t(k.ab_t)), mix(uint64_t(k.c_t)), mix(uint64_t(k.bias_t)), mix(k.epi);
-    mix(k.tf32), mix(k.al_a), mix(k.al_b), mix(k.al_c), mix(k.al_bias), mix(k.al_aux), mix(uint64_t(k.sm_target));
+    mix(k.tf32), mix(k.al_a), mix(k.al_b), mix(k.al_c), mix(k.al_bias), mix(k.al_aux);
     return h;
   }
 };
@@ -172,9 +155,6 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& k, const void* bias, cons
   const cublasOperation_t op_b = k.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our a
   DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
   DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-  if (k.sm_target > 0)
-    DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &k.sm_target,
-                                                      sizeof(k.sm_target)));
   const cublasLtEpilogue_t epi = cublasLtEpilogue_t(k.epi);
   if (epi != CUBLASLT_EPILOGUE_DEFAULT)
     DSCPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
@@ -319,9 +299,8 @@ bool lt_run(int device, cudaStream_t stream, const RowGemm& g, cublasLtEpilogue_
   const bool uses_vec = epi_uses_bias(epi), uses_aux = epi_uses_aux(epi);
   PlanKey key{device, g.trans_a, g.trans_b, g.M, g.N, g.K, g.ab_t, g.c_t, uses_vec ? vec_t : DType::f32,
               uint32_t(epi), g.ab_t == DType::f32 && g_allow_tf32.load(), alignment_of(g.a), alignment_of(g.b),
-              alignment_of(g.c), uses_vec ? alignment_of(vec) : 0u, uses_aux ? alignment_of(aux) : 0u, 0};
+              alignment_of(g.c), uses_vec ? alignment_of(vec) : 0u, uses_aux ? alignment_of(aux) : 0u};
   std::lock_guard<std::mutex> lock(lt_state().mu);
-  key.sm_target = sm_target(device);
   cublasLtHandle_t handle = lt_handle(device);
   void* ws = lt_workspace(device, stream);
   auto& cache = plan_cache();

@@ -192,6 +192,13 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
 
   if (c.fp16.enabled && c.bf16.enabled)
     throw ConfigError("bf16.enabled", "bfloat16 and fp16 modes cannot be simultaneously enabled");
+  // Note [Copy-engine reductions] (src/runtime/dp/grad_sync.h): copies run beside backward, at stages 0, 2 and 3.
+  if (c.dscpp.copy_engine.enabled && !c.zero_optimization.overlap_comm)
+    throw ConfigError("dscpp.copy_engine.enabled", "dscpp.copy_engine.enabled: copy-engine reductions run beside "
+                      "backward and need zero_optimization.overlap_comm: true (it is false here)");
+  if (c.dscpp.copy_engine.enabled && c.zero_optimization.stage == 1)
+    throw ConfigError("dscpp.copy_engine.enabled", "dscpp.copy_engine.enabled: ZeRO stage 1 reduces in place at the "
+                      "boundary with NCCL's kernels; copy engines serve stages 0, 2 and 3");
   if (c.fp16.enabled && c.fp16.fp16_master_weights_and_grads && c.zero_optimization.stage != 2)
     throw ConfigError("fp16.fp16_master_weights_and_grads",
                       "Fp16_master_weights_and_grads is only supported with ZeRO Stage 2 for now.");

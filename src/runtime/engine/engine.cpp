@@ -19,14 +19,12 @@
 #include <iostream>
 
 #include "dscpp/core/cuda.h"
-#include "dscpp/core/env.h"
 #include "dscpp/flops_profiler/module_tree.h"
 #include "dscpp/flops_profiler/report.h"
-#include "dscpp/kernels/gemm_sm_carveout.h"
 #include "dscpp/kernels/ops.h"
-#include "dscpp/nn/comm_window.h"
 #include "dscpp/profiler/memory_report.h"
 #include "dscpp/profiler/trace.h"
+#include "runtime/dp/grad_sync.h"
 #include "runtime/optim/grad_clip.h"
 
 namespace dscpp {
@@ -64,7 +62,6 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   const DType pdt = ps.dtype(), want = model_dtype(cfg_);
   const Device dev = ps.device();
   mixed_ = cfg_.fp16.enabled || cfg_.bf16.enabled;
-  fused_head_ = env_flag("DSCPP_FUSED_HEAD");
   if (mixed_) {
     const char* sec = cfg_.fp16.enabled ? "fp16" : "bf16";
     if (pdt != want && !(pdt == DType::f32 && options.mixed_precision_on_f32_model)) {
@@ -83,7 +80,7 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
                 "or build the model in f32");
   }
   model_->set_kernel_policy(KernelPolicy{parse_attention_backend(cfg_.dscpp.attention)});
-  init_data_parallel(options.dp_group);
+  init_data_parallel(options.dp_group, options.copy_engine_over_gloo);
   init_zero(options.init_seed);
   if (mixed_) refresh_master();
   const auto& ac = cfg_.activation_checkpointing;
@@ -173,10 +170,9 @@ Loss Engine::forward(const Tensor& tokens, const Tensor& targets) {
   auto t0 = Clock::now();
   Loss loss;
   if (zparams_) zparams_->begin_micro_step();
-  if (fused_head_) model_->fuse_head_into_next_forward(backward_scale());  // Note [Fused head]
+  if (fused_head()) model_->fuse_head_into_next_forward(backward_scale());  // Note [Fused head]
   {
     ProfileRange r(prof_.get(), "forward");
-    ScopedGemmSmCarveout carve(zparams_ ? comm_sm_carveout_ : gemm_sm_carveout());  // stage 3 gathers overlap
     loss = model_->forward(tokens, targets);
   }
   times_.forward_ms += ms_since(t0);
@@ -215,21 +211,10 @@ void Engine::backward() {
   auto t0 = Clock::now();
   if (profiling_) prof_->set_phase(Phase::backward);
   ProfileRange r(prof_.get(), "backward");
-  const bool boundary = is_gradient_accumulation_boundary();
-  if (reducer_) reducer_->begin_backward(boundary);
-  if (zgrads_) zgrads_->begin_backward(boundary);
-  {
-    ScopedGemmSmCarveout carve(comm_sm_carveout_ ? comm_sm_carveout_ : gemm_sm_carveout());
-    GradReducer* r = reducer_ && reducer_->wants_comm_windows() ? reducer_.get() : nullptr;
-    ZeroGradPartitioner* z = zgrads_ && zgrads_->wants_comm_windows() ? zgrads_.get() : nullptr;
-    CommWindowHook windows(r || z ? std::function<void()>([r, z] {
-      if (r) r->comm_window();
-      if (z) z->comm_window();
-    }) : nullptr);
-    model_->backward(backward_scale());
-  }
-  if (reducer_) reducer_->end_backward();  // at the boundary: the gradients are now the average over the ranks
-  if (zgrads_) zgrads_->end_backward();    // stage 2/3 every micro-batch, stage 1 at the boundary
+  if (grad_sync_) grad_sync_->begin_backward(is_gradient_accumulation_boundary());
+  model_->backward(backward_scale());
+  // At the boundary (stages 2-3: every micro-batch) the gradients are now averaged over the ranks.
+  if (grad_sync_) grad_sync_->end_backward();
   times_.backward_ms += ms_since(t0);
   times_.micro_steps++;
 }
@@ -246,7 +231,7 @@ void Engine::step() {
       if (applied) scheduler_.step();
       else skipped_steps_++;
       model_->params().zero_grads();  // stage 0/1's flat buffer
-      if (zgrads_) zgrads_->new_step();
+      if (grad_sync_) grad_sync_->new_step();
       global_steps_++;
       global_samples_ += cfg_.train_batch_size;
       times_.steps++;
@@ -266,10 +251,7 @@ bool Engine::boundary_step() {
   queue_loss_readback();  // Note [Loss without a sync]: the norm's read-back below brings it along
   finish_param_gathers();  // stage 1/2: a forward waited for them already, unless the model skipped a unit
   const double scale = scaler_.loss_scale();  // the scale these gradients carry (1 unless fp16)
-  // Note [Tail bucket in halves] (runtime/grad_reducer.h): stage 0's last bucket is averaged only in this rank's
-  // block so far. Its norm is the sum of the blocks' over ranks; its gather runs beside the other updates.
-  const std::optional<GradBucket> tail = reducer_ ? reducer_->pending_tail() : std::nullopt;
-  const double sumsq = global_grad_sum_squares(tail);
+  const double sumsq = global_grad_sum_squares();
   // The losses, copied before the norm and read after its read-back. fp16 may overflow in forward: its gradients then
   // overflow too and the step is skipped below.
   last_loss_ = take_mean_loss();
@@ -283,7 +265,6 @@ bool Engine::boundary_step() {
     if (!msg.empty() && dp_rank() == 0) std::cerr << msg << std::endl;
     if (overflow) {
       last_grad_norm_ = std::sqrt(sumsq);  // inf or nan: visible in the progress line
-      if (reducer_) reducer_->complete_tail();  // before the gradients are zeroed
       return false;
     }
     last_grad_norm_ = std::sqrt(sumsq) / scale;
@@ -303,29 +284,17 @@ bool Engine::boundary_step() {
   const auto& owned = optimizer_->owned();
   for (size_t k = 0; k < owned.size(); k++) {
     const FlatRange r = owned[k];
-    // [b, e) of owned range k. Mixed precision: the update also writes the 16-bit parameters (f32 master -> the
-    // parameter dtype). A mixed engine over f32 parameters (loss scaling on an f32 model) copies them after.
-    auto update = [&](int64_t b, int64_t e) {
-      if (b >= e) return;
-      Tensor p = owned_params(k).slice(b - r.begin, e - b);
-      Tensor m = mixed_ ? master_.slice(owned_offset_[k] + (b - r.begin), e - b) : p;
+    // Mixed precision: the update also writes the 16-bit parameters (f32 master -> the parameter dtype). A mixed
+    // engine over f32 parameters (loss scaling on an f32 model) copies them after.
+    if (r.size() > 0) {
+      Tensor p = owned_params(k);
+      Tensor m = mixed_ ? master_.slice(owned_offset_[k], r.size()) : p;
       const bool lowp = mixed_ && p.dtype() != DType::f32;
-      optimizer_->update_range(b, e, m, owned_grads(k).slice(b - r.begin, e - b), lr, float(grad_scale),
-                               lowp ? p : Tensor());
+      optimizer_->update_range(r.begin, r.end, m, owned_grads(k), lr, float(grad_scale), lowp ? p : Tensor());
       if (mixed_ && !lowp) p.copy_from(m);
-    };
-    if (tail) {  // Note [Tail bucket in halves]: everything else beside the gather, then the bucket
-      const int64_t tb = std::clamp(tail->begin, r.begin, r.end), te = std::clamp(tail->end, r.begin, r.end);
-      update(r.begin, tb);
-      update(te, r.end);
-      reducer_->complete_tail();
-      update(tb, te);
-    } else {
-      update(r.begin, r.end);
     }
-    if (zparams_ && gather_at_step_) zparams_->shard_updated(int(k));  // owned range k is unit k's chunk
+    if (zparams_) zparams_->shard_updated(int(k));  // owned range k is unit k's chunk (Note [Gathers at the step])
   }
-  if (reducer_) reducer_->complete_tail();
   if (zp_.sharded() && zp_.stage() <= 2) gather_updated_params();
   if (zparams_) zparams_->shards_changed();
   return true;
@@ -341,27 +310,17 @@ void Engine::refresh_master() {
 // Note [Norm on the device]: the squares are summed into one f32 scalar on the device, summed over the ranks there
 // when the gradients are partitioned, and read once, after the losses' copy (Note [Loss without a sync]). Reading
 // each rank's sum and all-reducing it from the host took two round trips and, traced on 2 H200s at stage 3
-// (Llama-1B), left the GPU idle for ~1.5 ms a step. The tail's block (stage 0) is reduced first; the local squares
-// of everything else are then added to the reduced sum, in the same buffer.
-double Engine::global_grad_sum_squares(const std::optional<GradBucket>& tail) {
+// (Llama-1B), left the GPU idle for ~1.5 ms a step.
+double Engine::global_grad_sum_squares() {
   const Device dev = model_->params().device();
   if (!norm_sq_.defined()) {
     norm_sq_ = Tensor::empty({1}, DType::f32, dev);
     if (!dev.is_cpu()) norm_host_ = empty_pinned({1}, DType::f32);
   }
   norm_sq_.zero();
-  if (tail) {
-    ops::add_sum_squares(norm_sq_, reducer_->tail_block());
-    dp_->all_reduce(norm_sq_, ReduceOp::sum)->wait();
-    const Tensor g = model_->params().flat_grads();
-    if (tail->begin > 0) ops::add_sum_squares(norm_sq_, g.slice(0, tail->begin));
-    if (tail->end < g.numel()) ops::add_sum_squares(norm_sq_, g.slice(tail->end, g.numel() - tail->end));
-    reducer_->gather_tail();
-  } else {
-    if (grad_partition_.defined()) ops::add_sum_squares(norm_sq_, grad_partition_);  // stage 2/3 (padding is 0)
-    else for (size_t k = 0; k < optimizer_->owned().size(); k++) ops::add_sum_squares(norm_sq_, owned_grads(k));
-    if (zp_.sharded()) dp_->all_reduce(norm_sq_, ReduceOp::sum)->wait();  // inf/nan on any rank reaches every rank
-  }
+  if (grad_partition_.defined()) ops::add_sum_squares(norm_sq_, grad_partition_);  // stage 2/3 (padding is 0)
+  else for (size_t k = 0; k < optimizer_->owned().size(); k++) ops::add_sum_squares(norm_sq_, owned_grads(k));
+  if (zp_.sharded()) dp_->all_reduce(norm_sq_, ReduceOp::sum)->wait();  // inf/nan on any rank reaches every rank
   if (dev.is_cpu()) return norm_sq_.data<float>()[0];
   copy_async(norm_host_, norm_sq_);
   cuda_stream_synchronize(dev.index);

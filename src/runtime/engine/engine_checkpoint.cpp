@@ -19,6 +19,7 @@
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/universal.h"
 #include "dscpp/runtime/engine.h"
+#include "runtime/dp/grad_sync.h"
 
 namespace dscpp {
 
@@ -196,7 +197,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::s
   const auto& rj = st.at("rng");
   rng_.set_state({rj.at("seed").get<uint64_t>(), rj.at("offset").get<uint64_t>(), rj.at("used").get<uint32_t>()});
   ps.zero_grads();
-  if (zgrads_) zgrads_->new_step();
+  if (grad_sync_) grad_sync_->new_step();
   if (loss_sum_.defined()) loss_sum_.zero();
   loss_count_ = 0;
   return st.value("client_state", nlohmann::json::object());

@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "dscpp/core/cuda.h"
-#include "dscpp/core/env.h"
 
 namespace dscpp {
 
@@ -30,15 +29,16 @@ ZeroParamCoordinator::ZeroParamCoordinator(ProcessGroup& pg, ParamSet& ps, const
     units_[u].persistent = zp.units()[u].size() < z.stage3_param_persistence_threshold;
 }
 
-int64_t copy_engine_arena_elements(int64_t wanted, int64_t least, DType dtype, Device device) {
-  const int mib = env_int("DSCPP_COPY_ENGINE_ARENA_MIB", -1, 0, 1 << 30);
-  if (mib < 0 && !device.is_cuda()) return wanted;
-  const double budget = mib >= 0 ? double(mib) * double(1 << 20) : double(cuda_device_memory(device.index)) / 32.0;
+int64_t copy_engine_arena_elements(int64_t wanted, int64_t least, DType dtype, Device device,
+                                   std::optional<int64_t> arena_mib) {
+  if (!arena_mib && !device.is_cuda()) return wanted;
+  const double budget =
+      arena_mib ? double(*arena_mib) * double(1 << 20) : double(cuda_device_memory(device.index)) / 32.0;
   const int64_t n = std::min(wanted, int64_t(budget / double(dtype_size(dtype))));
   return n >= least ? n : 0;
 }
 
-void ZeroParamCoordinator::use_copy_engines(ProcessGroup& side) {
+void ZeroParamCoordinator::use_copy_engines(ProcessGroup& side, std::optional<int64_t> arena_mib) {
   DSCPP_CHECK(side.size() == pg_.size() && side.rank() == pg_.rank(), "ZeRO stage 3 copy engines: group '",
               side.name(), "' (rank ", side.rank(), " of ", side.size(), ") is not over the same ranks as '",
               pg_.name(), "' (rank ", pg_.rank(), " of ", pg_.size(), ")");
@@ -52,7 +52,7 @@ void ZeroParamCoordinator::use_copy_engines(ProcessGroup& side) {
   }
   const int64_t slack = int64_t(units_.size()) * int64_t(256 / dtype_size(ps_.dtype()));
   const int64_t n = copy_engine_arena_elements(std::min(max_live_, 3 * largest + prefetch_elements_) + persistent + slack,
-                                               largest + slack, ps_.dtype(), ps_.device());
+                                               largest + slack, ps_.dtype(), ps_.device(), arena_mib);
   if (n == 0) return;  // Note [Copy-engine arena budget]: every gather stays on the main group
   MemoryCategoryScope scope(MemoryCategory::parameters);
   arena_ = TensorArena(side.alloc_symmetric(n, ps_.dtype()));
