@@ -7,7 +7,7 @@
 //
 // Precision: bf16/f16 inputs run with CUBLAS_COMPUTE_32F (f32 accumulation) and write f32 or 16-bit outputs; f32
 // inputs run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) unless set_matmul_allow_tf32(false).
-// Epilogues (Note [Matmul epilogues]) fuse the bias, the GELU and the bias gradient into the GEMMs where they apply.
+// Epilogues (Note [Matmul epilogues]) fuse the bias and the GELU (and its derivative) into the GEMMs where they apply.
 //
 // Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, dtype and pointer alignment,
 // so a training step queries the heuristic only on its first pass. The algorithm is the heuristic's first answer,
