@@ -1,6 +1,7 @@
-// Attention benchmark and self-check for the CUDA flash attention (src/kernels/cuda/attention.cu).
+// Attention benchmark and self-check for the CUDA attention (src/kernels/cuda/attention.cu, and cuDNN's).
 //   attention_bench            check against the CPU reference, then time forward and backward (bf16)
 //   attention_bench check      only the check        attention_bench time [f16]   only the timing
+//   a third argument picks the backend (auto, cudnn or own; kernels/attention_backend.h): attention_bench time bf16 own
 // TFLOP/s counts causal attention as half of the dense 4*B*H*T^2*D forward FLOPs; backward as 2.5x the forward
 // (the usual FlashAttention convention, so the numbers compare with PyTorch SDPA benchmarks).
 #include <cstdio>
@@ -22,7 +23,7 @@ struct Case {
 };
 
 // One case, one dtype: forward (out, lse) and backward (dq, dk, dv) against the CPU f32 reference.
-bool check_case(const Case& c, DType dt) {
+bool check_case(const Case& c, DType dt, dscpp::AttentionBackend be) {
   const double tol = dt == DType::f32 ? 2e-4 : dt == DType::f16 ? 1e-2 : 3e-2;
   const int64_t R = (c.H + 2 * c.Hkv) * c.D, N = c.B * c.T;
   Tensor qkv = randn_rounded({N, R}, dt, 1);
@@ -34,9 +35,9 @@ bool check_case(const Case& c, DType dt) {
 
   Tensor qkv_d = to_device(qkv, dt), dout_d = to_device(dout, dt);
   Tensor out_d = poisoned({N, c.H * c.D}, dt), lse_d = poisoned({c.B * c.H * c.T}, DType::f32);
-  dscpp::cuda::attention_forward(out_d, lse_d, qkv_d, c.B, c.T, c.H, c.Hkv, c.D);
+  dscpp::cuda::attention_forward(out_d, lse_d, qkv_d, c.B, c.T, c.H, c.Hkv, c.D, be);
   Tensor dqkv_d = poisoned({N, R}, dt);
-  dscpp::cuda::attention_backward(dqkv_d, dout_d, qkv_d, out_d, lse_d, c.B, c.T, c.H, c.Hkv, c.D);
+  dscpp::cuda::attention_backward(dqkv_d, dout_d, qkv_d, out_d, lse_d, c.B, c.T, c.H, c.Hkv, c.D, be);
   dscpp::cuda_synchronize(0);
 
   Tensor out = to_host_f32(out_d), lse = to_host_f32(lse_d), dqkv = to_host_f32(dqkv_d);
@@ -66,17 +67,17 @@ bool check_case(const Case& c, DType dt) {
   return ok;
 }
 
-bool run_checks() {
+bool run_checks(dscpp::AttentionBackend be) {
   const Case cases[] = {{2, 1, 4, 2, 64},   {2, 67, 4, 2, 64},   {1, 200, 6, 2, 128}, {2, 130, 4, 4, 64},
                         {1, 64, 2, 1, 128}, {1, 129, 8, 1, 64},  {1, 33, 2, 1, 32},   {1, 70, 3, 3, 80}};
   bool ok = true;
   for (DType dt : {DType::bf16, DType::f16, DType::f32})
-    for (const Case& c : cases) ok = check_case(c, dt) && ok;
+    for (const Case& c : cases) ok = check_case(c, dt, be) && ok;
   std::printf("attention check: %s\n", ok ? "all PASS" : "FAILURES");
   return ok;
 }
 
-void run_timing(DType dt) {
+void run_timing(DType dt, dscpp::AttentionBackend be) {
   const Case shapes[] = {{8, 1024, 12, 12, 64},  {16, 1024, 12, 12, 64}, {32, 1024, 12, 12, 64},
                          {8, 1024, 32, 8, 64},   {16, 1024, 32, 8, 64},  {32, 1024, 32, 8, 64},
                          {8, 1024, 32, 8, 128},  {16, 1024, 32, 8, 128}, {32, 1024, 32, 8, 128}};
@@ -89,9 +90,9 @@ void run_timing(DType dt) {
     Tensor out = Tensor::empty({N, c.H * c.D}, dt, Device::cuda(0));
     Tensor lse = Tensor::empty({c.B * c.H * c.T}, DType::f32, Device::cuda(0));
     Tensor dqkv = Tensor::empty({N, R}, dt, Device::cuda(0));
-    const double fwd = time_ms([&] { dscpp::cuda::attention_forward(out, lse, qkv, c.B, c.T, c.H, c.Hkv, c.D); });
+    const double fwd = time_ms([&] { dscpp::cuda::attention_forward(out, lse, qkv, c.B, c.T, c.H, c.Hkv, c.D, be); });
     const double bwd = time_ms(
-        [&] { dscpp::cuda::attention_backward(dqkv, dout, qkv, out, lse, c.B, c.T, c.H, c.Hkv, c.D); });
+        [&] { dscpp::cuda::attention_backward(dqkv, dout, qkv, out, lse, c.B, c.T, c.H, c.Hkv, c.D, be); });
     const double flops = 4.0 * c.B * c.H * double(c.T) * c.T * c.D * 0.5;
     std::printf("%-5s %3lld %5lld %3lld %4lld %4lld | %9.3f %9.1f | %9.3f %9.1f | %9.1f\n", dscpp::dtype_name(dt),
                 (long long)c.B, (long long)c.T, (long long)c.H, (long long)c.Hkv, (long long)c.D, fwd,
@@ -100,7 +101,7 @@ void run_timing(DType dt) {
   // Which implementation the rows timed (run_attention_bench.sh drops the cuDNN column when it did not run).
   const dscpp::AttentionCalls n = dscpp::attention_calls();
   std::printf("attention backend %s: cuDNN %lld fwd / %lld bwd calls, own %lld / %lld%s\n",
-              dscpp::attention_backend_name(dscpp::attention_backend()), (long long)n.cudnn_forward,
+              dscpp::attention_backend_name(be), (long long)n.cudnn_forward,
               (long long)n.cudnn_backward, (long long)n.own_forward, (long long)n.own_backward,
               n.cudnn_forward == 0 ? " (cuDNN attention: off)" : "");
 }
@@ -115,9 +116,10 @@ int main(int argc, char** argv) {
     }
     const std::string mode = argc > 1 ? argv[1] : "all";
     const DType dt = argc > 2 && std::strcmp(argv[2], "f16") == 0 ? DType::f16 : DType::bf16;
+    const auto be = dscpp::parse_attention_backend(argc > 3 ? argv[3] : "auto");
     bool ok = true;
-    if (mode == "all" || mode == "check") ok = run_checks();
-    if (mode == "all" || mode == "time") run_timing(dt);
+    if (mode == "all" || mode == "check") ok = run_checks(be);
+    if (mode == "all" || mode == "time") run_timing(dt, be);
     return ok ? 0 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());

@@ -30,8 +30,8 @@ fi
 # Ours twice: our own kernels and cuDNN's fused attention (dscpp/kernels/attention_backend.h); the cuDNN columns
 # read "-" where it is not built in.
 for be in own cudnn; do
-  echo "== dscpp: DSCPP_ATTENTION=$be $bin time $dtype (log: $out/$be.txt)" >&2
-  DSCPP_ATTENTION=$be "$bin" time "$dtype" > "$out/$be.txt" 2> "$out/$be.err" ||
+  echo "== dscpp: $bin time $dtype $be (log: $out/$be.txt)" >&2
+  "$bin" time "$dtype" "$be" > "$out/$be.txt" 2> "$out/$be.err" ||
     { echo "attention_bench ($be) exited with $?" >&2; cat "$out/$be.err" >&2; exit 1; }
   # attention_bench rows: dtype B T H Hkv D | fwd_ms fwd_tf | bwd_ms bwd_tf | fb_tf
   awk -v dt="$dtype" '$1 == dt && $7 == "|" && $10 == "|" { printf "%s,%s,%s,%s,%s\t%s\t%s\n", $2, $3, $4, $5, $6, $8, $11 }' \

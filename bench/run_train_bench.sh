@@ -37,8 +37,8 @@ if [ "$run_dscpp" = 1 ]; then
   bin="$build/bench/train_bench"
   if [ -x "$bin" ]; then
     for be in ${attention//,/ }; do
-      echo "== dscpp: DSCPP_ATTENTION=$be $bin (log: $out/dscpp-$be.err)" >&2
-      DSCPP_ATTENTION=$be "$bin" "${common[@]}" > "$out/dscpp-$be.raw" 2> "$out/dscpp-$be.err" ||
+      echo "== dscpp: $bin --attention $be (log: $out/dscpp-$be.err)" >&2
+      "$bin" "${common[@]}" --attention "$be" > "$out/dscpp-$be.raw" 2> "$out/dscpp-$be.err" ||
         echo "train_bench exited with $?" >&2
       # One backend keeps train_bench's name; several get the backend appended (dscpp-bf16+cudnn).
       if [ "$attention" = "$be" ]; then cp "$out/dscpp-$be.raw" "$out/dscpp-$be.out"

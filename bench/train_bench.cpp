@@ -1,7 +1,7 @@
 // Training throughput of our engine on one GPU: GPT-2 124M (vocab padded to 50304), GPT-2 350M and Llama ~1B on
 // random tokens, bf16 with f32 master weights, AdamW, gradient clipping 1.0 (the settings of bench/train_torch.py).
 //   train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024] [--steps 10] [--warmup 3]
-//               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--nvtx-step]
+//               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--attention auto|cudnn|own] [--nvtx-step]
 // Prints one line per model, tab-separated and prefixed "RESULT" (bench/run_train_bench.sh collects them):
 //   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
 // tokens/s = B*T / median step time (forward + backward + step, synchronised) over --steps steps after --warmup;
@@ -38,13 +38,14 @@ struct Args {
   int64_t batch = 32, seq = 1024, steps = 10, warmup = 3;
   double gemm_tflops = 0;  // 0: column printed as "-"
   std::string dtype = "bf16";
+  std::string attention = "auto";  // the config's dscpp.attention
   bool nvtx_step = false;
 };
 
 const bench::Flags kFlags{"train_bench",
                           "train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024]\n"
                           "                   [--steps 10] [--warmup 3] [--gemm-tflops 678] [--dtype bf16|fp16|f32]\n"
-                          "                   [--nvtx-step]\n"};
+                          "                   [--attention auto|cudnn|own] [--nvtx-step]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -57,9 +58,12 @@ Args parse(int argc, char** argv) {
     else if (k == "warmup") a.warmup = kFlags.to_int(k, v, 1);
     else if (k == "gemm-tflops") a.gemm_tflops = std::atof(v.c_str());
     else if (k == "dtype") a.dtype = v;
+    else if (k == "attention") a.attention = v;
     else kFlags.fail("unknown option --" + k);
   });
   if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "f32") kFlags.fail("--dtype must be bf16, fp16 or f32");
+  if (a.attention != "auto" && a.attention != "cudnn" && a.attention != "own")
+    kFlags.fail("--attention must be auto, cudnn or own");
   return a;
 }
 
@@ -79,7 +83,7 @@ DeepSpeedConfig bench_config(const Args& a) {
       R"(, "gradient_accumulation_steps": 1,
           "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
                                                     "weight_decay": 0.1}},
-          "gradient_clipping": 1.0)" + prec + "}");
+          "gradient_clipping": 1.0, "dscpp": {"attention": ")" + a.attention + "\"}" + prec + "}");
 }
 
 bool is_oom(const std::string& what) {

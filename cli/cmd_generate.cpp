@@ -28,6 +28,7 @@ struct GenerateOptions {
   bool greedy = false;
   uint64_t seed = 1;
   int num = 1;
+  std::string attention = "auto";
 };
 
 void print_token(int32_t id, void* user) {
@@ -95,9 +96,11 @@ Command register_generate(CLI::App& app) {
   c.app->add_flag("--greedy", o->greedy, "Greedy decoding (argmax)");
   c.app->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
   c.app->add_option("-n,--num", o->num, "Number of samples")->capture_default_str();
+  add_attention_option(c.app, o->attention);
   c.run = [o] {
     std::string tok_path;
     auto model = o->hf.empty() ? load_checkpoint_model(*o, tok_path) : load_hf_folder(o->hf, tok_path);
+    model->set_kernel_policy(KernelPolicy{parse_attention_backend(o->attention)});
     Tokenizer tok = Tokenizer::load_hf(tok_path);
     for (int i = 0; i < o->num; i++) {
       std::vector<int32_t> ids = tok.encode(o->prompt);

@@ -27,6 +27,7 @@ struct ProfileOptions {
   int steps = 3;
   std::string trace;
   std::string output_file;
+  std::string attention = "auto";
 };
 
 ModelConfig load_model_config(const std::string& m) {
@@ -74,6 +75,7 @@ int run_profile(const ProfileOptions& o) {
     auto model = make_model(cfg);
     model->init_weights(1);
     model->set_checkpoint_policy(fo.checkpoint);
+    model->set_kernel_policy(KernelPolicy{parse_attention_backend(o.attention)});
     Tensor x = Tensor::empty({o.batch, T}, DType::i32), y = Tensor::empty({o.batch, T}, DType::i32);
     Rng rng(7);
     random_batch(x, y, cfg.vocab_size, rng);
@@ -172,6 +174,7 @@ Command register_profile(CLI::App& app) {
   c.app->add_option("--steps", o->steps, "Measured steps (after one warm-up)")->capture_default_str();
   c.app->add_option("--trace", o->trace, "Write a Chrome trace / Perfetto JSON of the measured steps");
   c.app->add_option("--output-file,-o", o->output_file, "Also write the report to this file");
+  add_attention_option(c.app, o->attention);
   c.run = [o] { return run_profile(*o); };
   return c;
 }

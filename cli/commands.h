@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace dscpp::cli {
@@ -11,6 +12,13 @@ struct Command {
   std::function<int()> run;  // returns the process exit code; throws dscpp::Error on failure
 };
 using Commands = std::vector<Command>;
+
+// --attention for commands that run a model without an engine config: the config key dscpp.attention of the others
+// (dscpp/kernels/attention_backend.h). The value is one of the names parse_attention_backend takes.
+inline CLI::Option* add_attention_option(CLI::App* app, std::string& value) {
+  return app->add_option("--attention", value, "Attention kernels on a CUDA device: auto, cudnn or own (CPU runs use "
+                         "the CPU reference)")->check(CLI::IsMember({"auto", "cudnn", "own"}))->capture_default_str();
+}
 
 Command register_train(CLI::App& app);
 Command register_generate(CLI::App& app);

@@ -362,7 +362,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     const AttentionCalls att = attention_calls();
     if (att.cudnn_forward + att.own_forward > 0)  // CUDA attention ran: say which implementation
       log << "attention: " << (att.cudnn_forward ? "cuDNN fused" : "own kernels") << " (" << att.cudnn_forward
-          << " cuDNN / " << att.own_forward << " own forward calls; DSCPP_ATTENTION=auto|cudnn|own)" << std::endl;
+          << " cuDNN / " << att.own_forward << " own forward calls; dscpp.attention is \"" << cfg.dscpp.attention
+          << "\": auto, cudnn or own)" << std::endl;
     log << "checkpoint: " << ckpt_dir << "/" << read_latest_tag(ckpt_dir) << std::endl;
   }
 

@@ -552,7 +552,6 @@ void add_attention() {
         const int64_t row = (s.H + 2 * s.Hkv) * s.D, K = s.T + s.D;  // sums over the keys and over a head
         auto on_backend = [=](bool backward) -> Around {
           return [=](const std::function<void()>& run) {
-            ScopedAttentionBackend scope(be);
             const AttentionCalls before = attention_calls();
             run();
             const AttentionCalls after = attention_calls();
@@ -564,7 +563,7 @@ void add_attention() {
         };
         const double inner = t == f32 ? 0 : eps(t);
         auto forward = [=](const Args& a) {
-          ops::attention_forward(a["out"], a["lse"], a["qkv"], s.B, s.T, s.H, s.Hkv, s.D);
+          ops::attention_forward(a["out"], a["lse"], a["qkv"], s.B, s.T, s.H, s.Hkv, s.D, be);
         };
         add("attention_forward" + op, t, sh).in("qkv", {s.B, s.T, row}, t, -2, 2)
             .out("out", {s.B, s.T, s.H * s.D}, t, K).out("lse", {s.B, s.H, s.T}, f32, K)
@@ -574,7 +573,7 @@ void add_attention() {
                       .in("lse", {s.B, s.H, s.T}, f32).out("dqkv", {s.B, s.T, row}, t, K)
                       .with(inner, on_backend(true)).with_prep(forward).run([=](const Args& a) {
                         ops::attention_backward(a["dqkv"], a["dout"], a["qkv"], a["out"], a["lse"], s.B, s.T, s.H,
-                                                s.Hkv, s.D);
+                                                s.Hkv, s.D, be);
                       });
         b.deterministic = false;  // not required of it: its sums may run in any order
       }

@@ -39,7 +39,7 @@ case "$part" in
       --overlap --stage3-reuse-distance 0 --steps 20 --warmup 3 2>/dev/null | grep RESULT | tee "$OUT/zero3_kernels.txt"
     el done ;;
   probe)
-    NCCL_DEBUG=WARN DSCPP_CUDA_ERROR_BACKTRACE=1 LOGDIR=/tmp/zerog_probe timeout 540 bash bench/run_zero_bench.sh --build build-gpu --gpus "$gpus" \
+    NCCL_DEBUG=WARN LOGDIR=/tmp/zerog_probe timeout 540 bash bench/run_zero_bench.sh --build build-gpu --gpus "$gpus" \
       --models "" --no-torch --probe "28b 29b" --budget 400 > "$OUT/probe.txt" 2>&1
     echo "probe rc=$?"; tail -12 "$OUT/probe.txt"
     cp /tmp/zerog_probe/probe_28b.err "$OUT/" 2>/dev/null

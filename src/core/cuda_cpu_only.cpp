@@ -37,6 +37,8 @@ int64_t cuda_workspace_pool_bytes(int device) {
   DSCPP_FAIL("cuda_workspace_pool_bytes(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
 }
 
+void set_cuda_error_backtrace(bool) {}
+
 Allocator& pinned_host_allocator() { return cpu_allocator(); }
 
 void copy_async(const Tensor& dst, const Tensor& src) {

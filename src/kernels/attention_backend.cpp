@@ -1,16 +1,9 @@
 #include "dscpp/kernels/attention_backend.h"
 
-#include <atomic>
-#include <cstdlib>
-
 #include "attention_calls.h"
 #include "dscpp/core/check.h"
 
 namespace dscpp {
-
-namespace {
-std::atomic<int> g_backend{-1};  // -1: not yet read from DSCPP_ATTENTION
-}  // namespace
 
 AttentionCallCounters& attention_call_counters() {
   static AttentionCallCounters c;
@@ -32,18 +25,6 @@ const char* attention_backend_name(AttentionBackend b) {
   }
   return "?";
 }
-
-AttentionBackend attention_backend() {
-  int b = g_backend.load(std::memory_order_relaxed);
-  if (b < 0) {
-    const char* env = std::getenv("DSCPP_ATTENTION");
-    b = int(env && *env ? parse_attention_backend(env) : AttentionBackend::automatic);
-    g_backend.store(b, std::memory_order_relaxed);
-  }
-  return AttentionBackend(b);
-}
-
-void set_attention_backend(AttentionBackend b) { g_backend.store(int(b), std::memory_order_relaxed); }
 
 bool cudnn_attention_built() {
 #ifdef DSCPP_WITH_CUDNN_ATTENTION

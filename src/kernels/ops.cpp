@@ -634,7 +634,7 @@ void rope_backward(const Tensor& dqkv, const Tensor& pos, int64_t H, int64_t Hkv
 }
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t B, int64_t T, int64_t H,
-                       int64_t Hkv, int64_t D) {
+                       int64_t Hkv, int64_t D, AttentionBackend backend) {
   const char* op = "attention_forward";
   need_heads(op, H, Hkv, D);
   const bool cuda = on_cuda(op, {{"out", out}, {"lse", lse}, {"qkv", qkv}});
@@ -644,12 +644,13 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, 
   need_numel(op, {"out", out}, B * T * H * D, "B*T*H*D");
   need_dtype(op, {"lse", lse}, DType::f32);
   need_numel(op, {"lse", lse}, B * H * T, "B*H*T");
-  if (cuda) CUDA_DISPATCH(op, attention_forward, out, lse, qkv, B, T, H, Hkv, D);
+  if (cuda) CUDA_DISPATCH(op, attention_forward, out, lse, qkv, B, T, H, Hkv, D, backend);
   cpu::attention_forward(out.data<float>(), lse.data<float>(), qkv.data<float>(), B, T, H, Hkv, D);
 }
 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+                        const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+                        AttentionBackend backend) {
   const char* op = "attention_backward";
   need_heads(op, H, Hkv, D);
   const bool cuda = on_cuda(op, {{"dqkv", dqkv}, {"dout", dout}, {"qkv", qkv}, {"out", out}, {"lse", lse}});
@@ -664,7 +665,7 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
   }
   need_dtype(op, {"lse", lse}, DType::f32);
   need_numel(op, {"lse", lse}, B * H * T, "B*H*T");
-  if (cuda) CUDA_DISPATCH(op, attention_backward, dqkv, dout, qkv, out, lse, B, T, H, Hkv, D);
+  if (cuda) CUDA_DISPATCH(op, attention_backward, dqkv, dout, qkv, out, lse, B, T, H, Hkv, D, backend);
   cpu::attention_backward(dqkv.data<float>(), dout.data<float>(), qkv.data<float>(), out.data<float>(),
                           lse.data<float>(), B, T, H, Hkv, D);
 }

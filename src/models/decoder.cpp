@@ -179,6 +179,11 @@ void Decoder::fuse_head_into_next_forward(float dloss, int64_t chunk_rows) {
   fuse_rows_ = chunk_rows;
 }
 
+void Decoder::set_kernel_policy(const KernelPolicy& k) {
+  Model::set_kernel_policy(k);
+  for (Block& b : m_.blocks) b.attn.backend = k.attention;
+}
+
 // Note [Fused head]: the final norm's output xf_ goes through the lm head, the loss and their backward one chunk of
 // tokens at a time: logits = xf W^T, the loss and its log-sum-exp, the loss gradient written over the logits,
 // then dxf = dlogits W and dW += dlogits^T xf. The same ops as forward + backward run apart, so every row's loss,

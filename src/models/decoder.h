@@ -37,6 +37,7 @@ class Decoder final : public Model {
   void backward(float dloss) override;
   Tensor logits(const Tensor& tokens) override;
   void fuse_head_into_next_forward(float dloss, int64_t chunk_rows) override;
+  void set_kernel_policy(const KernelPolicy& k) override;
 
  private:
   void fused_head_forward(const Tensor& losses, float scale);  // Note [Fused head]

@@ -13,7 +13,7 @@ void CausalSelfAttention::forward(const ParamSet& ps, const Tensor& out, const T
   if (rope) ops::rope_forward(qkv_out_, s.pos, H, Hkv, D, rope_params);
   att_ = Tensor::empty({N, H * D}, inp.dtype(), dev);
   lse_ = Tensor::empty({s.B, H, s.T}, DType::f32, dev);
-  ops::attention_forward(att_, lse_, qkv_out_, s.B, s.T, H, Hkv, D);
+  ops::attention_forward(att_, lse_, qkv_out_, s.B, s.T, H, Hkv, D, backend);
   proj.forward(ps, out, att_);
 }
 
@@ -30,7 +30,7 @@ void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const
   Tensor datt = Tensor::empty({N, H * D}, dout.dtype(), dout.device());
   proj.backward(ps, datt, dout, att_);
   Tensor dqkv = Tensor::empty(qkv_out_.shape(), dout.dtype(), dout.device());
-  ops::attention_backward(dqkv, datt, qkv_out_, att_, lse_, s.B, s.T, H, Hkv, D);
+  ops::attention_backward(dqkv, datt, qkv_out_, att_, lse_, s.B, s.T, H, Hkv, D, backend);
   datt = Tensor();
   if (rope) ops::rope_backward(dqkv, s.pos, H, Hkv, D, rope_params);
   qkv.backward(ps, dinp, dqkv, make_inp());  // a made input lives for this GEMM only

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "dscpp/core/env.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/core/tensor.h"
 #include "dscpp/core/tensor_arena.h"
@@ -135,38 +134,6 @@ TEST(ParamSet, ReplaceFlatGradsCopiesAndChecks) {
     EXPECT_NE(std::string(e.what()).find("expected 64 elements of f32"), std::string::npos) << e.what();
   }
   EXPECT_THROW(ps.replace_flat_grads(Tensor::zeros({ps.flat_numel()}, DType::bf16)), Error);
-}
-
-// The DSCPP_* experiment knobs: unset or empty means the default; a bad value is an error naming the variable.
-TEST(Env, IntAndChoiceParseOrNameTheVariable) {
-  const char* var = "DSCPP_TEST_KNOB";
-  unsetenv(var);
-  EXPECT_EQ(env_int(var, 7, 0, 10), 7);
-  EXPECT_EQ(env_choice(var, {"a", "b"}, "b"), "b");
-  setenv(var, "", 1);
-  EXPECT_EQ(env_int(var, 7, 0, 10), 7);
-  setenv(var, "3", 1);
-  EXPECT_EQ(env_int(var, 7, 0, 10), 3);
-  for (const char* bad : {"11", "-1", "3x", "x"}) {
-    setenv(var, bad, 1);
-    try {
-      env_int(var, 7, 0, 10);
-      ADD_FAILURE() << bad << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(std::string("DSCPP_TEST_KNOB='") + bad + "': expected an integer from 0 to 10"),
-                std::string::npos) << e.what();
-    }
-  }
-  setenv(var, "a", 1);
-  EXPECT_EQ(env_choice(var, {"a", "b"}, "b"), "a");
-  setenv(var, "c", 1);
-  try {
-    env_choice(var, {"a", "b"}, "b");
-    ADD_FAILURE() << "c was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("DSCPP_TEST_KNOB='c': expected one of a, b"), std::string::npos) << e.what();
-  }
-  unsetenv(var);
 }
 
 // TensorArena (core/tensor_arena.h): first-fit, 256-byte aligned, coalescing, deterministic, and it says no.

@@ -23,6 +23,9 @@ std::string cuda_device_name(int device);   // "NVIDIA H100 80GB HBM3"
 int64_t cuda_device_memory(int device);     // total bytes of the device's memory
 // Bytes the device's memory pool holds for kernels' cudaMallocAsync workspaces (Note [Workspace pool]).
 int64_t cuda_workspace_pool_bytes(int device);
+// true: a CUDA error's message also carries the thread and the call stack that met it (a debugging aid; off by
+// default). Never throws; a no-op in a CPU-only build.
+void set_cuda_error_backtrace(bool on);
 
 // Page-locked host memory (cudaHostAlloc) with statistics, for asynchronous copies and checkpoint snapshots.
 // Tensors from it are Device::cpu(). A freed block is reused only after the work queued on the current stream

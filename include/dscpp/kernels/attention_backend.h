@@ -6,7 +6,8 @@
 //   cudnn      cuDNN wherever it supports the call, any T ("dscpp train" reports which one ran)
 //   own        always our kernels (src/kernels/cuda/attention.cu)
 //
-// The environment variable DSCPP_ATTENTION=auto|cudnn|own sets the process-wide default on first use. The contract
+// The caller passes the choice to each op call: a model carries it in its KernelPolicy (models/model.h), which the
+// engine sets from the config key dscpp.attention and the tools without a config from --attention. The contract
 // (ops.h) is the same for every backend, including the saved lse, so a forward from one may feed a backward from
 // the other. CPU tensors always use the CPU reference.
 #pragma once
@@ -17,8 +18,6 @@ namespace dscpp {
 
 enum class AttentionBackend { automatic, cudnn, own };
 
-AttentionBackend attention_backend();
-void set_attention_backend(AttentionBackend b);
 AttentionBackend parse_attention_backend(const std::string& name);  // "auto"|"cudnn"|"own"; throws naming the value
 const char* attention_backend_name(AttentionBackend b);
 
@@ -29,17 +28,5 @@ struct AttentionCalls {
   int64_t cudnn_forward = 0, cudnn_backward = 0, own_forward = 0, own_backward = 0;
 };
 AttentionCalls attention_calls();
-
-// Sets the backend for a scope (tests), restoring the previous one.
-class ScopedAttentionBackend {
- public:
-  explicit ScopedAttentionBackend(AttentionBackend b) : prev_(attention_backend()) { set_attention_backend(b); }
-  ~ScopedAttentionBackend() { set_attention_backend(prev_); }
-  ScopedAttentionBackend(const ScopedAttentionBackend&) = delete;
-  ScopedAttentionBackend& operator=(const ScopedAttentionBackend&) = delete;
-
- private:
-  AttentionBackend prev_;
-};
 
 }  // namespace dscpp

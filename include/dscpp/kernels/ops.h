@@ -11,6 +11,7 @@
 #include <cstdint>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/kernels/attention_backend.h"
 #include "dscpp/kernels/rope_params.h"
 
 namespace dscpp::ops {
@@ -113,12 +114,14 @@ void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, 
 // In place on dqkv: the inverse rotation of the q and k gradients.
 void rope_backward(const Tensor& dqkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope);
 // Causal softmax(q k^T / sqrt(D)) v. out[B,T,H*D]; lse[B,H,T] f32 = log-sum-exp of each row's scaled scores, saved
-// for backward (which recomputes the probabilities: O(T) saved memory, as flash attention does).
+// for backward (which recomputes the probabilities: O(T) saved memory, as flash attention does). `backend` picks the
+// CUDA implementation (kernels/attention_backend.h); CPU tensors ignore it.
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t B, int64_t T, int64_t H,
-                       int64_t Hkv, int64_t D);
+                       int64_t Hkv, int64_t D, AttentionBackend backend = AttentionBackend::automatic);
 // dqkv[B,T,(H+2Hkv)*D] (=)
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D);
+                        const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+                        AttentionBackend backend = AttentionBackend::automatic);
 
 // ---- loss ----
 // losses[N] = logsumexp(logits[n, :V]) - logits[n, targets[n]]; rows with targets[n] < 0 are ignored (loss 0).

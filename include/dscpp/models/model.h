@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/kernels/attention_backend.h"
 #include "dscpp/kernels/rope_params.h"
 #include "dscpp/models/loss.h"
 #include "dscpp/nn/params.h"
@@ -47,6 +48,12 @@ struct ModelConfig {
   int64_t num_parameters() const;
 };
 
+// Which implementation the model's layers ask the ops for, where several compute one op. The engine sets it from its
+// config's "dscpp" section (Engine constructor); tools that run a model without a config, from their flags.
+struct KernelPolicy {
+  AttentionBackend attention = AttentionBackend::automatic;  // dscpp.attention
+};
+
 // Which blocks recompute their activations in backward (activation checkpointing), one flag per block.
 using CheckpointPolicy = std::vector<bool>;
 // DeepSpeed's number_checkpoints: n blocks checkpointed, spread evenly (every k-th block, k = ceil(L / n)).
@@ -78,6 +85,8 @@ class Model {
   // logits never exist whole; that backward must pass the same dloss. The head's weight gradient is then written
   // during forward.
   virtual void fuse_head_into_next_forward(float dloss, int64_t chunk_rows = 0) = 0;
+  virtual void set_kernel_policy(const KernelPolicy& k) { kernels_ = k; }
+  const KernelPolicy& kernel_policy() const { return kernels_; }
   void set_checkpoint_policy(CheckpointPolicy p) { ckpt_ = std::move(p); }
   const CheckpointPolicy& checkpoint_policy() const { return ckpt_; }
   // Called by backward() each time the gradients of the flat range [flat_begin, flat_end) are final for this
@@ -100,6 +109,7 @@ class Model {
   ModelConfig cfg_;
   ParamSet params_;
   CheckpointPolicy ckpt_;
+  KernelPolicy kernels_;
   GradReadyHook grad_ready_hook_;
   UnitHooks unit_hooks_;
 };

@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 
+#include "dscpp/kernels/attention_backend.h"
 #include "dscpp/kernels/rope_params.h"
 #include "dscpp/nn/linear.h"
 
@@ -22,6 +23,7 @@ struct CausalSelfAttention {
   int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
   bool rope = false;
   RopeParams rope_params;  // theta, and Llama 3 frequency scaling when set
+  AttentionBackend backend = AttentionBackend::automatic;  // the model's KernelPolicy::attention
 
   // out[N,C] (=). Keeps qkv, attention output and lse until release().
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const SeqInfo& s);

@@ -5,12 +5,11 @@
 #include <execinfo.h>
 
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <thread>
-
-#include "dscpp/core/env.h"
 
 namespace dscpp {
 
@@ -85,13 +84,18 @@ int64_t cuda_workspace_pool_bytes(int device) {
   return int64_t(bytes);
 }
 
+namespace {
+std::atomic<bool> g_error_backtrace{false};
+}  // namespace
+
+void set_cuda_error_backtrace(bool on) { g_error_backtrace.store(on, std::memory_order_relaxed); }
+
 namespace cuda {
 
-// DSCPP_CUDA_ERROR_BACKTRACE=1: a CUDA error's message also carries the thread and the call stack that met it, for
+// set_cuda_error_backtrace(true): a CUDA error's message also carries the thread and the call stack that met it, for
 // errors whose call site says little (a stream wait inside a collective's wait() can be reached from many places).
 static std::string error_context() {
-  static const bool on = env_flag("DSCPP_CUDA_ERROR_BACKTRACE");
-  if (!on) return "";
+  if (!g_error_backtrace.load(std::memory_order_relaxed)) return "";
   void* frames[48];
   const int n = backtrace(frames, 48);
   char** names = backtrace_symbols(frames, n);
@@ -143,10 +147,9 @@ int least_stream_priority() {
 }
 
 int compute_stream_priority() {
-  static const bool high = env_choice("DSCPP_COMPUTE_STREAM_PRIORITY", {"high", "normal"}, "high") == "high";
   int least = 0, greatest = 0;
   DSCPP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  return high ? greatest : least;
+  return greatest;
 }
 
 cudaStream_t current_stream(int device) {

@@ -818,7 +818,7 @@ Dims make_dims(const char* op, int64_t B, int64_t T, int64_t H, int64_t Hkv, int
 }  // namespace
 
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t B, int64_t T, int64_t H,
-                       int64_t Hkv, int64_t D) {
+                       int64_t Hkv, int64_t D, AttentionBackend backend) {
   const char* op = "attention_forward";
   const Dims d = make_dims(op, B, T, H, Hkv, D);
   check_attention_args(op, qkv, d);
@@ -828,8 +828,8 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, 
   if (B == 0 || T == 0) return;
   OpLaunch l(qkv);
   AttentionCallCounters& calls = attention_call_counters();
-  if (cudnn_attention::forward(qkv.dtype(), {d.B, d.T, d.H, d.Hkv, d.D}, out.raw(), ptr<float>(lse), qkv.raw(),
-                               qkv.device().index, l.stream)) {
+  if (cudnn_attention::forward(backend, qkv.dtype(), {d.B, d.T, d.H, d.Hkv, d.D}, out.raw(), ptr<float>(lse),
+                               qkv.raw(), qkv.device().index, l.stream)) {
     calls.cudnn_forward++;
     return;
   }
@@ -851,7 +851,8 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, 
 }
 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+                        const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+                        AttentionBackend backend) {
   const char* op = "attention_backward";
   const Dims d = make_dims(op, B, T, H, Hkv, D);
   check_attention_args(op, qkv, d);
@@ -863,8 +864,8 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
   if (B == 0 || T == 0) return;
   OpLaunch l(qkv);
   AttentionCallCounters& calls = attention_call_counters();
-  if (cudnn_attention::backward(t, {d.B, d.T, d.H, d.Hkv, d.D}, dqkv.raw(), dout.raw(), qkv.raw(), out.raw(),
-                                ptr<const float>(lse), qkv.device().index, l.stream)) {
+  if (cudnn_attention::backward(backend, t, {d.B, d.T, d.H, d.Hkv, d.D}, dqkv.raw(), dout.raw(), qkv.raw(),
+                                out.raw(), ptr<const float>(lse), qkv.device().index, l.stream)) {
     calls.cudnn_backward++;
     return;
   }

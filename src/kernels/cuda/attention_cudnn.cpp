@@ -5,8 +5,9 @@
 
 #ifndef DSCPP_WITH_CUDNN_ATTENTION
 namespace dscpp::cuda::cudnn_attention {
-bool forward(DType, const Shape&, void*, float*, const void*, int, cudaStream_t) { return false; }
-bool backward(DType, const Shape&, void*, const void*, const void*, const void*, const float*, int, cudaStream_t) {
+bool forward(AttentionBackend, DType, const Shape&, void*, float*, const void*, int, cudaStream_t) { return false; }
+bool backward(AttentionBackend, DType, const Shape&, void*, const void*, const void*, const void*, const float*, int,
+              cudaStream_t) {
   return false;
 }
 }  // namespace dscpp::cuda::cudnn_attention
@@ -14,10 +15,8 @@ bool backward(DType, const Shape&, void*, const void*, const void*, const void*,
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -25,9 +24,7 @@ bool backward(DType, const Shape&, void*, const void*, const void*, const void*,
 #include <vector>
 
 #include "dscpp/core/check.h"
-#include "dscpp/core/env.h"
 #include "dscpp/core/tensor.h"
-#include "dscpp/kernels/attention_backend.h"
 
 namespace dscpp::cuda::cudnn_attention {
 namespace {
@@ -56,17 +53,7 @@ struct Plan {
   std::shared_ptr<Graph> graph;  // null: cuDNN declined this call
   int64_t workspace = 0;
   std::string why;               // why it declined
-  bool tuned = false;            // autotune has timed the candidates on real buffers (first call)
 };
-
-// DSCPP_CUDNN_AUTOTUNE=1: build every engine cuDNN offers for a shape and keep the fastest, timed on the first call's
-// buffers (a few ms, once per shape), instead of the heuristics' first choice.
-bool autotune_enabled() {
-  static const bool on = [] {
-    return env_flag("DSCPP_CUDNN_AUTOTUNE");
-  }();
-  return on;
-}
 
 struct State {
   std::mutex mu;
@@ -145,16 +132,14 @@ Plan build(const Key& k, cudnnHandle_t handle) {
   if (!step("validate", g->validate()) || !step("build_operation_graph", g->build_operation_graph(handle)) ||
       !step("create_execution_plans", g->create_execution_plans({fe::HeurMode_t::A})) ||
       !step("check_support", g->check_support(handle)) ||
-      !step("build_plans", g->build_plans(autotune_enabled() ? fe::BuildPlanPolicy_t::ALL
-                                                              : fe::BuildPlanPolicy_t::HEURISTICS_CHOICE)) ||
+      !step("build_plans", g->build_plans(fe::BuildPlanPolicy_t::HEURISTICS_CHOICE)) ||
       !step("get_workspace_size", g->get_workspace_size(p.workspace)))
     return p;
   p.graph = std::move(g);
   return p;
 }
 
-bool supported_call(DType t, const Shape& s, std::initializer_list<const void*> ptrs) {
-  const AttentionBackend be = attention_backend();
+bool supported_call(AttentionBackend be, DType t, const Shape& s, std::initializer_list<const void*> ptrs) {
   if (be == AttentionBackend::own) return false;
   // A graph is built per shape (tens to hundreds of ms). Generation without a KV cache calls with every length
   // 1, 2, 3, ...: left to our kernels unless T is a multiple of 64, as training shapes are (explicit "cudnn" takes
@@ -167,7 +152,7 @@ bool supported_call(DType t, const Shape& s, std::initializer_list<const void*> 
   return true;
 }
 
-bool run(const Key& k, std::unordered_map<int64_t, void*>& pack, cudaStream_t stream) {
+bool run(AttentionBackend be, const Key& k, std::unordered_map<int64_t, void*>& pack, cudaStream_t stream) {
   State& st = state();
   std::lock_guard<std::mutex> lock(st.mu);
   cudnnHandle_t h = handle_for(st, k.device);
@@ -181,7 +166,7 @@ bool run(const Key& k, std::unordered_map<int64_t, void*>& pack, cudaStream_t st
       built.why = e.what();
     }
     it = st.plans.emplace(k, std::move(built)).first;
-    if (!it->second.graph && attention_backend() == AttentionBackend::cudnn)
+    if (!it->second.graph && be == AttentionBackend::cudnn)
       std::fprintf(stderr, "[dscpp] cuDNN attention declined %s B=%d T=%d H=%d Hkv=%d D=%d (%s); using own kernels\n",
                    k.backward ? "backward" : "forward", k.B, k.T, k.H, k.Hkv, k.D, it->second.why.c_str());
   }
@@ -189,15 +174,6 @@ bool run(const Key& k, std::unordered_map<int64_t, void*>& pack, cudaStream_t st
   if (!p.graph) return false;
   cudnnStatus_t rc = cudnnSetStream(h, stream);
   DSCPP_CHECK(rc == CUDNN_STATUS_SUCCESS, "cudnnSetStream: ", cudnnGetErrorString(rc));
-  if (autotune_enabled() && !p.tuned) {  // outputs are overwritten by the real call below
-    p.tuned = true;
-    const int64_t tune_ws = std::max<int64_t>(p.graph->get_autotune_workspace_size(), 1);
-    Tensor tws = Tensor::empty({tune_ws}, DType::i8, Device::cuda(k.device));
-    fe::error_t e = p.graph->autotune(h, pack, tws.raw());
-    DSCPP_CHECK(e.is_good(), "cuDNN attention autotune failed: ", e.get_message());
-    fe::error_t w = p.graph->get_workspace_size(p.workspace);
-    DSCPP_CHECK(w.is_good(), "cuDNN attention workspace size: ", w.get_message());
-  }
   Tensor ws;  // stream-ordered reuse by the caching allocator (Note [Current stream])
   if (p.workspace > 0) ws = Tensor::empty({p.workspace}, DType::i8, Device::cuda(k.device));
   fe::error_t e = p.graph->execute(h, pack, ws.defined() ? ws.raw() : nullptr);
@@ -210,8 +186,9 @@ void* mut(const void* p) { return const_cast<void*>(p); }
 
 }  // namespace
 
-bool forward(DType t, const Shape& s, void* out, float* lse, const void* qkv, int device, cudaStream_t stream) {
-  if (!supported_call(t, s, {out, lse, qkv})) return false;
+bool forward(AttentionBackend be, DType t, const Shape& s, void* out, float* lse, const void* qkv, int device,
+             cudaStream_t stream) {
+  if (!supported_call(be, t, s, {out, lse, qkv})) return false;
   const Key k{false, t, device, s.B, s.T, s.H, s.Hkv, s.D};
   const size_t e = 2;  // bytes per bf16/f16 element
   const char* base = static_cast<const char*>(qkv);
@@ -220,12 +197,12 @@ bool forward(DType t, const Shape& s, void* out, float* lse, const void* qkv, in
                                           {kV, mut(base + size_t(s.H + s.Hkv) * s.D * e)},
                                           {kO, out},
                                           {kStats, lse}};
-  return run(k, pack, stream);
+  return run(be, k, pack, stream);
 }
 
-bool backward(DType t, const Shape& s, void* dqkv, const void* dout, const void* qkv, const void* out,
-              const float* lse, int device, cudaStream_t stream) {
-  if (!supported_call(t, s, {dqkv, dout, qkv, out, lse})) return false;
+bool backward(AttentionBackend be, DType t, const Shape& s, void* dqkv, const void* dout, const void* qkv,
+              const void* out, const float* lse, int device, cudaStream_t stream) {
+  if (!supported_call(be, t, s, {dqkv, dout, qkv, out, lse})) return false;
   const Key k{true, t, device, s.B, s.T, s.H, s.Hkv, s.D};
   const size_t e = 2, koff = size_t(s.H) * s.D * e, voff = size_t(s.H + s.Hkv) * s.D * e;
   const char* base = static_cast<const char*>(qkv);
@@ -233,7 +210,7 @@ bool backward(DType t, const Shape& s, void* dqkv, const void* dout, const void*
   std::unordered_map<int64_t, void*> pack{{kQ, mut(base)},        {kK, mut(base + koff)}, {kV, mut(base + voff)},
                                           {kO, mut(out)},         {kDO, mut(dout)},       {kStats, mut(lse)},
                                           {kDQ, dbase},           {kDK, dbase + koff},    {kDV, dbase + voff}};
-  return run(k, pack, stream);
+  return run(be, k, pack, stream);
 }
 
 }  // namespace dscpp::cuda::cudnn_attention

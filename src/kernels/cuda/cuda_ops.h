@@ -23,16 +23,10 @@ void matmul_bias_gelu_forward(const Tensor& out, const Tensor& pre, const Tensor
 void matmul_dgelu_backward(const Tensor& dpre, const Tensor& dout, const Tensor& weight, const Tensor& pre);
 // false: every matmul takes the unfused path (GEMM, then separate bias/GELU/dbias kernels); for tests. Default true.
 void set_matmul_epilogues(bool enable);
-// true: matmul_backward computes dbias with cuBLASLt's BGRADB epilogue instead of bias_grad (Note [Matmul
-// epilogues]); for A/B timing. Default: the environment variable DSCPP_BGRADB=1, read once.
-void set_matmul_bgradb(bool enable);
 // dbias[OC] += sum over the rows of dout[N, OC] (bias_grad.cu): bandwidth-bound, deterministic; dbias any float dtype.
 void bias_grad(const Tensor& dbias, const Tensor& dout);
 
 // ---- normalisation ----
-// true: fused_residual_*_backward takes the experimental one-pass kernel where it applies (Note [Fused norm backward,
-// one pass] in fused_norm.cu). Default: the environment variable DSCPP_NORM_BWD=onepass, read once.
-void set_norm_backward_onepass(bool enable);
 void layernorm_forward(const Tensor& out, const Tensor& mean, const Tensor& rstd, const Tensor& inp,
                        const Tensor& weight, const Tensor& bias, float eps);
 void layernorm_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
@@ -78,9 +72,10 @@ void add_sum_squares(const Tensor& acc, const Tensor& x);
 void rope_forward(const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope);
 void rope_backward(const Tensor& dqkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope);
 void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, int64_t B, int64_t T, int64_t H,
-                       int64_t Hkv, int64_t D);
+                       int64_t Hkv, int64_t D, AttentionBackend backend);
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
-                        const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D);
+                        const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
+                        AttentionBackend backend);
 
 // ---- loss ----
 void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V,

@@ -16,22 +16,10 @@
 // The same inputs give the same bits on every run and every GPU (as Note [Deterministic parameter gradients] in
 // norm.cu). Against norm backward + add_inplace this saves the dinp buffer (an [N, C] temporary), its write and
 // re-read, and a kernel; dresid is rounded to T once instead of twice.
-//
-// Note [Fused norm backward, one pass] (experimental, DSCPP_NORM_BWD=onepass or set_norm_backward_onepass): kernels
-// 1 and 2 above read resid and dnorm twice from memory, ~300 MB a call for GPT-2 124M at B = 32 (measured ~2.6 TB/s,
-// 110-116 us a call on an H200). One kernel can do both: a warp takes whole rows of its block's chunk, sums the row
-// from registers, then re-reads the row (from L1, it has just been read) to write dresid, keeping its columns'
-// dweight/dbias sums in registers. The block's 8 warps then add their column sums into shared memory one warp after
-// the other (a fixed order), and kernel 3 adds the chunks in order, so the bits are still the same on every run
-// (they differ from the two-kernel path's: another summation order). 16-bit activations with C a multiple of 8 and
-// at most 32 * 8 * 8 = 2048 columns; anything else takes the path above. Not yet measured or run on a GPU.
 #include <algorithm>
-#include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
-#include "dscpp/core/env.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/norm_rows.cuh"
@@ -85,8 +73,7 @@ __global__ void residual_norm_fwd_kernel(T* resid, T* out, float* mean_out, floa
   }
 }
 
-// The per-element math of the backward, shared by the two-kernel and the one-pass paths (the same bits either way
-// for a given summation order). Row sums over V elements: g = dnorm * w, and g * xhat (LN) or g * x (RMS).
+// The per-element math of the backward. Row sums over V elements: g = dnorm * w, and g * xhat (LN) or g * x (RMS).
 template <int V, bool LN>
 __device__ __forceinline__ void add_row_sums(const float* xv, const float* dv, const float* wv, float m, float s,
                                              float& g_sum, float& gx_sum) {
@@ -196,115 +183,7 @@ __global__ void residual_norm_bwd_tile_kernel(T* dresid, float* part_w, float* p
   }
 }
 
-
-// Note [Fused norm backward, one pass]. Grid: G row chunks of rows_per; block: kRowsPerBlock warps; lane l of a warp
-// owns the V-column vectors j * 32 + l, j < J. Dynamic shared memory: 2 * C floats. Requires C % V == 0,
-// C <= 32 * J * V, 16-byte aligned rows.
-template <typename T, typename W, int V, int J, bool LN>
-__global__ void residual_norm_bwd_onepass_kernel(T* dresid, float* part_w, float* part_b, const T* dskip,
-                                                 const T* dnorm, const T* resid, const W* w, const float* mean,
-                                                 const float* rstd, int64_t N, int C, int64_t rows_per) {
-  extern __shared__ float cols[];  // [C] dweight sums, then [C] dbias sums of this block
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t r0 = int64_t(blockIdx.x) * rows_per;
-  const int64_t r1 = min(r0 + rows_per, N);
-  float aw[J][V], ab[J][V];
-#pragma unroll
-  for (int j = 0; j < J; j++)
-#pragma unroll
-    for (int k = 0; k < V; k++) aw[j][k] = ab[j][k] = 0.0f;
-  for (int64_t n = r0 + warp; n < r1; n += kRowsPerBlock) {
-    const int64_t row = n * C;
-    const float m = LN ? mean[n] : 0.0f, s = rstd[n];
-    float g_sum = 0.0f, gx_sum = 0.0f;
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      const int c = (j * 32 + lane) * V;
-      if (c >= C) continue;
-      float xv[V], dv[V], wv[V];
-      load_f<T, V>(resid + row + c, xv);
-      load_f<T, V>(dnorm + row + c, dv);
-      load_f<W, V>(w + c, wv);
-      add_row_sums<V, LN>(xv, dv, wv, m, s, g_sum, gx_sum);
-    }
-    const float gm = warp_sum(g_sum) / float(C), gxm = warp_sum(gx_sum) / float(C);
-#pragma unroll
-    for (int j = 0; j < J; j++) {
-      const int c = (j * 32 + lane) * V;
-      if (c >= C) continue;
-      float xv[V], dv[V], wv[V], kv[V];
-      load_f<T, V>(resid + row + c, xv);
-      load_f<T, V>(dnorm + row + c, dv);
-      load_f<W, V>(w + c, wv);
-      load_f<T, V>(dskip + row + c, kv);
-      add_dx<V, LN>(kv, aw[j], ab[j], xv, dv, wv, m, s, gm, gxm);
-      store_f<T, V>(dresid + row + c, kv);  // after the loads of the same elements: dresid may alias dskip
-    }
-  }
-  if (!part_w && !part_b) return;  // uniform over the block
-  float* sw = cols;
-  float* sb = cols + C;
-  for (int wi = 0; wi < kRowsPerBlock; wi++) {  // warp by warp, in order: deterministic sums
-    if (warp == wi) {
-#pragma unroll
-      for (int j = 0; j < J; j++) {
-        const int c = (j * 32 + lane) * V;
-        if (c >= C) continue;
-#pragma unroll
-        for (int k = 0; k < V; k++) {
-          sw[c + k] = wi == 0 ? aw[j][k] : sw[c + k] + aw[j][k];
-          if (LN) sb[c + k] = wi == 0 ? ab[j][k] : sb[c + k] + ab[j][k];
-        }
-      }
-    }
-    __syncthreads();
-  }
-  for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    if (part_w) part_w[int64_t(blockIdx.x) * C + c] = sw[c];
-    if (part_b) part_b[int64_t(blockIdx.x) * C + c] = sb[c];
-  }
-}
-
-std::atomic<int> g_onepass{-1};  // -1: follow DSCPP_NORM_BWD; 0/1: set_norm_backward_onepass
-
-bool use_onepass() {
-  static const bool from_env = [] {
-    return env_choice("DSCPP_NORM_BWD", {"onepass", "twopass"}, "twopass") == "onepass";
-  }();
-  const int v = g_onepass.load();
-  return v < 0 ? from_env : v == 1;
-}
-
-// Launches the one-pass kernel with the smallest J that covers C; false when it does not apply.
-template <typename T, typename W, bool LN>
-bool launch_onepass(T* dresid, float* part_w, float* part_b, const T* dskip, const T* dnorm, const T* resid,
-                    const W* w, const float* mean, const float* rstd, int64_t N, int C, int G, int64_t rows_per,
-                    cudaStream_t s) {
-  constexpr int V = 16 / sizeof(T);
-  if constexpr (sizeof(T) != 2) {
-    return false;
-  } else {
-    if (C % V != 0 || !all_aligned16(dresid, dskip, dnorm, resid) || !all_aligned16(w)) return false;
-    const int J = int(ceil_div(C, 32 * V));
-    const size_t smem = 2 * size_t(C) * sizeof(float);
-    auto go = [&](auto j_tag) {
-      constexpr int Jc = decltype(j_tag)::value;
-      residual_norm_bwd_onepass_kernel<T, W, V, Jc, LN><<<unsigned(G), 32 * kRowsPerBlock, smem, s>>>(
-          dresid, part_w, part_b, dskip, dnorm, resid, w, mean, rstd, N, C, rows_per);
-      DSCPP_CUDA_CHECK_LAUNCH();
-      return true;
-    };
-    if (J <= 1) return go(std::integral_constant<int, 1>{});
-    if (J <= 2) return go(std::integral_constant<int, 2>{});
-    if (J <= 4) return go(std::integral_constant<int, 4>{});
-    if (J <= 8) return go(std::integral_constant<int, 8>{});
-    return false;
-  }
-}
-
 }  // namespace
-
-void set_norm_backward_onepass(bool enable) { g_onepass.store(enable ? 1 : 0); }
 
 // ---- raw launchers ----
 // resid, out [N,C] (=); mean, rstd [N] (either may be null; mean LN only); x, r [N,C]; w[C]; b[C] (may be null).
@@ -344,11 +223,7 @@ void launch_fused_residual_norm_backward(T* dresid, G* dw, G* db, const T* dskip
 
   const unsigned row_grid = unsigned(ceil_div(N, kRowsPerBlock));
   const int block = kColLanes * kRowLanes;
-  const bool onepass = use_onepass() && launch_onepass<T, W, LN>(dresid, part_w, part_b, dskip, dnorm, resid, w, mean,
-                                                                 rstd, N, C, nchunks, rows_per, s);
-  if (onepass) {
-    // done: kernels 1 and 2 in one (g_mean / gx_mean stay unused)
-  } else if (vec) {
+  if (vec) {
     residual_norm_bwd_rows_kernel<T, W, V, LN><<<row_grid, 32 * kRowsPerBlock, 0, s>>>(g_mean, gx_mean, dnorm, resid,
                                                                                       w, mean, rstd, N, C);
     DSCPP_CUDA_CHECK_LAUNCH();

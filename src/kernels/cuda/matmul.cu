@@ -7,12 +7,13 @@
 //
 // Precision: bf16/f16 inputs run with CUBLAS_COMPUTE_32F (f32 accumulation) and write f32 or 16-bit outputs; f32
 // inputs run on TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) unless set_matmul_allow_tf32(false).
-// Epilogues (Note [Matmul epilogues]) fuse the bias, the GELU and the bias gradient into the GEMMs where they apply.
+// Epilogues (Note [Matmul epilogues]) fuse the bias and the GELU (and its derivative) into the GEMMs where they apply.
 //
 // Plans (descriptors, layouts and the heuristic's algorithm) are cached per shape, dtype and pointer alignment,
-// so a training step queries the heuristic only on its first pass. DSCPP_GEMM_AUTOTUNE=1 asks the heuristic for up
-// to 8 algorithms instead and keeps the fastest, timed on the first call's operands (Note [GEMM autotune]). When cuBLASLt has no algorithm for a case
-// (odd leading dimensions, unusual dtype mixes), a plain tiled kernel computes it instead: slow, but never wrong.
+// so a training step queries the heuristic only on its first pass. The algorithm is the heuristic's first answer,
+// never one chosen by timing: the same shapes get the same kernels on every run, so a resumed run computes what an
+// uninterrupted one does. When cuBLASLt has no algorithm for a case (odd leading dimensions, unusual dtype mixes), a
+// plain tiled kernel computes it instead: slow, but never wrong.
 //
 // Note [Matmul epilogues]: what is fused, and when (anything else runs unfused: the GEMM, then a kernel).
 //   - matmul_forward: out = inp @ W^T + bias with CUBLASLT_EPILOGUE_BIAS when the bias has the output's dtype (the
@@ -24,15 +25,11 @@
 //   - matmul_dgelu_backward: CUBLASLT_EPILOGUE_DGELU computes dpre = (dout @ W) * gelu'(pre) with pre as the aux
 //     input (same conditions on F and pre). We do not use DGELU_BGRAD: its bias gradient would be written in D's
 //     16-bit dtype; the up projection's dbias comes in f32 from matmul_backward instead (below).
-//   - matmul_backward: dbias is NOT fused by default. It is the column sum of dout, computed by our own
-//     bandwidth-bound kernel (bias_grad, Note [Bias gradient kernel] in bias_grad.cu) after the plain
-//     weight-gradient GEMM dW[OC,C] += dout^T @ inp. It replaced the fused CUBLASLT_EPILOGUE_BGRADB because a
-//     profile of a GPT-2 124M step on H100 (bf16, N = 32768) showed BGRADB's helper kernel
-//     (globalKernelBgradAB_v2) at 3.0 ms over 48 calls, reading dout at ~1.8 TB/s where the GPU copies at ~3.0.
-//     DSCPP_BGRADB=1 (or set_matmul_bgradb(true)) keeps the old path for comparison (bench/gemm_bench times both):
-//     BGRADB (cuBLASLt's B is dout, whose reduction over k = N rows is the column sum) writes (=) a vector in D's
-//     dtype, while parameter gradients accumulate (+=), so it writes into a temporary of dW's dtype (f32 in mixed
-//     precision) and a small kernel adds that into dbias; gradient accumulation across micro-batches stays correct.
+//   - matmul_backward: dbias is NOT fused. It is the column sum of dout, computed by our own bandwidth-bound kernel
+//     (bias_grad, Note [Bias gradient kernel] in bias_grad.cu) after the plain weight-gradient GEMM
+//     dW[OC,C] += dout^T @ inp. It replaced the fused CUBLASLT_EPILOGUE_BGRADB because a profile of a GPT-2 124M
+//     step on H100 (bf16, N = 32768) showed BGRADB's helper kernel (globalKernelBgradAB_v2) at 3.0 ms over 48
+//     calls, reading dout at ~1.8 TB/s where the GPU copies at ~3.0 (docs/PERF.md).
 //   cuBLASLt's GELU is the tanh approximation (GPT-2's gelu_new), the formula of our CPU reference; test_ops checks
 //   it on f32 without TF32 at a tolerance that the erf GELU (up to 4e-4 away) would fail.
 //   When the heuristic has no algorithm for an epilogue, or cublasLtMatmul refuses it, the plan is marked unusable
@@ -41,13 +38,11 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
 #include <unordered_map>
 
-#include "dscpp/core/env.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
@@ -57,16 +52,6 @@ namespace {
 constexpr size_t kWorkspaceBytes = 32u << 20;
 std::atomic<bool> g_allow_tf32{true};
 std::atomic<bool> g_epilogues{true};
-std::atomic<int> g_bgradb{-1};  // -1: follow DSCPP_BGRADB; 0/1: set_matmul_bgradb
-
-// dbias through cuBLASLt's BGRADB epilogue instead of bias_grad (Note [Matmul epilogues]).
-bool use_bgradb() {
-  static const bool from_env = [] {
-    return env_flag("DSCPP_BGRADB");
-  }();
-  const int v = g_bgradb.load();
-  return v < 0 ? from_env : v == 1;
-}
 
 cudaDataType_t cuda_type(DType t) {
   switch (t) {
@@ -144,26 +129,16 @@ struct Plan {
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
   cublasLtMatmulAlgo_t algo{};
-  cublasLtMatmulAlgo_t candidates[8] = {};  // Note [GEMM autotune]: still to be timed (first call)
-  int num_candidates = 0;
 };
 
-// Note [GEMM autotune]: cuBLASLt's first heuristic answer is a model's guess. With DSCPP_GEMM_AUTOTUNE=1 a plan
-// keeps the heuristic's top 8 and, on its first call, times each (1 warm-up + 3 runs) on that call's operands,
-// writing D into a scratch buffer (C is only read, so accumulating GEMMs are not disturbed; an aux output is
-// rewritten by the real call after), and keeps the fastest. The timing synchronises the stream once per shape.
-bool gemm_autotune_enabled() {
-  static const bool on = env_flag("DSCPP_GEMM_AUTOTUNE");
-  return on;
-}
 std::unordered_map<PlanKey, Plan, PlanKeyHash>& plan_cache() {
   static auto* c = new std::unordered_map<PlanKey, Plan, PlanKeyHash>();  // leaked on purpose, as lt_state
   return *c;
 }
 
-// Epilogues that read or write the bias pointer (a bias, or a bias gradient) and those with an aux matrix.
+// Epilogues that read the bias pointer and those with an aux matrix.
 bool epi_uses_bias(cublasLtEpilogue_t e) {
-  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_BGRADB;
+  return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
 }
 bool epi_uses_aux(cublasLtEpilogue_t e) {
   return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS || e == CUBLASLT_EPILOGUE_DGELU;
@@ -214,17 +189,13 @@ Plan make_plan(cublasLtHandle_t handle, const PlanKey& k, const void* bias, cons
       CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
   for (int i = 0; i < 4; i++)
     DSCPP_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, which[i], &al[i], sizeof(al[i])));
-  cublasLtMatmulHeuristicResult_t res[8] = {};
+  cublasLtMatmulHeuristicResult_t res{};
   int n = 0;
-  const int want = gemm_autotune_enabled() ? 8 : 1;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, want, res, &n);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, p.desc, p.la, p.lb, p.lc, p.lc, pref, 1, &res, &n);
   cublasLtMatmulPreferenceDestroy(pref);
-  if (st == CUBLAS_STATUS_SUCCESS && n > 0 && res[0].state == CUBLAS_STATUS_SUCCESS) {
-    p.algo = res[0].algo;
+  if (st == CUBLAS_STATUS_SUCCESS && n > 0 && res.state == CUBLAS_STATUS_SUCCESS) {
+    p.algo = res.algo;
     p.ok = true;
-    for (int i = 0; n > 1 && i < n; i++)
-      if (res[i].state == CUBLAS_STATUS_SUCCESS) p.candidates[p.num_candidates++] = res[i].algo;
   }
   return p;
 }
@@ -265,13 +236,6 @@ __global__ void add_bias_kernel(TC* out, const TB* bias, int64_t rows, int64_t c
   const int64_t total = rows * cols;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = from_f<TC>(to_f(out[i]) + to_f(bias[i % cols]));
-}
-
-// dst[i] += src[i]: a bias gradient written fresh by the BGRADB epilogue, accumulated into the parameter gradient.
-template <typename TD, typename TS>
-__global__ void accumulate_kernel(TD* dst, const TS* src, int64_t n) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) dst[i] = from_f<TD>(to_f(dst[i]) + to_f(src[i]));
 }
 
 // ---- the one entry for every matrix multiply ----
@@ -327,40 +291,8 @@ void add_bias(const RowGemm& g, cudaStream_t stream) {
   });
 }
 
-// Note [GEMM autotune]: times p's candidates on g's operands with D in a scratch buffer and keeps the fastest. The
-// caller holds lt_state().mu and has set the epilogue pointers.
-void tune(cublasLtHandle_t handle, Plan& p, const RowGemm& g, void* ws, cudaStream_t stream) {
-  const int n = p.num_candidates;
-  p.num_candidates = 0;
-  const int device = cuda::current_device();
-  Tensor scratch = Tensor::empty({g.M * g.N * int64_t(dtype_size(g.c_t))}, DType::i8, Device::cuda(device));
-  cudaEvent_t e0 = nullptr, e1 = nullptr;
-  DSCPP_CUDA_CHECK(cudaEventCreate(&e0));
-  DSCPP_CUDA_CHECK(cudaEventCreate(&e1));
-  float best = 0.0f;
-  bool found = false;
-  for (int i = 0; i < n; i++) {
-    const cublasLtMatmulAlgo_t a_i = p.candidates[i];
-    const cublasLtMatmulAlgo_t* a = &a_i;
-    bool ok = true;
-    for (int r = 0; r < 4 && ok; r++) {  // run 0 is the warm-up; an algorithm that refuses is skipped
-      if (r == 1) DSCPP_CUDA_CHECK(cudaEventRecord(e0, stream));
-      ok = cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.la, g.a, p.lb, &g.beta, g.c_read(), p.lc, scratch.raw(),
-                          p.lc, a, ws, kWorkspaceBytes, stream) == CUBLAS_STATUS_SUCCESS;
-    }
-    if (!ok) continue;
-    DSCPP_CUDA_CHECK(cudaEventRecord(e1, stream));
-    DSCPP_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0.0f;
-    DSCPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    if (!found || ms < best) best = ms, p.algo = *a, found = true;
-  }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-}
-
-// Runs g (its own bias ignored) through cuBLASLt with epilogue epi: vec is the bias (read) or bias gradient
-// (written) of dtype vec_t, aux the aux matrix (Note [Matmul epilogues]). False, with nothing written, when cuBLASLt
+// Runs g (its own bias ignored) through cuBLASLt with epilogue epi: vec is the bias of dtype vec_t, aux the aux
+// matrix (Note [Matmul epilogues]). False, with nothing written, when cuBLASLt
 // has no algorithm for the case or refuses the epilogue at run time.
 bool lt_run(int device, cudaStream_t stream, const RowGemm& g, cublasLtEpilogue_t epi, const void* vec, DType vec_t,
             const void* aux) {
@@ -381,7 +313,6 @@ bool lt_run(int device, cudaStream_t stream, const RowGemm& g, cublasLtEpilogue_
   if (uses_aux)
     DSCPP_CUBLAS_CHECK(
         cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-  if (p.num_candidates > 0) tune(handle, p, g, ws, stream);
   // cuBLASLt's A is our b and its B our a (Note [Row-major on cuBLASLt]).
   const cublasStatus_t st = cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.la, g.a, p.lb, &g.beta, g.c_read(), p.lc,
                                            g.c, p.lc, &p.algo, ws, kWorkspaceBytes, stream);
@@ -418,7 +349,6 @@ void need_cuda_float(const char* op, const char* name, const Tensor& t) {
 
 void set_matmul_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 void set_matmul_epilogues(bool enable) { g_epilogues.store(enable); }
-void set_matmul_bgradb(bool enable) { g_bgradb.store(enable ? 1 : 0); }
 
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     const Tensor& residual) {
@@ -474,30 +404,12 @@ void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& db
     lt_gemm(dev, l.stream, RowGemm{dinp.raw(), dinp.dtype(), dout.raw(), false, weight.raw(), false, t, N, C, OC,
                                    1.0f, 0.0f});
   }
-  bool dbias_done = false;
   if (dweight.defined()) {  // dweight[OC,C] += dout^T @ inp   (dout[N,OC] is op(a) = a^T with a stored [K=N, M=OC])
     need_cuda_float(op, "dweight", dweight);
-    const RowGemm gw{dweight.raw(), dweight.dtype(), dout.raw(), true, inp.raw(), false, t, OC, C, N, 1.0f, 1.0f};
-    if (dbias.defined() && OC > 0 && C > 0 && N > 0 && g_epilogues.load() && use_bgradb()) {
-      // dbias fused, on request (Note [Matmul epilogues]): BGRADB writes sum_n dout into a temporary of dW's dtype.
-      need_cuda_float(op, "dbias", dbias);
-      Tensor fresh = Tensor::empty({OC}, dweight.dtype(), dout.device());
-      if (lt_run(dev, l.stream, gw, CUBLASLT_EPILOGUE_BGRADB, fresh.raw(), fresh.dtype(), nullptr)) {
-        dispatch_float(op, dbias.dtype(), [&](auto* dtag) {
-          dispatch_float(op, fresh.dtype(), [&](auto* stag) {
-            using TD = std::remove_pointer_t<decltype(dtag)>;
-            using TS = std::remove_pointer_t<decltype(stag)>;
-            accumulate_kernel<TD, TS><<<unsigned(ceil_div(OC, 256)), 256, 0, l.stream>>>(
-                ptr<TD>(dbias), ptr<const TS>(fresh), OC);
-            DSCPP_CUDA_CHECK_LAUNCH();
-          });
-        });
-        dbias_done = true;
-      }
-    }
-    if (!dbias_done) lt_gemm(dev, l.stream, gw);
+    lt_gemm(dev, l.stream,
+            RowGemm{dweight.raw(), dweight.dtype(), dout.raw(), true, inp.raw(), false, t, OC, C, N, 1.0f, 1.0f});
   }
-  if (dbias.defined() && !dbias_done) {  // dbias[OC] += column sums of dout[N, OC] (Note [Bias gradient kernel])
+  if (dbias.defined()) {  // dbias[OC] += column sums of dout[N, OC] (Note [Bias gradient kernel])
     need_cuda_float(op, "dbias", dbias);
     bias_grad(dbias, dout);
   }
