@@ -20,17 +20,25 @@ static void ensure_passive_omp_wait(char** argv) {
   execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
 }
 
+// `--debug`: what a user does not need but whoever debugs DeepSpeed.cpp does.
+static void enable_debug() { dscpp::set_error_locations(true); }
+
 int main(int argc, char** argv) {
   dscpp::install_crash_handler();
   ensure_passive_omp_wait(argv);
   CLI::App app{"DeepSpeed.cpp: train and serve GPT-2 and Llama models (DeepSpeed's design, native C++/CUDA)"};
   app.require_subcommand(0, 1);
+  bool debug = false;
+  app.add_flag("--debug", debug, "Errors also name their source location (file:line), for debugging DeepSpeed.cpp "
+               "itself; given before or after the subcommand, and passed on to the ranks of `dscpp launch`");
   dscpp::cli::Commands cmds = dscpp::cli::register_all(app);
+  for (auto& c : cmds) c.app->fallthrough();  // `dscpp train --debug` as well as `dscpp --debug train`
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (debug) enable_debug();
   try {
     for (auto& c : cmds)
       if (c.app->parsed()) return c.run();

@@ -157,6 +157,22 @@ PreparedData prepare_data(const TrainOptions& o, std::ostream& log) {
   return d;
 }
 
+// The refusals that need no data, made before the process group, the tokenizer and the data cache, so that a run
+// that cannot start says so at once, naming the user's key or flag.
+void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const ModelConfig& mcfg) {
+  if (o.device == "cpu" && (cfg.fp16.enabled || cfg.bf16.enabled)) {
+    const std::string sec = cfg.fp16.enabled ? "fp16" : "bf16";
+    throw ConfigError(sec + ".enabled", "DeepSpeed config: " + sec + ".enabled = true needs --device cuda: the CPU "
+                      "kernels are f32 only (set \"" + sec + "\": {\"enabled\": false} to train in f32 on the CPU)");
+  }
+  if (o.device == "cuda" && cuda_device_count() == 0)
+    DSCPP_FAIL("--device cuda: no CUDA device is visible to this process (or this build has no CUDA); use "
+               "--device cpu");
+  DSCPP_CHECK(o.seq_len <= mcfg.max_seq_len, "--seq-len ", o.seq_len, " exceeds the model's context length ",
+              mcfg.max_seq_len);
+  mcfg.validate();
+}
+
 float evaluate(Model& model, DataLoader& val, int64_t batches, int64_t B, int64_t T) {
   Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
   val.set_state({0, 0, val.state().seed});  // the same batches every time
@@ -190,6 +206,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   ModelConfig mcfg = !o.init_from.empty() ? read_hf_config(o.init_from)
                     : fs::exists(o.model)  ? ModelConfig::from_hf_json(nlohmann::json::parse(read_file(o.model)))
                                            : ModelConfig::preset(o.model);
+  check_before_work(o, cfg, mcfg);
 
   // Data parallel: the process group (the ranks meet through the store on MASTER_ADDR:MASTER_PORT).
   std::unique_ptr<ProcessGroup> pg;
@@ -210,8 +227,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
                 " (pass the model's own tokenizer with --tokenizer)");
   }
   int64_t T = o.seq_len ? o.seq_len : mcfg.max_seq_len;
-  DSCPP_CHECK(T <= mcfg.max_seq_len, "--seq-len ", T, " exceeds the model's context length ", mcfg.max_seq_len);
-  mcfg.validate();
+  mcfg.validate();  // again: the vocabulary is the tokenizer's now
   const int64_t B = cfg.train_micro_batch_size_per_gpu, gas = cfg.gradient_accumulation_steps;
 
   DataLoaderConfig dc;
@@ -258,6 +274,12 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   EngineOptions eopts;
   eopts.dp_group = pg.get();
   if (sharded_init) eopts.init_seed = cfg.seed;
+  // The flags that change which collectives run (Note [Start-up agreement]); the config and the model are added by
+  // the engine.
+  eopts.same_on_every_rank = {{"--steps", std::to_string(o.steps)},       {"--seq-len", std::to_string(T)},
+                              {"--save-every", std::to_string(o.save_every)}, {"--eval-every", std::to_string(o.eval_every)},
+                              {"--samples", std::to_string(o.num_samples)}, {"--resume", o.resume ? "true" : "false"},
+                              {"--activation-checkpointing", o.activation_checkpointing ? "true" : "false"}};
   if (!quiet) eopts.log = &log;  // the engine reports its model-state bytes at start-up
   auto engine = initialize(std::move(model), cfg, eopts);
   if (!o.trace.empty()) engine->set_trace_file(o.trace);

@@ -82,6 +82,9 @@ struct Fp16Config {                      // "fp16"
 struct Bf16Config {                      // "bf16" (legacy key "bfloat16")
   bool enabled = false;                  // bf16 weights, fp32 master weights and gradient accumulation
   bool immediate_grad_update = false;    // apply bf16 gradients to the fp32 accumulator right after backward
+  bool check_grad_overflow = true;       // skip a step whose gradients overflow (false: parsed, we always check)
+  // bf16_master_weights_and_grads and bf16_optimizer_states (DeepSpeed >= 0.18) are refused when true: our master
+  // weights, gradients and optimizer states are f32.
 };
 
 struct ActivationCheckpointingConfig {   // "activation_checkpointing"

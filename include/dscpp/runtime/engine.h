@@ -68,6 +68,9 @@ struct EngineOptions {
   // Where rank 0 prints, at start-up, the model-state bytes it allocated next to the stage's theoretical figure
   // (model_state_report()); null = silent.
   std::ostream* log = nullptr;
+  // What else every rank must share, named as the user sets it (the trainer's flags: {"--steps", "800"}, ...):
+  // checked with the config and the model before the first collective (Note [Start-up agreement]).
+  Settings same_on_every_rank;
 };
 
 class Engine {
@@ -153,7 +156,7 @@ class Engine {
   void refresh_master();          // master <- parameters (after init or a checkpoint without masters)
   void set_scheduled_betas();     // OneCycle momentum cycling
 
-  void init_data_parallel(ProcessGroup* pg);
+  void init_data_parallel(ProcessGroup* pg, const Settings& same_on_every_rank);
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, reducers, stage-3 shards
   void init_side_group(ParamSet& ps);                 // stage 0's lean or copy-engine buckets (env experiments)
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped

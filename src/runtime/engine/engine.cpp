@@ -82,7 +82,7 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
                 dtype_name(pdt), " but neither bf16 nor fp16 is enabled in the config: enable the matching section "
                 "or build the model in f32");
   }
-  init_data_parallel(options.dp_group);
+  init_data_parallel(options.dp_group, options.same_on_every_rank);
   init_zero(options.init_seed);
   if (mixed_) refresh_master();
   const auto& ac = cfg_.activation_checkpointing;
