@@ -37,13 +37,15 @@ Command register_train(CLI::App& app) {
   c.app->add_option("--seq-len", o->seq_len, "Sequence length (default: the model's context)")->check(whole(1));
   c.app->add_option("--save-every", o->save_every, "Save a checkpoint every N steps (0: at the end)")
       ->capture_default_str()->check(whole(0));
-  c.app->add_option("--keep-last", o->keep_last, "Checkpoint tags to keep")->capture_default_str()->check(whole(1, INT32_MAX));
+  c.app->add_option("--keep-last", o->keep_last, "Checkpoint tags to keep")->capture_default_str()
+      ->check(whole(1, INT32_MAX));
   c.app->add_flag("--resume", o->resume, "Resume from OUT/checkpoints/latest when present");
   c.app->add_flag("--activation-checkpointing", o->activation_checkpointing,
                   "Recompute block activations in backward (activation_checkpointing.number_checkpoints picks how many)");
   c.app->add_option("--eval-every", o->eval_every, "Validation loss every N steps (0: at the start and end)")
       ->capture_default_str()->check(whole(0));
-  c.app->add_option("--samples", o->num_samples, "Samples to print at the end")->capture_default_str()->check(whole(0, INT32_MAX));
+  c.app->add_option("--samples", o->num_samples, "Samples to print at the end")->capture_default_str()
+      ->check(whole(0, INT32_MAX));
   c.app->add_option("--seed", o->seed, "Seed (default: the config's seed)")->check(whole(0));
   c.app->add_option("--trace", o->trace, "Write a Chrome trace (ui.perfetto.dev) of the step "
                     "flops_profiler.profile_step (default 1, counted from 0) to this file");

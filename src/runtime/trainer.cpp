@@ -208,9 +208,23 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
                                            : ModelConfig::preset(o.model);
   check_before_work(o, cfg, mcfg);
 
-  // Data parallel: the process group (the ranks meet through the store on MASTER_ADDR:MASTER_PORT).
+  // Data parallel: the process group (the ranks meet through the store on MASTER_ADDR:MASTER_PORT). Ranks started
+  // with different configs, models or flags stop here, before any work, naming the difference (Note [Start-up
+  // agreement]); the engine checks again with the model as built.
+  const int64_t T = o.seq_len ? o.seq_len : mcfg.max_seq_len;
+  const Settings flags = {{"--steps", std::to_string(o.steps)},
+                          {"--seq-len", std::to_string(T)},
+                          {"--save-every", std::to_string(o.save_every)},
+                          {"--eval-every", std::to_string(o.eval_every)},
+                          {"--samples", std::to_string(o.num_samples)},
+                          {"--resume", o.resume ? "true" : "false"},
+                          {"--activation-checkpointing", o.activation_checkpointing ? "true" : "false"},
+                          {"--device", o.device}};
   std::unique_ptr<ProcessGroup> pg;
-  if (world > 1) pg = init_process_group(o.device == "cuda" ? "nccl" : "gloo");
+  if (world > 1) {
+    pg = init_process_group(o.device == "cuda" ? "nccl" : "gloo");
+    check_same_settings(*pg, *pg->store(), agreement_settings(cfg, mcfg, flags));
+  }
 
   // 2. Data and tokenizer; the model's vocabulary follows the tokenizer's. Rank 0 builds the cache under out_dir
   // (tokenizer, token shard) while the others wait, then they read it.
@@ -226,7 +240,6 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
                 data.tokenizer.vocab_size(), " tokens but the model's vocabulary is ", mcfg.vocab_size,
                 " (pass the model's own tokenizer with --tokenizer)");
   }
-  int64_t T = o.seq_len ? o.seq_len : mcfg.max_seq_len;
   mcfg.validate();  // again: the vocabulary is the tokenizer's now
   const int64_t B = cfg.train_micro_batch_size_per_gpu, gas = cfg.gradient_accumulation_steps;
 
@@ -274,12 +287,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   EngineOptions eopts;
   eopts.dp_group = pg.get();
   if (sharded_init) eopts.init_seed = cfg.seed;
-  // The flags that change which collectives run (Note [Start-up agreement]); the config and the model are added by
-  // the engine.
-  eopts.same_on_every_rank = {{"--steps", std::to_string(o.steps)},       {"--seq-len", std::to_string(T)},
-                              {"--save-every", std::to_string(o.save_every)}, {"--eval-every", std::to_string(o.eval_every)},
-                              {"--samples", std::to_string(o.num_samples)}, {"--resume", o.resume ? "true" : "false"},
-                              {"--activation-checkpointing", o.activation_checkpointing ? "true" : "false"}};
+  eopts.same_on_every_rank = flags;
   if (!quiet) eopts.log = &log;  // the engine reports its model-state bytes at start-up
   auto engine = initialize(std::move(model), cfg, eopts);
   if (!o.trace.empty()) engine->set_trace_file(o.trace);

@@ -88,8 +88,8 @@ TEST(JobSafety, BusyDefaultPortIsReplacedAndSaid) {
   EXPECT_NE(run_id(out, 0), run_id(again, 0)) << out << again;
 }
 
-// Note [Start-up agreement]: ranks started with different configs or models stop before their first collective,
-// naming the key and both values, instead of hanging or aborting inside Gloo.
+// Note [Start-up agreement]: ranks started with different configs or models stop before any work, naming the key
+// and both values, instead of hanging or aborting inside Gloo.
 TEST(JobSafety, RanksThatDisagreeStopNamingTheKey) {
   SKIP_WITHOUT_BINARY();
   CliWorkspace ws("disagree");
@@ -117,7 +117,7 @@ TEST(JobSafety, RanksThatDisagreeStopNamingTheKey) {
     EXPECT_NE(rc, 0) << out;
     EXPECT_NE(out.find("ranks disagree at start-up: " + c.want), std::string::npos) << out;
     EXPECT_EQ(out.find("gloo"), std::string::npos) << "failed inside Gloo:\n" << out;
-    EXPECT_EQ(out.find("| loss"), std::string::npos) << "trained before stopping:\n" << out;
+    EXPECT_FALSE(fs::exists(ws.dir / "o" / "data")) << "data work started before stopping:\n" << out;
   }
 }
 
@@ -159,13 +159,15 @@ TEST(JobSafety, ErrorsSpeakTheUsersLanguage) {
   EXPECT_NE(out.find("train_micro_batch_size_per_gpu = -1 in the config; it must be >= 1"), std::string::npos) << out;
 
   // Source locations only with --debug (before or after the subcommand).
-  const std::string too_long = ws.train_args("o") + " --seq-len 64";
+  std::string short_model = read_text(ws.model);
+  short_model.replace(short_model.find("\"n_positions\": 32"), 17, "\"n_positions\": 16");
+  const std::string too_long = ws.train_args("o", ws.write("short.json", short_model));  // --seq-len 32
   out = run_command(dscpp_binary() + too_long, &rc);
-  EXPECT_NE(out.find("--seq-len 64 exceeds the model's context length 32"), std::string::npos) << out;
+  EXPECT_NE(out.find("--seq-len 32 exceeds the model's context length 16"), std::string::npos) << out;
   EXPECT_EQ(out.find(".cpp:"), std::string::npos) << out;
-  for (const std::string cmd : {dscpp_binary() + " --debug" + too_long, dscpp_binary() + too_long + " --debug"}) {
+  for (const std::string& cmd : {dscpp_binary() + " --debug" + too_long, dscpp_binary() + too_long + " --debug"}) {
     out = run_command(cmd, &rc);
-    EXPECT_NE(out.find("--seq-len 64 exceeds"), std::string::npos) << out;
+    EXPECT_NE(out.find("--seq-len 32 exceeds"), std::string::npos) << out;
     EXPECT_NE(out.find(".cpp:"), std::string::npos) << out;
   }
 }

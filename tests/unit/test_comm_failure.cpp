@@ -1,6 +1,6 @@
 // Failure behaviour with real processes: a rank that dies mid-collective, a rank that never joins (timeout), a rank
-// that aborts, mismatched config hashes. Every survivor must throw dscpp::Error naming the op and the failed rank,
-// within the timeout; never hang.
+// that aborts, settings that differ across ranks. Every survivor must throw dscpp::Error naming the op and the failed
+// rank, within the timeout; never hang.
 #include <gtest/gtest.h>
 #include <unistd.h>
 

@@ -134,7 +134,7 @@ struct CheckpointConfig {                // "checkpoint" (deepspeed/checkpoint/c
 };
 
 // "dscpp": DeepSpeed.cpp's own engine keys, where DeepSpeed has none (docs/CONFIG.md, "Engine keys of ours").
-// Like every key, they are in the config hash every rank checks at start-up, so ranks cannot disagree on them.
+// Like every key, ranks compare them at start-up (Note [Start-up agreement]), so ranks cannot disagree on them.
 struct CopyEngineConfig {                // "dscpp.copy_engine": reductions and gathers on the GPUs' copy engines
   bool enabled = false;                  // stage 0 buckets / stage 2-3 units beside backward (needs overlap_comm)
   std::optional<int64_t> arena_mib;      // symmetric-memory arena for them; unset = sized from the model

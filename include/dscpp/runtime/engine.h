@@ -53,6 +53,11 @@ OptimizerConfig resolved_optimizer(const DeepSpeedConfig& config);
 // The parameter dtype a model needs for this config: bf16 (bf16.enabled), f16 (fp16.enabled) or f32.
 DType model_dtype(const DeepSpeedConfig& config);
 
+// What every rank must share (Note [Start-up agreement], comm/process_group.h): every config key by its path, the
+// model's shape as `model.<field>`, then `extra` (a caller's flags). The engine checks them, with the built model's
+// dtype and size, before its first collective; a trainer may check them earlier, before any data work.
+Settings agreement_settings(const DeepSpeedConfig& config, const ModelConfig& model, const Settings& extra = {});
+
 struct EngineOptions {
   // Tests only: run the fp16/bf16 engine path (loss scaling, overflow skip, f32 master copy) on an f32 model, so it
   // can be exercised on the CPU. Production code leaves it off: mixed precision then needs a 16-bit CUDA model.

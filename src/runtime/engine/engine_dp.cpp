@@ -11,29 +11,26 @@ void flatten(const nlohmann::json& j, const std::string& path, Settings& out) {
     out.emplace_back(path, j.dump());
     return;
   }
-  for (auto it = j.begin(); it != j.end(); ++it) flatten(it.value(), path.empty() ? it.key() : path + "." + it.key(), out);
+  for (auto it = j.begin(); it != j.end(); ++it)
+    flatten(it.value(), path.empty() ? it.key() : path + "." + it.key(), out);
 }
 
-// Everything that decides which collectives run and on what sizes (Note [Start-up agreement]): every config key by
-// its path, the model's shape as built (a different --model shows here), then the caller's settings.
-Settings startup_settings(const DeepSpeedConfig& cfg, const Model& model, const Settings& extra) {
+std::string num(const nlohmann::json& x) { return x.dump(); }
+
+}  // namespace
+
+Settings agreement_settings(const DeepSpeedConfig& cfg, const ModelConfig& m, const Settings& extra) {
   Settings s;
   flatten(cfg.to_json(), "", s);
-  const ModelConfig& m = model.config();
-  auto num = [](auto x) { return nlohmann::json(x).dump(); };
   const std::pair<const char*, std::string> fields[] = {
       {"arch", m.arch}, {"n_layer", num(m.n_layer)}, {"n_head", num(m.n_head)}, {"n_kv_head", num(m.n_kv_head)},
       {"n_embd", num(m.n_embd)}, {"n_ffn", num(m.n_ffn)}, {"vocab_size", num(m.vocab_size)},
       {"max_seq_len", num(m.max_seq_len)}, {"norm_eps", num(m.norm_eps)}, {"rope_theta", num(m.rope_theta)},
-      {"rope_scaling.factor", num(m.rope_scaling.factor)}, {"tie_embeddings", num(m.tie_embeddings)},
-      {"dtype", dtype_name(model.params().dtype())}, {"device", model.params().device().is_cuda() ? "cuda" : "cpu"},
-      {"parameters", num(model.params().flat_numel())}};  // with the padding that ZeRO's split adds
+      {"rope_scaling.factor", num(m.rope_scaling.factor)}, {"tie_embeddings", num(m.tie_embeddings)}};
   for (const auto& [k, v] : fields) s.emplace_back(std::string("model.") + k, v);
   s.insert(s.end(), extra.begin(), extra.end());
   return s;
 }
-
-}  // namespace
 
 void Engine::init_data_parallel(ProcessGroup* pg, const Settings& same_on_every_rank) {
   if (!pg) return;
@@ -43,8 +40,11 @@ void Engine::init_data_parallel(ProcessGroup* pg, const Settings& same_on_every_
   if (pg->size() == 1) return;  // nothing to communicate
   DSCPP_CHECK(pg->store() != nullptr, "initialize: process group '", pg->name(), "' has no store");
   // Each engine on a group checks under its own keys (Note [Config checks per group]).
-  check_same_settings(*pg, *pg->store(), startup_settings(cfg_, *model_, same_on_every_rank));
+  Settings s = agreement_settings(cfg_, model_->config(), same_on_every_rank);
   ParamSet& ps = model_->params();
+  s.insert(s.end(), {{"model.dtype", dtype_name(ps.dtype())}, {"model.device", ps.device().is_cuda() ? "cuda" : "cpu"},
+                     {"model.parameters", num(ps.flat_numel())}});  // with the padding ZeRO's split adds
+  check_same_settings(*pg, *pg->store(), s);
   Tensor params = ps.flat_params();
   // Every rank starts from rank 0's parameters; a sharded initialisation (EngineOptions::init_seed) computes the
   // same values on every rank instead.
