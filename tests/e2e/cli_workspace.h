@@ -79,6 +79,26 @@ struct CliWorkspace {
   }
 };
 
+// The child of `launcher` (a `dscpp launch`) whose environment says RANK=rank, or -1.
+inline pid_t launched_rank_pid(pid_t launcher, int rank) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::ifstream stat(e.path() / "stat");
+    std::string line;
+    if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) continue;
+    std::istringstream s(line.substr(line.rfind(')') + 2));
+    char state;
+    pid_t ppid;
+    s >> state >> ppid;
+    if (ppid != launcher) continue;
+    std::ifstream env(e.path() / "environ");
+    std::string vars(1, '\0');  // every variable then starts after a '\0'
+    vars.append(std::istreambuf_iterator<char>(env), std::istreambuf_iterator<char>());
+    if (vars.find('\0' + std::string("RANK=") + std::to_string(rank) + '\0') != std::string::npos)
+      return pid_t(std::stoi(e.path().filename().string()));
+  }
+  return -1;
+}
+
 // A command line running in the background (`sh -c "exec ..."`), its output collected from a pipe.
 class BackgroundJob {
  public:
@@ -127,25 +147,7 @@ class BackgroundJob {
     output();
     return done_ ? status_ : -1;
   }
-  // The launcher's child whose environment says RANK=rank (a rank of `dscpp launch`), or -1.
-  pid_t rank_pid(int rank) const {
-    for (const auto& e : fs::directory_iterator("/proc")) {
-      std::ifstream stat(e.path() / "stat");
-      std::string line;
-      if (!std::getline(stat, line) || line.rfind(')') == std::string::npos) continue;
-      std::istringstream s(line.substr(line.rfind(')') + 2));
-      char state;
-      pid_t ppid;
-      s >> state >> ppid;
-      if (ppid != pid_) continue;
-      std::ifstream env(e.path() / "environ");
-      std::string vars(1, '\0');  // every variable then starts after a '\0'
-      vars.append(std::istreambuf_iterator<char>(env), std::istreambuf_iterator<char>());
-      if (vars.find('\0' + std::string("RANK=") + std::to_string(rank) + '\0') != std::string::npos)
-        return pid_t(std::stoi(e.path().filename().string()));
-    }
-    return -1;
-  }
+  pid_t rank_pid(int rank) const { return launched_rank_pid(pid_, rank); }
 
  private:
   bool finished() {

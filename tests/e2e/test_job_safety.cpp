@@ -13,7 +13,7 @@ using namespace dscpp::test;
 
 namespace {
 
-const char* kConfig = R"({"train_batch_size": 8, "steps_per_print": 1,
+const char* kConfig = R"({"train_batch_size": 8, "steps_per_print": 100,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}, "gradient_clipping": 1.0})";
 
 #define SKIP_WITHOUT_BINARY()                                                                              \
@@ -31,8 +31,9 @@ TEST(JobSafety, SecondJobOnTheSamePortLeavesTheFirstAlone) {
   const std::string config = ws.write("ds.json", kConfig);
   const std::string port = std::to_string(free_port());
   const std::string launch = dscpp_binary() + " launch --nproc 2 -H /nonexistent --master_port " + port;
-  BackgroundJob a(launch + ws.train_args("a") + " --config " + config + " --steps 12");
-  ASSERT_TRUE(a.wait_for("| loss ")) << a.output();
+  // Enough steps that a is still training when it is held (it prints its start-up lines just before the first).
+  BackgroundJob a(launch + ws.train_args("a") + " --config " + config + " --steps 300");
+  ASSERT_TRUE(a.wait_for("data parallel: 2 ranks")) << a.output();
   const pid_t a_rank0 = a.rank_pid(0);
   ASSERT_GT(a_rank0, 0) << a.output();
   ASSERT_EQ(kill(a_rank0, SIGSTOP), 0);
@@ -46,8 +47,8 @@ TEST(JobSafety, SecondJobOnTheSamePortLeavesTheFirstAlone) {
 
   const int a_status = a.wait();
   EXPECT_EQ(a_status, 0) << a.output();
-  EXPECT_NE(a.output().find("step    12/12 | loss"), std::string::npos) << a.output();
-  EXPECT_TRUE(fs::exists(ws.dir / "a" / "checkpoints" / "global_step12")) << a.output();
+  EXPECT_NE(a.output().find("step   300/300 | loss"), std::string::npos) << a.output();
+  EXPECT_TRUE(fs::exists(ws.dir / "a" / "checkpoints" / "global_step300")) << a.output();
 }
 
 // With no --master_port, a busy 29500 (DeepSpeed's default) makes the launcher pick a free port and say which; every

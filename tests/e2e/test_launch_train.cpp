@@ -173,21 +173,7 @@ TEST(LaunchTrain, KilledRankStopsTheJobWithAMessage) {
     read_some();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  pid_t victim = -1;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    std::ifstream stat(e.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    std::istringstream s(line.substr(line.rfind(')') + 2));
-    char state;
-    pid_t ppid;
-    s >> state >> ppid;
-    if (ppid != launcher) continue;
-    std::ifstream env(e.path() / "environ");
-    std::string vars((std::istreambuf_iterator<char>(env)), {});
-    if (vars.find(std::string("RANK=1") + '\0') != std::string::npos && vars.find("LOCAL_RANK=1") != std::string::npos)
-      victim = std::stoi(e.path().filename().string());
-  }
+  const pid_t victim = dscpp::test::launched_rank_pid(launcher, 1);
   if (victim <= 0) {
     kill(launcher, SIGKILL);  // our own child
     waitpid(launcher, nullptr, 0);
