@@ -11,7 +11,7 @@
 // --overlap: overlap_comm (reductions during backward; PyTorch DDP's 25 MB buckets are --bucket 6250000 in f32).
 // --zero-stage: one stage or a comma list, each a fresh engine on a fresh sub-group of the ranks. Stage >= 1 builds
 // the model with every unit padded to 16 x world (Note [ZeRO units]) and, at stage 2/3, without a flat gradient
-// buffer, as src/runtime/trainer.cpp does. --stage3-reuse-distance: stage3_max_reuse_distance (0: release every
+// buffer, as cli/trainer.cpp does. --stage3-reuse-distance: stage3_max_reuse_distance (0: release every
 // unit after its use, FSDP's reshard_after_forward); --prefetch: stage3_prefetch_bucket_size in elements.
 // --comm-dtype: communication_data_type (gradients reduced in bf16 instead of f32).
 // --checkpointing: activation checkpointing of every block. --n-*: override the preset's shape (the model is then

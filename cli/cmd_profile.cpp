@@ -6,8 +6,8 @@
 #include "cli/commands.h"
 #include "cli/rules.h"
 #include "dscpp/core/rng.h"
+#include "dscpp/flops_profiler/report.h"
 #include "dscpp/profiler/memory_report.h"
-#include "dscpp/profiler/report.h"
 #include "dscpp/profiler/trace.h"
 #include "dscpp/profiler/wall_clock.h"
 

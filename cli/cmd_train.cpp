@@ -4,8 +4,8 @@
 
 #include "cli/commands.h"
 #include "cli/rules.h"
+#include "cli/trainer.h"
 #include "dscpp/models/model.h"
-#include "dscpp/runtime/trainer.h"
 
 namespace dscpp::cli {
 

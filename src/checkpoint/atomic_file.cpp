@@ -1,6 +1,6 @@
 // Crash-safe files and directories. The rules POSIX gives us: rename() within one file system is atomic; data and
 // a new directory entry are durable only after fsync of the file and of the directory holding the entry.
-#include "dscpp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

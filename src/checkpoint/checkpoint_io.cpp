@@ -24,9 +24,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "dscpp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/crc32.h"
-#include "dscpp/checkpoint/fault_injection.h"
 
 namespace fs = std::filesystem;
 

@@ -1,4 +1,4 @@
-#include "dscpp/checkpoint/fault_injection.h"
+#include "checkpoint/fault_injection.h"
 
 #include <unistd.h>
 

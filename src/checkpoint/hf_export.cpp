@@ -20,7 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "dscpp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/checkpoint/universal.h"

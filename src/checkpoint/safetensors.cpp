@@ -15,9 +15,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dscpp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/checkpoint_error.h"
-#include "dscpp/checkpoint/fault_injection.h"
 
 namespace dscpp {
 

@@ -31,8 +31,8 @@
 #include <optional>
 #include <thread>
 
-#include "dscpp/checkpoint/atomic_file.h"
-#include "dscpp/checkpoint/fault_injection.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/fault_injection.h"
 #include "dscpp/comm/store.h"
 
 namespace fs = std::filesystem;

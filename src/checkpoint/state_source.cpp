@@ -9,7 +9,7 @@
 #include <cstring>
 #include <set>
 
-#include "models/decoder.h"
+#include "dscpp/models/model.h"
 
 namespace dscpp {
 
@@ -63,9 +63,8 @@ StateSource::StateSource(const CheckpointReader& r) : r_(r) {
   if (r.has_file(kModelFile))
     for (const auto& e : open(kModelFile).st->entries()) model_shapes_[e.name] = e.shape;
   else if (st_.contains("model_config")) {  // stage 3 without gathered weights: the model's tensor table
-    ParamSet ps;
-    declare_layers(ps, ModelConfig::from_hf_json(st_.at("model_config")));
-    for (const auto& p : ps.infos()) model_shapes_[p.name] = p.shape;
+    for (const auto& p : ModelConfig::from_hf_json(st_.at("model_config")).tensor_table())
+      model_shapes_[p.name] = p.shape;
   }
 
   const bool universal = st_.value("universal", false);

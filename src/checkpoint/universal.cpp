@@ -31,8 +31,8 @@
 #include <fstream>
 #include <iterator>
 
+#include "checkpoint/atomic_file.h"
 #include "checkpoint/state_source.h"
-#include "dscpp/checkpoint/atomic_file.h"
 
 namespace fs = std::filesystem;
 

@@ -4,7 +4,7 @@
 #include <cctype>
 
 #include "dscpp/core/check.h"
-#include "dscpp/launcher/runners.h"
+#include "launcher/runners.h"
 
 namespace dscpp::launcher {
 

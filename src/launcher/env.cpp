@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "dscpp/core/check.h"
-#include "dscpp/launcher/runners.h"
+#include "launcher/runners.h"
 
 namespace dscpp::launcher {
 

@@ -21,7 +21,7 @@
 #include <sstream>
 
 #include "dscpp/core/check.h"
-#include "dscpp/launcher/runners.h"
+#include "launcher/runners.h"
 
 namespace dscpp::launcher {
 

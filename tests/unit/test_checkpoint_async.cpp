@@ -1,7 +1,7 @@
 // Asynchronous checkpoints (async_checkpointer.h): the background path writes the same bytes as the synchronous
 // one (manifests differ only in created_unix_ns), alone and with 2 ranks through the store; the caller may change
-// its tensors once save() returns; a second save waits for the first; a background failure surfaces on wait()
-// and on the next save() and leaves the previous tag; the caller stalls for less than the write takes.
+// its tensors once save() returns; save() returns while its write is held up in the background, and a second save
+// waits for the first; a background failure surfaces on wait() and on the next save() and leaves the previous tag.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -11,12 +11,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
 #include <thread>
 
 #include "dist/multiprocess.h"
+#include "checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/async_checkpointer.h"
-#include "dscpp/checkpoint/fault_injection.h"
 #include "dscpp/comm/store.h"
 #include "dscpp/core/rng.h"
 #include "checkpoint_fixtures.h"
@@ -109,17 +110,27 @@ TEST_F(AsyncTest, ByteIdenticalToSyncAndSnapshotIsACopy) {
 }
 
 TEST_F(AsyncTest, SecondSaveWaitsForTheFirst) {
-  // The first save's commit is held up in the background for 300 ms.
-  std::atomic<int> delays{0};
+  // The first save's commit is held up in the background until the test releases it: save() has returned while its
+  // write is not done (the caller does not pay for it), and a second save() cannot return before the release.
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<int> holds{0};
   set_checkpoint_fault_hook([&](FaultPoint p) {
-    if (p == FaultPoint::before_manifest && delays++ == 0) std::this_thread::sleep_for(300ms);
+    if (p == FaultPoint::before_manifest && holds++ == 0) released.wait();
   });
   AsyncCheckpointer ck;
   ck.save(make_plan(dir_, "a", 0));
   EXPECT_TRUE(ck.in_flight());
-  EXPECT_FALSE(fs::exists(dir_ + "/a")) << "the first save should still be held up";
-  ck.save(make_plan(dir_, "b", 0));
-  EXPECT_GT(ck.last_stats().wait_seconds, 0.2) << "save() must wait for the save in flight";
+  EXPECT_FALSE(fs::exists(dir_ + "/a")) << "the first save is held up";
+  std::atomic<bool> returned{false};
+  std::thread second([&] {
+    ck.save(make_plan(dir_, "b", 0));
+    returned = true;
+  });
+  std::this_thread::sleep_for(200ms);  // room for a save() that does not wait to return; one that waits never does
+  EXPECT_FALSE(returned) << "save() returned while the save in flight was held up";
+  release.set_value();
+  second.join();
   EXPECT_TRUE(fs::exists(dir_ + "/a/manifest.json")) << "the first save is committed before the second starts";
   ck.wait();
   EXPECT_EQ(list_tags(dir_), (std::vector<std::string>{"a", "b"}));
@@ -153,8 +164,9 @@ TEST_F(AsyncTest, BackgroundFailureSurfacesOnWaitAndNextSave) {
   EXPECT_EQ(read_latest_tag(dir_), "later");
 }
 
-// 64 MiB (DSCPP_CKPT_BENCH_MIB): the caller pays for a memory copy, the background thread for the write, CRC and fsync.
-TEST_F(AsyncTest, StallIsShorterThanTheWrite) {
+// 64 MiB (DSCPP_CKPT_BENCH_MIB): the caller pays for a memory copy, the background thread for the write, CRC and fsync
+// (a timing report; that save() returns before the write ends is SecondSaveWaitsForTheFirst's event-ordered check).
+TEST_F(AsyncTest, LargeSaveReportsItsTimes) {
   const char* mib_env = std::getenv("DSCPP_CKPT_BENCH_MIB");  // default 64 MiB, two tensors
   const int64_t n = (mib_env ? std::atoll(mib_env) : 64) << 17;
   SavePlan plan{dir_, "big", {}, true, 0};
@@ -169,7 +181,6 @@ TEST_F(AsyncTest, StallIsShorterThanTheWrite) {
               double(st.bytes) / (1 << 20), st.stall_seconds * 1e3, st.snapshot_seconds * 1e3, st.write_seconds * 1e3,
               st.gbps(), st.commit_seconds * 1e3);
   EXPECT_GE(st.bytes, uint64_t(n) * 8);
-  EXPECT_LT(st.stall_seconds, st.write_seconds + st.commit_seconds);
 }
 
 // Two ranks, each saving in the background through the store; then the same synchronously: identical trees.

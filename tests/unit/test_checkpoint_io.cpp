@@ -9,10 +9,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include "dscpp/checkpoint/atomic_file.h"
+#include "checkpoint/atomic_file.h"
+#include "checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/crc32.h"
-#include "dscpp/checkpoint/fault_injection.h"
 #include "dscpp/core/rng.h"
 #include "checkpoint_fixtures.h"
 

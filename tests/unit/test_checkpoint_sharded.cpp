@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "dist/multiprocess.h"
+#include "checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
-#include "dscpp/checkpoint/fault_injection.h"
 #include "dscpp/checkpoint/sharded_writer.h"
 #include "dscpp/comm/store.h"
 #include "dscpp/core/rng.h"
@@ -182,7 +182,6 @@ void run_kill(int world, const Kill& k) {
         if (p == k.point && ++*seen == k.occurrence) _exit(3);
       });
     }
-    auto t0 = std::chrono::steady_clock::now();
     try {
       save_rank(dir, "s2", g, 2);
       ADD_FAILURE() << "rank " << rank << ": the save succeeded although rank " << k.victim << " died";
@@ -190,9 +189,9 @@ void run_kill(int world, const Kill& k) {
       EXPECT_EQ(e.kind, K::peer_failed) << e.what();
       EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(k.victim) + ":"), std::string::npos)
           << "the error does not name the failed rank: " << e.what();
+      EXPECT_EQ(std::string(e.what()).find("timed out"), std::string::npos)
+          << "survivors must fail on the death, not at the 20 s timeout: " << e.what();
     }
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(s, 10.0) << "survivors must fail promptly, not at the 20 s timeout";
     if (k.victim != 0) leave(*h.store, rank, world, k.victim);
   }, 40s);
   for (const auto& r : res) {

@@ -8,8 +8,8 @@
 #include <fstream>
 
 #include "dscpp/core/rng.h"
-#include "dscpp/profiler/module_tree.h"
-#include "dscpp/profiler/report.h"
+#include "dscpp/flops_profiler/module_tree.h"
+#include "dscpp/flops_profiler/report.h"
 #include "dscpp/profiler/trace.h"
 #include "dscpp/runtime/engine.h"
 #include "tiny_models.h"

@@ -8,8 +8,8 @@
 
 #include "dscpp/core/allocator.h"
 #include "dscpp/kernels/ops.h"
-#include "dscpp/runtime/grad_clip.h"
 #include "dscpp/runtime/optimizer.h"
+#include "runtime/optim/grad_clip.h"
 
 using namespace dscpp;
 

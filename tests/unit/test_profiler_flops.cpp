@@ -5,8 +5,8 @@
 #include <cmath>
 #include <functional>
 
-#include "dscpp/profiler/module_tree.h"
-#include "dscpp/profiler/report.h"
+#include "dscpp/flops_profiler/module_tree.h"
+#include "dscpp/flops_profiler/report.h"
 
 using namespace dscpp;
 
@@ -89,7 +89,7 @@ TEST(ProfilerFlops, TreeSumsToTotalsAndParameterCount) {
   }
 }
 
-// Note [Model FLOPs vs 6N] in src/profiler/module_tree.cpp: the tree counts 6 FLOPs per token per matmul weight.
+// Note [Model FLOPs vs 6N] in src/flops_profiler/module_tree.cpp: the tree counts 6 FLOPs per token per matmul weight.
 TEST(ProfilerFlops, Gpt2_124M_MatchesFormula) {
   ModelConfig cfg = ModelConfig::preset("gpt2");
   const int64_t L = 12, C = 768, T = 1024;

@@ -31,7 +31,7 @@
 #include "dscpp/runtime/engine.h"
 #ifdef DSCPP_WITH_CUDA
 // set_matmul_allow_tf32 lives with the CUDA ops (private to the library; the header has no CUDA types).
-#include "../../src/kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_ops.h"
 #endif
 
 using namespace dscpp;

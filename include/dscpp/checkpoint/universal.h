@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "dscpp/checkpoint/checkpoint_io.h"
-#include "dscpp/runtime/zero_partition.h"
+#include "dscpp/nn/zero_partition.h"
 
 namespace dscpp {
 

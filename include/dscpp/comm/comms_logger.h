@@ -14,9 +14,15 @@
 #include <utility>
 #include <vector>
 
-#include "dscpp/runtime/config_sections.h"
-
 namespace dscpp {
+
+struct CommsLoggerConfig {               // the config's "comms_logger" (deepspeed/comm/config.py)
+  bool enabled = false;                  // record every profiled collective (count, size, latency, bandwidth)
+  bool verbose = false;                  // also log each op as it completes
+  bool prof_all = true;                  // profile every op (else only prof_ops)
+  bool debug = false;                    // DeepSpeed: add the caller's name to each record; parsed
+  std::vector<std::string> prof_ops;     // op names profiled when prof_all is false, e.g. ["all_reduce"]
+};
 
 double bus_bandwidth_factor(const std::string& op, int n);
 

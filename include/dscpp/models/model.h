@@ -41,7 +41,9 @@ struct ModelConfig {
   static ModelConfig from_hf_json(const nlohmann::json& j, bool shapes_only = false);
   // Model FLOPs per token for training (forward + backward): 6*N + 6*L*C*T (llm.c's formula, causal attention).
   double train_flops_per_token(int64_t T) const;
-  // Parameters of the model this config describes (declares its tensor table; allocates nothing).
+  // The tensor table of the model this config describes (Hugging Face names and shapes, in flat-buffer order) and
+  // its parameter count; both declare the parameters and allocate nothing.
+  std::vector<ParamInfo> tensor_table() const;
   int64_t num_parameters() const;
 };
 
@@ -83,7 +85,7 @@ class Model {
   // backward goes on. Only the parameters lying wholly inside the range are final. Empty = no calls.
   using GradReadyHook = std::function<void(int64_t flat_begin, int64_t flat_end)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
-  // ZeRO-3 (Note [ZeRO units], runtime/zero_partition.h): before(unit, pass) runs before forward, backward or
+  // ZeRO-3 (Note [ZeRO units], nn/zero_partition.h): before(unit, pass) runs before forward, backward or
   // logits() use the parameters of params().units()[unit], after(unit, pass) once that use is over, so the engine
   // can gather a unit's parameters just in time and release them. Calls nest (a unit may be in use twice, e.g. the
   // tied embedding at the lm head); the order is the same on every rank. Empty = no calls.

@@ -7,7 +7,7 @@
 // adjacent so that one GEMM serves them (q/k/v projections, gate/up projections). The total is padded to a multiple
 // of `pad_multiple` (alignment x world size, so every rank's partition has the same size).
 //
-// Units (Note [ZeRO units], runtime/zero_partition.h): a model may name the parameters that start a unit (a block,
+// Units (Note [ZeRO units], nn/zero_partition.h): a model may name the parameters that start a unit (a block,
 // the embeddings, ...); each unit then starts and ends at a multiple of `pad_multiple`, so ZeRO can split every unit
 // evenly across the ranks. ZeRO-2/3 drop the flat gradient / parameter buffers and attach a window (a tensor holding
 // one whole unit) while the unit is in use; param() and grad() resolve to the flat buffer when it exists, else to

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dscpp/comm/comms_logger.h"
 #include "dscpp/core/check.h"
 #include "dscpp/core/dtype.h"
 #include "dscpp/runtime/config_sections.h"

@@ -1,7 +1,9 @@
 // The typed sections of a DeepSpeed JSON config, one struct per JSON object. Every default is DeepSpeed's CODE
 // default (deepspeed 0.16.5 runtime/config.py, zero/config.py, zero/offload_config.py,
 // activation_checkpointing/config.py); where the public docs disagree, the comment says so (see
-// /work/shared/reference/deepspeed-semantics.md §6). Parsing and validation live in src/runtime/config/.
+// /work/shared/reference/deepspeed-semantics.md §6). Parsing and validation live in src/runtime/config/. The
+// "comms_logger" section is CommsLoggerConfig in comm/comms_logger.h: the communication layer, below this one,
+// reads it.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -144,14 +146,6 @@ struct DscppConfig {                     // "dscpp"
   std::string attention = "auto";        // "auto" | "cudnn" | "own": which kernels run attention on CUDA
   bool fused_head = false;               // lm head and loss backward inside forward, in chunks of logits
   CopyEngineConfig copy_engine;
-};
-
-struct CommsLoggerConfig {               // "comms_logger" (deepspeed/comm/config.py)
-  bool enabled = false;                  // record every profiled collective (count, size, latency, bandwidth)
-  bool verbose = false;                  // also log each op as it completes
-  bool prof_all = true;                  // profile every op (else only prof_ops)
-  bool debug = false;                    // DeepSpeed: add the caller's name to each record; parsed
-  std::vector<std::string> prof_ops;     // op names profiled when prof_all is false, e.g. ["all_reduce"]
 };
 
 }  // namespace dscpp

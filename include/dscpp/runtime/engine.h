@@ -12,7 +12,7 @@
 // Data parallelism (ZeRO stage 0, EngineOptions::dp_group): every rank starts from rank 0's parameters, backward
 // averages the gradients across ranks at the boundary (GradReducer, runtime/grad_reducer.h), so clipping, the
 // overflow check and the step see the same averaged gradients on every rank.
-// ZeRO stages 1-3 (zero_optimization.stage, Note [ZeRO units] in runtime/zero_partition.h): rank r owns chunk r of
+// ZeRO stages 1-3 (zero_optimization.stage, Note [ZeRO units] in nn/zero_partition.h): rank r owns chunk r of
 // every unit; its optimizer (and f32 masters) cover only those chunks; gradients are reduce-scattered per unit
 // (runtime/zero_grads.h; stage 2/3 keep only the partition); stage 1/2 all-gather the updated parameters after the
 // step, stage 3 keeps only the parameter shard and gathers units around their use (runtime/zero_params.h). The
@@ -29,6 +29,7 @@
 #include "dscpp/checkpoint/async_checkpointer.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/models/model.h"
+#include "dscpp/nn/zero_partition.h"
 #include "dscpp/profiler/profiler.h"
 #include "dscpp/runtime/config.h"
 #include "dscpp/runtime/grad_reducer.h"
@@ -38,7 +39,6 @@
 #include "dscpp/runtime/zero_estimate.h"  // ModelStateBytes: the bytes this rank holds, by kind
 #include "dscpp/runtime/zero_grads.h"
 #include "dscpp/runtime/zero_params.h"
-#include "dscpp/runtime/zero_partition.h"
 
 namespace dscpp {
 

@@ -14,7 +14,7 @@ namespace dscpp::cuda {
 void launch_convert(void* dst, DType dt, const void* src, DType st, int64_t n, cudaStream_t stream);
 // dst[n] elements of elem_size bytes (2 or 4) = the low elem_size bytes of `pattern`.
 void launch_fill_pattern(void* dst, int elem_size, uint32_t pattern, int64_t n, cudaStream_t stream);
-// dst[n] (f32/bf16/f16, or i32 for bits) from the Philox stream, see dscpp/core/random_fill.h.
+// dst[n] (f32/bf16/f16, or i32 for bits) from the Philox stream, see src/core/random_fill.h.
 void launch_random(void* dst, DType dt, int64_t n, RandomKind kind, uint64_t seed, uint64_t offset, float a,
                    float b, cudaStream_t stream);
 

@@ -20,14 +20,14 @@
 
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/env.h"
+#include "dscpp/flops_profiler/module_tree.h"
+#include "dscpp/flops_profiler/report.h"
 #include "dscpp/kernels/gemm_sm_carveout.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/nn/comm_window.h"
 #include "dscpp/profiler/memory_report.h"
-#include "dscpp/profiler/module_tree.h"
-#include "dscpp/profiler/report.h"
 #include "dscpp/profiler/trace.h"
-#include "dscpp/runtime/grad_clip.h"
+#include "runtime/optim/grad_clip.h"
 
 namespace dscpp {
 

@@ -1,5 +1,5 @@
 // Global-norm gradient clipping.
-#include "dscpp/runtime/grad_clip.h"
+#include "runtime/optim/grad_clip.h"
 
 #include <cmath>
 

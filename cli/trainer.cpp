@@ -1,4 +1,4 @@
-#include "dscpp/runtime/trainer.h"
+#include "cli/trainer.h"
 
 #include <sys/resource.h>
 

@@ -1,5 +1,5 @@
 // Analytic FLOPs of the ops our decoders run, forward and backward. See Note [FLOPs conventions] in
-// src/profiler/flops.cpp for why each count is what it is; in short:
+// src/flops_profiler/flops.cpp for why each count is what it is; in short:
 // - a multiply-accumulate (MAC) is 2 FLOPs; matmul [M,K] x [K,N] is M*N*K MACs;
 // - backward = 2 x forward for every op (DeepSpeed's flops profiler; exact for matmuls: dX and dW);
 // - "matmul" FLOPs (weights and the two attention products) are the model FLOPs behind MFU; elementwise and

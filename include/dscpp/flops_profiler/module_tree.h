@@ -4,13 +4,13 @@
 // Each node carries its parameters and forward cost, its own plus its children's. Paths ("model.blocks.3.attn")
 // are the keys of the Profiler's measured ranges. Totals: params == ModelConfig::num_parameters() and
 // 3 x matmul forward FLOPs per token ~ ModelConfig::train_flops_per_token (6N + 6LCT; see Note [Model FLOPs vs
-// 6N] in src/profiler/module_tree.cpp).
+// 6N] in src/flops_profiler/module_tree.cpp).
 #pragma once
 #include <string>
 #include <vector>
 
+#include "dscpp/flops_profiler/flops.h"
 #include "dscpp/models/model.h"
-#include "dscpp/profiler/flops.h"
 
 namespace dscpp {
 

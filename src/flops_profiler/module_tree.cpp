@@ -8,7 +8,7 @@
 // whose every parameter is a matmul weight. The anchor figure 803.5 MFLOP/token (N = 124,475,904) is for the
 // vocabulary padded to 50304 as llm.c and nanoGPT train it; our "gpt2" preset keeps HF's 50257 (N = 124,439,808,
 // 6N + 6LCT = 803.3 MFLOP/token). The two differ by 0.03%.
-#include "dscpp/profiler/module_tree.h"
+#include "dscpp/flops_profiler/module_tree.h"
 
 #include "dscpp/core/check.h"
 

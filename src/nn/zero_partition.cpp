@@ -1,5 +1,5 @@
-// ZeRO ownership arithmetic (Note [ZeRO units], runtime/zero_partition.h).
-#include "dscpp/runtime/zero_partition.h"
+// ZeRO ownership arithmetic (Note [ZeRO units], nn/zero_partition.h).
+#include "dscpp/nn/zero_partition.h"
 
 #include <algorithm>
 

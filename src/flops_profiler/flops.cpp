@@ -14,7 +14,7 @@
 // - Activation checkpointing repeats the checkpointed blocks' forward inside backward: that is hardware work,
 //   kept apart (ModuleNode::recompute) so model FLOPs stay comparable across checkpointing policies.
 // - Biases add 1 FLOP per output (DeepSpeed leaves them out; they are < 0.1% of a linear layer).
-#include "dscpp/profiler/flops.h"
+#include "dscpp/flops_profiler/flops.h"
 
 #include "dscpp/core/check.h"
 

@@ -1,5 +1,5 @@
 // Flops profiler report: summary, per-depth aggregates, detailed tree.
-#include "dscpp/profiler/report.h"
+#include "dscpp/flops_profiler/report.h"
 
 #include <algorithm>
 #include <cmath>

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "dscpp/profiler/module_tree.h"
+#include "dscpp/flops_profiler/module_tree.h"
 #include "dscpp/profiler/profiler.h"
 
 namespace dscpp {
