@@ -1,5 +1,5 @@
 // ProcessGroup's backend-independent half: argument checks, error messages and abort, sub-group bookkeeping,
-// init_process_group from the environment, and the start-up config-hash check.
+// init_process_group from the environment, and the start-up agreement check (Note [Start-up agreement]).
 #include "dscpp/comm/process_group.h"
 
 #include <algorithm>

@@ -1,4 +1,4 @@
-// TcpStore: the key-value store every rank meets through (rendezvous, NCCL unique id, config-hash exchange,
+// TcpStore: the key-value store every rank meets through (rendezvous, NCCL unique id, start-up agreement,
 // failure signalling). Rank 0 runs a TcpStoreServer on MASTER_ADDR:MASTER_PORT in a thread; every rank (rank 0
 // included) talks to it with a TcpStore client. Plain POSIX sockets; values are byte strings.
 //
