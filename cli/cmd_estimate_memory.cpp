@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "cli/rules.h"
 #include "dscpp/core/check.h"
 #include "dscpp/models/activation_memory.h"
 #include "dscpp/runtime/config.h"
@@ -176,28 +177,28 @@ Command register_estimate_memory(CLI::App& app) {
   config->excludes(model);
   c.app->add_option("--num_gpus_per_node", o->num_gpus_per_node, "GPUs per node")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
-  c.app->add_option("--num_nodes", o->num_nodes, "Nodes")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(whole(1, INT32_MAX));
+  c.app->add_option("--num_nodes", o->num_nodes, "Nodes")->capture_default_str()->check(whole(1, INT32_MAX));
   c.app->add_option("--stage", o->stage, "DeepSpeed table(s) to print: 2, 3 or all")
       ->capture_default_str()
       ->check(CLI::IsMember({"2", "3", "all"}));
   c.app->add_option("--additional_buffer_factor", o->additional_buffer_factor,
                     "DeepSpeed's CPU-side estimation factor")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(number(0));
   c.app->add_option("--deepspeed_config", o->deepspeed_config,
                     "DeepSpeed JSON config: micro-batch, bf16/fp16, activation_checkpointing, zero_optimization")
       ->check(CLI::ExistingFile);
   c.app->add_option("--micro_batch", o->micro_batch, "Micro-batch per GPU: adds activations and ZeRO buffers")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole(0));
   c.app->add_option("--seq_len", o->seq_len, "Tokens per sequence (default: the model's max_seq_len)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole(0));
   c.app->add_option("--number_checkpoints", o->number_checkpoints,
                     "Blocks with activation checkpointing, spread evenly (DeepSpeed's number_checkpoints)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole(0));
   c.app->add_option("--gpu_memory_gib", o->gpu_memory_gib,
                     "GPU memory: say whether each stage fits, and the largest micro-batch that does")
-      ->check(CLI::NonNegativeNumber);
+      ->check(number(0));
   c.app->add_flag("--fused_head", o->fused_head,
                   "The loss and lm head's backward inside forward, in chunks (what DSCPP_FUSED_HEAD=1 does)");
   c.run = [o] { return run_estimate(*o); };

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "cli/commands.h"
+#include "cli/rules.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/checkpoint/universal.h"
@@ -87,15 +88,16 @@ Command register_generate(CLI::App& app) {
                     "a checkpoint")->check(CLI::ExistingDirectory);
   c.app->add_option("--prompt,-p", o->prompt, "Prompt text")->capture_default_str();
   c.app->add_option("--max-tokens", o->max_tokens, "New tokens to generate")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole(0));
   c.app->add_option("--temperature", o->temperature, "Sampling temperature (0 = greedy)")->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  c.app->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str();
+      ->check(number(0));
+  c.app->add_option("--top-k", o->top_k, "Keep the k most likely tokens (0 = all)")->capture_default_str()
+      ->check(whole(0));
   c.app->add_option("--top-p", o->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str()
-      ->check(CLI::Range(0.0f, 1.0f));
+      ->check(number(0, 1));
   c.app->add_flag("--greedy", o->greedy, "Greedy decoding (argmax)");
-  c.app->add_option("--seed", o->seed, "Sampling seed")->capture_default_str();
-  c.app->add_option("-n,--num", o->num, "Number of samples")->capture_default_str();
+  c.app->add_option("--seed", o->seed, "Sampling seed")->capture_default_str()->check(whole(0));
+  c.app->add_option("-n,--num", o->num, "Number of samples")->capture_default_str()->check(whole(0, INT32_MAX));
   add_attention_option(c.app, o->attention);
   c.run = [o] {
     std::string tok_path;

@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "cli/paths.h"
+#include "cli/rules.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/flops_profiler/report.h"
 #include "dscpp/profiler/memory_report.h"
@@ -160,18 +161,20 @@ Command register_profile(CLI::App& app) {
       "  dscpp profile --model gpt2-tiny --measure --steps 5 --trace out.json");
   c.app->add_option("--model,-m", o->model, "Preset name or a Hugging Face config.json")->capture_default_str();
   c.app->add_option("--seq-len,-T", o->seq_len, "Sequence length (default: the model's max_seq_len)")
-      ->check(CLI::NonNegativeNumber);
-  c.app->add_option("--batch,-B", o->batch, "Sequences per step")->capture_default_str()->check(CLI::PositiveNumber);
+      ->check(whole(0));
+  c.app->add_option("--batch,-B", o->batch, "Sequences per step")->capture_default_str()->check(whole(1));
   c.app->add_option("--peak-tflops", o->peak_tflops, "Device peak TFLOP/s for MFU (H100/H200 bf16: 989.4)")
-      ->check(CLI::NonNegativeNumber);
-  c.app->add_option("--depth", o->depth, "Module depth to print (-1: all)")->capture_default_str();
+      ->check(number(0));
+  c.app->add_option("--depth", o->depth, "Module depth to print (-1: all)")->capture_default_str()
+      ->check(whole(-1, INT32_MAX));
   c.app->add_option("--top", o->top, "Top modules per metric and depth")->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(whole(1, INT32_MAX));
   c.app->add_flag("--full-attention", o->full_attention, "Count the full T*T attention (PaLM 12LCT), not causal half");
   c.app->add_option("--checkpoint", o->checkpoint, "Activation checkpoints (number_checkpoints; 0 = none)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole(0));
   c.app->add_flag("--measure", o->measure, "Run forward+backward steps on the CPU and time them");
-  c.app->add_option("--steps", o->steps, "Measured steps (after one warm-up)")->capture_default_str();
+  c.app->add_option("--steps", o->steps, "Measured steps (after one warm-up)")->capture_default_str()
+      ->check(whole(1, INT32_MAX));
   c.app->add_option("--trace", o->trace, "Write a Chrome trace / Perfetto JSON of the measured steps");
   c.app->add_option("--output-file,-o", o->output_file, "Also write the report to this file");
   add_attention_option(c.app, o->attention);

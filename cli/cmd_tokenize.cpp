@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "cli/paths.h"
+#include "cli/rules.h"
 #include "dscpp/core/check.h"
 #include "dscpp/data/corpus.h"
 #include "dscpp/data/shard.h"
@@ -135,13 +136,13 @@ Command register_tokenize(CLI::App& app) {
   c.app->add_option("--vocab", o->vocab, "GPT-2 vocab.json (with --merges)")->check(CLI::ExistingFile);
   c.app->add_option("--merges", o->merges, "GPT-2 merges.txt (with --vocab)")->check(CLI::ExistingFile);
   c.app->add_option("--train-vocab", o->train_vocab, "Train a tokenizer of this vocab size on the input")
-      ->check(CLI::Range(257, 1 << 20));
+      ->check(whole(257, 1 << 20));
   c.app->add_option("--save-tokenizer", o->save_tokenizer,
                     "Save the tokenizer as tokenizer.json here (default with --train-vocab: OUT/tokenizer.json)");
   c.app->add_option("--doc-separator", o->doc_separator,
                     "A line equal to this separates documents (default: each file is one document)");
   c.app->add_option("--shard-tokens", o->shard_tokens, "Tokens per shard file")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(whole(1));
   c.run = [o] { return run_tokenize(*o); };
   return c;
 }

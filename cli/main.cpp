@@ -8,6 +8,7 @@
 #include "cli/commands.h"
 #include "dscpp/core/check.h"
 #include "dscpp/core/crash_handler.h"
+#include "dscpp/core/cuda.h"
 
 // Note [OpenMP wait policy]: libgomp's threads spin for a while after each parallel region. With OpenBLAS's and our
 // regions back to back that is free on an idle machine, but on a shared or oversubscribed one (CI, several ranks per
@@ -20,17 +21,28 @@ static void ensure_passive_omp_wait(char** argv) {
   execv("/proc/self/exe", argv);  // on failure, carry on with the default policy
 }
 
+// `--debug`: what a user does not need but whoever debugs DeepSpeed.cpp does.
+static void enable_debug() {
+  dscpp::set_error_locations(true);
+  dscpp::set_cuda_error_backtrace(true);  // a CUDA error also prints the failing thread's call stack
+}
+
 int main(int argc, char** argv) {
   dscpp::install_crash_handler();
   ensure_passive_omp_wait(argv);
   CLI::App app{"DeepSpeed.cpp: train and serve GPT-2 and Llama models (DeepSpeed's design, native C++/CUDA)"};
   app.require_subcommand(0, 1);
+  bool debug = false;
+  app.add_flag("--debug", debug, "Errors also name their source location (file:line) and CUDA errors print a call stack, for "
+               "debugging DeepSpeed.cpp itself; given before or after the subcommand, and passed on to the ranks of `dscpp launch`");
   dscpp::cli::Commands cmds = dscpp::cli::register_all(app);
+  for (auto& c : cmds) c.app->fallthrough();  // `dscpp train --debug` as well as `dscpp --debug train`
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (debug) enable_debug();
   try {
     for (auto& c : cmds)
       if (c.app->parsed()) return c.run();

@@ -115,6 +115,22 @@ void check_resume_tokenizer(const std::string& ckpt_dir, const std::string& tag,
              "TEXT...) and resume with --data DIR/*.bin --tokenizer DIR/tokenizer.json");
 }
 
+// The refusals that need no data, made before the process group, the tokenizer and the data cache, so that a run
+// that cannot start says so at once, naming the user's key or flag.
+void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const ModelConfig& mcfg) {
+  if (o.device == "cpu" && (cfg.fp16.enabled || cfg.bf16.enabled)) {
+    const std::string sec = cfg.fp16.enabled ? "fp16" : "bf16";
+    throw ConfigError(sec + ".enabled", "DeepSpeed config: " + sec + ".enabled = true needs --device cuda: the CPU "
+                      "kernels are f32 only (set \"" + sec + "\": {\"enabled\": false} to train in f32 on the CPU)");
+  }
+  if (o.device == "cuda" && cuda_device_count() == 0)
+    DSCPP_FAIL("--device cuda: no CUDA device is visible to this process (or this build has no CUDA); use "
+               "--device cpu");
+  DSCPP_CHECK(o.seq_len <= mcfg.max_seq_len, "--seq-len ", o.seq_len, " exceeds the model's context length ",
+              mcfg.max_seq_len);
+  mcfg.validate();
+}
+
 float evaluate(Model& model, DataLoader& val, int64_t batches, int64_t B, int64_t T) {
   Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
   val.set_state({0, 0, val.state().seed});  // the same batches every time
@@ -148,14 +164,30 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   ModelConfig mcfg = !o.init_from.empty() ? read_hf_config(o.init_from)
                     : fs::exists(o.model)  ? ModelConfig::from_hf_json(nlohmann::json::parse(read_file(o.model)))
                                            : ModelConfig::preset(o.model);
+  check_before_work(o, cfg, mcfg);
 
   const std::string ckpt_dir = (fs::path(o.out_dir) / "checkpoints").string();
   res.checkpoint_dir = ckpt_dir;
   const std::string resume_tag = plan_checkpoints(o, ckpt_dir, cfg.checkpoint.load_universal, quiet, log);
 
-  // Data parallel: the process group (the ranks meet through the store on MASTER_ADDR:MASTER_PORT).
+  // Data parallel: the process group (the ranks meet through the store on MASTER_ADDR:MASTER_PORT). Ranks started
+  // with different configs, models or flags stop here, before any work, naming the difference (Note [Start-up
+  // agreement]); the engine checks again with the model as built.
+  const int64_t T = o.seq_len ? o.seq_len : mcfg.max_seq_len;
+  const Settings flags = {{"--steps", std::to_string(o.steps)},
+                          {"--seq-len", std::to_string(T)},
+                          {"--save-every", std::to_string(o.save_every)},
+                          {"--eval-every", std::to_string(o.eval_every)},
+                          {"--samples", std::to_string(o.num_samples)},
+                          {"--resume", o.resume ? "true" : "false"},
+                          {"--overwrite", o.overwrite ? "true" : "false"},
+                          {"--activation-checkpointing", o.activation_checkpointing ? "true" : "false"},
+                          {"--device", o.device}};
   std::unique_ptr<ProcessGroup> pg;
-  if (world > 1) pg = init_process_group(o.device == "cuda" ? "nccl" : "gloo");
+  if (world > 1) {
+    pg = init_process_group(o.device == "cuda" ? "nccl" : "gloo");
+    check_same_settings(*pg, *pg->store(), agreement_settings(cfg, mcfg, flags));
+  }
 
   // 2. Data and tokenizer; the model's vocabulary follows the tokenizer's. Rank 0 builds the cache under out_dir
   // (tokenizer, token shard) while the others wait, then they read it.
@@ -171,9 +203,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
                 data.tokenizer.vocab_size(), " tokens but the model's vocabulary is ", mcfg.vocab_size,
                 " (pass the model's own tokenizer with --tokenizer)");
   }
-  int64_t T = o.seq_len ? o.seq_len : mcfg.max_seq_len;
-  DSCPP_CHECK(T <= mcfg.max_seq_len, "--seq-len ", T, " exceeds the model's context length ", mcfg.max_seq_len);
-  mcfg.validate();
+  mcfg.validate();  // again: the vocabulary is the tokenizer's now
   const int64_t B = cfg.train_micro_batch_size_per_gpu, gas = cfg.gradient_accumulation_steps;
 
   DataLoaderConfig dc;
@@ -220,6 +250,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   EngineOptions eopts;
   eopts.dp_group = pg.get();
   if (sharded_init) eopts.init_seed = cfg.seed;
+  eopts.same_on_every_rank = flags;
   if (!quiet) eopts.log = &log;  // the engine reports its model-state bytes at start-up
   auto engine = initialize(std::move(model), cfg, eopts);
   if (!o.trace.empty()) engine->set_trace_file(o.trace);

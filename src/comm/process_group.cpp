@@ -1,5 +1,5 @@
 // ProcessGroup's backend-independent half: argument checks, error messages and abort, sub-group bookkeeping,
-// init_process_group from the environment, and the start-up config-hash check.
+// init_process_group from the environment, and the start-up agreement check (Note [Start-up agreement]).
 #include "dscpp/comm/process_group.h"
 
 #include <algorithm>
@@ -228,7 +228,7 @@ static std::string resolve_backend(const std::string& backend) {
 
 std::unique_ptr<ProcessGroup> new_process_group(const std::string& backend, int rank, int size,
                                                 const std::string& master_addr, int port,
-                                                std::chrono::milliseconds timeout) {
+                                                std::chrono::milliseconds timeout, const std::string& run_id) {
   if (timeout.count() <= 0) timeout = default_comm_timeout();
   DSCPP_CHECK(size >= 1 && rank >= 0 && rank < size, "new_process_group: rank ", rank, " of ", size);
   std::string be = resolve_backend(backend);
@@ -240,7 +240,7 @@ std::unique_ptr<ProcessGroup> new_process_group(const std::string& backend, int 
   a.name = "world";
   a.rank = rank;
   a.size = size;
-  a.store = connect_store(master_addr, port, rank, rank == 0, timeout);
+  a.store = connect_store(master_addr, port, rank, rank == 0, timeout, run_id);
   a.timeout = timeout;
   // Every rank must agree on the world size: a stale launcher or a wrong WORLD_SIZE would otherwise hang.
   if (rank == 0) a.store.store->set("dscpp/world_size_0", std::to_string(size));
@@ -258,7 +258,7 @@ std::unique_ptr<ProcessGroup> init_process_group(const std::string& backend, std
     DSCPP_CHECK(n > 0, "init_process_group(nccl): no CUDA device");
     cuda_set_device(e.local_rank % n);
   }
-  return new_process_group(be, e.rank, e.world_size, e.master_addr, e.master_port, timeout);
+  return new_process_group(be, e.rank, e.world_size, e.master_addr, e.master_port, timeout, e.run_id);
 }
 
 std::vector<float> all_reduce_values(ProcessGroup& pg, const std::vector<float>& values, ReduceOp op,
@@ -281,23 +281,63 @@ static int next_config_check(const std::string& group) {
   return count[group]++;
 }
 
-void check_same_config(ProcessGroup& pg, TcpStore& store, uint64_t config_hash) {
-  std::string base = "pg/" + pg.name() + "/config_hash/" + std::to_string(next_config_check(pg.name())) + "/";
-  store.set(base + std::to_string(pg.rank()), std::to_string(config_hash));
+static std::string encode_settings(const Settings& s) {
+  std::string out;
+  for (const auto& [k, v] : s) out += k + '\0' + v + '\0';
+  return out;
+}
+
+static Settings decode_settings(const std::string& text) {
+  Settings s;
+  size_t p = 0;
+  while (p < text.size()) {
+    size_t k_end = text.find('\0', p), v_end = text.find('\0', k_end + 1);
+    s.emplace_back(text.substr(p, k_end - p), text.substr(k_end + 1, v_end - k_end - 1));
+    p = v_end + 1;
+  }
+  return s;
+}
+
+// "" when `other` agrees with `ref`, else the message naming the first key that differs and counting the rest.
+static std::string settings_difference(const Settings& ref, const Settings& other, int other_rank) {
+  std::map<std::string, std::string> ref_of(ref.begin(), ref.end()), other_of(other.begin(), other.end());
+  std::vector<std::string> keys;  // differing keys, in the order `other` lists them, then those only rank 0 has
+  std::string first;
+  auto note = [&](const std::string& k, const std::string& mine, const std::string& theirs) {
+    if (keys.empty())
+      first = "rank " + std::to_string(other_rank) + " has " + k + "=" + mine + ", rank 0 " + theirs;
+    keys.push_back(k);
+  };
+  for (const auto& [k, v] : other) {
+    auto it = ref_of.find(k);
+    if (it == ref_of.end()) note(k, v, "has no " + k);
+    else if (it->second != v) note(k, v, it->second);
+  }
+  for (const auto& [k, v] : ref)
+    if (!other_of.count(k)) note(k, "(none)", v);
+  if (keys.empty()) return "";
+  std::string msg = "ranks disagree at start-up: " + first;
+  if (keys.size() > 1) {
+    msg += "; also different:";
+    for (size_t i = 1; i < keys.size() && i < 6; ++i) msg += (i > 1 ? ", " : " ") + keys[i];
+    if (keys.size() > 6) msg += " and " + std::to_string(keys.size() - 6) + " more";
+  }
+  return msg + ". Every rank must run the same config, model and flags";
+}
+
+void check_same_settings(ProcessGroup& pg, TcpStore& store, const Settings& settings) {
+  std::string base = "pg/" + pg.name() + "/settings/" + std::to_string(next_config_check(pg.name())) + "/";
+  store.set(base + std::to_string(pg.rank()), encode_settings(settings));
   std::vector<std::string> keys;
   for (int r = 0; r < pg.size(); ++r) keys.push_back(base + std::to_string(r));
   store.wait(keys, pg.timeout());
-  std::string ref = store.get_string(keys[0]);
-  std::string differ;
-  for (int r = 1; r < pg.size(); ++r) {
-    std::string h = store.get_string(keys[size_t(r)]);
-    if (h != ref) differ += (differ.empty() ? "" : ", ") + std::to_string(r) + " (" + h + ")";
+  const Settings ref = decode_settings(store.get_string(keys[0]));
+  for (int r = 1; r < pg.size(); ++r) {  // every rank reads every rank: all name the same (lowest) rank
+    std::string msg = settings_difference(ref, decode_settings(store.get_string(keys[size_t(r)])), r);
+    if (msg.empty()) continue;
+    store.abort(pg.global_rank(pg.rank()), msg);
+    throw Error(msg);
   }
-  if (differ.empty()) return;
-  std::string msg = "config mismatch across ranks: rank 0 has config hash " + ref + ", ranks " + differ +
-                    " differ; every rank must run the same DeepSpeed config";
-  store.abort(pg.global_rank(pg.rank()), msg);
-  throw Error(msg);
 }
 
 }  // namespace dscpp

@@ -79,12 +79,14 @@ std::string join_keys(const std::vector<std::string>& keys) {
 // Server: one thread, poll() over the listening socket, every client and a wake-up pipe.
 
 struct TcpStoreServer::State {
+  std::string run_id;  // this job's (Note [One store per job])
   int listen_fd = -1;
   int wake[2] = {-1, -1};
   std::thread thread;
   std::map<std::string, Bytes> data;
   struct Client {
     Bytes in;
+    bool greeted = false;  // said hello with this job's run id
     int rank = -1;
     bool said_bye = false;
   };
@@ -97,7 +99,8 @@ struct TcpStoreServer::State {
   void drop(int fd);
 };
 
-TcpStoreServer::TcpStoreServer(int port) : s_(std::make_unique<State>()) {
+TcpStoreServer::TcpStoreServer(int port, std::string run_id) : s_(std::make_unique<State>()) {
+  s_->run_id = std::move(run_id);
   int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
   bool v6 = fd >= 0;
   if (!v6) fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -122,8 +125,11 @@ TcpStoreServer::TcpStoreServer(int port) : s_(std::make_unique<State>()) {
   if (rc != 0 || ::listen(fd, 1024) != 0) {
     int e = errno;
     ::close(fd);
-    DSCPP_FAIL("TcpStoreServer: cannot listen on port ", port, ": ", std::strerror(e),
-               " (is another job using MASTER_PORT=", port, "?)");
+    if (e == EADDRINUSE)
+      DSCPP_FAIL("rank 0 cannot host the job's store on port ", port, ": ", std::strerror(e), "; another job on this ",
+                 "machine probably uses it. Start this job on another port: dscpp launch --master_port <port> (or ",
+                 "--master_port 0 for a free one), or MASTER_PORT=<port> under other launchers");
+    DSCPP_FAIL("rank 0 cannot host the job's store on port ", port, ": ", std::strerror(e));
   }
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
@@ -213,8 +219,19 @@ bool TcpStoreServer::State::handle(int fd, Client& c) {
 
     uint8_t status = 1;
     Bytes out;
+    if (cmd != kHello && !c.greeted) return false;  // every client of this job opens with its run id
+    bool refused = false;
     switch (cmd) {
-      case kHello: c.rank = std::stoi(key); break;
+      case kHello:
+        if (std::string(val.begin(), val.end()) != run_id) {  // another job's rank: answer, then forget it
+          status = 0;
+          out.assign(run_id.begin(), run_id.end());
+          refused = true;
+          break;
+        }
+        c.greeted = true;
+        c.rank = std::stoi(key);
+        break;
       case kBye: c.said_bye = true; break;
       case kSet: data[key] = std::move(val); break;
       case kSetNx: status = data.emplace(key, std::move(val)).second ? 1 : 0; break;
@@ -250,14 +267,15 @@ bool TcpStoreServer::State::handle(int fd, Client& c) {
     resp.push_back(char(status));
     put_u32(resp, uint32_t(out.size()));
     resp.insert(resp.end(), out.begin(), out.end());
-    if (!send_all(fd, resp.data(), resp.size())) return false;
+    if (!send_all(fd, resp.data(), resp.size()) || refused) return false;
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Client
 
-TcpStore::TcpStore(const std::string& host, int port, int rank, std::chrono::milliseconds timeout)
+TcpStore::TcpStore(const std::string& host, int port, int rank, std::chrono::milliseconds timeout,
+                   std::string run_id)
     : host_(host), port_(port), timeout_(timeout) {
   auto deadline = Clock::now() + timeout;
   std::string last_error = "no attempt";
@@ -289,10 +307,20 @@ TcpStore::TcpStore(const std::string& host, int port, int rank, std::chrono::mil
   }
   int one = 1;
   ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  if (rank >= 0) request(kHello, std::to_string(rank), {});
+  Bytes answer = request(kHello, std::to_string(rank), Bytes(run_id.begin(), run_id.end()));
+  if (answer[0] == 0) {
+    ::close(fd_);
+    fd_ = -1;
+    auto name = [](const std::string& id) { return id.empty() ? std::string("none") : "'" + id + "'"; };
+    DSCPP_FAIL("the store at ", host, ":", port, " belongs to another job (its run id ",
+               name(std::string(answer.begin() + 1, answer.end())), ", this job's ", name(run_id),
+               "): another job is using MASTER_PORT=", port, ". Start this job on another port: dscpp launch ",
+               "--master_port <port> (or --master_port 0 for a free one), or MASTER_PORT=<port> under other launchers");
+  }
 }
 
 TcpStore::~TcpStore() {
+  if (fd_ < 0) return;  // refused, or the connection was lost
   try {
     request(kBye, "", {});
   } catch (...) {  // the server may be gone already: nothing to say goodbye to
@@ -397,10 +425,10 @@ std::optional<std::string> TcpStore::abort_reason() {
 }
 
 StoreHandle connect_store(const std::string& host, int port, int rank, bool host_server,
-                          std::chrono::milliseconds timeout) {
+                          std::chrono::milliseconds timeout, const std::string& run_id) {
   StoreHandle h;
-  if (host_server) h.server = std::make_shared<TcpStoreServer>(port);
-  h.store = std::make_shared<TcpStore>(host, host_server ? h.server->port() : port, rank, timeout);
+  if (host_server) h.server = std::make_shared<TcpStoreServer>(port, run_id);
+  h.store = std::make_shared<TcpStore>(host, host_server ? h.server->port() : port, rank, timeout, run_id);
   return h;
 }
 

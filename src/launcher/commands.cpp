@@ -86,6 +86,7 @@ std::vector<std::string> ssh_node_command(const LaunchOptions& o, const LaunchPl
                                      "--master_addr=" + plan.master_addr,
                                      "--master_port=" + std::to_string(plan.master_port),
                                      "--exit_on_stdin_eof"};
+  if (!plan.run_id.empty()) launch.push_back("--run_id=" + plan.run_id);
   if (plan.cpu) launch.push_back("--cpu");
   if (!o.each_rank_log_dir.empty()) launch.push_back("--enable_each_rank_log=" + o.each_rank_log_dir);
   launch.push_back("--");
@@ -103,6 +104,7 @@ std::vector<std::string> mpi_command(const LaunchOptions& o, const LaunchPlan& p
   Env ex = exports;
   ex["MASTER_ADDR"] = plan.master_addr;
   ex["MASTER_PORT"] = std::to_string(plan.master_port);
+  if (!plan.run_id.empty()) ex["DSCPP_RUN_ID"] = plan.run_id;
   std::vector<std::string> cmd;
   switch (o.runner) {
     case Runner::openmpi: {

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <ctime>
 #include <filesystem>
+#include <random>
 #include <sstream>
 
 #include "dscpp/core/check.h"
@@ -112,6 +113,49 @@ int free_tcp_port() {
   return ntohs(a.sin_port);
 }
 
+bool tcp_port_free(int port) {
+  // Bound as the store binds it (IPv6 wildcard accepting IPv4, SO_REUSEADDR), so "free" means the store can listen.
+  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return true;  // no IPv6: let the store's own bind decide
+  int one = 1, zero = 0;
+  setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  sockaddr_in6 a{};
+  a.sin6_family = AF_INET6;
+  a.sin6_addr = in6addr_any;
+  a.sin6_port = htons(uint16_t(port));
+  bool ok = bind(fd, (sockaddr*)&a, sizeof a) == 0 || errno != EADDRINUSE;
+  close(fd);
+  return ok;
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  const uint64_t t = uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  const uint64_t x = ((uint64_t(rd()) << 32) | rd()) ^ (t * 0x9E3779B97F4A7C15ull) ^ uint64_t(getpid());
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)x);
+  return buf;
+}
+
+// The port the job meets on, when the user left it to us: DeepSpeed's 29500, or a free one when a job on this
+// machine already listens there (Note [One store per job]); either way the user is told when it is not 29500.
+static void choose_port(const LaunchOptions& o, LaunchPlan& plan, const LaunchIO& io) {
+  if (o.master_port == 0) {
+    plan.master_port = free_tcp_port();
+    say(io.err_fd, "[launcher] --master_port 0: this job meets on port " + std::to_string(plan.master_port));
+    return;
+  }
+  const bool ours_to_pick = o.master_port < 0 && !plan.multi_node && !o.no_ssh && o.world_info.empty() &&
+                            o.master_addr.empty();  // rank 0 runs here, on the default address
+  if (!ours_to_pick || tcp_port_free(plan.master_port)) return;
+  const int busy = plan.master_port;
+  plan.master_port = free_tcp_port();
+  say(io.err_fd, "[launcher] port " + std::to_string(busy) + " (the default MASTER_PORT) is in use on this machine, " +
+                 "probably by another job; this job meets on free port " + std::to_string(plan.master_port) +
+                 " (choose one with --master_port)");
+}
+
 std::vector<ProcSpec> local_rank_procs(const LaunchOptions& o, const LaunchPlan& plan, const Env& base, int cores,
                                        const std::string& ts) {
   const Host& node = plan.world.at(plan.node_rank);
@@ -136,7 +180,10 @@ int launch(const LaunchOptions& opts, const LaunchIO& io) {
   LaunchOptions o = opts;
   LaunchPlan plan = plan_launch(o, env, local_gpu_count());
   for (auto& n : plan.notes) say(io.err_fd, "[launcher] " + n);
-  if (plan.master_port == 0) plan.master_port = free_tcp_port();
+  choose_port(o, plan, io);
+  // One id for the whole job (Note [One store per job]), made by the launcher that starts it all: --no_ssh nodes
+  // cannot agree on a new one, and a node launcher gets the top launcher's (--run_id).
+  if (plan.run_id.empty() && !o.no_ssh && o.world_info.empty()) plan.run_id = new_run_id();
   const std::string cwd = std::filesystem::current_path().string();
 
   if (!plan.multi_node) {

@@ -57,8 +57,9 @@ bool all_digits_list(const std::string& s) {  // "0,2,3"
 LaunchPlan plan_launch(const LaunchOptions& o, const Env& env, int gpu_count) {
   LaunchPlan p;
   p.cpu = o.cpu || o.nproc > 0;
-  p.master_port = o.master_port;
-  DSCPP_CHECK(o.master_port >= 0 && o.master_port < 65536, "--master_port ", o.master_port, " is not a port");
+  p.master_port = o.master_port < 0 ? 29500 : o.master_port;  // DeepSpeed's default
+  p.run_id = o.run_id;
+  DSCPP_CHECK(o.master_port >= -1 && o.master_port < 65536, "--master_port ", o.master_port, " is not a port");
   DSCPP_CHECK(o.nproc >= 0, "--nproc must be positive, got ", o.nproc);
 
   if (!o.world_info.empty()) {  // started by another launcher: the world is decided, serve one node
@@ -134,6 +135,9 @@ LaunchPlan plan_launch(const LaunchOptions& o, const Env& env, int gpu_count) {
                 p.world.size(), "), got ", o.node_rank);
     p.node_rank = o.node_rank;
     p.multi_node = false;  // this launcher starts only its own node's ranks
+    if (p.run_id.empty())
+      p.notes.push_back("--no_ssh without --run_id: ranks of another job that uses the same --master_port are not "
+                        "told apart; give every node the same --run_id");
   }
   return p;
 }

@@ -15,12 +15,14 @@
 
 #include "dscpp/comm/process_group.h"
 #include "dscpp/data/corpus.h"
+#include "e2e/cli_workspace.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string dscpp_binary() { return std::string(DSCPP_BINARY_DIR) + "/dscpp"; }
+using dscpp::test::count;
+using dscpp::test::dscpp_binary;
 
 struct Job {
   fs::path dir;
@@ -47,15 +49,7 @@ struct Job {
   ~Job() { fs::remove_all(dir); }
 };
 
-std::string run(const std::string& cmd, int* rc) {
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, f)) > 0) out.append(buf, n);
-  *rc = pclose(f);
-  return out;
-}
+std::string run(const std::string& cmd, int* rc) { return dscpp::test::run_command(cmd, rc); }
 
 // The loss printed for step `step` ("step     8/8 | loss 5.1050 | ..." -> "5.1050").
 std::string loss_at(const std::string& out, int step, int steps) {
@@ -65,11 +59,6 @@ std::string loss_at(const std::string& out, int step, int steps) {
   return p == std::string::npos ? "" : out.substr(p + std::strlen(key), 6);
 }
 
-int count(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) n++;
-  return n;
-}
 
 }  // namespace
 
@@ -184,21 +173,7 @@ TEST(LaunchTrain, KilledRankStopsTheJobWithAMessage) {
     read_some();
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  pid_t victim = -1;
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    std::ifstream stat(e.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    std::istringstream s(line.substr(line.rfind(')') + 2));
-    char state;
-    pid_t ppid;
-    s >> state >> ppid;
-    if (ppid != launcher) continue;
-    std::ifstream env(e.path() / "environ");
-    std::string vars((std::istreambuf_iterator<char>(env)), {});
-    if (vars.find(std::string("RANK=1") + '\0') != std::string::npos && vars.find("LOCAL_RANK=1") != std::string::npos)
-      victim = std::stoi(e.path().filename().string());
-  }
+  const pid_t victim = dscpp::test::launched_rank_pid(launcher, 1);
   if (victim <= 0) {
     kill(launcher, SIGKILL);  // our own child
     waitpid(launcher, nullptr, 0);

@@ -1,7 +1,7 @@
 // Failure behaviour with real processes: a rank that dies mid-collective, a rank that never joins (timeout), a rank
-// that aborts, mismatched config hashes. Every survivor must throw dscpp::Error naming the op and the failed rank;
-// never hang. Where the failure must be noticed before the timeout, the group's timeout is long and the test asserts
-// that the error is the failure's, not the timeout's: no wall-clock bounds (they flake on a loaded machine).
+// that aborts, settings that differ across ranks. Every survivor must throw dscpp::Error naming the op and the failed
+// rank; never hang. Where the failure must be noticed before the timeout, the group's timeout is long and the test
+// asserts that the error is the failure's, not the timeout's: no wall-clock bounds (they flake on a loaded machine).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -154,43 +154,47 @@ TEST(CommFailure, ThrowingRankTellsPeersAtOnce) {
   }, std::chrono::seconds(60)));
 }
 
-TEST(CommFailure, MismatchedConfigHashIsReported) {
+// Every rank names the same first difference, by key with both values, and counts the rest.
+TEST(CommFailure, DifferentSettingsAreNamedOnEveryRank) {
   auto results = run_ranks(4, [](int rank, int port) {
     auto pg = new_process_group("gloo", rank, 4, "127.0.0.1", port, std::chrono::seconds(10));
-    uint64_t hash = rank == 2 ? 0xBADull : 0x1234ull;
+    Settings s = {{"zero_optimization.stage", "2"}, {"dscpp.fused_head", "false"}, {"model.n_layer", "4"}};
+    if (rank == 2) s[1].second = "true", s[2].second = "6";
+    if (rank == 3) s.pop_back();
     try {
-      check_same_config(*pg, *pg->store(), hash);
+      check_same_settings(*pg, *pg->store(), s);
       ADD_FAILURE() << "mismatch not detected";
     } catch (const Error& e) {
-      expect_contains(e.what(), "config mismatch");
-      expect_contains(e.what(), "rank 0 has config hash " + std::to_string(0x1234));
-      expect_contains(e.what(), "ranks 2 (" + std::to_string(0xBAD) + ") differ");
+      // Rank 2 is the lowest rank that differs; rank 3's missing key is not what is named.
+      EXPECT_EQ(std::string(e.what()), "ranks disagree at start-up: rank 2 has dscpp.fused_head=true, rank 0 false; "
+                                       "also different: model.n_layer. Every rank must run the same config, model "
+                                       "and flags");
     }
   });
   expect_all_pass(results);
 }
 
-TEST(CommFailure, SameConfigHashPasses) {
+TEST(CommFailure, SameSettingsPass) {
   expect_all_pass(run_ranks(2, [](int rank, int port) {
     auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(10));
-    check_same_config(*pg, *pg->store(), 42);
+    check_same_settings(*pg, *pg->store(), {{"seed", "1234"}, {"--steps", "8"}});
     EXPECT_FALSE(pg->store()->abort_reason().has_value());
     pg->barrier()->wait();
   }));
 }
 
-// A second engine on the same group checks under fresh keys: the first check's hashes cannot hide a mismatch.
-TEST(CommFailure, SecondConfigCheckOnAGroupSeesOnlyItsOwnHashes) {
+// A second engine on the same group checks under fresh keys: the first check's values cannot hide a mismatch.
+TEST(CommFailure, SecondSettingsCheckOnAGroupSeesOnlyItsOwnValues) {
   auto results = run_ranks(2, [](int rank, int port) {
     auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(10));
-    check_same_config(*pg, *pg->store(), 42);  // both ranks agree
+    check_same_settings(*pg, *pg->store(), {{"seed", "42"}});  // both ranks agree
     pg->barrier()->wait();
     if (rank == 1) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 reads first
     try {
-      check_same_config(*pg, *pg->store(), rank == 1 ? 43 : 42);
+      check_same_settings(*pg, *pg->store(), {{"seed", rank == 1 ? "43" : "42"}});
       ADD_FAILURE() << "the second check's mismatch was not detected";
     } catch (const Error& e) {
-      expect_contains(e.what(), "ranks 1 (43) differ");
+      expect_contains(e.what(), "rank 1 has seed=43, rank 0 42");
     }
   });
   expect_all_pass(results);

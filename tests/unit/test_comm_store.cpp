@@ -110,13 +110,51 @@ TEST(CommStore, ConnectFailsWithinTimeout) {
   }
 }
 
+// Note [One store per job]: a rank of another job (another run id) is refused with a message naming the port, and
+// leaves nothing behind: no keys, and its disconnection is no death of this job's rank.
+TEST(CommStore, ClientOfAnotherJobIsRefusedAndForgotten) {
+  TcpStoreServer server(0, "job-a");
+  TcpStore watcher("127.0.0.1", server.port(), 0, 5s, "job-a");
+  const std::string port = std::to_string(server.port());
+  for (const std::string other : {"job-b", ""}) {
+    try {
+      TcpStore intruder("127.0.0.1", server.port(), 1, 5s, other);
+      ADD_FAILURE() << "a client of run id '" << other << "' was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      for (const std::string& want : std::vector<std::string>{"store at 127.0.0.1:" + port + " belongs to another job",
+                                                              "run id 'job-a'", "MASTER_PORT=" + port, "--master_port"})
+        EXPECT_NE(msg.find(want), std::string::npos) << "missing '" << want << "' in: " << msg;
+    }
+  }
+  // The server forgot the refused clients before it answered the watcher's next request (one thread serves all).
+  EXPECT_FALSE(watcher.abort_reason().has_value()) << *watcher.abort_reason();
+  TcpStore peer("127.0.0.1", server.port(), 1, 5s, "job-a");
+  peer.set("k", std::string("v"));
+  EXPECT_EQ(watcher.get_string("k"), "v");
+}
+
+TEST(CommStore, RankZeroOnABusyPortNamesTheFlag) {
+  TcpStoreServer first(0, "job-a");
+  try {
+    TcpStoreServer second(first.port(), "job-b");
+    FAIL() << "two stores listen on one port";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cannot host the job's store on port " + std::to_string(first.port())), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("--master_port"), std::string::npos) << msg;
+  }
+}
+
 // --- environment ----------------------------------------------------------------------------------------------
 
 namespace {
 const char* kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                        "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
-                       "SLURM_NTASKS_PER_NODE", "SLURM_LAUNCH_NODE_IPADDR", "SLURM_JOB_NODELIST", "DEEPSPEED_TIMEOUT"};
+                       "SLURM_NTASKS_PER_NODE", "SLURM_LAUNCH_NODE_IPADDR", "SLURM_JOB_NODELIST", "DEEPSPEED_TIMEOUT",
+                       "DSCPP_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID"};
 struct CleanEnv {  // clears the variables for the test and restores them after
   std::vector<std::pair<std::string, std::string>> saved;
   CleanEnv() {
@@ -160,6 +198,11 @@ TEST(CommEnv, TorchrunVariables) {
   EXPECT_EQ(e.local_world_size, 4);
   EXPECT_EQ(e.master_addr, "node0");
   EXPECT_EQ(e.master_port, 12345);
+  EXPECT_EQ(e.run_id, "");
+  ::setenv("TORCHELASTIC_RUN_ID", "te", 1);
+  EXPECT_EQ(read_dist_env().run_id, "te");
+  ::setenv("DSCPP_RUN_ID", "ours", 1);  // dscpp launch's wins
+  EXPECT_EQ(read_dist_env().run_id, "ours");
   ::setenv("RANK", "8", 1);
   EXPECT_THROW(read_dist_env(), Error);  // outside the world
   ::setenv("RANK", "x", 1);

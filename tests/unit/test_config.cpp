@@ -68,12 +68,15 @@ TEST(ConfigBatch, DerivationTable) {
   }
 }
 
-static void expect_exact(const std::string& text, int W, const std::string& msg) {
+// DeepSpeed's text, exactly, at the start of the message; what follows names the key in the user's config.
+static void expect_exact(const std::string& text, int W, const std::string& msg, const std::string& then = "") {
   try {
     DeepSpeedConfig::from_string(text, W);
     ADD_FAILURE() << "no error for " << text;
   } catch (const ConfigError& e) {
-    EXPECT_EQ(std::string(e.what()), msg);
+    const std::string what = e.what();
+    EXPECT_EQ(what.substr(0, msg.size()), msg) << what;
+    EXPECT_NE(what.find(then), std::string::npos) << "missing '" << then << "' in: " << what;
   }
 }
 
@@ -81,16 +84,24 @@ TEST(ConfigBatch, DeepSpeedMessages) {
   expect_exact("{}", 1, "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
   expect_exact(R"({"gradient_accumulation_steps": 2})", 1,
                "Either train_batch_size or train_micro_batch_size_per_gpu needs to be provided");
-  expect_exact(R"({"train_batch_size": 0})", 1, "Train batch size: 0 has to be greater than 0");
+  expect_exact(R"({"train_batch_size": 0})", 1, "Train batch size: 0 has to be greater than 0",
+               "train_batch_size = 0 in the config");
   expect_exact(R"({"train_batch_size": -4, "train_micro_batch_size_per_gpu": 2})", 1,
                "Train batch size: -4 has to be greater than 0");
   expect_exact(R"({"train_micro_batch_size_per_gpu": 0, "gradient_accumulation_steps": 1, "train_batch_size": 4})",
-               1, "Micro batch size per gpu: 0 has to be greater than 0");
+               1, "Micro batch size per gpu: 0 has to be greater than 0", "train_micro_batch_size_per_gpu = 0");
+  // A negative micro batch alone: DeepSpeed derives train_batch_size = -1 and blames it; we name the key written.
+  expect_exact(R"({"train_micro_batch_size_per_gpu": -1})", 2, "Micro batch size per gpu: -1 has to be greater than 0",
+               "train_micro_batch_size_per_gpu = -1 in the config; it must be >= 1");
+  expect_exact(R"({"gradient_accumulation_steps": -2, "train_micro_batch_size_per_gpu": 2})", 1,
+               "Gradient accumulation steps: -2 has to be greater than 0", "gradient_accumulation_steps = -2");
   // TB < MB: GAS = 8 // 16 // 1 = 0
   expect_exact(R"({"train_batch_size": 8, "train_micro_batch_size_per_gpu": 16})", 1,
-               "Gradient accumulation steps: 0 has to be greater than 0");
+               "Gradient accumulation steps: 0 has to be greater than 0",
+               "gradient_accumulation_steps = train_batch_size 8 // train_micro_batch_size_per_gpu 16 // 1 rank is 0");
   // TB only with TB < W: MB = 1 // 2 = 0
-  expect_exact(R"({"train_batch_size": 1})", 2, "Micro batch size per gpu: 0 has to be greater than 0");
+  expect_exact(R"({"train_batch_size": 1})", 2, "Micro batch size per gpu: 0 has to be greater than 0",
+               "train_micro_batch_size_per_gpu = train_batch_size 1 // 2 ranks is 0");
   expect_exact(R"({"train_batch_size": 10, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 2})",
                2,
                "Check batch related parameters. train_batch_size is not equal to micro_batch_per_gpu * "
@@ -233,8 +244,9 @@ TEST(Config, DeprecatedKeysAreRemapped) {
   ASSERT_TRUE(c.zero_optimization.offload_param.has_value());
   EXPECT_EQ(c.zero_optimization.offload_param->device, "cpu");
   EXPECT_TRUE(c.zero_optimization.stage3_gather_16bit_weights_on_model_save);
-  ASSERT_EQ(w.size(), 4u);
+  ASSERT_EQ(w.size(), 6u);  // 4 deprecations, then offload is not implemented (optimizer, parameters)
   EXPECT_EQ(w[0], "Config parameter cpu_offload is deprecated use offload_optimizer instead");
+  EXPECT_NE(w[5].find("offload_param.device = \"cpu\": offload is not implemented"), std::string::npos) << w[5];
   expect_error(with_batch(R"("zero_optimization": {"cpu_offload": true, "offload_optimizer": {"device": "cpu"}})"),
                "zero_optimization.cpu_offload",
                {"Cannot provide deprecated parameter 'cpu_offload' and replacing parameter 'offload_optimizer' "
@@ -430,4 +442,36 @@ TEST(Config, EngineKeysOfOurs) {
   expect_error(with_batch(R"("dscpp": {"fused_head": 1})"), "dscpp.fused_head", {});
   expect_error(with_batch(R"("dscpp": {"copy_engine": {"arena_mib": -3}})"), "dscpp.copy_engine.arena_mib", {"-3"});
   expect_error(with_batch(R"("dscpp": {"fused_haed": true})"), "dscpp.fused_haed", {"did you mean 'fused_head'"});
+}
+
+// Keys of current DeepSpeed (0.18+): known, so never "unknown"; those that would change what we compute are refused
+// by name when turned on, the others are type-checked.
+TEST(Config, CurrentDeepSpeedKeys) {
+  auto c = DeepSpeedConfig::from_string(with_batch(R"("bf16": {"enabled": true, "check_grad_overflow": true,
+      "bf16_master_weights_and_grads": false, "bf16_optimizer_states": false},
+      "zero_optimization": {"stage": 3, "stage3_allgather_sequential": true, "enable_sanity_checks": false,
+        "save_muon_momentum_buffer_in_memory": false, "leaf_module": {"classes": ["MixtralSparseMoeBlock"]},
+        "offload_optimizer": {"device": "none", "super_offload": false, "cpuadam_cores_perc": 0.5}})"));
+  EXPECT_TRUE(c.bf16.enabled);
+  EXPECT_EQ(c.zero_optimization.stage, 3);
+  EXPECT_EQ(DeepSpeedConfig::parse(c.to_json(), 1).canonical_dump(), c.canonical_dump());
+  expect_error(with_batch(R"("bf16": {"enabled": true, "bf16_master_weights_and_grads": true})"),
+               "bf16.bf16_master_weights_and_grads", {"bf16.bf16_master_weights_and_grads", "not supported", "f32"});
+  expect_error(with_batch(R"("bf16": {"enabled": true, "bf16_optimizer_states": true})"), "bf16.bf16_optimizer_states",
+               {"requires bf16_master_weights_and_grads"});
+  expect_error(with_batch(R"("bf16": {"check_grad_overflow": 1})"), "bf16.check_grad_overflow", {"true or false"});
+  expect_error(with_batch(R"("zero_optimization": {"zenflow": {"topk_ratio": 0.1}})"), "zero_optimization.zenflow",
+               {"ZenFlow is not supported"});
+  expect_error(with_batch(R"("zero_optimization": {"leaf_module": {"names": "x"}})"),
+               "zero_optimization.leaf_module.names", {"list of strings"});
+  expect_error(with_batch(R"("zero_optimization": {"offload_optimizer": {"cpuadam_cores_perc": 2}})"),
+               "zero_optimization.offload_optimizer.cpuadam_cores_perc", {"<= 1"});
+  std::vector<std::string> w;
+  DeepSpeedConfig::from_string(with_batch(R"("bf16": {"check_grad_overflow": false}, "gradient_allreduce_op": "mean",
+      "zero_optimization": {"offload_optimizer": {"device": "cpu"}})"), 1, &w);
+  std::string all;
+  for (const auto& m : w) all += m + "\n";
+  EXPECT_NE(all.find("bf16.check_grad_overflow = false"), std::string::npos) << all;
+  EXPECT_NE(all.find("'gradient_allreduce_op' is not implemented by DeepSpeed.cpp yet"), std::string::npos) << all;
+  EXPECT_NE(all.find("offload_optimizer.device = \"cpu\": offload is not implemented"), std::string::npos) << all;
 }

@@ -90,7 +90,7 @@ TEST(GradBuckets, CoverTheFlatBufferAtParameterBoundaries) {
 TEST(DataParallel, ConfigThatDiffersBetweenRanksIsReported) {
   start_up_fails_everywhere(
       [](int rank) { return test::dist_case(2, 0, "gpt2", [&](DistCase& c) { c.bucket = rank == 0 ? 1000 : 2000; }); },
-      false, "config mismatch");
+      false, "ranks disagree at start-up: rank 1 has zero_optimization.reduce_bucket_size=2000, rank 0 1000");
 }
 
 TEST(DataParallel, GroupSizeMustMatchConfigDpWorldSize) {

@@ -396,6 +396,30 @@ TEST(Runners, MpichAndSlurmCommands) {
   EXPECT_EQ(split_args(" a  \"b c\" d\\ e ''"), (std::vector<std::string>{"a", "b c", "d e", ""}));
 }
 
+// Note [One store per job]: the job's run id reaches every rank, whichever way the ranks are started; an inherited
+// one never does.
+TEST(Runners, RunIdReachesEveryRank) {
+  TempDir d;
+  LaunchOptions o;
+  o.run_id = "job7";
+  LaunchPlan p = two_node_plan(d, o);
+  EXPECT_EQ(p.run_id, "job7");
+  EXPECT_NE(ssh_node_command(o, p, 1, {}, "/w").back().find(" --run_id=job7 "), std::string::npos);
+  o.runner = Runner::openmpi;
+  EXPECT_NE(join_command(mpi_command(o, p, {})).find("-x DSCPP_RUN_ID=job7"), std::string::npos);
+  EXPECT_EQ(rank_env(p, 0, {{"DSCPP_RUN_ID", "stale"}}, 4).at("DSCPP_RUN_ID"), "job7");
+  p.run_id.clear();
+  EXPECT_EQ(rank_env(p, 0, {{"DSCPP_RUN_ID", "stale"}}, 4).count("DSCPP_RUN_ID"), 0u);
+  // --no_ssh nodes cannot agree on a new id: without --run_id the user is told.
+  LaunchOptions n;
+  n.hostfile = o.hostfile;
+  n.no_ssh = true;
+  n.node_rank = 1;
+  std::string notes;
+  for (auto& line : plan_launch(n, {}, 0).notes) notes += line;
+  EXPECT_NE(notes.find("--no_ssh without --run_id"), std::string::npos) << notes;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // launch(): dry runs and real local launches
 

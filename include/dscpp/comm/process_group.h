@@ -157,10 +157,10 @@ class ProcessGroup {
 // store on MASTER_PORT. Under nccl the current device is LOCAL_RANK % device count.
 std::unique_ptr<ProcessGroup> init_process_group(const std::string& backend = "auto",
                                                  std::chrono::milliseconds timeout = {});
-// The same from explicit values (tests, tools): rank 0 hosts the store on `port`.
+// The same from explicit values (tests, tools): rank 0 hosts the store on `port` for job `run_id`.
 std::unique_ptr<ProcessGroup> new_process_group(const std::string& backend, int rank, int size,
                                                 const std::string& master_addr, int port,
-                                                std::chrono::milliseconds timeout);
+                                                std::chrono::milliseconds timeout, const std::string& run_id = "");
 bool gloo_available();  // this build has the Gloo backend
 bool nccl_available();  // this build has the NCCL backend
 
@@ -168,8 +168,16 @@ bool nccl_available();  // this build has the NCCL backend
 // needs CUDA memory, gloo CPU memory). A collective: every rank calls it with the same count.
 std::vector<float> all_reduce_values(ProcessGroup& pg, const std::vector<float>& values, ReduceOp op, Device device);
 
-// Start-up check that every rank runs the same config: exchanges `config_hash` through the store and throws
-// dscpp::Error listing the ranks whose hash differs from rank 0's (on every rank; sets the abort key).
-void check_same_config(ProcessGroup& pg, TcpStore& store, uint64_t config_hash);
+// Note [Start-up agreement]
+// Before its first collective, an engine has every rank post the settings that decide which collectives run and on
+// what sizes (the DeepSpeed config key by key, the model's shape and dtype, the trainer's flags) and compares each
+// rank's with rank 0's. A difference is named by key with both values ("rank 1 has dscpp.fused_head=true, rank 0
+// false"), in the same words on every rank, where it would otherwise surface as a hang or as Gloo aborting inside
+// the first collective whose sizes differ. Keys are the user's words: config key paths, `model.<field>`, `--flag`.
+using Settings = std::vector<std::pair<std::string, std::string>>;  // (key, value as text), in a fixed order
+
+// Throws dscpp::Error naming the first difference (on every rank; sets the abort key). Each call on a group uses
+// fresh store keys (Note [Config checks per group]).
+void check_same_settings(ProcessGroup& pg, TcpStore& store, const Settings& settings);
 
 }  // namespace dscpp

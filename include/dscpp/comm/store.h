@@ -1,4 +1,4 @@
-// TcpStore: the key-value store every rank meets through (rendezvous, NCCL unique id, config-hash exchange,
+// TcpStore: the key-value store every rank meets through (rendezvous, NCCL unique id, start-up agreement,
 // failure signalling). Rank 0 runs a TcpStoreServer on MASTER_ADDR:MASTER_PORT in a thread; every rank (rank 0
 // included) talks to it with a TcpStore client. Plain POSIX sockets; values are byte strings.
 //
@@ -7,6 +7,14 @@
 // names the root cause. The server also writes it when a client that said hello with its rank disconnects without
 // saying goodbye (its process died): "rank R disconnected (process exited or crashed)". Blocking waits
 // (get/wait) check kAbortKey between polls and throw StoreAborted naming that rank.
+//
+// Note [One store per job]
+// A second job started on the same MASTER_PORT cannot host its store (rank 0 fails to listen), but its other ranks
+// would still reach the first job's store, write their keys into it and, when their own job stops them, leave it
+// as ranks that died: the healthy first job would abort, blaming its own rank. So every client opens with a hello
+// carrying its job's run id (the launcher gives each job one: DSCPP_RUN_ID, comm/dist_env.h); a server answers
+// clients of another run id with a refusal and forgets them, and the refused client throws an error naming the
+// port and how to choose another. Neither side touches the other job's state.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -30,8 +38,9 @@ struct StoreAborted : Error {                 // a wait saw the abort key
 
 class TcpStoreServer {
  public:
-  // Listens on `port` (all interfaces; 0 = any free port) and serves clients from a thread until destroyed.
-  explicit TcpStoreServer(int port);
+  // Listens on `port` (all interfaces; 0 = any free port) and serves the clients of job `run_id` from a thread
+  // until destroyed (Note [One store per job]).
+  explicit TcpStoreServer(int port, std::string run_id = "");
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -46,8 +55,9 @@ class TcpStoreServer {
 class TcpStore {
  public:
   // Connects to host:port, retrying until `timeout` (the server may start later). `rank` >= 0 registers this
-  // client so that the server can report its death (Note [Store failure signalling]); -1 = anonymous.
-  TcpStore(const std::string& host, int port, int rank, std::chrono::milliseconds timeout);
+  // client so that the server can report its death (Note [Store failure signalling]); -1 = anonymous. A server of
+  // another `run_id` refuses the client: throws at once (Note [One store per job]).
+  TcpStore(const std::string& host, int port, int rank, std::chrono::milliseconds timeout, std::string run_id = "");
   ~TcpStore();  // says goodbye: a clean exit is not a death
   TcpStore(const TcpStore&) = delete;
   TcpStore& operator=(const TcpStore&) = delete;
@@ -89,6 +99,6 @@ struct StoreHandle {
   std::shared_ptr<TcpStore> store;
 };
 StoreHandle connect_store(const std::string& host, int port, int rank, bool host_server,
-                          std::chrono::milliseconds timeout);
+                          std::chrono::milliseconds timeout, const std::string& run_id = "");
 
 }  // namespace dscpp

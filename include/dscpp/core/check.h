@@ -1,5 +1,6 @@
 // Errors: library code throws dscpp::Error (never exits); only main() turns it into an exit code.
-// DSCPP_CHECK(cond, fmt...) says what failed, where, and the caller's message.
+// DSCPP_CHECK(cond, fmt...) says what failed in the caller's words; the condition and its source location are added
+// only when set_error_locations(true) (`dscpp --debug`).
 #pragma once
 #include <sstream>
 #include <stdexcept>
@@ -10,6 +11,10 @@ namespace dscpp {
 struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+// Whether check failures carry "[cond at file:line]" (default off). Set once at start-up, read by every thread.
+void set_error_locations(bool on);
+bool error_locations();
 
 namespace detail {
 template <typename... Args>

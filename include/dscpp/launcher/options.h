@@ -24,7 +24,8 @@ struct LaunchOptions {
   int nproc = 0;                           // >0: N CPU ranks on this machine (no hostfile)
   bool cpu = false;                        // CPU ranks: slots are not GPUs, CUDA_VISIBLE_DEVICES is left alone
   std::string master_addr;                 // "": 127.0.0.1 on one node, else the first host
-  int master_port = 29500;                 // 0: a free port on this machine
+  int master_port = -1;                    // -1: not given (29500, or a free port when that is busy); 0: a free port
+  std::string run_id;                      // "": a new one (one node) or none (--no_ssh); Note [One store per job]
   int node_rank = -1;                      // which node this launcher serves (with world_info or no_ssh)
   std::string world_info;                  // set when another launcher started this one over ssh
   Runner runner = Runner::ssh;
@@ -48,6 +49,7 @@ struct LaunchPlan {
   bool cpu = false;
   std::string master_addr;
   int master_port = 29500;
+  std::string run_id;       // DSCPP_RUN_ID of every rank ("": none); set by launch() when not given
   bool unset_cuda_visible_devices = false;  // it was turned into --include localhost:<list>
   std::vector<std::string> notes;           // messages for the user (missing hostfile, ignored variables)
 };

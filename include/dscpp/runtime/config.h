@@ -101,7 +101,7 @@ struct DeepSpeedConfig {
 
   nlohmann::json to_json() const;        // every resolved value; parse(to_json()) gives back the same config
   std::string canonical_dump() const;    // to_json() with sorted keys, compact: equal configs, equal strings
-  uint64_t hash() const;                 // FNV-1a 64 of canonical_dump() (compare configs across ranks)
+  uint64_t hash() const;                 // FNV-1a 64 of canonical_dump() (ranks compare key by key: engine.h)
 };
 
 // JSON text -> json, rejecting duplicate keys ("Duplicate keys in DeepSpeed config: [...]"). Comments allowed.

@@ -84,6 +84,9 @@ struct Fp16Config {                      // "fp16"
 struct Bf16Config {                      // "bf16" (legacy key "bfloat16")
   bool enabled = false;                  // bf16 weights, fp32 master weights and gradient accumulation
   bool immediate_grad_update = false;    // apply bf16 gradients to the fp32 accumulator right after backward
+  bool check_grad_overflow = true;       // skip a step whose gradients overflow (false: parsed, we always check)
+  // bf16_master_weights_and_grads and bf16_optimizer_states (DeepSpeed >= 0.18) are refused when true: our master
+  // weights, gradients and optimizer states are f32.
 };
 
 struct ActivationCheckpointingConfig {   // "activation_checkpointing"
@@ -133,7 +136,7 @@ struct CheckpointConfig {                // "checkpoint" (deepspeed/checkpoint/c
 };
 
 // "dscpp": DeepSpeed.cpp's own engine keys, where DeepSpeed has none (docs/CONFIG.md, "Engine keys of ours").
-// Like every key, they are in the config hash every rank checks at start-up, so ranks cannot disagree on them.
+// Like every key, ranks compare them at start-up (Note [Start-up agreement]), so ranks cannot disagree on them.
 struct CopyEngineConfig {                // "dscpp.copy_engine": reductions and gathers on the GPUs' copy engines
   bool enabled = false;                  // stage 0 buckets / stage 2-3 units beside backward (needs overlap_comm)
   std::optional<int64_t> arena_mib;      // symmetric-memory arena for them; unset = sized from the model

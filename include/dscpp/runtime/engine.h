@@ -54,6 +54,11 @@ OptimizerConfig resolved_optimizer(const DeepSpeedConfig& config);
 // The parameter dtype a model needs for this config: bf16 (bf16.enabled), f16 (fp16.enabled) or f32.
 DType model_dtype(const DeepSpeedConfig& config);
 
+// What every rank must share (Note [Start-up agreement], comm/process_group.h): every config key by its path, the
+// model's shape as `model.<field>`, then `extra` (a caller's flags). The engine checks them, with the built model's
+// dtype and size, before its first collective; a trainer may check them earlier, before any data work.
+Settings agreement_settings(const DeepSpeedConfig& config, const ModelConfig& model, const Settings& extra = {});
+
 struct EngineOptions {
   // Tests only: run the fp16/bf16 engine path (loss scaling, overflow skip, f32 master copy) on an f32 model, so it
   // can be exercised on the CPU. Production code leaves it off: mixed precision then needs a 16-bit CUDA model.
@@ -72,6 +77,9 @@ struct EngineOptions {
   // Tests only: let dscpp.copy_engine.enabled run over a Gloo group (the same steps on the host), so the copy-engine
   // path can be exercised on the CPU. Production code leaves it off: the key then needs an NCCL group.
   bool copy_engine_over_gloo = false;
+  // What else every rank must share, named as the user sets it (the trainer's flags: {"--steps", "800"}, ...):
+  // checked with the config and the model before the first collective (Note [Start-up agreement]).
+  Settings same_on_every_rank;
 };
 
 class Engine {
@@ -156,7 +164,7 @@ class Engine {
   void refresh_master();          // master <- parameters (after init or a checkpoint without masters)
   void set_scheduled_betas();     // OneCycle momentum cycling
 
-  void init_data_parallel(ProcessGroup* pg, bool copy_engine_over_gloo);
+  void init_data_parallel(const EngineOptions& options);
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, gradient sync, stage-3 shards
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
   // The sum of squares of the averaged gradients over all ranks, read once (Note [Norm on the device]).

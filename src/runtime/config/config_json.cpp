@@ -181,7 +181,8 @@ json DeepSpeedConfig::to_json() const {
   j["checkpoint"] = {{"tag_validation", checkpoint.tag_validation}, {"load_universal", checkpoint.load_universal},
                      {"use_node_local_storage", checkpoint.use_node_local_storage},
                      {"writer", {{"decoupled", checkpoint.async_save}}}};
-  j["bf16"] = {{"enabled", bf16.enabled}, {"immediate_grad_update", bf16.immediate_grad_update}};
+  j["bf16"] = {{"enabled", bf16.enabled}, {"immediate_grad_update", bf16.immediate_grad_update},
+               {"check_grad_overflow", bf16.check_grad_overflow}};
   j["zero_optimization"] = zero_json(zero_optimization);
   j["communication_data_type"] = communication_data_type.empty() ? nlohmann::json() : nlohmann::json(communication_data_type);
   j["seed"] = seed;

@@ -27,7 +27,9 @@ static const std::vector<std::string> kDeepSpeedOnlyKeys = {
     "autotuning", "aio", "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
     "vocabulary_size", "graph_harvesting", "sparse_attention", "nebula", "compile", "timers", "hybrid_engine",
     "seq_parallel_communication_data_type", "eigenvalue", "progressive_layer_drop", "quantize_training",
-    "weight_quantization", "disable_allgather", "gradient_accumulation_dtype", "use_data_before_expert_parallel_"};
+    "weight_quantization", "disable_allgather", "gradient_accumulation_dtype", "use_data_before_expert_parallel_",
+    "use_data_before_expert_parallelism", "managed_gradient_accumulation", "gradient_allreduce_op", "torch_autocast",
+    "log_level", "datastates_ckpt", "tensor_parallel", "expert_parallel", "comet", "optimizer_legacy_fusion"};
 
 static const std::vector<std::string> kTopLevelKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
@@ -52,7 +54,7 @@ static void parse_fp16(const json& j, Fp16Config& f) {
   r.finish();
 }
 
-static void parse_bf16(const json& root, Bf16Config& b) {
+static void parse_bf16(const json& root, Bf16Config& b, std::vector<std::string>* warnings) {
   const char* key = root.contains("bf16") ? "bf16" : "bfloat16";
   if (root.contains("bf16") && root.contains("bfloat16"))
     throw ConfigError("bfloat16", "DeepSpeed config: give only one of bf16 and bfloat16 (its legacy name)");
@@ -61,7 +63,21 @@ static void parse_bf16(const json& root, Bf16Config& b) {
   SectionReader r(*it, key);
   r.get("enabled", b.enabled);
   r.get("immediate_grad_update", b.immediate_grad_update);
+  r.get("check_grad_overflow", b.check_grad_overflow);
+  if (!b.check_grad_overflow)
+    warn(warnings, r.path("check_grad_overflow") + " = false: DeepSpeed.cpp checks anyway (the check is the gradient "
+                   "norm it computes for clipping), and still skips a step whose gradients overflow");
+  bool master = false, states = false;
+  r.get("bf16_master_weights_and_grads", master);
+  r.get("bf16_optimizer_states", states);
   r.finish();
+  if (states && !master)
+    fail(r.path("bf16_optimizer_states"), true,
+         "bf16_optimizer_states requires bf16_master_weights_and_grads to be enabled.");
+  for (const char* k : {"bf16_master_weights_and_grads", "bf16_optimizer_states"})
+    if (r.has(k) && r.raw(k)->get<bool>())
+      fail(r.path(k), true, "not supported by DeepSpeed.cpp: its master weights, gradients and optimizer states are "
+                            "f32 (remove the key or set it to false)");
 }
 
 static void parse_activation_checkpointing(const json& j, ActivationCheckpointingConfig& a) {
@@ -178,7 +194,7 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
   if (const json* j = section("checkpoint")) parse_checkpoint(*j, c.checkpoint);
   if (const json* j = section("dscpp")) parse_dscpp(*j, c.dscpp);
   if (c.flops_profiler.enabled) c.wall_clock_breakdown = true;  // as DeepSpeed's wall_clock_breakdown()
-  parse_bf16(root, c.bf16);
+  parse_bf16(root, c.bf16, warnings);
   parse_zero(root, c.zero_optimization, warnings);
   int64_t seed = int64_t(c.seed);
   top.get("seed", seed, 0);

@@ -1,6 +1,8 @@
 // The "zero_optimization" section (DeepSpeed runtime/zero/config.py, offload_config.py): keys, code defaults,
 // pydantic aliases (stage3_x and x both accepted), deprecated keys remapped with DeepSpeed's warning, and the legacy
 // boolean form.
+#include <algorithm>
+
 #include "runtime/config/config_reader.h"
 
 namespace dscpp::config_detail {
@@ -33,6 +35,10 @@ static OffloadOptimizerConfig parse_offload_optimizer(const json& j) {
   r.get("pipeline_write", o.pipeline_write);
   r.get("fast_init", o.fast_init);
   r.get("ratio", o.ratio, 0.0, 1.0);
+  bool super_offload = false;  // DeepSpeed >= 0.18; parsed like the rest of offload (not implemented)
+  double cpuadam_cores_perc = 0.8;
+  r.get("super_offload", super_offload);
+  r.get("cpuadam_cores_perc", cpuadam_cores_perc, 0.0, 1.0);
   r.finish();
   if (o.device == "nvme" && !o.nvme_path) fail(r.path("nvme_path"), nullptr, "required when device is \"nvme\"");
   return o;
@@ -125,6 +131,23 @@ void parse_zero(const json& root, ZeroConfig& z, std::vector<std::string>* warni
   r.get("pipeline_loading_checkpoint", z.pipeline_loading_checkpoint);
   r.get("override_module_apply", z.override_module_apply);
   r.get("log_trace_cache_warnings", z.log_trace_cache_warnings);
+  {  // DeepSpeed >= 0.17 keys with nothing to change here: type-checked, then dropped
+    bool allgather_sequential = false, sanity = false, muon_buffer = false;
+    get_aliased(r, "stage3_allgather_sequential", "allgather_sequential", allgather_sequential);
+    r.get("enable_sanity_checks", sanity);
+    r.get("save_muon_momentum_buffer_in_memory", muon_buffer);
+    if (const json* leaf = r.raw("leaf_module"); leaf && !leaf->is_null()) {  // stage 3 modules fetched whole
+      SectionReader lr(*leaf, "zero_optimization.leaf_module");
+      for (const char* k : {"classes", "names", "name_suffixes"})
+        if (const json* v = lr.raw(k); v && !(v->is_array() && std::all_of(v->begin(), v->end(), [](const json& e) {
+                                              return e.is_string();
+                                            })))
+          fail(lr.path(k), *v, "expected a list of strings");
+      lr.finish();
+    }
+  }
+  if (const json* zf = r.raw("zenflow"); zf && !zf->is_null())
+    fail(r.path("zenflow"), *zf, "ZenFlow is not supported by DeepSpeed.cpp (remove the section)");
 
   if (const json* o = r.raw("offload_optimizer"); o && !o->is_null()) z.offload_optimizer = parse_offload_optimizer(*o);
   if (const json* o = r.raw("offload_param"); o && !o->is_null()) z.offload_param = parse_offload_param(*o);
@@ -160,6 +183,13 @@ void parse_zero(const json& root, ZeroConfig& z, std::vector<std::string>* warni
   }
   r.finish();
 
+  auto offload_note = [&](const char* key, const std::string& device, const char* what) {
+    if (device != "none")
+      warn(warnings, "zero_optimization." + std::string(key) + ".device = \"" + device + "\": offload is not " +
+                     "implemented by DeepSpeed.cpp yet; " + what + " stay on the training device");
+  };
+  if (z.offload_optimizer) offload_note("offload_optimizer", z.offload_optimizer->device, "optimizer states");
+  if (z.offload_param) offload_note("offload_param", z.offload_param->device, "parameters");
   if (z.offload_optimizer && z.offload_optimizer->ratio < 1.0 && z.stage != 3)
     fail("zero_optimization.offload_optimizer.ratio", z.offload_optimizer->ratio,
          "Partial offloading only supported for ZeRO Stage 3.");

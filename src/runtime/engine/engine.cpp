@@ -80,7 +80,7 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
                 "or build the model in f32");
   }
   model_->set_kernel_policy(KernelPolicy{parse_attention_backend(cfg_.dscpp.attention)});
-  init_data_parallel(options.dp_group, options.copy_engine_over_gloo);
+  init_data_parallel(options);
   init_zero(options.init_seed);
   if (mixed_) refresh_master();
   const auto& ac = cfg_.activation_checkpointing;
