@@ -1,0 +1,49 @@
+// InferenceConfig: DeepSpeed-FastGen's RaggedInferenceEngineConfig (inference/v2/config_v2.py, ragged/manager_configs.py)
+// as typed structs, plus a `dscpp` section of our own keys. Defaults are FastGen's; every key is documented in
+// docs/CONFIG.md ("Inference engine"). Parsing is strict at every level, the top included (FastGen's pydantic models
+// forbid extra keys): an unknown key, a wrong type or a broken rule is a ConfigError naming the key, the value and
+// the rule, before any work starts.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace dscpp::inference {
+
+struct KVMemoryConfig {                  // state_manager.memory_config
+  // "reserve": the KV cache takes the memory free after the weights and workspace, less `size` bytes;
+  // "allocate": the KV cache has exactly `size` blocks. (DeepSpeed's AllocationMode, either spelling.)
+  std::string mode = "reserve";
+  int64_t size = 1000000000;             // bytes left free (reserve) or blocks (allocate); > 0
+};
+
+struct StateManagerConfig {              // state_manager (alias manager): DeepSpeed's DSStateManagerConfig
+  int64_t max_tracked_sequences = 2048;  // sequences the engine holds state for at once
+  int64_t max_ragged_batch_size = 768;   // tokens in one forward (the Dynamic SplitFuse budget)
+  int64_t max_ragged_sequence_count = 512;  // sequences in one forward; <= both limits above
+  int64_t max_context = 8192;            // tokens of one sequence, prompt and generation together
+  KVMemoryConfig memory_config;
+  bool offload = false;                  // KV offload to the host: not implemented (as in DeepSpeed), refused
+};
+
+struct InferenceDscppConfig {            // dscpp: our keys, which FastGen has no name for
+  // Tokens per KV block. 64: one tile of the attention kernels' key loop, so a block is read whole; fine enough
+  // that a sequence wastes at most 63 slots and a shared prompt prefix is cached in useful units; coarse enough that
+  // a max_context sequence's block table stays short (8192 / 64 = 128 entries). FastGen uses 128, vLLM 16.
+  int64_t kv_block_size = 64;
+  bool prefix_caching = true;            // share full KV blocks of equal prefixes between sequences (Note [Prefix cache])
+};
+
+struct InferenceConfig {
+  int64_t tp_size = 1;                   // tensor_parallel (alias tp).tp_size: 1 only for now
+  StateManagerConfig state_manager;
+  InferenceDscppConfig dscpp;
+
+  static InferenceConfig parse(const nlohmann::json& j);           // throws ConfigError
+  static InferenceConfig from_string(const std::string& text);     // JSON, comments allowed, duplicate keys refused
+  static InferenceConfig from_file(const std::string& path);
+  nlohmann::json to_json() const;        // every resolved value; parse(to_json()) gives back the same config
+};
+
+}  // namespace dscpp::inference
