@@ -156,8 +156,8 @@ void SectionReader::finish() const {
   for (auto it = j_.begin(); it != j_.end(); ++it) {
     if (known_.count(it.key())) continue;
     throw ConfigError(path(it.key().c_str()), "DeepSpeed config: unknown key '" + path(it.key().c_str()) +
-                                                  "'" + did_you_mean(it.key(), names) + " (in section '" +
-                                                  path_ + "')");
+                                                  "'" + did_you_mean(it.key(), names) +
+                                                  (path_.empty() ? "" : " (in section '" + path_ + "')"));
   }
 }
 
