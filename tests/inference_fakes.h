@@ -28,7 +28,7 @@ struct ShadowKV {
   }
   // Positions [0, n) of a sequence whose blocks are blocks[0..].
   std::vector<int32_t> read(const int32_t* blocks, int64_t n) const {
-    std::vector<int32_t> out(size_t(n));
+    std::vector<int32_t> out(static_cast<size_t>(n));
     for (int64_t p = 0; p < n; p++) out[size_t(p)] = slots[size_t(blocks[p / block_size] * block_size + p % block_size)];
     return out;
   }
