@@ -208,7 +208,7 @@ TEST(SplitFuse, RandomizedArrivals) {
   std::mt19937_64 rng(42);
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
   int64_t total_preemptions = 0, total_steps = 0;
-  for (int round = 0; round < 12; round++) {
+  for (int round = 0; round < 24; round++) {
     int64_t bs = int64_t(1) << uniform(0, 3);
     int32_t n_blocks = int32_t(uniform(48, 96) / bs + 4);
     int64_t seqs = uniform(1, 6);
@@ -218,8 +218,8 @@ TEST(SplitFuse, RandomizedArrivals) {
     std::map<int64_t, std::vector<int32_t>> expected;
     std::map<int64_t, std::vector<int32_t>> got;
     int64_t next = 0, steps = 0;
-    while (next < 30 || !s.idle()) {
-      while (next < 30 && uniform(0, 2) == 0) {
+    while (next < 40 || !s.idle()) {
+      while (next < 40 && uniform(0, 2) == 0) {
         std::vector<int32_t> p = prompt_of(uniform(0, 2), uniform(1, 20));
         for (int64_t i = uniform(0, 8); i > 0; i--) p.push_back(int32_t(uniform(1, 9)));
         int64_t max_new = uniform(1, std::min<int64_t>(48 - int64_t(p.size()), n_blocks * bs - int64_t(p.size()) + 1));

@@ -6,7 +6,12 @@
 
 namespace dscpp::inference {
 
-SplitFuseScheduler::SplitFuseScheduler(StateManager& sm) : sm_(sm) {}
+SplitFuseScheduler::SplitFuseScheduler(StateManager& sm) : sm_(sm) {
+  // Every running sequence's decode token must fit one forward (InferenceConfig's validator ensures it).
+  const StateManagerConfig& c = sm.config();
+  DSCPP_CHECK(c.max_ragged_sequence_count <= c.max_ragged_batch_size, "scheduler: max_ragged_sequence_count ",
+              c.max_ragged_sequence_count, " must be <= max_ragged_batch_size ", c.max_ragged_batch_size);
+}
 
 void SplitFuseScheduler::add(Request r) {
   const StateManagerConfig& c = sm_.config();
@@ -33,10 +38,10 @@ int64_t SplitFuseScheduler::remaining(const Seq& s) const {
   return int64_t(s.tokens.size()) - (d ? d->seen_tokens : 0);
 }
 
-int64_t SplitFuseScheduler::avail() const {
-  int64_t planned = 0;
-  for (const Planned& p : plan_) planned += p.n_blocks;
-  return sm_.free_blocks() - planned;
+void SplitFuseScheduler::plan(int64_t uid, int64_t n_tokens, int64_t n_blocks) {
+  plan_.push_back({uid, n_tokens, n_blocks});
+  planned_tokens_ += n_tokens;
+  planned_blocks_ += n_blocks;
 }
 
 void SplitFuseScheduler::preempt(int64_t uid) {
@@ -44,8 +49,13 @@ void SplitFuseScheduler::preempt(int64_t uid) {
   sm_.flush(uid);
   running_.erase(s.arrival);
   waiting_.emplace(s.arrival, uid);  // back at its original place
-  plan_.erase(std::remove_if(plan_.begin(), plan_.end(), [&](const Planned& p) { return p.uid == uid; }),
-              plan_.end());
+  for (size_t i = 0; i < plan_.size(); i++)
+    if (plan_[i].uid == uid) {
+      planned_tokens_ -= plan_[i].n_tokens;
+      planned_blocks_ -= plan_[i].n_blocks;
+      plan_.erase(plan_.begin() + ptrdiff_t(i));
+      break;
+    }
   last_.preempted++;
   total_preemptions_++;
 }
@@ -60,11 +70,8 @@ std::vector<TokenEvent> SplitFuseScheduler::step(TokenModel& model) {
   const StateManagerConfig& c = sm_.config();
   last_ = StepInfo{};
   plan_.clear();
-  auto budget = [&] {
-    int64_t used = 0;
-    for (const Planned& p : plan_) used += p.n_tokens;
-    return c.max_ragged_batch_size - used;
-  };
+  planned_tokens_ = planned_blocks_ = 0;
+  auto budget = [&] { return c.max_ragged_batch_size - planned_tokens_; };
   auto room = [&] { return budget() > 0 && int64_t(plan_.size()) < c.max_ragged_sequence_count; };
 
   // 1. Decode tokens, oldest first. Running sequences never outnumber max_ragged_sequence_count (admission below),
@@ -77,7 +84,7 @@ std::vector<TokenEvent> SplitFuseScheduler::step(TokenModel& model) {
     }
     auto [t, blocks] = sm_.query(uid, 1, avail());
     if (t == 1) {
-      plan_.push_back({uid, 1, blocks});
+      plan(uid, 1, blocks);
       ++it;
     } else if (!preempt_newer_than(arrival)) {  // nobody newer to make room: step aside itself
       preempt(uid);
@@ -94,7 +101,7 @@ std::vector<TokenEvent> SplitFuseScheduler::step(TokenModel& model) {
       std::tie(t, blocks) = sm_.query(uid, std::min(want, budget()), avail());
       if (t > 0 || !preempt_newer_than(arrival)) break;
     }
-    if (t > 0) plan_.push_back({uid, t, blocks});
+    if (t > 0) plan(uid, t, blocks);
   }
   // 3. Admissions, first come first served: stop at the first request that finds no room.
   while (!waiting_.empty() && room() && int64_t(running_.size()) < c.max_ragged_sequence_count &&
@@ -102,6 +109,7 @@ std::vector<TokenEvent> SplitFuseScheduler::step(TokenModel& model) {
     auto [arrival, uid] = *waiting_.begin();
     Seq& s = seqs_.at(uid);
     sm_.match_prefix(uid, s.tokens);  // tracked from here; cached full blocks are taken
+    // Cached blocks it took were counted as evictable in avail(); if the plan needed them, t is 0 here.
     auto [t, blocks] = sm_.query(uid, std::min(remaining(s), budget()), avail());
     if (t <= 0) {
       sm_.flush(uid);
@@ -109,7 +117,7 @@ std::vector<TokenEvent> SplitFuseScheduler::step(TokenModel& model) {
     }
     waiting_.erase(waiting_.begin());
     running_.emplace(arrival, uid);
-    plan_.push_back({uid, t, blocks});
+    plan(uid, t, blocks);
     last_.admitted++;
   }
   if (plan_.empty()) {

@@ -56,14 +56,16 @@ class SplitFuseScheduler {
     int64_t uid, n_tokens, n_blocks;
   };
   int64_t remaining(const Seq& s) const;  // tokens not yet in the cache
-  int64_t avail() const;                  // blocks free for this step's plan
+  int64_t avail() const { return sm_.free_blocks() - planned_blocks_; }  // blocks left for this step's plan
+  void plan(int64_t uid, int64_t n_tokens, int64_t n_blocks);
   void preempt(int64_t uid);
   bool preempt_newer_than(int64_t arrival);  // the newest running sequence, if newer; false when none is
 
   StateManager& sm_;
   std::unordered_map<int64_t, Seq> seqs_;
   std::map<int64_t, int64_t> running_, waiting_;  // arrival -> uid
-  std::vector<Planned> plan_;
+  std::vector<Planned> plan_;  // this step's forward, built in steps 1-3
+  int64_t planned_tokens_ = 0, planned_blocks_ = 0;
   int64_t next_arrival_ = 0, total_preemptions_ = 0;
   StepInfo last_;
 };
