@@ -12,7 +12,7 @@ namespace dscpp::inference {
 struct KVCacheShape {
   int64_t n_layer = 0;
   int64_t n_blocks = 0;
-  int64_t block_size = 128;  // tokens per block (state_manager's kv block size)
+  int64_t block_size = 64;   // tokens per block (dscpp.kv_block_size)
   int64_t n_kv_head = 0;
   int64_t head_dim = 0;
 
