@@ -13,18 +13,19 @@ using config_detail::fail;
 using config_detail::SectionReader;
 using json = nlohmann::json;
 
-// DeepSpeed's aliases (pydantic `alias=`): either name, not both.
-static const json* section(SectionReader& r, const char* name, const char* alias) {
+// DeepSpeed's aliases (pydantic `alias=`): either name, not both. Sets `name` to the one given, for messages.
+static const json* section(SectionReader& r, const char*& name, const char* alias) {
   if (r.has(name) && r.has(alias))
     throw ConfigError(alias, std::string("inference config: give only one of ") + name + " and " + alias +
                                  " (its alias)");
   const json* v = r.raw(name);
   const json* a = r.raw(alias);
+  if (!v && a) name = alias;
   return v ? v : a;
 }
 
-static void parse_memory(const json& j, KVMemoryConfig& m) {
-  SectionReader r(j, "state_manager.memory_config");
+static void parse_memory(const json& j, const std::string& path, KVMemoryConfig& m) {
+  SectionReader r(j, path);
   // DeepSpeed's AllocationMode takes the enum's value ("reserve"); its name (RESERVE) is what its docs print.
   if (r.get("mode", m.mode, {"reserve", "allocate", "RESERVE", "ALLOCATE"}))
     m.mode = m.mode == "RESERVE" ? "reserve" : m.mode == "ALLOCATE" ? "allocate" : m.mode;
@@ -32,13 +33,13 @@ static void parse_memory(const json& j, KVMemoryConfig& m) {
   r.finish();
 }
 
-static void parse_state_manager(const json& j, StateManagerConfig& s) {
-  SectionReader r(j, "state_manager");
+static void parse_state_manager(const json& j, const char* path, StateManagerConfig& s) {
+  SectionReader r(j, path);
   r.get("max_tracked_sequences", s.max_tracked_sequences, 1);
   r.get("max_ragged_batch_size", s.max_ragged_batch_size, 1);
   r.get("max_ragged_sequence_count", s.max_ragged_sequence_count, 1);
   r.get("max_context", s.max_context, 1, int64_t(1) << 30);  // positions are int32 in RaggedBatch
-  if (const json* m = r.raw("memory_config")) parse_memory(*m, s.memory_config);
+  if (const json* m = r.raw("memory_config")) parse_memory(*m, r.path("memory_config"), s.memory_config);
   r.get("offload", s.offload);
   r.finish();
   // DeepSpeed's max_ragged_sequence_count_validator, its wording.
@@ -67,14 +68,16 @@ static void parse_dscpp(const json& j, InferenceDscppConfig& d, int64_t max_cont
 InferenceConfig InferenceConfig::parse(const json& root) {
   InferenceConfig c;
   SectionReader top(root, "");
-  if (const json* tp = section(top, "tensor_parallel", "tp")) {
-    SectionReader r(*tp, "tensor_parallel");
+  const char* tp_name = "tensor_parallel";
+  if (const json* tp = section(top, tp_name, "tp")) {
+    SectionReader r(*tp, tp_name);
     r.get("tp_size", c.tp_size, 1);
     r.finish();
     if (c.tp_size != 1)
       fail(r.path("tp_size"), c.tp_size, "tensor parallelism is not implemented by the inference engine yet (use 1)");
   }
-  if (const json* sm = section(top, "state_manager", "manager")) parse_state_manager(*sm, c.state_manager);
+  const char* sm_name = "state_manager";
+  if (const json* sm = section(top, sm_name, "manager")) parse_state_manager(*sm, sm_name, c.state_manager);
   if (const json* q = top.raw("quantization")) {
     SectionReader r(*q, "quantization");
     if (const json* mode = r.raw("quantization_mode"); mode && !mode->is_null())

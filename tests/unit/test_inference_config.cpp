@@ -69,6 +69,7 @@ TEST(InferenceConfig, DeepSpeedValidators) {
   expect_error(R"({"state_manager": {"memory_config": {"mode": "reserv"}}})", "state_manager.memory_config.mode",
                {"\"reserv\"", "must be one of", "did you mean 'reserve'"});
   expect_error(R"({"state_manager": {"offload": true}})", "state_manager.offload", {"not implemented"});
+  expect_error(R"({"manager": {"max_context": -1}})", "manager.max_context", {"= -1", ">= 1"});  // the name given
   expect_error(R"({"tensor_parallel": {"tp_size": 2}})", "tensor_parallel.tp_size", {"= 2", "not implemented"});
   expect_error(R"({"quantization": {"quantization_mode": "wf6af16"}})", "quantization.quantization_mode",
                {"wf6af16", "not implemented"});
