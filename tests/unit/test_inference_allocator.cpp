@@ -108,3 +108,19 @@ TEST(KVCache, ShapeAndOffsets) {
   EXPECT_EQ(kv.offset(1, 2, 3, 1), ((((1 * 3 + 2) * 4 + 3) * 2 + 1) * 2) * 8);
   expect_error([] { KVCache(KVCacheShape{2, 0, 4, 2, 8}, DType::f32, Device::cpu()); }, {"blocks 0"});
 }
+
+TEST(KVCache, BlocksFromTheMemoryConfig) {
+  StateManagerConfig c;
+  c.max_context = 1000;  // 16 blocks of 64
+  c.memory_config.size = 100;
+  EXPECT_EQ(kv_cache_blocks(c, 64, 10, 100 + 10 * 20 + 9), 20);  // reserve: (free - size) / bytes per block
+  expect_error([&] { kv_cache_blocks(c, 64, 10, 100 + 10 * 15); },
+               {"250 bytes free less state_manager.memory_config.size = 100 reserved, at 10 bytes per block gives 15 "
+                "blocks of 64 tokens, fewer than the 16 one sequence of state_manager.max_context = 1000"});
+  expect_error([&] { kv_cache_blocks(c, 64, 10, 50); }, {"gives 0 blocks"});
+  c.memory_config.mode = "allocate";
+  c.memory_config.size = 16;
+  EXPECT_EQ(kv_cache_blocks(c, 64, 10, 0), 16);  // allocate: exactly size blocks, whatever is free
+  c.memory_config.size = 15;
+  expect_error([&] { kv_cache_blocks(c, 64, 10, 1 << 30); }, {"size = 15 blocks (mode allocate) gives 15 blocks"});
+}

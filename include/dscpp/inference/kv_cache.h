@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/inference/inference_config.h"
 
 namespace dscpp::inference {
 
@@ -36,5 +37,11 @@ class KVCache {
   KVCacheShape shape_;
   Tensor data_;
 };
+
+// How many blocks the cache gets, by FastGen's rule: "reserve" takes (free_bytes - size) / bytes_per_block (free_bytes:
+// device memory free after the weights and workspace), "allocate" takes `size` blocks. Throws dscpp::Error with the
+// numbers when that is fewer than one max_context sequence needs, so start-up refuses instead of a later CUDA OOM.
+int64_t kv_cache_blocks(const StateManagerConfig& config, int64_t block_size, int64_t bytes_per_block,
+                        int64_t free_bytes);
 
 }  // namespace dscpp::inference
