@@ -16,24 +16,23 @@ InferenceModelConfig gpt2_config(const nlohmann::json& j, int64_t max_context) {
 }
 
 void load_gpt2(WeightSource& src, InferenceModel& m) {
-  const bool T = true;  // Conv1D
   src.read("transformer.wte.weight", m.embed);
   src.read("transformer.wpe.weight", m.pos_embed);
   for (int64_t i = 0; i < m.cfg.n_layer; i++) {
     const std::string p = "transformer.h." + std::to_string(i) + ".";
     LayerWeights& w = m.layers[size_t(i)];
-    src.read(p + "ln_1.weight", w.norm1_w);
-    src.read(p + "ln_1.bias", w.norm1_b);
-    src.read(p + "attn.c_attn.weight", w.qkv_w, T);
-    src.read(p + "attn.c_attn.bias", w.qkv_b);
-    src.read(p + "attn.c_proj.weight", w.o_w, T);
-    src.read(p + "attn.c_proj.bias", w.o_b);
-    src.read(p + "ln_2.weight", w.norm2_w);
-    src.read(p + "ln_2.bias", w.norm2_b);
-    src.read(p + "mlp.c_fc.weight", w.up_w, T);
-    src.read(p + "mlp.c_fc.bias", w.up_b);
-    src.read(p + "mlp.c_proj.weight", w.down_w, T);
-    src.read(p + "mlp.c_proj.bias", w.down_b);
+    struct Slot {
+      const char* hf;
+      Tensor& dst;
+      bool conv1d;  // stored [in, out]
+    };
+    for (const Slot& s : {Slot{"ln_1.weight", w.norm1_w, false}, {"ln_1.bias", w.norm1_b, false},
+                          {"attn.c_attn.weight", w.qkv_w, true}, {"attn.c_attn.bias", w.qkv_b, false},
+                          {"attn.c_proj.weight", w.o_w, true}, {"attn.c_proj.bias", w.o_b, false},
+                          {"ln_2.weight", w.norm2_w, false}, {"ln_2.bias", w.norm2_b, false},
+                          {"mlp.c_fc.weight", w.up_w, true}, {"mlp.c_fc.bias", w.up_b, false},
+                          {"mlp.c_proj.weight", w.down_w, true}, {"mlp.c_proj.bias", w.down_b, false}})
+      src.read(p + s.hf, s.dst, s.conv1d);
   }
   src.read("transformer.ln_f.weight", m.norm_f_w);
   src.read("transformer.ln_f.bias", m.norm_f_b);
