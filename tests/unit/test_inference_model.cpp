@@ -257,6 +257,30 @@ TEST(InferencePolicy, MissingTensorIsRefusedNamingTensorAndFile) {
   EXPECT_NE(e.find("llama"), std::string::npos) << e;
 }
 
+// Shards (model.safetensors.index.json): the same tensors as one file; a tensor the index maps to a shard that lacks
+// it is refused naming that shard.
+TEST(InferencePolicy, ShardedFolderLoadsLikeOneFile) {
+  auto m = make_test_model(test_config("llama"), 4);
+  const std::string one = export_folder(*m, "one_file");
+  const std::string dir = test_fixtures::checkpoint_test_dir("infer_sharded");
+  HfExportOptions opts;
+  opts.max_shard_bytes = 20000;
+  const HfExportResult r = export_hf_model(*m, dir, opts);
+  ASSERT_GT(r.files.size(), 3u);
+  const auto a = load_inference_model(dir).named_tensors(), b = load_inference_model(one).named_tensors();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); i++)
+    ASSERT_EQ(0, std::memcmp(a[i].second.raw(), b[i].second.raw(), a[i].second.nbytes())) << a[i].first;
+  const nlohmann::json index = read_json_file(dir + "/model.safetensors.index.json");
+  const std::string name = "model.layers.1.self_attn.o_proj.weight", shard = index["weight_map"][name];
+  NamedTensors kept;
+  for (auto& [n, t] : load_safetensors(dir + "/" + shard))
+    if (n != name) kept.emplace_back(n, t);
+  save_safetensors(dir + "/" + shard, kept);
+  const std::string e = error_of([&] { load_inference_model(dir); });
+  EXPECT_NE(e.find("'" + name + "' is missing from " + dir + "/" + shard), std::string::npos) << e;
+}
+
 TEST(InferencePolicy, MistralLoadsAsLlamaAndRefusesANarrowSlidingWindow) {
   const ModelConfig c = test_config("llama");
   auto m = make_test_model(c, 2);
