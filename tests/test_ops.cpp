@@ -32,6 +32,7 @@
 #include "dscpp/core/tensor.h"
 #include "dscpp/kernels/attention_backend.h"
 #include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/paged_ops.h"
 
 #ifdef DSCPP_WITH_CUDA
 #include <cuda_runtime.h>

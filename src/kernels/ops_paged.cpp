@@ -1,7 +1,7 @@
-// Checked entry points of the paged KV-cache ops (ops.h): shapes, dtypes and every index the CPU reads (slots, the
+// Checked entry points of the paged KV-cache ops (paged_ops.h): shapes, dtypes and every index the CPU reads (slots, the
 // block table entries a token's positions reach, the CSR offsets), so a bad ragged batch is an error naming the entry
 // rather than a write into another sequence's block. CUDA twins do not exist yet: CUDA tensors are refused by name.
-#include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/paged_ops.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace dscpp::ops {

@@ -21,6 +21,7 @@
 #include "dscpp/inference/inference_model.h"
 #include "dscpp/inference/sampler.h"
 #include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/paged_ops.h"
 #include "ragged_test_helper.h"
 #include "tiny_models.h"
 

@@ -123,18 +123,6 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
                         const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
                         AttentionBackend backend = AttentionBackend::automatic);
 
-// ---- paged KV cache (the inference engine's blocked cache: include/dscpp/inference/kv_cache.h) ----
-// One layer's cache: cache[n_blocks, block_size, 2 (K, V), Hkv, D]. The forward runs rope_forward on qkv first, then:
-// cache[slots[n] / block_size, slots[n] % block_size] (=) = (k heads, v heads) of qkv[N,(H+2Hkv)*D] row n, where
-// slots[N] (i32) = block * block_size + offset, the block taken from the token's sequence's block table.
-void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots, int64_t H, int64_t Hkv, int64_t D);
-// Causal attention of a ragged batch's new tokens over the cache (after kv_cache_append wrote them): token n of
-// sequence s (seq_start[S+1] i32, CSR over the N tokens) at position pos[n] attends to positions 0..pos[n] of s,
-// position j stored in block block_table[s * max_blocks + j / block_size] (block_table i32 [S, max_blocks]).
-// out[N, H*D] (=) = softmax(q k^T / sqrt(D)) v with q the query heads of qkv; query head h reads kv head h / (H/Hkv).
-void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
-                             const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D);
-
 // ---- loss ----
 // losses[N] = logsumexp(logits[n, :V]) - logits[n, targets[n]]; rows with targets[n] < 0 are ignored (loss 0).
 // logits[N, Vp] may be padded (Vp >= V): the padded columns are not part of the softmax. V = 0 means Vp.

@@ -8,6 +8,7 @@
 #include "dscpp/core/check.h"
 #include "dscpp/inference/inference_model.h"
 #include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/paged_ops.h"
 
 namespace dscpp::inference {
 namespace {
