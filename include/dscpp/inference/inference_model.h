@@ -20,11 +20,10 @@
 #include "dscpp/inference/kv_cache.h"
 #include "dscpp/inference/ragged_batch.h"
 #include "dscpp/kernels/rope_params.h"
+#include "dscpp/nn/mlp.h"   // MlpKind: GELU (tanh, GPT-2's gelu_new) or SwiGLU
+#include "dscpp/nn/norm.h"  // NormKind
 
 namespace dscpp::inference {
-
-enum class NormKind { layernorm, rmsnorm };
-enum class MlpKind { gelu, swiglu };  // GELU: tanh approximation (GPT-2's gelu_new)
 
 struct InferenceModelConfig {
   std::string model_type;  // config.json's, e.g. "llama", "mistral", "qwen2", "gpt2"
