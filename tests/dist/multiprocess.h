@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
@@ -19,17 +20,24 @@
 
 namespace dscpp::test {
 
+// A port no other process listens on, below the kernel's ephemeral range (32768 and up on Linux): a port taken from
+// that range can be handed to a concurrent test's outgoing connection before the store binds it (seen under
+// `ctest -j`: "cannot host the job's store ... Address already in use").
 inline int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
+  static uint64_t x = uint64_t(getpid()) * 0x9E3779B97F4A7C15ull ^
+                      uint64_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  for (;;) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    const int port = 20000 + int((x >> 33) % 12000);
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(uint16_t(port));
+    const bool free = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
 }
 
 struct RankResult {

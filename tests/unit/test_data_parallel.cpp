@@ -93,6 +93,14 @@ TEST(DataParallel, ConfigThatDiffersBetweenRanksIsReported) {
       false, "ranks disagree at start-up: rank 1 has zero_optimization.reduce_bucket_size=2000, rank 0 1000");
 }
 
+// Our own keys are in the agreement like DeepSpeed's: a kernel choice that differs between ranks would change the
+// collectives' order (fused head at stage 3) or the numerics, so it stops the job before the first collective.
+TEST(DataParallel, EngineKeyThatDiffersBetweenRanksIsReported) {
+  start_up_fails_everywhere(
+      [](int rank) { return test::dist_case(2, 3, "gpt2", [&](DistCase& c) { c.fused_head = rank == 1; }); }, false,
+      "ranks disagree at start-up: rank 1 has dscpp.fused_head=true, rank 0 false");
+}
+
 TEST(DataParallel, GroupSizeMustMatchConfigDpWorldSize) {
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
     auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);

@@ -1,4 +1,4 @@
-// ZeroParamCoordinator: ZeRO stage 3's parameter gathering (Note [ZeRO units], runtime/zero_partition.h).
+// ZeroParamCoordinator: ZeRO stage 3's parameter gathering (Note [ZeRO units], nn/zero_partition.h).
 //
 // Each rank holds only its shard of the parameters (`shard`, the model dtype, [zp.shard_numel()]). Before the model
 // uses a unit (Model::UnitHooks) the unit's parameters are all-gathered into a window attached to the ParamSet, and
@@ -34,7 +34,7 @@
 #include "dscpp/comm/process_group.h"
 #include "dscpp/models/model.h"
 #include "dscpp/runtime/config.h"
-#include "dscpp/runtime/zero_partition.h"
+#include "dscpp/nn/zero_partition.h"
 
 namespace dscpp {
 

@@ -65,7 +65,7 @@
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/tensor_arena.h"
 #include "dscpp/nn/params.h"
-#include "dscpp/runtime/zero_partition.h"
+#include "dscpp/nn/zero_partition.h"
 
 namespace dscpp {
 
