@@ -26,6 +26,8 @@ struct GenerateOptions {
   float temperature = 0.8f;
   int64_t top_k = 40;
   float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
   bool greedy = false;
   uint64_t seed = 1;
   int num = 1;
@@ -95,6 +97,14 @@ Command register_generate(CLI::App& app) {
       ->check(whole(0));
   c.app->add_option("--top-p", o->top_p, "Nucleus sampling mass (1 = off)")->capture_default_str()
       ->check(number(0, 1));
+  c.app->add_option("--min-p", o->min_p, "Keep tokens at least this fraction as likely as the most likely (0 = off)")
+      ->capture_default_str()->check(number(0, 1));
+  c.app->add_option("--repetition-penalty", o->repetition_penalty, "Hugging Face's, over prompt and output (1 = off)")
+      ->capture_default_str();
+  c.app->add_option("--presence-penalty", o->presence_penalty, "OpenAI's, over the output (0 = off)")
+      ->capture_default_str()->check(number(-2, 2));
+  c.app->add_option("--frequency-penalty", o->frequency_penalty, "OpenAI's, over the output (0 = off)")
+      ->capture_default_str()->check(number(-2, 2));
   c.app->add_flag("--greedy", o->greedy, "Greedy decoding (argmax)");
   c.app->add_option("--seed", o->seed, "Sampling seed")->capture_default_str()->check(whole(0));
   c.app->add_option("-n,--num", o->num, "Number of samples")->capture_default_str()->check(whole(0, INT32_MAX));
@@ -111,6 +121,10 @@ Command register_generate(CLI::App& app) {
       sp.temperature = o->greedy ? 0.0f : o->temperature;
       sp.top_k = o->top_k;
       sp.top_p = o->top_p;
+      sp.min_p = o->min_p;
+      sp.repetition_penalty = o->repetition_penalty;
+      sp.presence_penalty = o->presence_penalty;
+      sp.frequency_penalty = o->frequency_penalty;
       sp.seed = o->seed + uint64_t(i);
       if (o->num > 1) std::printf("--- sample %d ---\n", i + 1);
       std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);

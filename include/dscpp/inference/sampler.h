@@ -1,6 +1,18 @@
-// Token sampling from a logits row: greedy, or temperature / top-k / top-p (nucleus), seeded.
+// Token sampling from a logits row, one implementation for the CLI and the engine (the server later). Semantics:
+//   1. penalties on the raw logits: repetition (Hugging Face's RepetitionPenaltyLogitsProcessor: every token of
+//      prompt + output, l > 0 ? l / r : l * r), then presence and frequency (OpenAI's, as vLLM: output tokens only,
+//      l -= frequency * count + presence * (count > 0));
+//   2. temperature 0: argmax (ties to the lower id); else softmax(l / temperature) restricted to the top_k largest,
+//      then to the smallest prefix whose mass reaches top_p, then to tokens with p >= min_p * p_max (HF's
+//      TopK / TopP / MinP warpers; min_p's test is invariant to the renormalisation, so its order does not matter);
+//   3. one uniform u in [0, 1) picks the token by inverse CDF over the candidates in descending order.
+// Log-probabilities (requested with logprobs >= 0) are of the raw logits, log_softmax before any penalty or
+// temperature: what vLLM returns by default and what a client compares across sampling settings.
+// A GPU twin matches this by computing the same candidate order and the same u: SequenceSampler draws u from
+// Philox(seed, counter = the request's step), so the draw depends on the seed and the step only.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "dscpp/core/rng.h"
@@ -10,22 +22,59 @@
 namespace dscpp {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 = greedy (argmax)
-  int64_t top_k = 0;         // 0 = off
-  float top_p = 1.0f;        // 1 = off
+  float temperature = 1.0f;         // 0 = greedy (argmax)
+  int64_t top_k = 0;                // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // 1 = off (HF; > 1 discourages repeats)
+  float presence_penalty = 0.0f;    // OpenAI, in [-2, 2]
+  float frequency_penalty = 0.0f;   // OpenAI, in [-2, 2]
   uint64_t seed = 0;
+  std::vector<int32_t> stop_token_ids;  // sampling one of these ends the request (it is returned)
+  int64_t logprobs = -1;                // -1: none; n >= 0: the chosen token's and the n most likely tokens'
+  void validate() const;                // throws dscpp::Error naming the field, its value and the rule
 };
 
-// Picks one token from logits[V] (f32). Rng advances by one draw unless greedy.
+struct TokenLogprob {
+  int32_t token;
+  float logprob;
+};
+struct SampleResult {
+  int32_t token = -1;
+  bool stop = false;              // token is one of stop_token_ids
+  float logprob = 0.0f;           // logprobs >= 0 only
+  std::vector<TokenLogprob> top;  // the logprobs most likely tokens, most likely first
+};
+
+// One request's sampler: its parameters, its step counter (the RNG counter) and the token counts penalties read.
+class SequenceSampler {
+ public:
+  SequenceSampler(SamplingParams p, const std::vector<int32_t>& prompt);
+  // Samples from logits[V] (f32, host) and records the token as output.
+  SampleResult sample(const float* logits, int64_t V);
+  // The distribution step 2 draws from: probabilities over [0, V) (0 outside the candidates; greedy: one 1).
+  std::vector<double> distribution(const float* logits, int64_t V) const;
+  const SamplingParams& params() const { return p_; }
+  int64_t steps() const { return step_; }
+
+ private:
+  std::vector<float> penalized(const float* logits, int64_t V) const;
+  SamplingParams p_;
+  std::map<int32_t, int32_t> prompt_, output_;  // token -> count
+  int64_t step_ = 0;
+};
+
+// A stateless draw without penalties: the CLI's `generate` path before SequenceSampler; rng advances by one draw
+// unless greedy.
 int32_t sample_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng);
 
 // Autoregressive generation with the model's full forward (no KV cache: the CPU reference path). Returns the prompt
-// followed by up to max_new_tokens tokens; stops early at stop_token (when >= 0). The context is cropped to the
-// model's max_seq_len from the left. on_token is called with each new token (streaming), when given.
+// followed by up to max_new_tokens tokens; stops early at stop_token (when >= 0) or any of p.stop_token_ids. The
+// context is cropped to the model's max_seq_len from the left. on_token is called with each new token (streaming).
 std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, int64_t max_new_tokens,
                               const SamplingParams& p, int32_t stop_token = -1,
                               void (*on_token)(int32_t, void*) = nullptr, void* user = nullptr);
-// The same, stopping at any of stop_tokens (Llama 3 instruct ends a turn with <|eot_id|>, the text with
+// The same, stopping at any of stop_tokens too (Llama 3 instruct ends a turn with <|eot_id|>, the text with
 // <|end_of_text|>: Tokenizer::stop_ids).
 std::vector<int32_t> generate(Model& model, std::vector<int32_t> prompt, int64_t max_new_tokens,
                               const SamplingParams& p, const std::vector<int32_t>& stop_tokens,

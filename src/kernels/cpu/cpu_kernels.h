@@ -94,6 +94,16 @@ void attention_forward(float* out, float* lse, const float* qkv, int64_t B, int6
 void attention_backward(float* dqkv, const float* dout, const float* qkv, const float* out, const float* lse,
                         int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D);
 
+// paged_kv.cpp. One layer's paged KV cache, cache[n_blocks, block_size, 2 (K, V), Hkv, D]; qkv rows as attention's.
+// The k and v heads of qkv[n] (=) into slot slots[n] (= block * block_size + offset).
+void kv_cache_append(float* cache, const float* qkv, const int32_t* slots, int64_t N, int64_t H, int64_t Hkv,
+                     int64_t D);
+// out[N,H*D] (=): token n of sequence s (seq_start[s] <= n < seq_start[s+1], N = seq_start[S]) attends causally to
+// positions 0..pos[n] of s, position j in block block_table[s * max_blocks + j / block_size].
+void paged_attention_forward(float* out, const float* qkv, const float* cache, const int32_t* block_table,
+                             const int32_t* seq_start, const int32_t* pos, int64_t S, int64_t max_blocks,
+                             int64_t block_size, int64_t H, int64_t Hkv, int64_t D);
+
 // crossentropy.cpp. logits[N,Vp], softmax over the first V columns; targets[N] < 0 are ignored.
 // lse (nullable) receives each row's log-sum-exp (0 for ignored rows).
 void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,

@@ -1,0 +1,98 @@
+// The inference model (DeepSpeed-FastGen's model side): a Hugging Face folder mapped by a per-architecture policy
+// into parameters laid out for our kernels, and the ragged forward over the paged KV cache.
+//
+//   InferenceModel m = load_inference_model("Llama-3.2-1B/", {});        // policy chosen by config.json model_type
+//   KVCache cache(kv_cache_shape(m.cfg, n_blocks, block_size), m.dtype, m.device);
+//   Tensor logits = forward(m, batch, cache);                              // f32 [n_seqs, vocab]
+//
+// Layout (what the kernels want, not what HF stores): one fused QKV weight [(H + 2 Hkv) D, C] with rows q heads |
+// k heads | v heads (and a fused bias where the model has one), one fused gate/up weight [2F, C] (SwiGLU; GELU
+// models keep up [F, C]), every weight in torch.nn.Linear layout [out, in] (GPT-2's Conv1D weights are transposed on
+// load), the lm head [V, C] (the embedding tensor itself when tied).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dscpp/core/tensor.h"
+#include "dscpp/inference/kv_cache.h"
+#include "dscpp/inference/ragged_batch.h"
+#include "dscpp/kernels/rope_params.h"
+#include "dscpp/nn/mlp.h"   // MlpKind: GELU (tanh, GPT-2's gelu_new) or SwiGLU
+#include "dscpp/nn/norm.h"  // NormKind
+
+namespace dscpp::inference {
+
+struct InferenceModelConfig {
+  std::string model_type;  // config.json's, e.g. "llama", "mistral", "qwen2", "gpt2"
+  int64_t n_layer = 0, n_head = 0, n_kv_head = 0, head_dim = 0;
+  int64_t hidden = 0;       // C
+  int64_t ffn = 0;          // F
+  int64_t vocab = 0;        // V
+  int64_t max_context = 0;  // the model's positions (max_position_embeddings / n_positions)
+  NormKind norm = NormKind::rmsnorm;
+  float norm_eps = 1e-5f;
+  MlpKind mlp = MlpKind::swiglu;
+  bool learned_positions = false;  // GPT-2's wpe; else RoPE
+  RopeParams rope;
+  bool qkv_bias = false;    // Qwen2, GPT-2
+  bool other_bias = false;  // GPT-2: the output projection, the MLP and the norms have biases too
+  bool tie_embeddings = false;
+
+  int64_t qkv_rows() const { return (n_head + 2 * n_kv_head) * head_dim; }
+  int64_t up_rows() const { return mlp == MlpKind::swiglu ? 2 * ffn : ffn; }
+  void validate() const;  // throws dscpp::Error naming the field
+};
+
+struct LayerWeights {
+  Tensor norm1_w, norm1_b;  // [C]; biases undefined where the model has none
+  Tensor qkv_w, qkv_b;      // [(H + 2 Hkv) D, C], [(H + 2 Hkv) D]
+  Tensor o_w, o_b;          // [C, H D], [C]
+  Tensor norm2_w, norm2_b;  // [C]
+  Tensor up_w, up_b;        // [2F, C] gate | up (SwiGLU) or [F, C] (GELU), [F]
+  Tensor down_w, down_b;    // [C, F], [C]
+};
+
+struct InferenceModel {
+  InferenceModelConfig cfg;
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+  Tensor embed;      // [V, C]
+  Tensor pos_embed;  // [max_context, C] (learned positions only)
+  std::vector<LayerWeights> layers;
+  Tensor norm_f_w, norm_f_b;  // [C]
+  Tensor lm_head;             // [V, C]; the same storage as embed when tied
+
+  std::vector<std::pair<std::string, Tensor>> named_tensors() const;  // "layers.3.qkv_w", ...: tests, byte counts
+};
+
+struct LoadOptions {
+  std::string load_format = "safetensors";  // or "dummy": random weights of config.json's shapes, no weight files
+  DType dtype = DType::f32;                 // f32 on the CPU (bf16 / f16 are for the CUDA path)
+  Device device = Device::cpu();
+  int64_t max_context = 0;  // the engine's max_context (0: the model's): checked against the model's positions
+                            // and a sliding window (which must cover it)
+  uint64_t seed = 0;        // dummy weights
+  bool progress = true;     // a progress line on stderr for loads of 1 GiB or more
+};
+
+// The model types a policy exists for, and the one parsing step: config.json's JSON -> our config (refusals name
+// the model_type or the field).
+std::vector<std::string> supported_model_types();
+InferenceModelConfig inference_config_from_hf(const nlohmann::json& config, int64_t max_context = 0);
+
+// Reads <dir>/config.json, picks the policy by model_type, and maps the safetensors weights (model.safetensors or
+// the shards of model.safetensors.index.json, memory-mapped) or draws dummy ones. Errors name the tensor and file.
+InferenceModel load_inference_model(const std::string& dir, const LoadOptions& opts = {});
+
+// The KV cache a model needs: its layers, kv heads and head dim, with n_blocks of block_size tokens.
+KVCacheShape kv_cache_shape(const InferenceModelConfig& cfg, int64_t n_blocks, int64_t block_size);
+
+// The ragged forward: every new token of `batch` through the model, its K/V appended to `cache` at its position
+// (through the batch's block table), attention over its sequence's cached tokens. Returns f32 logits [n_seqs, V],
+// row s for sequence s's last new token.
+Tensor forward(const InferenceModel& model, const RaggedBatch& batch, KVCache& cache);
+
+}  // namespace dscpp::inference

@@ -1,0 +1,24 @@
+// The op contracts of the inference engine's ragged forward over the paged (blocked) KV cache
+// (include/dscpp/inference/kv_cache.h), in the conventions of ops.h (shape letters, "(=)" overwrites). Each has a
+// CPU reference (src/kernels/cpu/paged_kv.cpp); their CUDA twins are still to come, so CUDA tensors are refused by
+// name. The CPU entry points check every index they read (slots, the block-table entries a position reaches).
+#pragma once
+#include <cstdint>
+
+#include "dscpp/core/tensor.h"
+
+namespace dscpp::ops {
+
+// One layer's cache: cache[n_blocks, block_size, 2 (K, V), Hkv, D]. The forward runs rope_forward on qkv first, then:
+// cache[slots[n] / block_size, slots[n] % block_size] (=) = (k heads, v heads) of qkv[N,(H+2Hkv)*D] row n, where
+// slots[N] (i32) = block * block_size + offset, the block taken from the token's sequence's block table.
+void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots, int64_t H, int64_t Hkv, int64_t D);
+
+// Causal attention of a ragged batch's new tokens over the cache (after kv_cache_append wrote them): token n of
+// sequence s (seq_start[S+1] i32, CSR over the N tokens) at position pos[n] attends to positions 0..pos[n] of s,
+// position j stored in block block_table[s * max_blocks + j / block_size] (block_table i32 [S, max_blocks]).
+// out[N, H*D] (=) = softmax(q k^T / sqrt(D)) v with q the query heads of qkv; query head h reads kv head h / (H/Hkv).
+void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
+                             const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D);
+
+}  // namespace dscpp::ops

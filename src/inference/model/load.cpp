@@ -1,0 +1,44 @@
+// load_inference_model: config.json -> policy -> weights (memory-mapped safetensors, or dummy) -> target dtype and
+// device. The weights are assembled on the host in f32 (fused QKV / gate-up rows filled in place from the mapping),
+// then moved once.
+#include <filesystem>
+
+#include "dscpp/checkpoint/hf_interop.h"
+#include "inference/model/weight_source.h"
+#include "inference/model/weights.h"
+#include "inference/policies/policy.h"
+
+namespace dscpp::inference {
+
+InferenceModel load_inference_model(const std::string& dir, const LoadOptions& opts) {
+  DSCPP_CHECK(opts.load_format == "safetensors" || opts.load_format == "dummy", "load_format '", opts.load_format,
+              "' is not supported (safetensors, dummy)");
+  DSCPP_CHECK(opts.dtype == DType::f32 || opts.device.is_cuda(), "inference dtype ", dtype_name(opts.dtype),
+              " needs a CUDA device (the CPU path is f32)");
+  const nlohmann::json j = read_json_file((std::filesystem::path(dir) / "config.json").string());
+  const InferenceModelConfig cfg = inference_config_from_hf(j, opts.max_context);
+  InferenceModel m = allocate_weights(cfg);
+  if (opts.load_format == "dummy") {
+    fill_dummy_weights(m, opts.seed);
+  } else {
+    WeightSource src(dir, cfg.model_type, opts.progress);
+    find_policy(cfg.model_type).load(src, m);
+  }
+  if (opts.dtype == DType::f32 && opts.device.is_cpu()) return m;
+  // The CUDA path: each tensor converted and moved (a tied head stays one tensor).
+  auto move = [&](Tensor& t) {
+    if (t.defined()) t = (opts.dtype == DType::f32 ? t : t.to(opts.dtype)).to(opts.device);
+  };
+  move(m.embed), move(m.pos_embed), move(m.norm_f_w), move(m.norm_f_b);
+  for (LayerWeights& w : m.layers)
+    for (Tensor* t : {&w.norm1_w, &w.norm1_b, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.norm2_w, &w.norm2_b, &w.up_w,
+                      &w.up_b, &w.down_w, &w.down_b})
+      move(*t);
+  m.lm_head = cfg.tie_embeddings ? m.embed : m.lm_head;
+  if (!cfg.tie_embeddings) move(m.lm_head);
+  m.dtype = opts.dtype;
+  m.device = opts.device;
+  return m;
+}
+
+}  // namespace dscpp::inference

@@ -1,0 +1,47 @@
+// The tensors of a Hugging Face folder, memory-mapped: model.safetensors, or the shards model.safetensors.index.json
+// names. Each file's header is validated by SafetensorsFile; the bytes are read from the mapping, so a tensor is
+// converted (bf16 / f16 -> f32) or transposed straight from the page cache into its fused destination, with no
+// intermediate copy of the file. Errors name the tensor, the policy and the file.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dscpp/checkpoint/safetensors.h"
+
+namespace dscpp::inference {
+
+class WeightSource {
+ public:
+  // policy: the model_type reading it (named in errors); progress: a line on stderr as the bytes read pass each 10%,
+  // for folders of 1 GiB or more.
+  WeightSource(const std::string& dir, const std::string& policy, bool progress);
+  ~WeightSource();
+  WeightSource(const WeightSource&) = delete;
+  WeightSource& operator=(const WeightSource&) = delete;
+
+  // dst (=) the HF tensor `name` (transposed when `transpose`: HF stores dst's transpose), converted to dst's dtype.
+  // dst must be a CPU tensor (a row range of a fused weight is fine). A name with a "transformer." / "model."
+  // prefix also matches the tensor without it (checkpoints saved from the base model).
+  void read(const std::string& name, const Tensor& dst, bool transpose = false);
+  bool has(const std::string& name) const { return find(name) != nullptr; }
+
+ private:
+  struct Mapped;
+  struct Where {
+    const Mapped* file;
+    const SafetensorsEntry* entry;
+  };
+  const Where* find(const std::string& name) const;
+
+  std::string dir_, policy_;
+  std::vector<std::unique_ptr<Mapped>> files_;
+  std::map<std::string, Where> tensors_;
+  std::map<std::string, std::string> index_;  // the index's weight_map, to name the file a missing tensor was due in
+  uint64_t total_ = 0, done_ = 0;
+  int reported_ = 0;  // tenths of total_ already reported
+  bool progress_;
+};
+
+}  // namespace dscpp::inference

@@ -1,0 +1,96 @@
+// InferenceModel's tensors: the config's checks, allocation for a config, dummy weights, and the named list.
+#include "inference/model/weights.h"
+
+#include <cmath>
+
+#include "dscpp/core/rng.h"
+
+namespace dscpp::inference {
+
+void InferenceModelConfig::validate() const {
+  auto positive = [&](const char* field, int64_t v) {
+    DSCPP_CHECK(v > 0, "inference model (", model_type, "): ", field, " must be positive, got ", v);
+  };
+  positive("n_layer", n_layer);
+  positive("n_head", n_head);
+  positive("n_kv_head", n_kv_head);
+  positive("head_dim", head_dim);
+  positive("hidden", hidden);
+  positive("ffn", ffn);
+  positive("vocab", vocab);
+  positive("max_context", max_context);
+  DSCPP_CHECK(n_head % n_kv_head == 0, "inference model (", model_type, "): n_head ", n_head,
+              " is not a multiple of n_kv_head ", n_kv_head);
+  DSCPP_CHECK(learned_positions || head_dim % 2 == 0, "inference model (", model_type, "): RoPE needs an even head_dim, got ",
+              head_dim);
+  DSCPP_CHECK(norm_eps > 0 && std::isfinite(norm_eps), "inference model (", model_type, "): norm_eps must be positive");
+}
+
+InferenceModel allocate_weights(const InferenceModelConfig& c) {
+  c.validate();
+  const int64_t C = c.hidden;
+  auto mat = [](int64_t r, int64_t k) { return Tensor::empty({r, k}, DType::f32); };
+  auto vec = [](int64_t n, bool present) { return present ? Tensor::empty({n}, DType::f32) : Tensor(); };
+  const bool b = c.other_bias, ln = c.norm == NormKind::layernorm;
+  InferenceModel m;
+  m.cfg = c;
+  m.embed = mat(c.vocab, C);
+  if (c.learned_positions) m.pos_embed = mat(c.max_context, C);
+  for (int64_t l = 0; l < c.n_layer; l++) {
+    LayerWeights w;
+    w.norm1_w = vec(C, true), w.norm1_b = vec(C, ln);
+    w.qkv_w = mat(c.qkv_rows(), C), w.qkv_b = vec(c.qkv_rows(), c.qkv_bias);
+    w.o_w = mat(C, c.n_head * c.head_dim), w.o_b = vec(C, b);
+    w.norm2_w = vec(C, true), w.norm2_b = vec(C, ln);
+    w.up_w = mat(c.up_rows(), C), w.up_b = vec(c.up_rows(), b);
+    w.down_w = mat(C, c.ffn), w.down_b = vec(C, b);
+    m.layers.push_back(w);
+  }
+  m.norm_f_w = vec(C, true), m.norm_f_b = vec(C, ln);
+  m.lm_head = c.tie_embeddings ? m.embed : mat(c.vocab, C);
+  return m;
+}
+
+std::vector<std::pair<std::string, Tensor>> InferenceModel::named_tensors() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  auto add = [&](const std::string& n, const Tensor& t) {
+    if (t.defined()) out.emplace_back(n, t);
+  };
+  add("embed", embed);
+  add("pos_embed", pos_embed);
+  for (size_t l = 0; l < layers.size(); l++) {
+    const LayerWeights& w = layers[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    for (const auto& [n, t] : {std::pair<const char*, const Tensor&>{"norm1_w", w.norm1_w}, {"norm1_b", w.norm1_b},
+                               {"qkv_w", w.qkv_w}, {"qkv_b", w.qkv_b}, {"o_w", w.o_w}, {"o_b", w.o_b},
+                               {"norm2_w", w.norm2_w}, {"norm2_b", w.norm2_b}, {"up_w", w.up_w}, {"up_b", w.up_b},
+                               {"down_w", w.down_w}, {"down_b", w.down_b}})
+      add(p + n, t);
+  }
+  add("norm_f_w", norm_f_w);
+  add("norm_f_b", norm_f_b);
+  if (!cfg.tie_embeddings) add("lm_head", lm_head);
+  return out;
+}
+
+void fill_dummy_weights(InferenceModel& m, uint64_t seed) {
+  uint64_t stream = 0;
+  for (auto& [name, t] : m.named_tensors()) {
+    const bool norm_weight = name.find("norm") != std::string::npos && name.back() == 'w';
+    Rng rng(RngState{seed, ++stream << 40, 4});  // a counter range of its own per tensor
+    float* p = t.data<float>();
+    for (int64_t i = 0; i < t.numel(); i++) p[i] = (norm_weight ? 1.0f : 0.0f) + 0.02f * rng.normal();
+  }
+}
+
+KVCacheShape kv_cache_shape(const InferenceModelConfig& cfg, int64_t n_blocks, int64_t block_size) {
+  KVCacheShape s;
+  s.n_layer = cfg.n_layer;
+  s.n_blocks = n_blocks;
+  s.block_size = block_size;
+  s.n_kv_head = cfg.n_kv_head;
+  s.head_dim = cfg.head_dim;
+  return s;
+}
+
+}  // namespace dscpp::inference

@@ -1,0 +1,14 @@
+// The parameter tensors of an InferenceModel, allocated for a config (private to src/inference/).
+#pragma once
+#include "dscpp/inference/inference_model.h"
+
+namespace dscpp::inference {
+
+// Every tensor of cfg's model on the CPU in f32, contents undefined; biases only where cfg has them; lm_head is
+// embed when tied.
+InferenceModel allocate_weights(const InferenceModelConfig& cfg);
+// load_format "dummy": random weights of the config's shapes (N(0, 0.02) matrices and biases, norm weights
+// 1 + N(0, 0.02)), deterministic in seed, so benchmarks of large shapes need no files and tests see no zeros.
+void fill_dummy_weights(InferenceModel& m, uint64_t seed);
+
+}  // namespace dscpp::inference

@@ -1,0 +1,89 @@
+// Checked entry points of the paged KV-cache ops (paged_ops.h): shapes, dtypes and every index the CPU reads (slots, the
+// block table entries a token's positions reach, the CSR offsets), so a bad ragged batch is an error naming the entry
+// rather than a write into another sequence's block. CUDA twins do not exist yet: CUDA tensors are refused by name.
+#include "dscpp/kernels/paged_ops.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+namespace dscpp::ops {
+namespace {
+
+void check_f32_cpu(const char* op, const char* name, const Tensor& t) {
+  DSCPP_CHECK(t.defined(), op, ": ", name, " is undefined, expected a tensor");
+  DSCPP_CHECK(!t.device().is_cuda(), op, ": ", name, " is on ", t.device().str(),
+              "; this op has a CPU reference only so far (its CUDA kernel is not written yet)");
+  DSCPP_CHECK(t.dtype() == DType::f32, op, ": ", name, " has dtype ", dtype_name(t.dtype()), ", expected f32");
+}
+
+void check_i32(const char* op, const char* name, const Tensor& t, int64_t numel) {
+  DSCPP_CHECK(t.defined() && t.dtype() == DType::i32 && t.device().is_cpu() && (numel < 0 || t.numel() == numel),
+              op, ": ", name, " is ", t.defined() ? t.str() : std::string("undefined"), ", expected i32 on the cpu",
+              numel >= 0 ? " with " + std::to_string(numel) + " elements" : std::string());
+}
+
+// cache[n_blocks, block_size, 2, Hkv, D]; returns {n_blocks, block_size}.
+std::pair<int64_t, int64_t> check_cache(const char* op, const Tensor& cache, int64_t Hkv, int64_t D) {
+  check_f32_cpu(op, "cache", cache);
+  DSCPP_CHECK(cache.dim() == 5 && cache.size(2) == 2 && cache.size(3) == Hkv && cache.size(4) == D, op,
+              ": cache has shape ", shape_str(cache.shape()), ", expected [n_blocks, block_size, 2, ", Hkv, ", ", D,
+              "]");
+  return {cache.size(0), cache.size(1)};
+}
+
+int64_t check_qkv(const char* op, const Tensor& qkv, int64_t H, int64_t Hkv, int64_t D) {
+  DSCPP_CHECK(H > 0 && Hkv > 0 && D > 0 && H % Hkv == 0, op, ": expected positive H, Hkv, D with H % Hkv == 0, got ",
+              H, ", ", Hkv, ", ", D);
+  check_f32_cpu(op, "qkv", qkv);
+  const int64_t R = (H + 2 * Hkv) * D;
+  DSCPP_CHECK(qkv.numel() % R == 0 && qkv.size(-1) == R, op, ": qkv has shape ", shape_str(qkv.shape()),
+              ", expected [N, (H+2Hkv)*D = ", R, "]");
+  return qkv.numel() / R;
+}
+
+}  // namespace
+
+void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots, int64_t H, int64_t Hkv, int64_t D) {
+  const char* op = "kv_cache_append";
+  const int64_t N = check_qkv(op, qkv, H, Hkv, D);
+  const auto [n_blocks, block_size] = check_cache(op, cache, Hkv, D);
+  check_i32(op, "slots", slots, N);
+  const int32_t* sl = slots.data<int32_t>();
+  for (int64_t n = 0; n < N; n++)
+    DSCPP_CHECK(sl[n] >= 0 && sl[n] < n_blocks * block_size, op, ": slots[", n, "] = ", sl[n], " is outside the ",
+                n_blocks, " blocks of ", block_size, " slots");
+  cpu::kv_cache_append(cache.data<float>(), qkv.data<float>(), sl, N, H, Hkv, D);
+}
+
+void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
+                             const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D) {
+  const char* op = "paged_attention_forward";
+  const int64_t N = check_qkv(op, qkv, H, Hkv, D);
+  const auto [n_blocks, block_size] = check_cache(op, cache, Hkv, D);
+  check_f32_cpu(op, "out", out);
+  DSCPP_CHECK(out.numel() == N * H * D, op, ": out has shape ", shape_str(out.shape()), ", expected [", N, ", ",
+              H * D, "]");
+  check_i32(op, "seq_start", seq_start, -1);
+  check_i32(op, "pos", pos, N);
+  check_i32(op, "block_table", block_table, -1);
+  const int64_t S = seq_start.numel() - 1;
+  DSCPP_CHECK(S >= 1 && block_table.numel() % S == 0, op, ": block_table has ", block_table.numel(),
+              " entries, expected a multiple of the ", S, " sequences of seq_start");
+  const int64_t max_blocks = block_table.numel() / S;
+  const int32_t *ss = seq_start.data<int32_t>(), *ps = pos.data<int32_t>(), *bt = block_table.data<int32_t>();
+  DSCPP_CHECK(ss[0] == 0 && ss[S] == N, op, ": seq_start must run from 0 to N = ", N, ", got ", ss[0], " .. ", ss[S]);
+  for (int64_t s = 0; s < S; s++) {
+    DSCPP_CHECK(ss[s] <= ss[s + 1], op, ": seq_start[", s + 1, "] = ", ss[s + 1], " < seq_start[", s, "] = ", ss[s]);
+    for (int64_t n = ss[s]; n < ss[s + 1]; n++) {
+      DSCPP_CHECK(ps[n] >= 0 && ps[n] < max_blocks * block_size, op, ": pos[", n, "] = ", ps[n], " is outside the ",
+                  max_blocks, " blocks of ", block_size, " a sequence's row of block_table holds");
+      for (int64_t b = 0; b <= ps[n] / block_size; b++) {
+        const int32_t blk = bt[s * max_blocks + b];
+        DSCPP_CHECK(blk >= 0 && blk < n_blocks, op, ": block_table[", s, ", ", b, "] = ", blk, " (read by pos[", n,
+                    "] = ", ps[n], ") is outside the cache's ", n_blocks, " blocks");
+      }
+    }
+  }
+  cpu::paged_attention_forward(out.data<float>(), qkv.data<float>(), cache.data<float>(), bt, ss, ps, S, max_blocks,
+                               block_size, H, Hkv, D);
+}
+
+}  // namespace dscpp::ops
