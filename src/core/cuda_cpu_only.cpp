@@ -1,6 +1,7 @@
 // The CUDA queries of dscpp/core/cuda.h in a build without the CUDA backend: no devices.
 #ifndef DSCPP_WITH_CUDA
 #include "dscpp/core/cuda.h"
+#include "dscpp/core/device_memory.h"
 
 #include "dscpp/core/check.h"
 #include "dscpp/core/tensor.h"
@@ -31,6 +32,10 @@ std::string cuda_device_name(int device) {
 
 int64_t cuda_device_memory(int device) {
   DSCPP_FAIL("cuda_device_memory(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
+}
+
+int64_t cuda_device_free_memory(int device) {
+  DSCPP_FAIL("cuda_device_free_memory(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
 }
 
 int64_t cuda_workspace_pool_bytes(int device) {

@@ -85,6 +85,28 @@ static void expect_code(const StateManager& sm, const std::vector<int64_t>& uids
   EXPECT_EQ(int(sm.can_schedule(uids, lens)), int(want)) << scheduling_result_name(want);
 }
 
+// A forward that failed is undone: new blocks back, new sequences forgotten, the tail of the prefix cache's
+// bookkeeping as before; the sequences go on as if that put never happened.
+TEST(StateManager, AbortedForwardChangesNothing) {
+  for (bool prefix : {false, true}) {
+    StateManager sm(small_config(), /*n_blocks=*/8, /*block_size=*/4, prefix);
+    run(sm, {7}, {iota(10, 6)});
+    const int64_t free_before = sm.free_blocks();
+    sm.put({7, 3}, {iota(16, 5), iota(40, 3)});  // 7 grows into two more blocks, 3 is new
+    EXPECT_LT(sm.free_blocks(), free_before);
+    sm.abort_forward();
+    EXPECT_FALSE(sm.batch_in_flight());
+    EXPECT_EQ(sm.free_blocks(), free_before);
+    EXPECT_EQ(sm.get(3), nullptr);
+    EXPECT_EQ(sm.get(7)->seen_tokens, 6);
+    EXPECT_EQ(sm.get(7)->cur_allocated_blocks(), 2);
+    sm.check_invariants();
+    const RaggedBatch& b = run(sm, {7}, {iota(16, 2)});
+    EXPECT_EQ(b.positions, (std::vector<int32_t>{6, 7}));
+    EXPECT_EQ(sm.get(7)->seen_tokens, 8);
+  }
+}
+
 TEST(StateManager, EverySchedulingCode) {
   // 2 tracked at most, 3 per batch, 10 tokens per batch, max_context 16; 4 blocks of 4 tokens.
   StateManager sm(small_config(2, 10, 3, 16), 4, 4, false);

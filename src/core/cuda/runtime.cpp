@@ -1,6 +1,8 @@
 // Device queries, checked-call errors, current device/stream, guards and events (see cuda_runtime.cuh).
 #ifdef DSCPP_WITH_CUDA
 #include "core/cuda/cuda_runtime.cuh"
+#include "dscpp/core/allocator.h"
+#include "dscpp/core/device_memory.h"
 
 #include <execinfo.h>
 
@@ -73,6 +75,19 @@ int64_t cuda_device_memory(int device) {
   cudaDeviceProp p{};
   DSCPP_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
   return int64_t(p.totalGlobalMem);
+}
+
+int64_t cuda_device_free_memory(int device) {
+  check_device_index(device);
+  int prev = 0;
+  DSCPP_CUDA_CHECK(cudaGetDevice(&prev));
+  DSCPP_CUDA_CHECK(cudaSetDevice(device));
+  size_t free = 0, total = 0;
+  const cudaError_t e = cudaMemGetInfo(&free, &total);
+  DSCPP_CUDA_CHECK(cudaSetDevice(prev));
+  DSCPP_CUDA_CHECK(e);
+  const MemoryStats st = allocator_for(Device::cuda(device)).stats();
+  return int64_t(free) + (st.reserved_bytes - st.current_bytes);
 }
 
 int64_t cuda_workspace_pool_bytes(int device) {

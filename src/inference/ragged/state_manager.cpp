@@ -226,6 +226,23 @@ void StateManager::post_forward() {
   in_flight_ = false;
 }
 
+void StateManager::abort_forward() {
+  DSCPP_CHECK(in_flight_, "abort_forward: no batch in flight");
+  for (int64_t uid : batch_uids_) {
+    SequenceDescriptor& s = seqs_.at(uid);
+    if (prefix_caching_) s.tail.resize(s.tail.size() - size_t(s.in_flight_tokens));
+    const int64_t keep = ceil_div(s.seen_tokens, block_size_);
+    while (s.cur_allocated_blocks() > keep) {
+      release(s.blocks.back());
+      s.blocks.pop_back();
+    }
+    s.in_flight_tokens = 0;
+    if (s.seen_tokens == 0) seqs_.erase(uid);
+  }
+  batch_uids_.clear();
+  in_flight_ = false;
+}
+
 void StateManager::flush(int64_t uid) {
   auto it = seqs_.find(uid);
   DSCPP_CHECK(it != seqs_.end(), "flush: sequence ", uid, " is not tracked");

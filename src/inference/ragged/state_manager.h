@@ -44,6 +44,9 @@ class StateManager {
   // the numbers) when can_schedule fails, dscpp::Error for a malformed call; either way nothing changes.
   const RaggedBatch& put(const std::vector<int64_t>& uids, const std::vector<std::vector<int32_t>>& tokens);
   void post_forward();  // after the forward of the last put
+  // Instead of post_forward when the forward failed: the put is undone (its new blocks freed, new sequences
+  // forgotten), so the engine can report the error and go on serving the other sequences.
+  void abort_forward();
   void flush(int64_t uid);  // forgets the sequence; its blocks are freed (or parked, when registered)
 
   const SequenceDescriptor* get(int64_t uid) const;  // nullptr when not tracked

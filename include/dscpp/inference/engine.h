@@ -1,0 +1,87 @@
+// InferenceEngine: DeepSpeed-FastGen's InferenceEngineV2, native. It owns a model (inference_model.h), the blocked KV
+// cache sized at start-up, and the ragged state (sequences, blocks, prefix cache). Two ways in:
+//
+//   FastGen's API, one forward per call (the caller schedules):
+//     InferenceEngine e(load_inference_model(dir, {}), InferenceConfig::from_file("engine.json"));
+//     Tensor logits = e.put({7, 8}, {{1, 2, 3}, {42}});   // f32 [2, V]: each sequence's last new token
+//     e.flush(7);
+//   Whole requests through Dynamic SplitFuse (what MII layers on FastGen), sampled per request:
+//     e.generate({{{/*uid*/1, prompt, /*max_new_tokens*/64, stop_ids}, sampling}}, on_token);
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <utility>
+#include <vector>
+
+#include "dscpp/core/tensor.h"
+#include "dscpp/inference/inference_config.h"
+#include "dscpp/inference/inference_model.h"
+#include "dscpp/inference/kv_cache.h"
+#include "dscpp/inference/request.h"
+#include "dscpp/inference/sampler.h"
+#include "dscpp/inference/scheduling.h"
+
+namespace dscpp::inference {
+
+class StateManager;
+
+struct GenerationRequest {
+  Request request;        // uid, prompt, max_new_tokens, stop ids (sampling.stop_token_ids are added to them)
+  SamplingParams sampling;
+};
+
+struct GeneratedToken {
+  TokenEvent event;       // uid, token, finished
+  SampleResult sample;    // log-probabilities when asked for
+};
+
+struct GenerationStats {
+  int64_t forwards = 0;         // scheduler steps, one forward each
+  int64_t forward_tokens = 0;   // tokens through the model (prompt chunks, decode tokens, recomputation)
+  int64_t generated = 0;        // tokens handed to on_token
+  int64_t preemptions = 0;      // sequences preempted to free KV blocks (Note [Preemption])
+};
+
+class InferenceEngine {
+ public:
+  // Sizes the KV cache by state_manager.memory_config (Note [KV cache size]): "reserve" takes the memory free after
+  // the weights, less memory_config.size bytes; "allocate" takes memory_config.size blocks. Refuses with the numbers
+  // when one max_context sequence cannot fit. Prints the cache's size to `log` when given.
+  InferenceEngine(InferenceModel model, const InferenceConfig& config, std::ostream* log = nullptr);
+  ~InferenceEngine();
+  InferenceEngine(const InferenceEngine&) = delete;
+  InferenceEngine& operator=(const InferenceEngine&) = delete;
+
+  // FastGen's put: one forward in which each uids[i] brings tokens[i] (a new uid starts a sequence). Returns f32
+  // logits [uids.size(), V] on the host, row i for uids[i]'s last token. Throws SchedulingError when can_schedule
+  // would not return Success, dscpp::Error for a token outside the vocabulary; a put that throws, the forward's
+  // errors included, changes nothing.
+  Tensor put(const std::vector<int64_t>& uids, const std::vector<std::vector<int32_t>>& tokens);
+  SchedulingResult can_schedule(const std::vector<int64_t>& uids, const std::vector<int64_t>& lengths) const;
+  std::pair<int64_t, int64_t> query(int64_t uid, int64_t max_request_tokens, int64_t max_request_blocks) const;
+  int64_t get_remaining_block_capacity(int64_t uid) const;
+  void flush(int64_t uid);
+
+  // Runs requests to completion, Dynamic SplitFuse over this engine, calling on_token for every generated token in
+  // the order they are made (streaming). Requests are admitted first come, first served; uids must not be live.
+  GenerationStats generate(const std::vector<GenerationRequest>& requests,
+                           const std::function<void(const GeneratedToken&)>& on_token);
+
+  const InferenceModel& model() const { return model_; }
+  const InferenceConfig& config() const { return config_; }
+  int64_t kv_blocks() const { return cache_.shape().n_blocks; }
+  int64_t kv_tokens() const { return cache_.shape().n_blocks * cache_.shape().block_size; }
+  const StateManager& state() const { return *state_; }
+
+ private:
+  void check_tokens(const std::vector<int64_t>& uids, const std::vector<std::vector<int32_t>>& tokens) const;
+
+  InferenceModel model_;
+  InferenceConfig config_;
+  KVCache cache_;
+  std::unique_ptr<StateManager> state_;
+};
+
+}  // namespace dscpp::inference

@@ -1,0 +1,152 @@
+// InferenceEngine: the model, the KV cache and the ragged state joined (include/dscpp/inference/engine.h).
+#include "dscpp/inference/engine.h"
+
+#include <unistd.h>
+
+#include <iomanip>
+#include <map>
+
+#include "dscpp/core/check.h"
+#include "dscpp/core/device_memory.h"
+#include "inference/ragged/state_manager.h"
+#include "inference/scheduler/splitfuse_scheduler.h"
+
+namespace dscpp::inference {
+
+namespace {
+
+// Note [KV cache size]
+// "reserve" gives the KV cache what the device can still hand out once the weights are loaded (on a GPU: free
+// memory plus our allocator's unused cache; on the CPU: the host's available pages), less memory_config.size bytes
+// kept back for the forward's activations and everything else. Measured here, after the weights, so a model that
+// nearly fills the device gets a small cache or a refusal with the numbers, never an out-of-memory error later.
+int64_t free_bytes_for_cache(Device d) {
+  if (d.is_cuda()) return cuda_device_free_memory(d.index);
+  return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
+}
+
+KVCache make_cache(const InferenceModel& m, const InferenceConfig& c, std::ostream* log) {
+  const int64_t bs = c.dscpp.kv_block_size;
+  const int64_t per_block = kv_cache_shape(m.cfg, 1, bs).bytes_per_block(m.dtype);
+  const bool reserve = c.state_manager.memory_config.mode == "reserve";
+  const int64_t n_blocks =
+      kv_cache_blocks(c.state_manager, bs, per_block, reserve ? free_bytes_for_cache(m.device) : 0);
+  if (log)
+    *log << "KV cache: " << n_blocks << " blocks of " << bs << " tokens = " << n_blocks * bs << " tokens ("
+         << std::fixed << std::setprecision(2) << double(n_blocks * per_block) / double(1 << 30) << " GiB, "
+         << dtype_name(m.dtype) << "); one sequence holds up to " << c.state_manager.max_context << " tokens"
+         << std::endl;
+  return KVCache(kv_cache_shape(m.cfg, n_blocks, bs), m.dtype, m.device);
+}
+
+// The scheduler's view of the engine: a forward, then each wanted row sampled by its request's sampler.
+class SampledModel : public TokenModel {
+ public:
+  SampledModel(const InferenceModel& m, KVCache& cache, std::map<int64_t, SequenceSampler>& samplers,
+               std::map<int64_t, SampleResult>& last)
+      : m_(m), cache_(cache), samplers_(samplers), last_(last) {}
+  std::vector<int32_t> next_tokens(const RaggedBatch& batch, const std::vector<int64_t>& uids,
+                                   const std::vector<uint8_t>& wants_token) override {
+    const Tensor logits = forward(m_, batch, cache_);
+    const float* l = logits.data<float>();
+    const int64_t V = logits.shape()[1];
+    std::vector<int32_t> out(uids.size(), -1);
+    for (size_t s = 0; s < uids.size(); s++) {
+      if (!wants_token[s]) continue;
+      SampleResult r = samplers_.at(uids[s]).sample(l + int64_t(s) * V, V);
+      out[s] = r.token;
+      last_[uids[s]] = std::move(r);
+    }
+    return out;
+  }
+
+ private:
+  const InferenceModel& m_;
+  KVCache& cache_;
+  std::map<int64_t, SequenceSampler>& samplers_;
+  std::map<int64_t, SampleResult>& last_;
+};
+
+}  // namespace
+
+InferenceEngine::InferenceEngine(InferenceModel model, const InferenceConfig& config, std::ostream* log)
+    : model_(std::move(model)), config_(config), cache_(make_cache(model_, config_, log)) {
+  DSCPP_CHECK(config_.state_manager.max_context <= model_.cfg.max_context || model_.cfg.max_context == 0,
+              "state_manager.max_context = ", config_.state_manager.max_context, " exceeds the model's ",
+              model_.cfg.max_context, " positions: lower it to at most ", model_.cfg.max_context);
+  state_ = std::make_unique<StateManager>(config_.state_manager, int32_t(cache_.shape().n_blocks),
+                                          config_.dscpp.kv_block_size, config_.dscpp.prefix_caching);
+}
+
+InferenceEngine::~InferenceEngine() = default;
+
+void InferenceEngine::check_tokens(const std::vector<int64_t>& uids,
+                                   const std::vector<std::vector<int32_t>>& tokens) const {
+  DSCPP_CHECK(uids.size() == tokens.size(), "put: ", uids.size(), " uids but ", tokens.size(), " token lists");
+  const int64_t V = model_.cfg.vocab;
+  for (size_t i = 0; i < tokens.size(); i++)
+    for (int32_t t : tokens[i])
+      DSCPP_CHECK(t >= 0 && t < V, "sequence ", uids[i], ": token id ", t, " is outside the model's vocabulary [0, ",
+                  V, ")");
+}
+
+Tensor InferenceEngine::put(const std::vector<int64_t>& uids, const std::vector<std::vector<int32_t>>& tokens) {
+  check_tokens(uids, tokens);
+  const RaggedBatch& batch = state_->put(uids, tokens);
+  Tensor logits;
+  try {
+    logits = forward(model_, batch, cache_);
+  } catch (...) {
+    // The forward wrote part of the new tokens' K/V at most; those slots are past every sequence's seen tokens, so
+    // dropping the put leaves each sequence as it was.
+    state_->abort_forward();
+    throw;
+  }
+  state_->post_forward();
+  return logits;
+}
+
+SchedulingResult InferenceEngine::can_schedule(const std::vector<int64_t>& uids,
+                                               const std::vector<int64_t>& lengths) const {
+  return state_->can_schedule(uids, lengths);
+}
+
+std::pair<int64_t, int64_t> InferenceEngine::query(int64_t uid, int64_t max_request_tokens,
+                                                   int64_t max_request_blocks) const {
+  return state_->query(uid, max_request_tokens, max_request_blocks);
+}
+
+int64_t InferenceEngine::get_remaining_block_capacity(int64_t uid) const {
+  return state_->get_remaining_block_capacity(uid);
+}
+
+void InferenceEngine::flush(int64_t uid) { state_->flush(uid); }
+
+GenerationStats InferenceEngine::generate(const std::vector<GenerationRequest>& requests,
+                                          const std::function<void(const GeneratedToken&)>& on_token) {
+  std::map<int64_t, SequenceSampler> samplers;
+  std::map<int64_t, SampleResult> last;
+  SplitFuseScheduler sched(*state_);
+  for (const auto& g : requests) {
+    g.sampling.validate();
+    check_tokens({g.request.uid}, {g.request.prompt});
+    Request r = g.request;
+    r.stop_token_ids.insert(r.stop_token_ids.end(), g.sampling.stop_token_ids.begin(), g.sampling.stop_token_ids.end());
+    sched.add(r);
+    samplers.emplace(r.uid, SequenceSampler(g.sampling, r.prompt));
+  }
+  SampledModel tm(model_, cache_, samplers, last);
+  GenerationStats st;
+  while (!sched.idle()) {
+    for (const TokenEvent& e : sched.step(tm)) {
+      on_token(GeneratedToken{e, last[e.uid]});
+      st.generated++;
+    }
+    st.forwards++;
+    st.forward_tokens += sched.last_step().tokens;
+  }
+  st.preemptions = sched.total_preemptions();
+  return st;
+}
+
+}  // namespace dscpp::inference
