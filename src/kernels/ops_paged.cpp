@@ -1,28 +1,43 @@
-// Checked entry points of the paged KV-cache ops (paged_ops.h): shapes, dtypes and every index the CPU reads (slots, the
-// block table entries a token's positions reach, the CSR offsets), so a bad ragged batch is an error naming the entry
-// rather than a write into another sequence's block. CUDA twins do not exist yet: CUDA tensors are refused by name.
+// Checked entry points of the paged KV-cache ops (paged_ops.h): shapes, dtypes, devices, and on the CPU every index
+// it reads (slots, the block table entries a token's positions reach, the CSR offsets), so a bad ragged batch is an
+// error naming the entry rather than a write into another sequence's block. CUDA tensors (index tensors on the same
+// device) go to the kernels of src/kernels/cuda/paged_kv.cu, which range-check the indices themselves: reading
+// them here would cost a device sync per layer.
 #include "dscpp/kernels/paged_ops.h"
 #include "kernels/cpu/cpu_kernels.h"
+#ifdef DSCPP_WITH_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#endif
 
 namespace dscpp::ops {
 namespace {
 
-void check_f32_cpu(const char* op, const char* name, const Tensor& t) {
+// A float tensor on the device of qkv, of qkv's dtype: f32 on the CPU; f32, bf16 or f16 on CUDA.
+void check_float(const char* op, const char* name, const Tensor& t, const Tensor& qkv) {
   DSCPP_CHECK(t.defined(), op, ": ", name, " is undefined, expected a tensor");
-  DSCPP_CHECK(!t.device().is_cuda(), op, ": ", name, " is on ", t.device().str(),
-              "; this op has a CPU reference only so far (its CUDA kernel is not written yet)");
-  DSCPP_CHECK(t.dtype() == DType::f32, op, ": ", name, " has dtype ", dtype_name(t.dtype()), ", expected f32");
+  DSCPP_CHECK(t.device() == qkv.device(), op, ": ", name, " is on ", t.device().str(), ", expected ",
+              qkv.device().str(), " (as qkv)");
+  const DType d = t.dtype();
+  if (!t.device().is_cuda())
+    DSCPP_CHECK(d == DType::f32, op, ": ", name, " has dtype ", dtype_name(d), ", expected f32 (bf16/f16 need CUDA)");
+  else
+    DSCPP_CHECK(d == DType::f32 || d == DType::bf16 || d == DType::f16, op, ": ", name, " has dtype ", dtype_name(d),
+                ", expected f32, bf16 or f16");
+  DSCPP_CHECK(d == qkv.dtype(), op, ": ", name, " has dtype ", dtype_name(d), ", expected ", dtype_name(qkv.dtype()),
+              " (as qkv)");
 }
 
-void check_i32(const char* op, const char* name, const Tensor& t, int64_t numel) {
-  DSCPP_CHECK(t.defined() && t.dtype() == DType::i32 && t.device().is_cpu() && (numel < 0 || t.numel() == numel),
-              op, ": ", name, " is ", t.defined() ? t.str() : std::string("undefined"), ", expected i32 on the cpu",
+void check_i32(const char* op, const char* name, const Tensor& t, int64_t numel, const Tensor& qkv) {
+  DSCPP_CHECK(t.defined() && t.dtype() == DType::i32 && t.device() == qkv.device() && (numel < 0 || t.numel() == numel),
+              op, ": ", name, " is ", t.defined() ? t.str() : std::string("undefined"), ", expected i32 on ",
+              qkv.device().str(), " (as qkv)",
               numel >= 0 ? " with " + std::to_string(numel) + " elements" : std::string());
 }
 
 // cache[n_blocks, block_size, 2, Hkv, D]; returns {n_blocks, block_size}.
-std::pair<int64_t, int64_t> check_cache(const char* op, const Tensor& cache, int64_t Hkv, int64_t D) {
-  check_f32_cpu(op, "cache", cache);
+std::pair<int64_t, int64_t> check_cache(const char* op, const Tensor& cache, const Tensor& qkv, int64_t Hkv,
+                                        int64_t D) {
+  check_float(op, "cache", cache, qkv);
   DSCPP_CHECK(cache.dim() == 5 && cache.size(2) == 2 && cache.size(3) == Hkv && cache.size(4) == D, op,
               ": cache has shape ", shape_str(cache.shape()), ", expected [n_blocks, block_size, 2, ", Hkv, ", ", D,
               "]");
@@ -32,7 +47,7 @@ std::pair<int64_t, int64_t> check_cache(const char* op, const Tensor& cache, int
 int64_t check_qkv(const char* op, const Tensor& qkv, int64_t H, int64_t Hkv, int64_t D) {
   DSCPP_CHECK(H > 0 && Hkv > 0 && D > 0 && H % Hkv == 0, op, ": expected positive H, Hkv, D with H % Hkv == 0, got ",
               H, ", ", Hkv, ", ", D);
-  check_f32_cpu(op, "qkv", qkv);
+  check_float(op, "qkv", qkv, qkv);
   const int64_t R = (H + 2 * Hkv) * D;
   DSCPP_CHECK(qkv.numel() % R == 0 && qkv.size(-1) == R, op, ": qkv has shape ", shape_str(qkv.shape()),
               ", expected [N, (H+2Hkv)*D = ", R, "]");
@@ -44,8 +59,11 @@ int64_t check_qkv(const char* op, const Tensor& qkv, int64_t H, int64_t Hkv, int
 void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots, int64_t H, int64_t Hkv, int64_t D) {
   const char* op = "kv_cache_append";
   const int64_t N = check_qkv(op, qkv, H, Hkv, D);
-  const auto [n_blocks, block_size] = check_cache(op, cache, Hkv, D);
-  check_i32(op, "slots", slots, N);
+  const auto [n_blocks, block_size] = check_cache(op, cache, qkv, Hkv, D);
+  check_i32(op, "slots", slots, N, qkv);
+#ifdef DSCPP_WITH_CUDA
+  if (qkv.device().is_cuda()) return cuda::kv_cache_append(cache, qkv, slots, H, Hkv, D);
+#endif
   const int32_t* sl = slots.data<int32_t>();
   for (int64_t n = 0; n < N; n++)
     DSCPP_CHECK(sl[n] >= 0 && sl[n] < n_blocks * block_size, op, ": slots[", n, "] = ", sl[n], " is outside the ",
@@ -57,17 +75,21 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
                              const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D) {
   const char* op = "paged_attention_forward";
   const int64_t N = check_qkv(op, qkv, H, Hkv, D);
-  const auto [n_blocks, block_size] = check_cache(op, cache, Hkv, D);
-  check_f32_cpu(op, "out", out);
+  const auto [n_blocks, block_size] = check_cache(op, cache, qkv, Hkv, D);
+  check_float(op, "out", out, qkv);
   DSCPP_CHECK(out.numel() == N * H * D, op, ": out has shape ", shape_str(out.shape()), ", expected [", N, ", ",
               H * D, "]");
-  check_i32(op, "seq_start", seq_start, -1);
-  check_i32(op, "pos", pos, N);
-  check_i32(op, "block_table", block_table, -1);
+  check_i32(op, "seq_start", seq_start, -1, qkv);
+  check_i32(op, "pos", pos, N, qkv);
+  check_i32(op, "block_table", block_table, -1, qkv);
   const int64_t S = seq_start.numel() - 1;
   DSCPP_CHECK(S >= 1 && block_table.numel() % S == 0, op, ": block_table has ", block_table.numel(),
               " entries, expected a multiple of the ", S, " sequences of seq_start");
   const int64_t max_blocks = block_table.numel() / S;
+#ifdef DSCPP_WITH_CUDA
+  if (qkv.device().is_cuda())
+    return cuda::paged_attention_forward(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D);
+#endif
   const int32_t *ss = seq_start.data<int32_t>(), *ps = pos.data<int32_t>(), *bt = block_table.data<int32_t>();
   DSCPP_CHECK(ss[0] == 0 && ss[S] == N, op, ": seq_start must run from 0 to N = ", N, ", got ", ss[0], " .. ", ss[S]);
   for (int64_t s = 0; s < S; s++) {

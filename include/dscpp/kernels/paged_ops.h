@@ -1,7 +1,9 @@
 // The op contracts of the inference engine's ragged forward over the paged (blocked) KV cache
 // (include/dscpp/inference/kv_cache.h), in the conventions of ops.h (shape letters, "(=)" overwrites). Each has a
-// CPU reference (src/kernels/cpu/paged_kv.cpp); their CUDA twins are still to come, so CUDA tensors are refused by
-// name. The CPU entry points check every index they read (slots, the block-table entries a position reaches).
+// CPU reference (src/kernels/cpu/paged_kv.cpp, f32) and a CUDA twin (src/kernels/cuda/paged_kv.cu: f32, bf16 or f16,
+// qkv, cache and out of one dtype; the i32 index tensors on the same device). The CPU entry points check every index
+// they read (slots, the block-table entries a position reaches) and throw; the CUDA kernels check them on the
+// device instead: an out-of-range slot is not written, a token reaching outside the cache gets NaN rows.
 #pragma once
 #include <cstdint>
 

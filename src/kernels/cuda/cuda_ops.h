@@ -4,6 +4,7 @@
 // current stream of the tensors' device (core/cuda) and does not synchronize.
 #pragma once
 #include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/paged_ops.h"
 
 namespace dscpp::cuda {
 
@@ -76,6 +77,11 @@ void attention_forward(const Tensor& out, const Tensor& lse, const Tensor& qkv, 
 void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qkv, const Tensor& out,
                         const Tensor& lse, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D,
                         AttentionBackend backend);
+
+// ---- the paged KV cache (paged_kv.cu; index tensors on the device, range-checked in the kernels) ----
+void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots, int64_t H, int64_t Hkv, int64_t D);
+void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
+                             const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D);
 
 // ---- loss ----
 void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V,

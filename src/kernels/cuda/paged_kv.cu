@@ -1,0 +1,302 @@
+// CUDA twins of the paged KV-cache ops (include/dscpp/kernels/paged_ops.h), the same functions as the CPU references
+// in src/kernels/cpu/paged_kv.cpp, for f32, bf16 and f16 tensors (qkv, cache and out of one dtype; f32 math).
+//
+// Note [Paged attention design]
+// One CTA per (new token n, kv head, split) with kThreads threads. The CTA first puts the G = H/Hkv query heads that
+// share the kv head in shared memory (f32, pre-scaled by 1/sqrt(D)), then walks the token's positions in tiles of
+// kTile keys: each tile's K and V rows are read once, through the block table, into shared memory and serve all G
+// heads (GQA: the group costs one K/V read, not G). Per tile and head, online softmax in f32 (FlashAttention's
+// running max m, running sum l, the accumulator rescaled by exp(m_old - m_new)); the accumulator acc[G][D] lives
+// in shared memory, each element owned by one thread, so the rescale and the P @ V update need no atomics.
+// Split-K (FlashDecoding): at decode, N * Hkv CTAs are far fewer than the SMs while each walks a long context, so
+// the positions are cut into `splits` chunks of whole tiles, one CTA each; a CTA of a split writes its unnormalised
+// acc and its (m, l) to an f32 workspace, and a second kernel merges the splits of each (token, head):
+//   out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s,  M = max_s m_s.
+// A split past a token's last position has nothing to do and leaves m = -inf, l = 0, acc = 0, which the merge
+// weighs by exp(-inf) = 0. The number of splits follows the shapes alone (never the SM count or the data), so a
+// call gives the same bits on every run.
+// Indices: the device cannot range-check slots, pos and the block table on the host without a sync, so the
+// kernels do: an append whose slot is outside the cache writes nothing, and a token whose position or block-table
+// entries fall outside the cache gets NaN rows (its error shows in the logits instead of another sequence's KV).
+// The scores are plain f32 FMA on CUDA cores: the kernel is bound by the K/V reads at decode, which is where the
+// paged path matters most; prompt chunks would gain from a tensor-core tile (attention.cu's flash kernel), not done.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+
+namespace dscpp::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kTile = 32;         // keys per shared-memory tile: one lane each in the softmax step
+constexpr int kMaxSplits = 32;
+constexpr int kSplitKeys = 256;   // a split covers at least this many positions (fewer: the merge costs more)
+constexpr int kTargetCtas = 256;  // split while N * Hkv CTAs would leave an H100's 132 SMs half idle
+
+// ---- kv_cache_append ----
+// cache[slot] (=) the 2*Hkv*D k and v elements of qkv row n (they are contiguous in the row, as in the slot).
+// One CTA row per token (grid-stride), V elements per access (Note [Vector width]).
+template <typename T, int V>
+__global__ void kv_append_kernel(T* __restrict__ cache, const T* __restrict__ qkv, const int32_t* __restrict__ slots,
+                                 int64_t N, int64_t n_slots, int row, int kv_off, int kv2) {
+  for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
+    const int64_t slot = slots[n];
+    if (slot < 0 || slot >= n_slots) continue;  // Note [Paged attention design]: indices
+    const T* src = qkv + n * row + kv_off;
+    T* dst = cache + slot * kv2;
+    for (int i = threadIdx.x * V; i < kv2; i += blockDim.x * V) {
+      float x[V];
+      load_f<T, V>(src + i, x);
+      store_f<T, V>(dst + i, x);  // f32 holds every bf16/f16 value exactly: a copy
+    }
+  }
+}
+
+// ---- paged_attention_forward ----
+struct PagedArgs {
+  const int32_t* block_table;  // [S, max_blocks]
+  const int32_t* seq_start;    // [S + 1]
+  const int32_t* pos;          // [N]
+  int S, max_blocks, block_size, n_blocks, H, Hkv, D;
+  int chunk;                   // positions per split (a multiple of kTile)
+  float scale;
+};
+
+// The sequence of token n: the last s with seq_start[s] <= n (empty sequences before it share its start).
+__device__ int sequence_of(const int32_t* seq_start, int S, int n) {
+  int lo = 0, hi = S - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (seq_start[mid] <= n) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Grid (N, Hkv, splits). Shared memory (floats): q[G][D], k[kTile][D+1] (padded: the score step reads a column of
+// it), v[kTile][D], p[G][kTile], acc[G][D], m[G], l[G], alpha[G].
+// splits == 1: out[n, h*D + d] (=) the attention, in T. Else part_acc[n][h][split][D], part_ml[n][h][split][2] (f32).
+template <typename T, int V>
+__global__ void __launch_bounds__(kThreads)
+    paged_attention_kernel(T* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
+                           const T* __restrict__ qkv, const T* __restrict__ cache, PagedArgs a) {
+  extern __shared__ float smem[];
+  const int n = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
+  const int D = a.D, G = a.H / a.Hkv, Dp = D + 1;
+  float* q_s = smem;
+  float* k_s = q_s + G * D;
+  float* v_s = k_s + kTile * Dp;
+  float* p_s = v_s + kTile * D;
+  float* acc_s = p_s + G * kTile;
+  float* m_s = acc_s + G * D;
+  float* l_s = m_s + G;
+  float* alpha_s = l_s + G;
+  __shared__ int bad;
+
+  const int64_t row = int64_t(a.H + 2 * a.Hkv) * D, kv = int64_t(a.Hkv) * D;
+  const int s = sequence_of(a.seq_start, a.S, n);
+  const int32_t* blocks = a.block_table + int64_t(s) * a.max_blocks;
+  const int p_n = a.pos[n];
+  const int len = p_n + 1;  // causal: positions 0 .. pos[n]
+  const int begin = split * a.chunk, end = min(len, begin + a.chunk);
+
+  if (threadIdx.x == 0) bad = p_n < 0 || p_n >= a.max_blocks * a.block_size;
+  const T* q = qkv + int64_t(n) * row + int64_t(kvh) * G * D;  // the group's G query heads are adjacent
+  for (int i = threadIdx.x * V; i < G * D; i += kThreads * V) {
+    float x[V];
+    load_f<T, V>(q + i, x);
+#pragma unroll
+    for (int k = 0; k < V; k++) q_s[i + k] = x[k] * a.scale;
+  }
+  for (int i = threadIdx.x; i < G * D; i += kThreads) acc_s[i] = 0.0f;
+  for (int g = threadIdx.x; g < G; g += kThreads) m_s[g] = -INFINITY, l_s[g] = 0.0f;
+  __syncthreads();
+
+  for (int j0 = bad ? end : begin; j0 < end; j0 += kTile) {
+    // K and V of positions j0 .. j0 + kTile - 1 (those past `end` are masked below and not read).
+    const int per_row = D / V;
+    for (int i = threadIdx.x; i < kTile * per_row; i += kThreads) {
+      const int r = i / per_row, d = (i % per_row) * V, j = j0 + r;
+      if (j >= end) continue;
+      const int blk = blocks[j / a.block_size];
+      if (blk < 0 || blk >= a.n_blocks) {
+        bad = 1;  // benign race: every writer stores 1
+        continue;
+      }
+      const T* slot = cache + (int64_t(blk) * a.block_size + j % a.block_size) * 2 * kv + int64_t(kvh) * D;
+      float x[V], y[V];
+      load_f<T, V>(slot + d, x);
+      load_f<T, V>(slot + kv + d, y);
+#pragma unroll
+      for (int k = 0; k < V; k++) k_s[r * Dp + d + k] = x[k], v_s[r * D + d + k] = y[k];
+    }
+    __syncthreads();
+    // Scores p[g][r] = q_g . k_r, -inf past the end.
+    for (int i = threadIdx.x; i < G * kTile; i += kThreads) {
+      const int g = i / kTile, r = i % kTile;
+      float dot = -INFINITY;
+      if (j0 + r < end) {
+        dot = 0.0f;
+        for (int d = 0; d < D; d++) dot += q_s[g * D + d] * k_s[r * Dp + d];
+      }
+      p_s[i] = dot;
+    }
+    __syncthreads();
+    // Online softmax, one warp per head, one lane per key of the tile (kTile == 32).
+    for (int g = threadIdx.x / 32; g < G; g += kThreads / 32) {
+      const int lane = threadIdx.x % 32;
+      const float x = p_s[g * kTile + lane];
+      const float m_old = m_s[g], m_new = fmaxf(m_old, warp_max(x));  // finite: the tile's first key is valid
+      const float e = expf(x - m_new);                              // 0 for a masked key
+      p_s[g * kTile + lane] = e;
+      const float sum = warp_sum(e);
+      if (lane == 0) {
+        const float alpha = expf(m_old - m_new);  // 0 on the first tile (m_old = -inf)
+        alpha_s[g] = alpha, m_s[g] = m_new, l_s[g] = l_s[g] * alpha + sum;
+      }
+    }
+    __syncthreads();
+    // acc[g][d] = alpha_g acc[g][d] + sum_r p[g][r] v[r][d]
+    for (int i = threadIdx.x; i < G * D; i += kThreads) {
+      const int g = i / D, d = i % D;
+      float o = acc_s[i] * alpha_s[g];
+      const int nr = min(kTile, end - j0);
+      for (int r = 0; r < nr; r++) o += p_s[g * kTile + r] * v_s[r * D + d];
+      acc_s[i] = o;
+    }
+    __syncthreads();  // the next tile overwrites k_s, v_s, p_s
+  }
+
+  const int64_t h0 = int64_t(kvh) * G;
+  if (splits == 1) {
+    T* o = out + int64_t(n) * a.H * D + h0 * D;
+    for (int i = threadIdx.x; i < G * D; i += kThreads)
+      o[i] = bad ? nan_of<T>() : from_f<T>(acc_s[i] / l_s[i / D]);
+    return;
+  }
+  // Split-K partials, laid out [n][h][split].
+  for (int i = threadIdx.x; i < G * D; i += kThreads) {
+    const int g = i / D, d = i % D;
+    const int64_t at = ((int64_t(n) * a.H + h0 + g) * splits + split);
+    part_acc[at * D + d] = bad ? NAN : acc_s[i];
+  }
+  for (int g = threadIdx.x; g < G; g += kThreads) {
+    const int64_t at = ((int64_t(n) * a.H + h0 + g) * splits + split);
+    part_ml[at * 2] = bad ? NAN : m_s[g];
+    part_ml[at * 2 + 1] = bad ? NAN : l_s[g];
+  }
+}
+
+// out[n, h*D + d] (=) the merge of the splits of (n, h) (Note [Paged attention design]). Grid (N, H), D threads
+// at most kThreads, looping over d.
+template <typename T>
+__global__ void paged_attention_merge_kernel(T* __restrict__ out, const float* __restrict__ part_acc,
+                                             const float* __restrict__ part_ml, int H, int D, int splits) {
+  const int n = blockIdx.x, h = blockIdx.y;
+  const int64_t base = (int64_t(n) * H + h) * splits;
+  float M = -INFINITY;
+  for (int s = 0; s < splits; s++) M = fmaxf(M, part_ml[(base + s) * 2]);  // NaN-poisoned partials stay NaN below
+  float l = 0.0f;
+  for (int s = 0; s < splits; s++) {
+    const float m = part_ml[(base + s) * 2];
+    l += m == -INFINITY ? 0.0f : expf(m - M) * part_ml[(base + s) * 2 + 1];
+  }
+  for (int d = threadIdx.x; d < D; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < splits; s++) {
+      const float m = part_ml[(base + s) * 2];
+      if (m != -INFINITY) o += expf(m - M) * part_acc[(base + s) * D + d];
+    }
+    out[(int64_t(n) * H + h) * D + d] = from_f<T>(o / l);
+  }
+}
+
+size_t paged_smem_bytes(int G, int D) {
+  return sizeof(float) * (size_t(G) * D + kTile * (D + 1) + size_t(kTile) * D + size_t(G) * kTile + size_t(G) * D +
+                          3 * size_t(G));
+}
+
+// Splits for N tokens of up to max_ctx positions: enough CTAs to fill the GPU, at least kSplitKeys positions each.
+int paged_splits(int64_t N, int Hkv, int64_t max_ctx) {
+  const int64_t ctas = N * Hkv;
+  if (ctas >= kTargetCtas) return 1;
+  int64_t s = std::min<int64_t>(ceil_div(kTargetCtas, ctas), ceil_div(max_ctx, kSplitKeys));
+  return int(std::max<int64_t>(1, std::min<int64_t>(s, kMaxSplits)));
+}
+
+template <typename T, int V>
+void launch_paged_attention_v(T* out, const T* qkv, const T* cache, PagedArgs a, int64_t N, int splits,
+                              const Tensor& like, cudaStream_t stream) {
+  const int G = a.H / a.Hkv;
+  const size_t smem = paged_smem_bytes(G, a.D);
+  auto kernel = paged_attention_kernel<T, V>;
+  if (smem > 48 * 1024)
+    DSCPP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(unsigned(N), unsigned(a.Hkv), unsigned(splits));
+  if (splits == 1) {
+    kernel<<<grid, kThreads, smem, stream>>>(out, nullptr, nullptr, qkv, cache, a);
+    DSCPP_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  // Stream-ordered workspace (Note [Current stream]): freed to the caching allocator, reused by the next call.
+  Tensor part_acc = Tensor::empty({N, a.H, splits, a.D}, DType::f32, like.device());
+  Tensor part_ml = Tensor::empty({N, a.H, splits, 2}, DType::f32, like.device());
+  kernel<<<grid, kThreads, smem, stream>>>(nullptr, ptr<float>(part_acc), ptr<float>(part_ml), qkv, cache, a);
+  DSCPP_CUDA_CHECK_LAUNCH();
+  paged_attention_merge_kernel<T><<<dim3(unsigned(N), unsigned(a.H)), std::min(a.D, kThreads), 0, stream>>>(
+      out, ptr<float>(part_acc), ptr<float>(part_ml), a.H, a.D, splits);
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+// ---- checked entries (ops_paged.cpp has validated shapes, dtypes and devices) ----
+void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots, int64_t H, int64_t Hkv, int64_t D) {
+  const char* op = "kv_cache_append";
+  const int64_t row = (H + 2 * Hkv) * D, N = qkv.numel() / row, kv2 = 2 * Hkv * D;
+  if (N == 0) return;
+  OpLaunch L(qkv);
+  dispatch_float(op, qkv.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    constexpr int V = 16 / int(sizeof(T));
+    const int64_t n_slots = cache.size(0) * cache.size(1);
+    const unsigned grid = grid_for(N, 1);
+    // Every access V-aligned: the row, the k heads' start and the slot size multiples of V, aligned bases.
+    if (D % V == 0 && all_aligned16(ptr<T>(cache), ptr<T>(qkv)))
+      kv_append_kernel<T, V><<<grid, kThreads, 0, L.stream>>>(ptr<T>(cache), ptr<T>(qkv), ptr<int32_t>(slots), N,
+                                                              n_slots, int(row), int(H * D), int(kv2));
+    else
+      kv_append_kernel<T, 1><<<grid, kThreads, 0, L.stream>>>(ptr<T>(cache), ptr<T>(qkv), ptr<int32_t>(slots), N,
+                                                              n_slots, int(row), int(H * D), int(kv2));
+    DSCPP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
+                             const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D) {
+  const char* op = "paged_attention_forward";
+  const int64_t N = qkv.numel() / ((H + 2 * Hkv) * D);
+  if (N == 0) return;
+  const int G = int(H / Hkv);
+  DSCPP_CHECK(paged_smem_bytes(G, int(D)) <= 227 * 1024, op, ": H / Hkv = ", G, " query heads per kv head of D = ", D,
+              " need ", paged_smem_bytes(G, int(D)), " bytes of shared memory, more than the 227 KiB of a CTA");
+  const int64_t S = seq_start.numel() - 1, max_blocks = block_table.numel() / S;
+  PagedArgs a{ptr<int32_t>(block_table), ptr<int32_t>(seq_start), ptr<int32_t>(pos), int(S), int(max_blocks),
+              int(cache.size(1)), int(cache.size(0)), int(H), int(Hkv), int(D), 0, 1.0f / std::sqrt(float(D))};
+  const int64_t max_ctx = max_blocks * a.block_size;
+  const int splits = paged_splits(N, int(Hkv), max_ctx);
+  a.chunk = int(ceil_div(ceil_div(max_ctx, splits), kTile) * kTile);
+  OpLaunch L(qkv);
+  dispatch_float(op, qkv.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    constexpr int V = 16 / int(sizeof(T));
+    if (D % V == 0 && all_aligned16(ptr<T>(cache), ptr<T>(qkv)))
+      launch_paged_attention_v<T, V>(ptr<T>(out), ptr<T>(qkv), ptr<T>(cache), a, N, splits, qkv, L.stream);
+    else
+      launch_paged_attention_v<T, 1>(ptr<T>(out), ptr<T>(qkv), ptr<T>(cache), a, N, splits, qkv, L.stream);
+  });
+}
+
+}  // namespace dscpp::cuda
