@@ -583,54 +583,64 @@ void add_attention() {
 }
 
 // The paged KV cache's ops (the inference engine's ragged forward): the append into scrambled slots, and attention
-// of a ragged batch (S sequences, each some new tokens after some cached ones) through a block table. Their CUDA
-// kernels are not written yet (no_cuda_twin): the CPU self-checks run these cases, the CUDA pass lists them skipped.
+// of a ragged batch (S sequences, each some new tokens after some cached ones) through a block table. Shapes: odd
+// head dims and blocks (the scalar path); GQA groups of 1, 2, 4, 7 and 8 at D = 64 and 128; batches mixing prompt
+// chunks (from position 0 and after cached chunks) with decode tokens; long contexts (> 1,000 positions over
+// scrambled blocks) at a few tokens, which take the split-K path (kernels/cuda/paged_kv.cu), and a prompt chunk of
+// hundreds of tokens over many tiles.
 void add_paged_kv() {
   struct S { int64_t H, Hkv, D, block; std::vector<int32_t> seen, fresh; };  // per sequence: cached, new tokens
-  for (const S& s : {S{4, 2, 8, 4, {0}, {5}}, S{3, 1, 6, 3, {0, 7, 2}, {4, 1, 1}},
-                     S{8, 2, 64, 16, {0, 40, 17}, {33, 1, 9}}}) {
-    const int64_t n_seq = int64_t(s.seen.size()), R = (s.H + 2 * s.Hkv) * s.D;
-    int64_t N = 0, max_blocks = 0, K = 1;
-    for (int64_t q = 0; q < n_seq; q++) {
-      N += s.fresh[size_t(q)];
-      const int64_t len = s.seen[size_t(q)] + s.fresh[size_t(q)];
-      max_blocks = std::max(max_blocks, (len + s.block - 1) / s.block);
-      K = std::max(K, len + s.D);  // sums over the keys and over a head
-    }
-    const int64_t n_blocks = n_seq * max_blocks + 2;
-    const Shape cache{n_blocks, s.block, 2, s.Hkv, s.D};
-    // Each sequence's blocks: a shuffled share of the cache; positions seen .. seen + fresh - 1; the slots they fill.
-    auto layout = [=](const Args& a) {
-      std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
-      std::iota(perm.begin(), perm.end(), 0);
-      std::shuffle(perm.begin(), perm.end(), std::mt19937(unsigned(N)));
-      int32_t *bt = a["block_table"].data<int32_t>(), *ss = a["seq_start"].data<int32_t>();
-      int32_t *pos = a["pos"].data<int32_t>(), *sl = a["slots"].data<int32_t>();
-      ss[0] = 0;
+  const S shapes[] = {S{4, 2, 8, 4, {0}, {5}},
+                      S{3, 1, 6, 3, {0, 7, 5, 2}, {4, 1, 0, 1}},  // an empty sequence: no new token
+                      S{8, 2, 64, 16, {0, 40, 17}, {33, 1, 9}},
+                      S{32, 8, 128, 16, {0, 40, 300, 17}, {33, 1, 1, 64}},
+                      S{12, 12, 64, 16, {1500}, {1}},
+                      S{28, 4, 128, 16, {1100, 7, 2000}, {1, 1, 1}},
+                      S{8, 1, 64, 32, {1200, 0}, {3, 1}},
+                      S{16, 4, 64, 16, {0, 500, 1}, {200, 100, 1}}};
+  for (DType t : kDtypes)
+    for (const S& s : shapes) {
+      const int64_t n_seq = int64_t(s.seen.size()), R = (s.H + 2 * s.Hkv) * s.D;
+      int64_t N = 0, max_blocks = 0, K = 1;
       for (int64_t q = 0; q < n_seq; q++) {
-        for (int64_t j = 0; j < max_blocks; j++) bt[q * max_blocks + j] = perm[size_t(q * max_blocks + j)];
-        ss[q + 1] = ss[q] + s.fresh[size_t(q)];
-        for (int32_t n = ss[q]; n < ss[q + 1]; n++) {
-          pos[n] = s.seen[size_t(q)] + (n - ss[q]);
-          sl[n] = bt[q * max_blocks + pos[n] / s.block] * int32_t(s.block) + pos[n] % int32_t(s.block);
-        }
+        N += s.fresh[size_t(q)];
+        const int64_t len = s.seen[size_t(q)] + s.fresh[size_t(q)];
+        max_blocks = std::max(max_blocks, (len + s.block - 1) / s.block);
+        K = std::max(K, len + s.D);  // sums over the keys and over a head
       }
-    };
-    const std::string sh =
-        dims({{"S", n_seq}, {"N", N}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}, {"block", s.block}});
-    auto ragged = [&](Case& c) -> Case& {
-      c.no_cuda_twin = true;
-      return c.ints("block_table", {n_seq * max_blocks}, 0, 1).ints("seq_start", {n_seq + 1}, 0, 1)
-          .ints("pos", {N}, 0, 1).ints("slots", {N}, 0, 1).with_prep(layout);
-    };
-    ragged(add("kv_cache_append", f32, sh).in("qkv", {N, R}, f32, -2, 2)).acc("cache", cache, f32).exact()
-        .run([=](const Args& a) { ops::kv_cache_append(a["cache"], a["qkv"], a["slots"], s.H, s.Hkv, s.D); });
-    ragged(add("paged_attention_forward", f32, sh).in("qkv", {N, R}, f32, -2, 2).in("cache", cache, f32, -2, 2))
-        .out("out", {N, s.H * s.D}, f32, K).run([=](const Args& a) {
-          ops::paged_attention_forward(a["out"], a["qkv"], a["cache"], a["block_table"], a["seq_start"], a["pos"],
-                                       s.H, s.Hkv, s.D);
-        });
-  }
+      const int64_t n_blocks = n_seq * max_blocks + 2;
+      const Shape cache{n_blocks, s.block, 2, s.Hkv, s.D};
+      // Each sequence's blocks: a shuffled share of the cache; positions seen .. seen + fresh - 1; the slots they fill.
+      auto layout = [=](const Args& a) {
+        std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+        std::iota(perm.begin(), perm.end(), 0);
+        std::shuffle(perm.begin(), perm.end(), std::mt19937(unsigned(N)));
+        int32_t *bt = a["block_table"].data<int32_t>(), *ss = a["seq_start"].data<int32_t>();
+        int32_t *pos = a["pos"].data<int32_t>(), *sl = a["slots"].data<int32_t>();
+        ss[0] = 0;
+        for (int64_t q = 0; q < n_seq; q++) {
+          for (int64_t j = 0; j < max_blocks; j++) bt[q * max_blocks + j] = perm[size_t(q * max_blocks + j)];
+          ss[q + 1] = ss[q] + s.fresh[size_t(q)];
+          for (int32_t n = ss[q]; n < ss[q + 1]; n++) {
+            pos[n] = s.seen[size_t(q)] + (n - ss[q]);
+            sl[n] = bt[q * max_blocks + pos[n] / s.block] * int32_t(s.block) + pos[n] % int32_t(s.block);
+          }
+        }
+      };
+      const std::string sh =
+          dims({{"S", n_seq}, {"N", N}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}, {"block", s.block}});
+      auto ragged = [&](Case& c) -> Case& {
+        return c.ints("block_table", {n_seq * max_blocks}, 0, 1).ints("seq_start", {n_seq + 1}, 0, 1)
+            .ints("pos", {N}, 0, 1).ints("slots", {N}, 0, 1).with_prep(layout);
+      };
+      ragged(add("kv_cache_append", t, sh).in("qkv", {N, R}, t, -2, 2)).acc("cache", cache, t).exact()
+          .run([=](const Args& a) { ops::kv_cache_append(a["cache"], a["qkv"], a["slots"], s.H, s.Hkv, s.D); });
+      ragged(add("paged_attention_forward", t, sh).in("qkv", {N, R}, t, -2, 2).in("cache", cache, t, -2, 2))
+          .out("out", {N, s.H * s.D}, t, K).run([=](const Args& a) {
+            ops::paged_attention_forward(a["out"], a["qkv"], a["cache"], a["block_table"], a["seq_start"], a["pos"],
+                                         s.H, s.Hkv, s.D);
+          });
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include <fstream>
 
 #include "checkpoint_fixtures.h"
+#include "gpu_test.h"
 #include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/inference/inference_model.h"
 #include "dscpp/inference/sampler.h"
@@ -174,6 +175,44 @@ TEST_P(InferenceVsTraining, Greedy64TokensMatchTrainingGenerate) {
     EXPECT_EQ(out[s], ref) << "sequence " << s;
     std::set<int32_t> distinct(ref.begin() + long(prompts[s].size()), ref.end());
     EXPECT_GT(distinct.size(), 3u) << "the generation is degenerate: the test would not see a wrong token";
+  }
+}
+
+// The same ragged steps (prompt chunks, then decode tokens beside a new prompt) on CUDA tensors, f32 and bf16,
+// against the CPU forward: the paged kernels and every other op of the forward on the GPU. Tolerances: TF32 GEMMs
+// (11-bit operands) and bf16 activations (8 bits) through two layers, on logits of O(1).
+TEST_P(InferenceVsTraining, CudaForwardMatchesCpu) {
+  DSCPP_REQUIRE_GPU();
+  const int64_t V = cfg_.vocab_size;
+  const auto a = tokens_of(7, 1, V), b = tokens_of(11, 2, V), d = tokens_of(6, 4, V);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    LoadOptions o;
+    o.dtype = dt;
+    o.device = Device::cuda(0);
+    const InferenceModel gpu = load_inference_model(dir_, o);
+    KVCache gpu_cache(kv_cache_shape(gpu.cfg, kBlocks, kBlock), dt, gpu.device);
+    gpu_cache.data().fill(std::nanf(""));
+    TestBlocks blocks(kBlocks, kBlock, kMaxBlocks);
+    const int sa = blocks.add_sequence(), sb = blocks.add_sequence(), sd = blocks.add_sequence();
+    const std::vector<std::vector<std::pair<int, std::vector<int32_t>>>> steps{
+        {{sb, slice(b, 0, 5)}, {sd, slice(d, 0, 4)}},
+        {{sd, slice(d, 4, 5)}},
+        {{sa, a}, {sb, slice(b, 5, 11)}, {sd, slice(d, 5, 6)}}};
+    for (size_t k = 0; k < steps.size(); k++) {
+      const RaggedBatch batch = blocks.step(steps[k]);
+      const Tensor ref = forward(inf_, batch, *cache_), got = forward(gpu, batch, gpu_cache).to(Device::cpu());
+      blocks.commit();
+      ASSERT_EQ(got.shape(), ref.shape());
+      float scale = 0, worst = 0;
+      for (int64_t i = 0; i < ref.numel(); i++) {
+        scale = std::max(scale, std::fabs(ref.data<float>()[i]));
+        const float diff = std::fabs(got.data<float>()[i] - ref.data<float>()[i]);
+        worst = std::isnan(diff) ? INFINITY : std::max(worst, diff);
+      }
+      ASSERT_GT(scale, 0.1f);
+      EXPECT_LE(worst, (dt == DType::f32 ? 5e-3f : 5e-2f) * scale)
+          << dtype_name(dt) << " step " << k << ": worst |diff| " << worst << " vs logits scale " << scale;
+    }
   }
 }
 

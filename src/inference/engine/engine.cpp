@@ -47,7 +47,8 @@ class SampledModel : public TokenModel {
       : m_(m), cache_(cache), samplers_(samplers), last_(last) {}
   std::vector<int32_t> next_tokens(const RaggedBatch& batch, const std::vector<int64_t>& uids,
                                    const std::vector<uint8_t>& wants_token) override {
-    const Tensor logits = forward(m_, batch, cache_);
+    Tensor logits = forward(m_, batch, cache_);
+    if (!logits.device().is_cpu()) logits = logits.to(Device::cpu());  // the samplers run on the host
     const float* l = logits.data<float>();
     const int64_t V = logits.shape()[1];
     std::vector<int32_t> out(uids.size(), -1);
