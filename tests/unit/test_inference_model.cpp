@@ -180,7 +180,8 @@ TEST_P(InferenceVsTraining, Greedy64TokensMatchTrainingGenerate) {
 
 // The same ragged steps (prompt chunks, then decode tokens beside a new prompt) on CUDA tensors, f32 and bf16,
 // against the CPU forward: the paged kernels and every other op of the forward on the GPU. Tolerances: TF32 GEMMs
-// (11-bit operands) and bf16 activations (8 bits) through two layers, on logits of O(1).
+// (11-bit operands) and bf16 activations (8 bits) through the layers, with room to spare: a wrong head, slot or
+// block gives errors of the logits' own size.
 TEST_P(InferenceVsTraining, CudaForwardMatchesCpu) {
   DSCPP_REQUIRE_GPU();
   const int64_t V = cfg_.vocab_size;
@@ -210,7 +211,7 @@ TEST_P(InferenceVsTraining, CudaForwardMatchesCpu) {
         worst = std::isnan(diff) ? INFINITY : std::max(worst, diff);
       }
       ASSERT_GT(scale, 0.1f);
-      EXPECT_LE(worst, (dt == DType::f32 ? 5e-3f : 5e-2f) * scale)
+      EXPECT_LE(worst, (dt == DType::f32 ? 1e-2f : 1e-1f) * scale)
           << dtype_name(dt) << " step " << k << ": worst |diff| " << worst << " vs logits scale " << scale;
     }
   }

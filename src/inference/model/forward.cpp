@@ -5,6 +5,8 @@
 // then only each sequence's last token goes through the final norm and the lm head: the engine samples from one row
 // per sequence, and the [N, V] logits of a long prompt chunk would be most of the forward's memory.
 // Every step is an op of the kernels layer (CPU reference + CUDA contract), so the CUDA path is these same calls.
+#include <algorithm>
+
 #include "dscpp/core/check.h"
 #include "dscpp/inference/inference_model.h"
 #include "dscpp/kernels/ops.h"
@@ -56,7 +58,15 @@ Tensor forward(const InferenceModel& m, const RaggedBatch& batch, KVCache& cache
   }
   const Tensor tokens = i32_tensor(batch.tokens, dev), pos = i32_tensor(batch.positions, dev);
   const Tensor slot_t = i32_tensor(slots, dev), last_t = i32_tensor(last, dev);
-  const Tensor seq_start = i32_tensor(batch.seq_start, dev), table = i32_tensor(batch.block_table, dev);
+  // The block table cut to the columns this batch's positions reach: less to upload, and paged attention sizes its
+  // split-K from the table's width (the longest context a token may have; Note [Paged attention design]).
+  int64_t width = 0;
+  for (int32_t p : batch.positions) width = std::max<int64_t>(width, p / bs + 1);
+  std::vector<int32_t> used(static_cast<size_t>(S * width));
+  for (int64_t s = 0; s < S; s++)
+    for (int64_t j = 0; j < width; j++)
+      used[size_t(s * width + j)] = batch.block_table[size_t(s * batch.max_blocks_per_seq + j)];
+  const Tensor seq_start = i32_tensor(batch.seq_start, dev), table = i32_tensor(used, dev);
 
   Tensor x = Tensor::empty({N, C}, act, dev);
   ops::embedding_forward(x, tokens, m.embed);
