@@ -17,10 +17,13 @@
 #include "dscpp/inference/engine.h"
 #include "dscpp/kernels/ops.h"
 #include "inference/ragged/state_manager.h"
+#include "inference_reference.h"
 #include "tiny_models.h"
 
 using namespace dscpp;
 using namespace dscpp::inference;
+using dscpp::test_fixtures::expect_logits_close;
+using dscpp::test_fixtures::reference_last;
 
 namespace {
 
@@ -56,22 +59,6 @@ std::vector<int32_t> tokens_of(int64_t n, int32_t salt, int64_t V) {
   return t;
 }
 
-std::vector<float> reference_last(Model& m, const std::vector<int32_t>& tokens) {
-  const int64_t T = int64_t(tokens.size()), V = m.config().vocab_size;
-  Tensor in = Tensor::empty({1, T}, DType::i32);
-  std::copy(tokens.begin(), tokens.end(), in.data<int32_t>());
-  const Tensor l = m.logits(in);
-  return std::vector<float>(l.data<float>() + (T - 1) * V, l.data<float>() + T * V);
-}
-
-void expect_close(const float* got, const std::vector<float>& ref, const std::string& what) {
-  float scale = 0, worst = 0;
-  for (float r : ref) scale = std::max(scale, std::fabs(r));
-  ASSERT_GT(scale, 0.1f) << what << ": reference logits near zero";
-  for (size_t i = 0; i < ref.size(); i++) worst = std::max(worst, std::fabs(got[i] - ref[i]));
-  EXPECT_LE(worst, 1e-5f * scale) << what << ": worst |diff| " << worst << " vs logits scale " << scale;
-}
-
 class Engine : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Engine, PutGivesTheTrainingModelsLastTokenLogits) {
@@ -81,17 +68,17 @@ TEST_P(Engine, PutGivesTheTrainingModelsLastTokenLogits) {
   std::vector<int32_t> a = tokens_of(9, 1, V), b = tokens_of(5, 2, V);
   Tensor l = e.put({10, 20}, {a, b});
   ASSERT_EQ(l.shape(), (Shape{2, V}));
-  expect_close(l.data<float>(), reference_last(*s.train, a), "prompt a");
-  expect_close(l.data<float>() + V, reference_last(*s.train, b), "prompt b");
+  expect_logits_close(l.data<float>(), reference_last(*s.train, a), "prompt a");
+  expect_logits_close(l.data<float>() + V, reference_last(*s.train, b), "prompt b");
   // Decode one token for a, a chunk of three for b, and a new sequence, in one forward.
   a.push_back(7);
   const std::vector<int32_t> more{3, 1, 4};
   b.insert(b.end(), more.begin(), more.end());
   const std::vector<int32_t> c = tokens_of(6, 3, V);
   l = e.put({10, 20, 30}, {{7}, more, c});
-  expect_close(l.data<float>(), reference_last(*s.train, a), "decode a");
-  expect_close(l.data<float>() + V, reference_last(*s.train, b), "chunk b");
-  expect_close(l.data<float>() + 2 * V, reference_last(*s.train, c), "new c");
+  expect_logits_close(l.data<float>(), reference_last(*s.train, a), "decode a");
+  expect_logits_close(l.data<float>() + V, reference_last(*s.train, b), "chunk b");
+  expect_logits_close(l.data<float>() + 2 * V, reference_last(*s.train, c), "new c");
   e.flush(10), e.flush(20), e.flush(30);
   EXPECT_EQ(e.state().n_tracked(), 0);
   e.state().check_invariants();
@@ -167,7 +154,7 @@ TEST_P(Engine, RefusedPutLeavesTheEngineAsItWas) {
   std::vector<int32_t> a2 = a;
   a2.push_back(3);
   const Tensor l = e.put({1}, {{3}});
-  expect_close(l.data<float>(), reference_last(*s.train, a2), "after the failed put");
+  expect_logits_close(l.data<float>(), reference_last(*s.train, a2), "after the failed put");
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Engine, ::testing::Values("gpt2", "llama"));

@@ -23,6 +23,10 @@
 #include "dscpp/nn/mlp.h"   // MlpKind: GELU (tanh, GPT-2's gelu_new) or SwiGLU
 #include "dscpp/nn/norm.h"  // NormKind
 
+namespace dscpp {
+class Model;
+}
+
 namespace dscpp::inference {
 
 struct InferenceModelConfig {
@@ -86,6 +90,10 @@ InferenceModelConfig inference_config_from_hf(const nlohmann::json& config, int6
 // Reads <dir>/config.json, picks the policy by model_type, and maps the safetensors weights (model.safetensors or
 // the shards of model.safetensors.index.json, memory-mapped) or draws dummy ones. Errors name the tensor and file.
 InferenceModel load_inference_model(const std::string& dir, const LoadOptions& opts = {});
+
+// A model trained here (a checkpoint of ours loaded into the training Model), mapped by the policy its Hugging Face
+// export would meet, without writing the files.
+InferenceModel inference_model_from(const Model& model, const LoadOptions& opts = {});
 
 // The KV cache a model needs: its layers, kv heads and head dim, with n_blocks of block_size tokens.
 KVCacheShape kv_cache_shape(const InferenceModelConfig& cfg, int64_t n_blocks, int64_t block_size);

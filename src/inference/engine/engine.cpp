@@ -39,6 +39,9 @@ KVCache make_cache(const InferenceModel& m, const InferenceConfig& c, std::ostre
   return KVCache(kv_cache_shape(m.cfg, n_blocks, bs), m.dtype, m.device);
 }
 
+// The sampler reads logits on the host (a GPU sampler is still to come).
+Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
+
 // The scheduler's view of the engine: a forward, then each wanted row sampled by its request's sampler.
 class SampledModel : public TokenModel {
  public:
@@ -47,8 +50,7 @@ class SampledModel : public TokenModel {
       : m_(m), cache_(cache), samplers_(samplers), last_(last) {}
   std::vector<int32_t> next_tokens(const RaggedBatch& batch, const std::vector<int64_t>& uids,
                                    const std::vector<uint8_t>& wants_token) override {
-    Tensor logits = forward(m_, batch, cache_);
-    if (!logits.device().is_cpu()) logits = logits.to(Device::cpu());  // the samplers run on the host
+    const Tensor logits = on_host(forward(m_, batch, cache_));
     const float* l = logits.data<float>();
     const int64_t V = logits.shape()[1];
     std::vector<int32_t> out(uids.size(), -1);
@@ -96,7 +98,7 @@ Tensor InferenceEngine::put(const std::vector<int64_t>& uids, const std::vector<
   const RaggedBatch& batch = state_->put(uids, tokens);
   Tensor logits;
   try {
-    logits = forward(model_, batch, cache_);
+    logits = on_host(forward(model_, batch, cache_));
   } catch (...) {
     // The forward wrote part of the new tokens' K/V at most; those slots are past every sequence's seen tokens, so
     // dropping the put leaves each sequence as it was.

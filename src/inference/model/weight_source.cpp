@@ -61,6 +61,9 @@ WeightSource::WeightSource(const std::string& dir, const std::string& policy, bo
   }
 }
 
+WeightSource::WeightSource(std::map<std::string, Tensor> tensors, const std::string& where, const std::string& policy)
+    : dir_(where), policy_(policy), memory_(std::move(tensors)), progress_(false) {}
+
 WeightSource::~WeightSource() = default;
 
 const WeightSource::Where* WeightSource::find(const std::string& name) const {
@@ -72,6 +75,16 @@ const WeightSource::Where* WeightSource::find(const std::string& name) const {
 }
 
 void WeightSource::read(const std::string& name, const Tensor& dst, bool transpose) {
+  DSCPP_CHECK(dst.device().is_cpu(), "WeightSource::read: destination of '", name, "' must be a CPU tensor");
+  if (!memory_.empty()) {
+    auto it = memory_.find(name);
+    DSCPP_CHECK(it != memory_.end(), "model_type ", policy_, ": tensor '", name, "' is missing from ", dir_);
+    const Shape want = transpose && dst.dim() == 2 ? Shape{dst.size(1), dst.size(0)} : dst.shape();
+    DSCPP_CHECK(it->second.shape() == want, "model_type ", policy_, ": tensor '", name, "' of ", dir_, " has shape ",
+                shape_str(it->second.shape()), ", expected ", shape_str(want));
+    Tensor(dst).copy_from(transpose ? transpose_2d(it->second) : it->second);
+    return;
+  }
   const Where* w = find(name);
   if (!w) {
     auto due = index_.find(name);
@@ -85,7 +98,6 @@ void WeightSource::read(const std::string& name, const Tensor& dst, bool transpo
   const Shape want = transpose && dst.dim() == 2 ? Shape{dst.size(1), dst.size(0)} : dst.shape();
   DSCPP_CHECK(e.shape == want, "model_type ", policy_, ": tensor '", e.name, "' in ", w->file->file.path(),
               " has shape ", shape_str(e.shape), ", expected ", shape_str(want));
-  DSCPP_CHECK(dst.device().is_cpu(), "WeightSource::read: destination of '", name, "' must be a CPU tensor");
   const char* bytes = w->file->base + w->file->file.data_start() + e.begin;
   const Tensor src = Tensor::wrap(const_cast<char*>(bytes), e.shape, e.dtype);  // read only
   Tensor(dst).copy_from(transpose ? transpose_2d(src) : src);

@@ -17,6 +17,9 @@ class WeightSource {
   // policy: the model_type reading it (named in errors); progress: a line on stderr as the bytes read pass each 10%,
   // for folders of 1 GiB or more.
   WeightSource(const std::string& dir, const std::string& policy, bool progress);
+  // Tensors already in memory under their Hugging Face names and in its layout (a model trained here, see
+  // inference_model_from); `where` names them in errors.
+  WeightSource(std::map<std::string, Tensor> tensors, const std::string& where, const std::string& policy);
   ~WeightSource();
   WeightSource(const WeightSource&) = delete;
   WeightSource& operator=(const WeightSource&) = delete;
@@ -38,6 +41,7 @@ class WeightSource {
   std::string dir_, policy_;
   std::vector<std::unique_ptr<Mapped>> files_;
   std::map<std::string, Where> tensors_;
+  std::map<std::string, Tensor> memory_;      // the in-memory source's tensors
   std::map<std::string, std::string> index_;  // the index's weight_map, to name the file a missing tensor was due in
   uint64_t total_ = 0, done_ = 0;
   int reported_ = 0;  // tenths of total_ already reported
