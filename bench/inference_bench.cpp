@@ -5,9 +5,12 @@
 // DIR holds a Hugging Face config.json (and, with safetensors, the weights); dummy weights need no files. Each batch
 // size runs B requests of --prompt random tokens, greedy, each generating exactly --new tokens (no stop ids), once
 // to warm up and then timed. Prints, tab-separated:
-//   RESULT impl model B prompt new tokens_per_s ms_per_decode_step forwards peak_mem_gib
+//   RESULT impl model B prompt new tokens_per_s ms_per_decode_step forwards peak_mem_gib host_pct
+// host_pct: the share of generate's wall time spent on the host outside the forwards (sampling, scheduling,
+// bookkeeping); the forwards' time includes copying their logits to the host.
 // tokens/s = B * new / wall time of generate (prefill included); ms per decode step = (wall - first forward) /
-// (forwards - 1). Peak memory: the CUDA allocator's peak live bytes (weights, KV cache, activations).
+// (forwards - 1). Peak memory: the CUDA allocator's peak live bytes (weights, a KV cache of the blocks these
+// requests fill, activations).
 #include <chrono>
 #include <cstdio>
 #include <algorithm>
@@ -73,6 +76,10 @@ int main(int argc, char** argv) {
     cfg.state_manager.max_context = ((a.prompt + a.new_tokens + 63) / 64) * 64;
     cfg.state_manager.max_ragged_batch_size = std::max<int64_t>(768, B);
     cfg.state_manager.max_ragged_sequence_count = std::min<int64_t>(512, cfg.state_manager.max_ragged_batch_size);
+    // The KV cache these requests fill, not FastGen's default (all free memory), so peak memory compares with the
+    // peers' static caches.
+    cfg.state_manager.memory_config.mode = "allocate";
+    cfg.state_manager.memory_config.size = B * (cfg.state_manager.max_context / cfg.dscpp.kv_block_size);
     InferenceEngine e(load_inference_model(a.model, lo), cfg, &std::cerr);
     const int64_t V = e.model().cfg.vocab;
     double secs = 0, first = 0;
@@ -98,9 +105,11 @@ int main(int argc, char** argv) {
       secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     }
     const double peak = lo.device.is_cuda() ? double(allocator_for(lo.device).stats().peak_bytes) / double(1 << 30) : 0;
-    std::printf("RESULT\tdscpp\t%s\t%lld\t%lld\t%lld\t%.1f\t%.3f\t%lld\t%.2f\n", name.c_str(), (long long)B,
+    const double host_pct = 100.0 * (st.seconds - st.forward_seconds) / st.seconds;
+    std::printf("RESULT\tdscpp\t%s\t%lld\t%lld\t%lld\t%.1f\t%.3f\t%lld\t%.2f\t%.1f\n", name.c_str(), (long long)B,
                 (long long)a.prompt, (long long)a.new_tokens, double(B * a.new_tokens) / secs,
-                1e3 * (secs - first) / double(std::max<int64_t>(st.forwards - 1, 1)), (long long)st.forwards, peak);
+                1e3 * (secs - first) / double(std::max<int64_t>(st.forwards - 1, 1)), (long long)st.forwards, peak,
+                host_pct);
     std::fflush(stdout);
   }
   return 0;

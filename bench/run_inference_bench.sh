@@ -36,7 +36,7 @@ for m in ${models//,/ }; do
   fi
 done
 cat "$out"/*.out 2>/dev/null | awk -F'\t' '
-  $1 == "RESULT" { printf "%-14s %-14s %4s %6s %5s %12s %10s %8s %8s\n", $2, $3, $4, $5, $6, $7, $8, $9, $10 }
-  BEGIN { printf "%-14s %-14s %4s %6s %5s %12s %10s %8s %8s\n", "impl", "model", "B", "prompt", "new", "tokens/s",
-          "ms/step", "forwards", "peakGiB" }'
+  $1 == "RESULT" { printf "%-14s %-14s %4s %6s %5s %12s %10s %8s %8s %6s\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, ($11 == "" ? "-" : $11) }
+  BEGIN { printf "%-14s %-14s %4s %6s %5s %12s %10s %8s %8s %6s\n", "impl", "model", "B", "prompt", "new", "tokens/s",
+          "ms/step", "forwards", "peakGiB", "host%" }'
 echo "(raw output and logs: $out)"

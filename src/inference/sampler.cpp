@@ -105,13 +105,18 @@ std::vector<double> SequenceSampler::distribution(const float* logits, int64_t V
 
 SampleResult SequenceSampler::sample(const float* logits, int64_t V) {
   DSCPP_CHECK(V > 0, "sample: empty vocabulary");
-  const std::vector<float> l = penalized(logits, V);
+  // Without penalties the logits are read in place: a copy of a 128K-token row per request and step would be a
+  // large part of a decode step's host time.
+  const bool plain = p_.repetition_penalty == 1.0f && p_.frequency_penalty == 0.0f && p_.presence_penalty == 0.0f;
+  std::vector<float> copy;
+  if (!plain) copy = penalized(logits, V);
+  const float* l = plain ? logits : copy.data();
   SampleResult r;
   if (p_.temperature <= 0.0f) {
-    r.token = argmax(l.data(), V);
+    r.token = argmax(l, V);
   } else {
     const float u = Rng(RngState{p_.seed, uint64_t(step_), 4}).uniform();  // Philox(seed, step): see the header
-    r.token = draw(candidates(l.data(), V, p_), u);
+    r.token = draw(candidates(l, V, p_), u);
   }
   step_++;
   output_[r.token]++;

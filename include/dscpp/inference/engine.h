@@ -42,6 +42,10 @@ struct GenerationStats {
   int64_t forward_tokens = 0;   // tokens through the model (prompt chunks, decode tokens, recomputation)
   int64_t generated = 0;        // tokens handed to on_token
   int64_t preemptions = 0;      // sequences preempted to free KV blocks (Note [Preemption])
+  double seconds = 0;           // wall time of generate
+  double forward_seconds = 0;   // in the forwards, up to their logits on the host
+  double sample_seconds = 0;    // in the samplers
+  // The rest (seconds - forward - sample) is the host's scheduling and bookkeeping.
 };
 
 class InferenceEngine {

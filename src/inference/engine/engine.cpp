@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <iomanip>
 #include <map>
 
@@ -39,6 +40,9 @@ KVCache make_cache(const InferenceModel& m, const InferenceConfig& c, std::ostre
   return KVCache(kv_cache_shape(m.cfg, n_blocks, bs), m.dtype, m.device);
 }
 
+using Clock = std::chrono::steady_clock;
+double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
 // The sampler reads logits on the host (a GPU sampler is still to come).
 Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
@@ -46,11 +50,13 @@ Tensor on_host(const Tensor& t) { return t.device().is_cpu() ? t : t.to(Device::
 class SampledModel : public TokenModel {
  public:
   SampledModel(const InferenceModel& m, KVCache& cache, std::map<int64_t, SequenceSampler>& samplers,
-               std::map<int64_t, SampleResult>& last)
-      : m_(m), cache_(cache), samplers_(samplers), last_(last) {}
+               std::map<int64_t, SampleResult>& last, GenerationStats& stats)
+      : m_(m), cache_(cache), samplers_(samplers), last_(last), stats_(stats) {}
   std::vector<int32_t> next_tokens(const RaggedBatch& batch, const std::vector<int64_t>& uids,
                                    const std::vector<uint8_t>& wants_token) override {
+    const auto t0 = Clock::now();
     const Tensor logits = on_host(forward(m_, batch, cache_));
+    const auto t1 = Clock::now();
     const float* l = logits.data<float>();
     const int64_t V = logits.shape()[1];
     std::vector<int32_t> out(uids.size(), -1);
@@ -60,6 +66,8 @@ class SampledModel : public TokenModel {
       out[s] = r.token;
       last_[uids[s]] = std::move(r);
     }
+    stats_.forward_seconds += seconds(t0, t1);
+    stats_.sample_seconds += seconds(t1, Clock::now());
     return out;
   }
 
@@ -68,6 +76,7 @@ class SampledModel : public TokenModel {
   KVCache& cache_;
   std::map<int64_t, SequenceSampler>& samplers_;
   std::map<int64_t, SampleResult>& last_;
+  GenerationStats& stats_;
 };
 
 }  // namespace
@@ -138,8 +147,9 @@ GenerationStats InferenceEngine::generate(const std::vector<GenerationRequest>& 
     sched.add(r);
     samplers.emplace(r.uid, SequenceSampler(g.sampling, r.prompt));
   }
-  SampledModel tm(model_, cache_, samplers, last);
   GenerationStats st;
+  SampledModel tm(model_, cache_, samplers, last, st);
+  const auto t0 = Clock::now();
   while (!sched.idle()) {
     for (const TokenEvent& e : sched.step(tm)) {
       on_token(GeneratedToken{e, last[e.uid]});
@@ -149,6 +159,7 @@ GenerationStats InferenceEngine::generate(const std::vector<GenerationRequest>& 
     st.forward_tokens += sched.last_step().tokens;
   }
   st.preemptions = sched.total_preemptions();
+  st.seconds = seconds(t0, Clock::now());
   return st;
 }
 
