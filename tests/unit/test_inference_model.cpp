@@ -23,12 +23,15 @@
 #include "dscpp/inference/sampler.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
+#include "inference_reference.h"
 #include "ragged_test_helper.h"
 #include "tiny_models.h"
 
 using namespace dscpp;
 using namespace dscpp::inference;
 using dscpp::test_fixtures::TestBlocks;
+using dscpp::test_fixtures::expect_logits_close;
+using dscpp::test_fixtures::reference_last;
 
 namespace {
 
@@ -54,23 +57,6 @@ std::string export_folder(const Model& m, const std::string& name) {
   const std::string dir = test_fixtures::checkpoint_test_dir("infer_" + name);
   export_hf_model(m, dir);
   return dir;
-}
-
-// Row T-1 of the training model's logits for tokens (its full forward, no cache).
-std::vector<float> reference_last(Model& m, const std::vector<int32_t>& tokens) {
-  const int64_t T = int64_t(tokens.size()), V = m.config().vocab_size;
-  Tensor in = Tensor::empty({1, T}, DType::i32);
-  std::copy(tokens.begin(), tokens.end(), in.data<int32_t>());
-  const Tensor l = m.logits(in);
-  return std::vector<float>(l.data<float>() + (T - 1) * V, l.data<float>() + T * V);
-}
-
-void expect_close(const float* got, const std::vector<float>& ref, const std::string& what) {
-  float scale = 0, worst = 0;
-  for (float r : ref) scale = std::max(scale, std::fabs(r));
-  ASSERT_GT(scale, 0.1f) << what << ": reference logits near zero";
-  for (size_t i = 0; i < ref.size(); i++) worst = std::max(worst, std::fabs(got[i] - ref[i]));
-  EXPECT_LE(worst, 1e-5f * scale) << what << ": worst |diff| " << worst << " vs logits scale " << scale;
 }
 
 std::vector<int32_t> tokens_of(int64_t n, int32_t salt, int64_t V) {
@@ -124,7 +110,7 @@ TEST_P(InferenceVsTraining, MixedRaggedBatchMatchesTrainingLogits) {
   ASSERT_EQ(logits.shape(), (Shape{4, V}));
   int row = 0;
   for (const auto* seq : {&a, &b, &c, &d}) {
-    expect_close(logits.data<float>() + row * V, reference_last(*model_, *seq), "sequence " + std::to_string(row));
+    expect_logits_close(logits.data<float>() + row * V, reference_last(*model_, *seq), "sequence " + std::to_string(row));
     row++;
   }
 }
@@ -142,8 +128,8 @@ TEST_P(InferenceVsTraining, ChunkedPrefillEqualsUnchunked) {
     blocks.commit();
   }
   const std::vector<float> ref(one.data<float>(), one.data<float>() + V);
-  expect_close(last.data<float>(), ref, "chunked vs whole prompt");
-  expect_close(one.data<float>(), reference_last(*model_, p), "whole prompt vs training");
+  expect_logits_close(last.data<float>(), ref, "chunked vs whole prompt");
+  expect_logits_close(one.data<float>(), reference_last(*model_, p), "whole prompt vs training");
 }
 
 TEST_P(InferenceVsTraining, Greedy64TokensMatchTrainingGenerate) {
@@ -381,7 +367,7 @@ TEST(InferencePolicy, Qwen2BiasesFillTheFusedBias) {
   const std::vector<float> with_bias = last_logits(qwen), ref = last_logits(llama);
   InferenceModel zeroed = qwen;
   for (LayerWeights& w : zeroed.layers) w.qkv_b = Tensor::zeros({w.qkv_b.numel()}, DType::f32);
-  expect_close(last_logits(zeroed).data(), ref, "qwen2 with zero biases vs llama");
+  expect_logits_close(last_logits(zeroed).data(), ref, "qwen2 with zero biases vs llama");
   float diff = 0;
   for (size_t i = 0; i < ref.size(); i++) diff = std::max(diff, std::fabs(with_bias[i] - ref[i]));
   EXPECT_GT(diff, 1e-3f) << "the biases changed nothing";
