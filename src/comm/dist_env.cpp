@@ -83,8 +83,7 @@ DistEnv read_dist_env() {
       else if (const char* nl = env("SLURM_JOB_NODELIST")) e.master_addr = slurm_first_host(nl);
     }
   }
-  if (const char* id = env("DSCPP_RUN_ID")) e.run_id = id;
-  else if (const char* te = env("TORCHELASTIC_RUN_ID")) e.run_id = te;
+  if (const char* te = env("TORCHELASTIC_RUN_ID")) e.run_id = te;
   else if (const char* job = env("SLURM_JOB_ID"))
     e.run_id = std::string(job) + "." + (env("SLURM_STEP_ID") ? env("SLURM_STEP_ID") : "");
   if (const char* a = env("MASTER_ADDR")) e.master_addr = a;

@@ -104,7 +104,7 @@ std::vector<std::string> mpi_command(const LaunchOptions& o, const LaunchPlan& p
   Env ex = exports;
   ex["MASTER_ADDR"] = plan.master_addr;
   ex["MASTER_PORT"] = std::to_string(plan.master_port);
-  if (!plan.run_id.empty()) ex["DSCPP_RUN_ID"] = plan.run_id;
+  if (!plan.run_id.empty()) ex["TORCHELASTIC_RUN_ID"] = plan.run_id;
   std::vector<std::string> cmd;
   switch (o.runner) {
     case Runner::openmpi: {

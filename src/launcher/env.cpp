@@ -25,8 +25,8 @@ Env rank_env(const LaunchPlan& plan, int local_rank, const Env& base, int cores)
   env["CROSS_SIZE"] = std::to_string(plan.world.size());
   env["MASTER_ADDR"] = plan.master_addr;
   env["MASTER_PORT"] = std::to_string(plan.master_port);
-  if (plan.run_id.empty()) env.erase("DSCPP_RUN_ID");  // never another job's, inherited
-  else env["DSCPP_RUN_ID"] = plan.run_id;
+  if (plan.run_id.empty()) env.erase("TORCHELASTIC_RUN_ID");  // never another job's, inherited
+  else env["TORCHELASTIC_RUN_ID"] = plan.run_id;
   if (!plan.cpu) {  // every rank sees the node's selected GPUs; LOCAL_RANK indexes into them
     std::string ids;
     for (int s : node.slots) ids.append(ids.empty() ? "" : ",").append(std::to_string(s));

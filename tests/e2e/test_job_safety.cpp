@@ -67,7 +67,7 @@ TEST(JobSafety, BusyDefaultPortIsReplacedAndSaid) {
     GTEST_SKIP() << "port 29500 is held by something else on this machine";
   }
   const std::string cmd = dscpp_binary() + " launch --nproc 2 -H /nonexistent -- sh -c 'echo port=$MASTER_PORT " +
-                          "id=$DSCPP_RUN_ID'";
+                          "id=$TORCHELASTIC_RUN_ID'";
   int rc = 0;
   const std::string out = run_command(cmd, &rc), again = run_command(cmd, &rc);
   close(holder);

@@ -154,7 +154,7 @@ const char* kVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "
                        "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
                        "OMPI_COMM_WORLD_LOCAL_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
                        "SLURM_NTASKS_PER_NODE", "SLURM_LAUNCH_NODE_IPADDR", "SLURM_JOB_NODELIST", "DEEPSPEED_TIMEOUT",
-                       "DSCPP_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID"};
+                       "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "SLURM_STEP_ID"};
 struct CleanEnv {  // clears the variables for the test and restores them after
   std::vector<std::pair<std::string, std::string>> saved;
   CleanEnv() {
@@ -199,10 +199,10 @@ TEST(CommEnv, TorchrunVariables) {
   EXPECT_EQ(e.master_addr, "node0");
   EXPECT_EQ(e.master_port, 12345);
   EXPECT_EQ(e.run_id, "");
-  ::setenv("TORCHELASTIC_RUN_ID", "te", 1);
+  ::setenv("SLURM_JOB_ID", "41", 1), ::setenv("SLURM_STEP_ID", "2", 1);
+  EXPECT_EQ(read_dist_env().run_id, "41.2");
+  ::setenv("TORCHELASTIC_RUN_ID", "te", 1);  // torchrun's (and dscpp launch's) wins
   EXPECT_EQ(read_dist_env().run_id, "te");
-  ::setenv("DSCPP_RUN_ID", "ours", 1);  // dscpp launch's wins
-  EXPECT_EQ(read_dist_env().run_id, "ours");
   ::setenv("RANK", "8", 1);
   EXPECT_THROW(read_dist_env(), Error);  // outside the world
   ::setenv("RANK", "x", 1);

@@ -406,10 +406,10 @@ TEST(Runners, RunIdReachesEveryRank) {
   EXPECT_EQ(p.run_id, "job7");
   EXPECT_NE(ssh_node_command(o, p, 1, {}, "/w").back().find(" --run_id=job7 "), std::string::npos);
   o.runner = Runner::openmpi;
-  EXPECT_NE(join_command(mpi_command(o, p, {})).find("-x DSCPP_RUN_ID=job7"), std::string::npos);
-  EXPECT_EQ(rank_env(p, 0, {{"DSCPP_RUN_ID", "stale"}}, 4).at("DSCPP_RUN_ID"), "job7");
+  EXPECT_NE(join_command(mpi_command(o, p, {})).find("-x TORCHELASTIC_RUN_ID=job7"), std::string::npos);
+  EXPECT_EQ(rank_env(p, 0, {{"TORCHELASTIC_RUN_ID", "stale"}}, 4).at("TORCHELASTIC_RUN_ID"), "job7");
   p.run_id.clear();
-  EXPECT_EQ(rank_env(p, 0, {{"DSCPP_RUN_ID", "stale"}}, 4).count("DSCPP_RUN_ID"), 0u);
+  EXPECT_EQ(rank_env(p, 0, {{"TORCHELASTIC_RUN_ID", "stale"}}, 4).count("TORCHELASTIC_RUN_ID"), 0u);
   // --no_ssh nodes cannot agree on a new id: without --run_id the user is told.
   LaunchOptions n;
   n.hostfile = o.hostfile;

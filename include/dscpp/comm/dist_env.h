@@ -15,8 +15,8 @@ struct DistEnv {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;               // DeepSpeed's and torchrun's default
   std::string source = "none";           // "env" (torchrun / dscpp launch), "mpi", "slurm" or "none"
-  // The job's identity, the same on every rank (Note [One store per job], comm/store.h): DSCPP_RUN_ID (set by
-  // dscpp launch), else torchrun's TORCHELASTIC_RUN_ID, else Slurm's SLURM_JOB_ID.SLURM_STEP_ID; "" when none.
+  // The job's identity, the same on every rank (Note [One store per job], comm/store.h): torchrun's
+  // TORCHELASTIC_RUN_ID (dscpp launch sets it too), else Slurm's SLURM_JOB_ID.SLURM_STEP_ID; "" when none.
   std::string run_id;
 };
 

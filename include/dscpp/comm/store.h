@@ -12,7 +12,7 @@
 // A second job started on the same MASTER_PORT cannot host its store (rank 0 fails to listen), but its other ranks
 // would still reach the first job's store, write their keys into it and, when their own job stops them, leave it
 // as ranks that died: the healthy first job would abort, blaming its own rank. So every client opens with a hello
-// carrying its job's run id (the launcher gives each job one: DSCPP_RUN_ID, comm/dist_env.h); a server answers
+// carrying its job's run id (the launcher gives each job one: TORCHELASTIC_RUN_ID, as torchrun, comm/dist_env.h); a server answers
 // clients of another run id with a refusal and forgets them, and the refused client throws an error naming the
 // port and how to choose another. Neither side touches the other job's state.
 #pragma once

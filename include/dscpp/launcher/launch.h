@@ -24,7 +24,7 @@ std::vector<ProcSpec> local_rank_procs(const LaunchOptions& o, const LaunchPlan&
 
 int free_tcp_port();  // a port the kernel says is free now (--master_port 0)
 bool tcp_port_free(int port);  // nothing on this machine listens on `port` now
-std::string new_run_id();      // a fresh job identity for DSCPP_RUN_ID (Note [One store per job], comm/store.h)
+std::string new_run_id();      // a fresh job identity for TORCHELASTIC_RUN_ID (Note [One store per job], comm/store.h)
 int usable_cores();   // CPUs in this process's affinity mask
 
 }  // namespace dscpp::launcher

@@ -49,7 +49,7 @@ struct LaunchPlan {
   bool cpu = false;
   std::string master_addr;
   int master_port = 29500;
-  std::string run_id;       // DSCPP_RUN_ID of every rank ("": none); set by launch() when not given
+  std::string run_id;       // TORCHELASTIC_RUN_ID of every rank ("": none); set by launch() when not given
   bool unset_cuda_visible_devices = false;  // it was turned into --include localhost:<list>
   std::vector<std::string> notes;           // messages for the user (missing hostfile, ignored variables)
 };
