@@ -452,6 +452,20 @@ void add_matmul() {
           ops::matmul_backward(a["dinp"], a["dweight"], a.opt(bias, "dbias"), a["dout"], a["inp"], a["weight"]);
         });
       }
+  // Few rows (Note [Decode GEMV]): N <= 4 with bf16 / f16 weights take the GEMV kernel; C = 1032 leaves a tail after
+  // its unrolled loop, OC = 77 a partial CTA; out f32 from bf16 / f16 operands is the lm head's logits.
+  for (DType t : kDtypes)
+    for (S s : {S{1, 2048, 3072}, S{3, 1032, 77}, S{4, 264, 40}, S{2, 520, 9}})
+      for (bool f32_out : {false, true}) {
+        if (f32_out && t == f32) continue;
+        const DType o = f32_out ? f32 : t;
+        const std::string sh = dims({{"N", s.N}, {"C", s.C}, {"OC", s.OC}});
+        add("matmul_forward", t, sh + " bias residual" + (f32_out ? " out=f32" : ""))
+            .in("inp", {s.N, s.C}, t).in("weight", {s.OC, s.C}, t).in("bias", {s.OC}, t).in("residual", {s.N, s.OC}, o)
+            .with(gemm_inner(t)).out("out", {s.N, s.OC}, o, s.C).run([=](const Args& a) {
+              ops::matmul_forward(a["out"], a["inp"], a["weight"], a["bias"], a["residual"]);
+            });
+      }
   struct G { int64_t M, N, K; };
   for (DType t : kDtypes)
     for (G g : {G{1, 1, 1}, G{7, 13, 33}, G{64, 48, 256}})

@@ -45,6 +45,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemv.h"
 
 namespace dscpp::cuda {
 namespace {
@@ -362,6 +363,15 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   const int64_t OC = weight.size(0), C = weight.size(1);
   const int64_t N = C ? inp.numel() / C : 0;
   OpLaunch l(out);
+  if (N > 0 && N <= 4) {  // Note [Decode GEMV]
+    const bool res = residual.defined();
+    if (bias.defined()) need_cuda_float(op, "bias", bias);
+    if (res) need_cuda_float(op, "residual", residual);
+    GemvArgs gv{out.raw(), out.dtype(), inp.raw(), weight.raw(), inp.dtype(),
+                bias.defined() ? bias.raw() : nullptr, bias.defined() ? bias.dtype() : DType::f32,
+                res ? residual.raw() : nullptr, N, OC, C};
+    if ((!res || residual.dtype() == out.dtype()) && try_gemv(gv, l.stream)) return;
+  }
   // out[N,OC] = inp[N,C] @ weight[OC,C]^T (+ bias)
   RowGemm g{out.raw(), out.dtype(), inp.raw(), false, weight.raw(), true, inp.dtype(), N, OC, C, 1.0f, 0.0f};
   if (bias.defined()) {

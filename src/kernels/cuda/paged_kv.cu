@@ -9,12 +9,12 @@
 // running max m, running sum l, the accumulator rescaled by exp(m_old - m_new)); the accumulator acc[G][D] lives
 // in shared memory, each element owned by one thread, so the rescale and the P @ V update need no atomics.
 // Split-K (FlashDecoding): at decode, N * Hkv CTAs are far fewer than the SMs while each walks a long context, so
-// the positions are cut into `splits` chunks of whole tiles, one CTA each; a CTA of a split writes its unnormalised
-// acc and its (m, l) to an f32 workspace, and a second kernel merges the splits of each (token, head):
+// each token's positions are cut into `splits` chunks of whole tiles, one CTA each; a CTA of a split writes its
+// unnormalised acc and its (m, l) to an f32 workspace, and a second kernel merges the splits of each (token, head):
 //   out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s,  M = max_s m_s.
 // A split past a token's last position has nothing to do and leaves m = -inf, l = 0, acc = 0, which the merge
-// weighs by exp(-inf) = 0. The number of splits follows the shapes alone (never the SM count or the data), so a
-// call gives the same bits on every run.
+// weighs by exp(-inf) = 0. The number of splits follows the shapes alone (never the SM count), the chunks the
+// token's context, so a call gives the same bits on every run.
 // Indices: the device cannot range-check slots, pos and the block table on the host without a sync, so the
 // kernels do: an append whose slot is outside the cache writes nothing, and a token whose position or block-table
 // entries fall outside the cache gets NaN rows (its error shows in the logits instead of another sequence's KV).
@@ -32,8 +32,8 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kTile = 32;         // keys per shared-memory tile: one lane each in the softmax step
 constexpr int kMaxSplits = 32;
-constexpr int kSplitKeys = 256;   // a split covers at least this many positions (fewer: the merge costs more)
-constexpr int kTargetCtas = 256;  // split while N * Hkv CTAs would leave an H100's 132 SMs half idle
+constexpr int kSplitKeys = 64;     // splits of a max-width context cover at least this many positions
+constexpr int kTargetCtas = 1024;  // split while N * Hkv CTAs would leave an H100's 132 SMs (8 CTAs each) idle
 
 // ---- kv_cache_append ----
 // cache[slot] (=) the 2*Hkv*D k and v elements of qkv row n (they are contiguous in the row, as in the slot).
@@ -60,7 +60,6 @@ struct PagedArgs {
   const int32_t* seq_start;    // [S + 1]
   const int32_t* pos;          // [N]
   int S, max_blocks, block_size, n_blocks, H, Hkv, D;
-  int chunk;                   // positions per split (a multiple of kTile)
   float scale;
 };
 
@@ -100,7 +99,10 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t* blocks = a.block_table + int64_t(s) * a.max_blocks;
   const int p_n = a.pos[n];
   const int len = p_n + 1;  // causal: positions 0 .. pos[n]
-  const int begin = split * a.chunk, end = min(len, begin + a.chunk);
+  // The token's own positions cut evenly over the splits, in whole tiles: a short context in a graph captured for
+  // long ones (Note [Graph memory]) still spreads over several CTAs.
+  const int chunk = (len + splits * kTile - 1) / (splits * kTile) * kTile;
+  const int begin = split * chunk, end = min(len, begin + chunk);
 
   if (threadIdx.x == 0) bad = p_n < 0 || p_n >= a.max_blocks * a.block_size;
   const T* q = qkv + int64_t(n) * row + int64_t(kvh) * G * D;  // the group's G query heads are adjacent
@@ -284,10 +286,8 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
               " need ", paged_smem_bytes(G, int(D)), " bytes of shared memory, more than the 227 KiB of a CTA");
   const int64_t S = seq_start.numel() - 1, max_blocks = block_table.numel() / S;
   PagedArgs a{ptr<int32_t>(block_table), ptr<int32_t>(seq_start), ptr<int32_t>(pos), int(S), int(max_blocks),
-              int(cache.size(1)), int(cache.size(0)), int(H), int(Hkv), int(D), 0, 1.0f / std::sqrt(float(D))};
-  const int64_t max_ctx = max_blocks * a.block_size;
-  const int splits = paged_splits(N, int(Hkv), max_ctx);
-  a.chunk = int(ceil_div(ceil_div(max_ctx, splits), kTile) * kTile);
+              int(cache.size(1)), int(cache.size(0)), int(H), int(Hkv), int(D), 1.0f / std::sqrt(float(D))};
+  const int splits = paged_splits(N, int(Hkv), max_blocks * a.block_size);
   OpLaunch L(qkv);
   dispatch_float(op, qkv.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;

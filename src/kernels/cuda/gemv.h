@@ -1,0 +1,28 @@
+// Private: matmul_forward's few-row path (Note [Decode GEMV], gemv.cu). out[M, OC] = inp[M, C] @ weight[OC, C]^T
+// (+ bias[OC]) (+ residual[M, OC], which may be out itself).
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "dscpp/core/dtype.h"
+
+namespace dscpp::cuda {
+
+struct GemvArgs {
+  void* out;
+  DType out_t;
+  const void* inp;
+  const void* weight;
+  DType in_t;  // inp's and weight's
+  const void* bias;  // may be null
+  DType bias_t;
+  const void* residual;  // out's dtype; may be null or out
+  int64_t M, OC, C;
+};
+
+// Runs the kernel and returns true when the shapes and dtypes are its own (bf16 / f16 weights, M <= 4, ...); else
+// returns false having done nothing.
+bool try_gemv(const GemvArgs& g, cudaStream_t s);
+
+}  // namespace dscpp::cuda
