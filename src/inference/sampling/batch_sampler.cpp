@@ -55,7 +55,7 @@ std::vector<SampleResult> BatchSampler::sample(const Tensor& logits, const std::
   }
   // Parameters: temperature, top_k, top_p, min_p, seed (2 words), step, then for penalties repetition, presence,
   // frequency, hist_start (S + 1), hist_token (T), hist_count (T).
-  const int64_t n_in = 7 * S + (penalties ? 3 * S + 1 + 2 * T : 0);
+  const int64_t n_in = 7 * S + (penalties ? 4 * S + 1 + 2 * T : 0);
   int32_t* in = grow(in_host_, n_in, DType::i32, Device::cpu(), !on_host).data<int32_t>();
   int32_t *temperature = in, *top_k = in + S, *top_p = in + 2 * S, *min_p = in + 3 * S, *seed = in + 4 * S;
   int32_t *step = in + 6 * S, *rep = in + 7 * S, *pres = in + 8 * S, *freq = in + 9 * S, *hs = in + 10 * S;
