@@ -1,7 +1,7 @@
 // Generation throughput and decode latency of the inference engine (bench/run_inference_bench.sh runs it next to
 // bench/inference_torch.py, Hugging Face generate, and prints one table):
 //   inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda] [--dtype bf16]
-//                   [--batch 1,32] [--prompt 32] [--new 128] [--warmup 1]
+//                   [--batch 1,32] [--prompt 32] [--new 128] [--warmup 1] [--offline N]
 // DIR holds a Hugging Face config.json (and, with safetensors, the weights); dummy weights need no files. Each batch
 // size runs B requests of --prompt random tokens, greedy, each generating exactly --new tokens (no stop ids), once
 // to warm up and then timed. Prints, tab-separated:
@@ -11,11 +11,18 @@
 // tokens/s = B * new / wall time of generate (prefill included); ms per decode step = (wall - first forward) /
 // (forwards - 1). Peak memory: the CUDA allocator's peak live bytes (weights, a KV cache of the blocks these
 // requests fill, activations).
+// --offline N: offline throughput instead (vLLM's benchmark_throughput): N requests of --prompt random tokens and
+// --new greedy tokens each, all handed to generate at once, FastGen's default limits (512 sequences, 768 tokens a
+// forward) and a KV cache of all free memory. Prints
+//   OFFLINE impl model requests prompt new total_tokens_per_s output_tokens_per_s forwards peak_mem_gib host_pct
+// Every engine start-up (weights loaded, KV cache allocated, CUDA graphs captured) prints
+//   STARTUP impl model seconds
 #include <chrono>
 #include <cstdio>
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -34,13 +41,13 @@ namespace {
 struct Args {
   std::string model, load_format = "dummy", device = "cuda", dtype = "bf16";
   std::vector<int64_t> batches{1, 32};
-  int64_t prompt = 32, new_tokens = 128, warmup = 1;
+  int64_t prompt = 32, new_tokens = 128, warmup = 1, offline = 0;
 };
 
 const bench::Flags kFlags{"inference_bench",
                           "inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda|cpu]\n"
                           "                       [--dtype bf16|f16|f32] [--batch 1,32] [--prompt 32] [--new 128]\n"
-                          "                       [--warmup 1]\n"};
+                          "                       [--warmup 1] [--offline N]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -55,10 +62,64 @@ Args parse(int argc, char** argv) {
     } else if (k == "prompt") a.prompt = kFlags.to_int(k, v, 1);
     else if (k == "new") a.new_tokens = kFlags.to_int(k, v, 1);
     else if (k == "warmup") a.warmup = kFlags.to_int(k, v, 0);
+    else if (k == "offline") a.offline = kFlags.to_int(k, v, 1);
     else kFlags.fail("unknown flag --" + k);
   });
   if (a.model.empty()) kFlags.fail("--model DIR is required");
   return a;
+}
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// n greedy requests of `prompt` pseudo-random tokens, each generating exactly `new_tokens` (no stop ids).
+std::vector<GenerationRequest> requests(int64_t n, int64_t prompt, int64_t new_tokens, int64_t V, int64_t salt) {
+  std::vector<GenerationRequest> reqs;
+  for (int64_t b = 0; b < n; b++) {
+    GenerationRequest g;
+    g.request.uid = b;
+    for (int64_t t = 0; t < prompt; t++) g.request.prompt.push_back(int32_t((b * 7919 + t * 104729 + salt) % V));
+    g.request.max_new_tokens = new_tokens;
+    g.sampling.temperature = 0;
+    reqs.push_back(std::move(g));
+  }
+  return reqs;
+}
+
+std::unique_ptr<InferenceEngine> start(const Args& a, const LoadOptions& lo, const InferenceConfig& cfg,
+                                       const std::string& name) {
+  if (lo.device.is_cuda()) allocator_for(lo.device).reset_peak();  // the previous engine is gone
+  const auto t0 = Clock::now();
+  auto e = std::make_unique<InferenceEngine>(load_inference_model(a.model, lo), cfg, &std::cerr);
+  if (lo.device.is_cuda()) cuda_synchronize();
+  std::printf("STARTUP\tdscpp\t%s\t%.2f\n", name.c_str(), since(t0));
+  return e;
+}
+
+double peak_gib(const LoadOptions& lo) {
+  return lo.device.is_cuda() ? double(allocator_for(lo.device).stats().peak_bytes) / double(1 << 30) : 0;
+}
+
+void offline(const Args& a, const LoadOptions& lo, const std::string& name) {
+  InferenceConfig cfg;
+  cfg.state_manager.max_context = ((a.prompt + a.new_tokens + 63) / 64) * 64;
+  auto e = start(a, lo, cfg, name);
+  const int64_t V = e->model().cfg.vocab;
+  for (int64_t round = 0; round <= std::min<int64_t>(a.warmup, 1); round++) {
+    // The warm-up round is a small one: it only has to touch every kernel shape once.
+    const int64_t n = round == 0 && a.warmup > 0 ? std::min<int64_t>(a.offline, 64) : a.offline;
+    if (lo.device.is_cuda()) cuda_synchronize();
+    const auto t0 = Clock::now();
+    const GenerationStats st = e->generate(requests(n, a.prompt, a.new_tokens, V, round), [](const GeneratedToken&) {});
+    if (lo.device.is_cuda()) cuda_synchronize();
+    const double secs = since(t0);
+    if (round == 0 && a.warmup > 0) continue;
+    std::printf("OFFLINE\tdscpp\t%s\t%lld\t%lld\t%lld\t%.1f\t%.1f\t%lld\t%.2f\t%.1f\n", name.c_str(),
+                (long long)n, (long long)a.prompt, (long long)a.new_tokens,
+                double(n * (a.prompt + a.new_tokens)) / secs, double(n * a.new_tokens) / secs,
+                (long long)st.forwards, peak_gib(lo), 100.0 * (st.seconds - st.forward_seconds) / st.seconds);
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace
@@ -71,6 +132,10 @@ int main(int argc, char** argv) {
   lo.device = a.device == "cuda" ? Device::cuda() : Device::cpu();
   lo.dtype = dtype_from_name(a.dtype);
   const std::string name = std::filesystem::path(a.model).filename().string();
+  if (a.offline > 0) {
+    offline(a, lo, name);
+    return 0;
+  }
   for (int64_t B : a.batches) {
     InferenceConfig cfg;
     cfg.state_manager.max_context = ((a.prompt + a.new_tokens + 63) / 64) * 64;
@@ -80,31 +145,23 @@ int main(int argc, char** argv) {
     // peers' static caches.
     cfg.state_manager.memory_config.mode = "allocate";
     cfg.state_manager.memory_config.size = B * (cfg.state_manager.max_context / cfg.dscpp.kv_block_size);
-    InferenceEngine e(load_inference_model(a.model, lo), cfg, &std::cerr);
-    const int64_t V = e.model().cfg.vocab;
+    auto e = start(a, lo, cfg, name);
+    const int64_t V = e->model().cfg.vocab;
     double secs = 0, first = 0;
     GenerationStats st;
     for (int64_t round = 0; round <= a.warmup; round++) {
-      std::vector<GenerationRequest> reqs;
-      for (int64_t b = 0; b < B; b++) {
-        GenerationRequest g;
-        g.request.uid = b;
-        for (int64_t t = 0; t < a.prompt; t++) g.request.prompt.push_back(int32_t((b * 7919 + t * 104729 + round) % V));
-        g.request.max_new_tokens = a.new_tokens;
-        g.sampling.temperature = 0;
-        reqs.push_back(std::move(g));
-      }
+      const std::vector<GenerationRequest> reqs = requests(B, a.prompt, a.new_tokens, V, round);
       if (lo.device.is_cuda()) cuda_synchronize();
-      const auto t0 = std::chrono::steady_clock::now();
+      const auto t0 = Clock::now();
       bool seen_first = false;
-      st = e.generate(reqs, [&](const GeneratedToken&) {
-        if (!seen_first) first = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      st = e->generate(reqs, [&](const GeneratedToken&) {
+        if (!seen_first) first = since(t0);
         seen_first = true;
       });
       if (lo.device.is_cuda()) cuda_synchronize();
-      secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      secs = since(t0);
     }
-    const double peak = lo.device.is_cuda() ? double(allocator_for(lo.device).stats().peak_bytes) / double(1 << 30) : 0;
+    const double peak = peak_gib(lo);
     const double host_pct = 100.0 * (st.seconds - st.forward_seconds) / st.seconds;
     std::printf("RESULT\tdscpp\t%s\t%lld\t%lld\t%lld\t%.1f\t%.3f\t%lld\t%.2f\t%.1f\n", name.c_str(), (long long)B,
                 (long long)a.prompt, (long long)a.new_tokens, double(B * a.new_tokens) / secs,

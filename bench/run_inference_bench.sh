@@ -2,12 +2,13 @@
 # Generation with our inference engine (inference_bench) and with Hugging Face generate (inference_torch.py, static
 # cache eager and under torch.compile's CUDA graphs) back to back on this machine's GPU, then one table. Usage:
 #   bench/run_inference_bench.sh [--build DIR] [--models llama-3.2-1b,llama-3.1-8b] [--batch 1,32] [--prompt 32]
-#                                [--new 128] [--no-torch] [--torch-modes static,compile]
+#                                [--new 128] [--no-torch] [--torch-modes static,compile] [--offline N]
+# --offline N: offline throughput of N requests instead (ours only; inference_bench's --offline).
 # Models are config.json shapes in bench/models/ with random (dummy) weights: no downloads.
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
 build="$(dirname "$here")/build"
-models="llama-3.2-1b" batch="1,32" prompt=32 new=128 run_torch=1 modes="static,compile"
+models="llama-3.2-1b" batch="1,32" prompt=32 new=128 run_torch=1 modes="static,compile" offline=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -16,8 +17,9 @@ while [ $# -gt 0 ]; do
     --prompt) prompt="$2"; shift 2 ;;
     --new) new="$2"; shift 2 ;;
     --no-torch) run_torch=0; shift ;;
+    --offline) offline="--offline $2"; run_torch=0; shift 2 ;;
     --torch-modes) modes="$2"; shift 2 ;;
-    -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
     *) echo "run_inference_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -26,7 +28,7 @@ for m in ${models//,/ }; do
   dir="$out/$m"
   mkdir -p "$dir" && cp "$here/models/$m.json" "$dir/config.json"
   echo "== dscpp: inference_bench --model $m (log: $out/dscpp-$m.err)" >&2
-  "$build/bench/inference_bench" --model "$dir" --batch "$batch" --prompt "$prompt" --new "$new" \
+  "$build/bench/inference_bench" --model "$dir" --batch "$batch" --prompt "$prompt" --new "$new" $offline \
     > "$out/dscpp-$m.out" 2> "$out/dscpp-$m.err" || echo "inference_bench exited with $? (see $out/dscpp-$m.err)" >&2
   if [ "$run_torch" = 1 ]; then
     echo "== torch: inference_torch.py --model $m (log: $out/torch-$m.err)" >&2
@@ -36,6 +38,9 @@ for m in ${models//,/ }; do
   fi
 done
 cat "$out"/*.out 2>/dev/null | awk -F'\t' '
+  $1 == "STARTUP" { startup = startup sprintf("start-up %s %s: %s s\n", $2, $3, $4) }
+  $1 == "OFFLINE" { offline = offline sprintf("offline %s %s: %s requests of %s + %s tokens: %s total tokens/s, %s output tokens/s, %s forwards, peak %s GiB, host %s%%\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) }
+  END { printf "%s%s", offline, startup }
   $1 == "RESULT" { printf "%-14s %-14s %4s %6s %5s %12s %10s %8s %8s %6s\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, ($11 == "" ? "-" : $11) }
   BEGIN { printf "%-14s %-14s %4s %6s %5s %12s %10s %8s %8s %6s\n", "impl", "model", "B", "prompt", "new", "tokens/s",
           "ms/step", "forwards", "peakGiB", "host%" }'

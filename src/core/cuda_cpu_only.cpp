@@ -1,6 +1,7 @@
 // The CUDA queries of dscpp/core/cuda.h in a build without the CUDA backend: no devices.
 #ifndef DSCPP_WITH_CUDA
 #include "dscpp/core/cuda.h"
+#include "dscpp/core/cuda_graph.h"
 #include "dscpp/core/device_memory.h"
 
 #include "dscpp/core/check.h"
@@ -52,6 +53,18 @@ void copy_async(const Tensor& dst, const Tensor& src) {
   Tensor d = dst;
   d.copy_from(src);
 }
+
+struct CudaGraph::Impl {};
+CudaGraph::CudaGraph() = default;
+CudaGraph::~CudaGraph() = default;
+CudaGraph::CudaGraph(CudaGraph&&) noexcept = default;
+CudaGraph& CudaGraph::operator=(CudaGraph&&) noexcept = default;
+void CudaGraph::capture(int device, const std::function<void()>&) {
+  DSCPP_FAIL("CudaGraph::capture on cuda:", device, ": this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
+}
+void CudaGraph::replay() const { DSCPP_FAIL("CudaGraph::replay: this build has no CUDA backend"); }
+bool CudaGraph::captured() const { return false; }
+int CudaGraph::nodes() const { return 0; }
 
 }  // namespace dscpp
 #endif  // !DSCPP_WITH_CUDA

@@ -1,6 +1,6 @@
 // Philox tensor fills: the CPU path draws from Rng in element order (the definition); CUDA tensors use the device
 // kernels in src/core/cuda/random.cu, which compute the same element from its block index.
-#include "core/random_fill.h"
+#include "dscpp/core/random_fill.h"
 
 #include "dscpp/core/rng.h"
 #ifdef DSCPP_WITH_CUDA

@@ -59,6 +59,7 @@ static void parse_dscpp(const json& j, InferenceDscppConfig& d, int64_t max_cont
   SectionReader r(j, "dscpp");
   r.get("kv_block_size", d.kv_block_size, 1, max_context);
   r.get("prefix_caching", d.prefix_caching);
+  r.get("cuda_graph_max_batch", d.cuda_graph_max_batch, 0, 4096);
   r.finish();
   // Block offsets become shifts and masks in the kernels.
   if ((d.kv_block_size & (d.kv_block_size - 1)) != 0)
@@ -110,7 +111,8 @@ json InferenceConfig::to_json() const {
             {"max_context", s.max_context},
             {"memory_config", {{"mode", s.memory_config.mode}, {"size", s.memory_config.size}}},
             {"offload", s.offload}}},
-          {"dscpp", {{"kv_block_size", dscpp.kv_block_size}, {"prefix_caching", dscpp.prefix_caching}}}};
+          {"dscpp", {{"kv_block_size", dscpp.kv_block_size}, {"prefix_caching", dscpp.prefix_caching},
+                    {"cuda_graph_max_batch", dscpp.cuda_graph_max_batch}}}};
 }
 
 }  // namespace dscpp::inference

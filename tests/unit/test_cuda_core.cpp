@@ -7,7 +7,7 @@
 #include <cstring>
 #include <random>
 
-#include "core/random_fill.h"
+#include "dscpp/core/random_fill.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/core/tensor.h"

@@ -32,6 +32,7 @@ TEST(InferenceConfig, FastGenDefaults) {
   EXPECT_FALSE(c.state_manager.offload);
   EXPECT_EQ(c.dscpp.kv_block_size, 64);
   EXPECT_TRUE(c.dscpp.prefix_caching);
+  EXPECT_EQ(c.dscpp.cuda_graph_max_batch, 256);
 }
 
 TEST(InferenceConfig, EveryKeyAndAliases) {
@@ -40,7 +41,7 @@ TEST(InferenceConfig, EveryKeyAndAliases) {
     "manager": {"max_tracked_sequences": 64, "max_ragged_batch_size": 256, "max_ragged_sequence_count": 32,
                 "max_context": 4096, "memory_config": {"mode": "ALLOCATE", "size": 1e3}, "offload": false},
     "quantization": {"quantization_mode": null},
-    "dscpp": {"kv_block_size": 16, "prefix_caching": false}  // comments are allowed
+    "dscpp": {"kv_block_size": 16, "prefix_caching": false, "cuda_graph_max_batch": 0}  // comments are allowed
   })");
   EXPECT_EQ(c.state_manager.max_tracked_sequences, 64);
   EXPECT_EQ(c.state_manager.max_ragged_batch_size, 256);
@@ -50,6 +51,7 @@ TEST(InferenceConfig, EveryKeyAndAliases) {
   EXPECT_EQ(c.state_manager.memory_config.size, 1000);
   EXPECT_EQ(c.dscpp.kv_block_size, 16);
   EXPECT_FALSE(c.dscpp.prefix_caching);
+  EXPECT_EQ(c.dscpp.cuda_graph_max_batch, 0);
   InferenceConfig back = InferenceConfig::parse(c.to_json());
   EXPECT_EQ(back.to_json(), c.to_json());
   EXPECT_EQ(InferenceConfig::from_string(R"({"state_manager": {"memory_config": {"mode": "reserve"}}})")
@@ -80,6 +82,7 @@ TEST(InferenceConfig, OurKeys) {
   expect_error(R"({"state_manager": {"max_context": 128}, "dscpp": {"kv_block_size": 256}})",
                "dscpp.kv_block_size", {"= 256", "<= 128"});
   expect_error(R"({"dscpp": {"prefix_caching": 1}})", "dscpp.prefix_caching", {"expected true or false"});
+  expect_error(R"({"dscpp": {"cuda_graph_max_batch": -1}})", "dscpp.cuda_graph_max_batch", {"= -1", ">= 0"});
 }
 
 TEST(InferenceConfig, UnknownKeysRefusedByName) {

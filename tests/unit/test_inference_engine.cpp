@@ -7,8 +7,10 @@
 //   - a refused put leaves the engine as it was; a KV cache that cannot hold one sequence is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 #include <set>
 #include <sstream>
 
@@ -16,6 +18,8 @@
 #include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/inference/engine.h"
 #include "dscpp/kernels/ops.h"
+#include "gpu_test.h"
+#include "inference/model/model_runner.h"
 #include "inference/ragged/state_manager.h"
 #include "inference_reference.h"
 #include "tiny_models.h"
@@ -44,12 +48,12 @@ Served make_served(const std::string& arch) {
   return s;
 }
 
-InferenceConfig engine_config(int64_t blocks, int64_t budget, bool prefix_caching) {
+InferenceConfig engine_config(int64_t blocks, int64_t budget, bool prefix_caching, int64_t graph_max_batch = 0) {
   std::ostringstream j;
   j << R"({"state_manager": {"max_ragged_batch_size": )" << budget << R"(, "max_ragged_sequence_count": 8,
           "max_tracked_sequences": 16, "max_context": 96, "memory_config": {"mode": "allocate", "size": )"
-    << blocks << R"(}}, "dscpp": {"kv_block_size": 4, "prefix_caching": )" << (prefix_caching ? "true" : "false")
-    << "}}";
+    << blocks << R"(}}, "dscpp": {"kv_block_size": 4, "cuda_graph_max_batch": )" << graph_max_batch
+    << R"(, "prefix_caching": )" << (prefix_caching ? "true" : "false") << "}}";
   return InferenceConfig::from_string(j.str());
 }
 
@@ -155,6 +159,74 @@ TEST_P(Engine, RefusedPutLeavesTheEngineAsItWas) {
   a2.push_back(3);
   const Tensor l = e.put({1}, {{3}});
   expect_logits_close(l.data<float>(), reference_last(*s.train, a2), "after the failed put");
+}
+
+// A generate that fails part-way (here on_token throws; a failed forward takes the same path) drops its requests
+// and leaves the engine as before the call: the same requests then run to the same tokens.
+TEST_P(Engine, GenerateThatThrowsLeavesTheEngineUsable) {
+  Served s = make_served(GetParam());
+  const int64_t V = s.train->config().vocab_size;
+  InferenceEngine e(load_inference_model(s.dir), engine_config(64, 12, true));
+  std::vector<GenerationRequest> reqs;
+  for (int i = 0; i < 3; i++) {
+    GenerationRequest g;
+    g.request.uid = 10 + i, g.request.prompt = tokens_of(9 + 4 * i, i, V), g.request.max_new_tokens = 12;
+    g.sampling.temperature = 0;
+    reqs.push_back(std::move(g));
+  }
+  const int64_t free_before = e.state().free_blocks();
+  int64_t seen = 0;
+  EXPECT_THROW(e.generate(reqs, [&](const GeneratedToken&) {
+    if (++seen == 7) throw std::runtime_error("client went away");
+  }), std::runtime_error);
+  EXPECT_EQ(e.state().n_tracked(), 0);
+  EXPECT_FALSE(e.state().batch_in_flight());
+  EXPECT_EQ(e.state().free_blocks(), free_before);
+  e.state().check_invariants();
+  std::map<int64_t, std::vector<int32_t>> got;
+  e.generate(reqs, [&](const GeneratedToken& t) { got[t.event.uid].push_back(t.event.token); });
+  for (const auto& g : reqs) {
+    std::vector<int32_t> want = generate(*s.train, g.request.prompt, 12, g.sampling);
+    EXPECT_EQ(got[g.request.uid], std::vector<int32_t>(want.begin() + long(g.request.prompt.size()), want.end()));
+  }
+}
+
+// Decode steps replayed from CUDA graphs (batch sizes 3 and 2 pad to the buckets 4 and 2) give the logits of the
+// same steps run kernel by kernel, on sequences of different lengths.
+TEST_P(Engine, CudaGraphDecodeEqualsEagerDecode) {
+  DSCPP_REQUIRE_GPU();
+  Served s = make_served(GetParam());
+  const int64_t V = s.train->config().vocab_size;
+  LoadOptions o;
+  o.device = Device::cuda(0);
+  InferenceEngine graphs(load_inference_model(s.dir, o), engine_config(64, 32, false, 8));
+  InferenceEngine eager(load_inference_model(s.dir, o), engine_config(64, 32, false, 0));
+  ASSERT_EQ(graphs.runner().graph_buckets(), (std::vector<int64_t>{1, 2, 4, 8}));
+  ASSERT_TRUE(eager.runner().graph_buckets().empty());
+  std::vector<int64_t> uids{1, 2, 3};
+  std::vector<std::vector<int32_t>> next{tokens_of(3, 1, V), tokens_of(9, 2, V), tokens_of(14, 3, V)};
+  for (int step = 0; step < 20; step++) {
+    if (step == 12) {  // one sequence ends: the batch drops to the bucket of 2
+      graphs.flush(2), eager.flush(2);
+      uids = {1, 3}, next = {next[0], next[2]};
+    }
+    const Tensor a = graphs.put(uids, next), b = eager.put(uids, next);
+    ASSERT_EQ(a.shape(), b.shape());
+    float scale = 0, worst = 0;
+    for (int64_t i = 0; i < a.numel(); i++) {
+      scale = std::max(scale, std::fabs(b.data<float>()[i]));
+      const float d = std::fabs(a.data<float>()[i] - b.data<float>()[i]);
+      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
+    }
+    ASSERT_GT(scale, 0.1f);
+    EXPECT_LE(worst, 1e-3f * scale) << "step " << step;
+    for (size_t r = 0; r < uids.size(); r++) {  // the next token: the eager engine's argmax
+      const float* row = b.data<float>() + int64_t(r) * V;
+      next[r] = {int32_t(std::max_element(row, row + V) - row)};
+    }
+  }
+  EXPECT_EQ(graphs.runner().graph_replays(), 19);  // every step but the first (prompts)
+  EXPECT_EQ(eager.runner().graph_replays(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, Engine, ::testing::Values("gpt2", "llama"));

@@ -26,6 +26,7 @@
 namespace dscpp::inference {
 
 class StateManager;
+class ModelRunner;
 
 struct GenerationRequest {
   Request request;        // uid, prompt, max_new_tokens, stop ids (sampling.stop_token_ids are added to them)
@@ -46,13 +47,15 @@ struct GenerationStats {
   double forward_seconds = 0;   // in the forwards, up to their logits on the host
   double sample_seconds = 0;    // in the samplers
   // The rest (seconds - forward - sample) is the host's scheduling and bookkeeping.
+  int64_t graph_replays = 0;    // forwards that replayed a decode CUDA graph
 };
 
 class InferenceEngine {
  public:
   // Sizes the KV cache by state_manager.memory_config (Note [KV cache size]): "reserve" takes the memory free after
   // the weights, less memory_config.size bytes; "allocate" takes memory_config.size blocks. Refuses with the numbers
-  // when one max_context sequence cannot fit. Prints the cache's size to `log` when given.
+  // when one max_context sequence cannot fit. On a GPU it then captures the decode CUDA graphs
+  // (dscpp.cuda_graph_max_batch). Prints the cache's size and the capture's time to `log` when given.
   InferenceEngine(InferenceModel model, const InferenceConfig& config, std::ostream* log = nullptr);
   ~InferenceEngine();
   InferenceEngine(const InferenceEngine&) = delete;
@@ -78,12 +81,14 @@ class InferenceEngine {
   int64_t kv_blocks() const { return cache_.shape().n_blocks; }
   int64_t kv_tokens() const { return cache_.shape().n_blocks * cache_.shape().block_size; }
   const StateManager& state() const { return *state_; }
+  const ModelRunner& runner() const { return *runner_; }
 
  private:
   void check_tokens(const std::vector<int64_t>& uids, const std::vector<std::vector<int32_t>>& tokens) const;
 
   InferenceModel model_;
   InferenceConfig config_;
+  std::unique_ptr<ModelRunner> runner_;  // before the cache: its buffers are not the cache's to take
   KVCache cache_;
   std::unique_ptr<StateManager> state_;
 };

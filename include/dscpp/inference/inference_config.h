@@ -33,6 +33,9 @@ struct InferenceDscppConfig {            // dscpp: our keys, which FastGen has n
   // a max_context sequence's block table stays short (8192 / 64 = 128 entries). FastGen uses 128, vLLM 16.
   int64_t kv_block_size = 64;
   bool prefix_caching = true;            // share full KV blocks of equal prefixes between sequences (Note [Prefix cache])
+  // Decode steps of up to this many sequences replay a CUDA graph (one per batch-size bucket, captured at start-up);
+  // 0: every forward launches its kernels one by one. vLLM's default capture limit.
+  int64_t cuda_graph_max_batch = 256;
 };
 
 struct InferenceConfig {

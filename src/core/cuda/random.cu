@@ -1,4 +1,4 @@
-// Device Philox fills (see src/core/random_fill.h): one thread per 4-word Philox block. The arithmetic mirrors
+// Device Philox fills (see include/dscpp/core/random_fill.h): one thread per 4-word Philox block. The arithmetic mirrors
 // Rng::uniform/normal and random_fill.cpp operation for operation, with explicit _rn intrinsics so nvcc does not
 // contract a multiply and an add into an FMA (the host does not either).
 #include "core/cuda/cuda_runtime.cuh"

@@ -10,6 +10,7 @@
 #include "dscpp/core/check.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/device_memory.h"
+#include "inference/model/model_runner.h"
 #include "inference/ragged/state_manager.h"
 #include "inference/scheduler/splitfuse_scheduler.h"
 
@@ -57,13 +58,13 @@ Tensor on_host(const Tensor& t) {
 // The scheduler's view of the engine: a forward, then each wanted row sampled by its request's sampler.
 class SampledModel : public TokenModel {
  public:
-  SampledModel(const InferenceModel& m, KVCache& cache, std::map<int64_t, SequenceSampler>& samplers,
+  SampledModel(ModelRunner& runner, KVCache& cache, std::map<int64_t, SequenceSampler>& samplers,
                std::map<int64_t, SampleResult>& last, GenerationStats& stats)
-      : m_(m), cache_(cache), samplers_(samplers), last_(last), stats_(stats) {}
+      : runner_(runner), cache_(cache), samplers_(samplers), last_(last), stats_(stats) {}
   std::vector<int32_t> next_tokens(const RaggedBatch& batch, const std::vector<int64_t>& uids,
                                    const std::vector<uint8_t>& wants_token) override {
     const auto t0 = Clock::now();
-    const Tensor logits = on_host(forward(m_, batch, cache_));
+    const Tensor logits = on_host(runner_.forward(batch, cache_));
     const auto t1 = Clock::now();
     const float* l = logits.data<float>();
     const int64_t V = logits.shape()[1];
@@ -88,22 +89,41 @@ class SampledModel : public TokenModel {
   }
 
  private:
-  const InferenceModel& m_;
+  ModelRunner& runner_;
   KVCache& cache_;
   std::map<int64_t, SequenceSampler>& samplers_;
   std::map<int64_t, SampleResult>& last_;
   GenerationStats& stats_;
 };
 
+RunnerLimits runner_limits(const InferenceConfig& c) {
+  const StateManagerConfig& sm = c.state_manager;
+  const int64_t bs = c.dscpp.kv_block_size;
+  return {sm.max_ragged_batch_size, sm.max_ragged_sequence_count, (sm.max_context + bs - 1) / bs,
+          c.dscpp.cuda_graph_max_batch};
+}
+
+const InferenceModel& checked(const InferenceModel& m, const InferenceConfig& c) {
+  DSCPP_CHECK(c.state_manager.max_context <= m.cfg.max_context || m.cfg.max_context == 0,
+              "state_manager.max_context = ", c.state_manager.max_context, " exceeds the model's ", m.cfg.max_context,
+              " positions: lower it to at most ", m.cfg.max_context);
+  return m;
+}
+
 }  // namespace
 
 InferenceEngine::InferenceEngine(InferenceModel model, const InferenceConfig& config, std::ostream* log)
-    : model_(std::move(model)), config_(config), cache_(make_cache(model_, config_, log)) {
-  DSCPP_CHECK(config_.state_manager.max_context <= model_.cfg.max_context || model_.cfg.max_context == 0,
-              "state_manager.max_context = ", config_.state_manager.max_context, " exceeds the model's ",
-              model_.cfg.max_context, " positions: lower it to at most ", model_.cfg.max_context);
+    : model_(std::move(model)),
+      config_(config),
+      runner_(std::make_unique<ModelRunner>(checked(model_, config_), runner_limits(config_))),
+      cache_(make_cache(model_, config_, log)) {
   state_ = std::make_unique<StateManager>(config_.state_manager, int32_t(cache_.shape().n_blocks),
                                           config_.dscpp.kv_block_size, config_.dscpp.prefix_caching);
+  const double s = runner_->capture_graphs(cache_);
+  if (log && !runner_->graph_buckets().empty())
+    *log << "CUDA graphs: " << runner_->graph_buckets().size() << " decode batch sizes (1 to "
+         << runner_->graph_buckets().back() << " sequences, " << runner_->graph_nodes() << " kernels) captured in "
+         << std::fixed << std::setprecision(2) << s << " s" << std::endl;
 }
 
 InferenceEngine::~InferenceEngine() = default;
@@ -123,7 +143,7 @@ Tensor InferenceEngine::put(const std::vector<int64_t>& uids, const std::vector<
   const RaggedBatch& batch = state_->put(uids, tokens);
   Tensor logits;
   try {
-    logits = on_host(forward(model_, batch, cache_));
+    logits = on_host(runner_->forward(batch, cache_));
   } catch (...) {
     // The forward wrote part of the new tokens' K/V at most; those slots are past every sequence's seen tokens, so
     // dropping the put leaves each sequence as it was.
@@ -164,17 +184,28 @@ GenerationStats InferenceEngine::generate(const std::vector<GenerationRequest>& 
     samplers.emplace(r.uid, SequenceSampler(g.sampling, r.prompt));
   }
   GenerationStats st;
-  SampledModel tm(model_, cache_, samplers, last, st);
+  SampledModel tm(*runner_, cache_, samplers, last, st);
+  const int64_t replays0 = runner_->graph_replays();
   const auto t0 = Clock::now();
-  while (!sched.idle()) {
-    for (const TokenEvent& e : sched.step(tm)) {
-      on_token(GeneratedToken{e, last[e.uid]});
-      st.generated++;
+  try {
+    while (!sched.idle()) {
+      for (const TokenEvent& e : sched.step(tm)) {
+        on_token(GeneratedToken{e, last[e.uid]});
+        st.generated++;
+      }
+      st.forwards++;
+      st.forward_tokens += sched.last_step().tokens;
     }
-    st.forwards++;
-    st.forward_tokens += sched.last_step().tokens;
+  } catch (...) {
+    // A failed forward (or a throwing on_token) ends the whole call; its requests are dropped so the engine is left
+    // as it was before generate, ready for the next call.
+    if (state_->batch_in_flight()) state_->abort_forward();
+    for (const auto& g : requests)
+      if (state_->get(g.request.uid)) state_->flush(g.request.uid);
+    throw;
   }
   st.preemptions = sched.total_preemptions();
+  st.graph_replays = runner_->graph_replays() - replays0;
   st.seconds = seconds(t0, Clock::now());
   return st;
 }

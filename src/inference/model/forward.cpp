@@ -11,15 +11,10 @@
 #include "dscpp/inference/inference_model.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
+#include "inference/model/forward_inputs.h"
 
 namespace dscpp::inference {
 namespace {
-
-Tensor i32_tensor(const std::vector<int32_t>& v, Device dev) {
-  Tensor t = Tensor::empty({int64_t(v.size())}, DType::i32);
-  std::copy(v.begin(), v.end(), t.data<int32_t>());
-  return dev.is_cpu() ? t : t.to(dev);
-}
 
 // out (=) norm(inp) with its weight and bias; the statistics are not kept (no backward).
 void norm_forward(const InferenceModelConfig& c, const Tensor& out, const Tensor& inp, const Tensor& w,
@@ -32,47 +27,66 @@ void norm_forward(const InferenceModelConfig& c, const Tensor& out, const Tensor
 
 }  // namespace
 
-Tensor forward(const InferenceModel& m, const RaggedBatch& batch, KVCache& cache) {
+InputLayout InputLayout::of(int64_t N, int64_t S, int64_t width) {
+  InputLayout L;
+  L.N = N, L.S = S, L.width = width;
+  L.tokens = 0, L.pos = N, L.slots = 2 * N, L.last = 3 * N, L.seq_start = 3 * N + S, L.table = 3 * N + 2 * S + 1;
+  L.total = L.table + S * width;
+  return L;
+}
+
+int64_t table_width(const RaggedBatch& b, int64_t block_size) {
+  int64_t width = 0;
+  for (int32_t p : b.positions) width = std::max<int64_t>(width, p / block_size + 1);
+  return width;
+}
+
+void pack_inputs(const RaggedBatch& b, int64_t bs, const InputLayout& L, int32_t* out) {
+  const int64_t N = b.n_tokens(), S = b.n_seqs();
+  DSCPP_CHECK(L.N >= N && L.S >= S && L.N - N == L.S - S && L.width <= b.max_blocks_per_seq,
+              "pack_inputs: a layout for ", L.N, " tokens of ", L.S, " sequences (width ", L.width,
+              ") cannot hold a batch of ", N, " tokens of ", S, " sequences (", b.max_blocks_per_seq, " blocks each)");
+  std::copy(b.tokens.begin(), b.tokens.end(), out + L.tokens);
+  std::copy(b.positions.begin(), b.positions.end(), out + L.pos);
+  std::copy(b.seq_start.begin(), b.seq_start.end(), out + L.seq_start);
+  for (int64_t s = 0; s < S; s++) {
+    const int32_t* row = b.block_table.data() + s * b.max_blocks_per_seq;
+    // Each token's cache slot: its block (from the sequence's row of the block table) * block_size + offset.
+    for (int64_t n = b.seq_start[size_t(s)]; n < b.seq_start[size_t(s + 1)]; n++) {
+      const int32_t p = b.positions[size_t(n)];
+      out[L.slots + n] = row[p / bs] * int32_t(bs) + p % int32_t(bs);
+    }
+    out[L.last + s] = int32_t(b.last_token(s));
+    std::copy(row, row + L.width, out + L.table + s * L.width);
+  }
+  for (int64_t i = 0; i < L.N - N; i++) {  // padding: one token per sequence
+    out[L.tokens + N + i] = 0;
+    out[L.pos + N + i] = 0;
+    out[L.slots + N + i] = -1;
+    out[L.last + S + i] = int32_t(N + i);
+    out[L.seq_start + S + 1 + i] = int32_t(N + i + 1);
+    std::fill(out + L.table + (S + i) * L.width, out + L.table + (S + i + 1) * L.width, 0);
+  }
+}
+
+ForwardInputs ForwardInputs::views(const Tensor& packed, const InputLayout& L) {
+  auto at = [&](int64_t off, std::vector<int64_t> shape) { return packed.view_at(off, std::move(shape)); };
+  return {at(L.tokens, {L.N}), at(L.pos, {L.N}),           at(L.slots, {L.N}),
+          at(L.last, {L.S}),   at(L.seq_start, {L.S + 1}), at(L.table, {L.S, L.width})};
+}
+
+void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache, const Tensor& logits) {
   const InferenceModelConfig& c = m.cfg;
   const KVCacheShape& ks = cache.shape();
-  DSCPP_CHECK(ks.n_layer == c.n_layer && ks.n_kv_head == c.n_kv_head && ks.head_dim == c.head_dim,
-              "inference forward: the KV cache is for ", ks.n_layer, " layers of ", ks.n_kv_head, " x ", ks.head_dim,
-              ", the model (", c.model_type, ") has ", c.n_layer, " of ", c.n_kv_head, " x ", c.head_dim);
-  batch.validate(ks.block_size);
-  const int64_t N = batch.n_tokens(), S = batch.n_seqs(), C = c.hidden, H = c.n_head, Hkv = c.n_kv_head,
+  const int64_t N = in.tokens.numel(), S = in.last.numel(), C = c.hidden, H = c.n_head, Hkv = c.n_kv_head,
                 D = c.head_dim, bs = ks.block_size;
-  for (int64_t n = 0; n < N; n++)
-    DSCPP_CHECK(batch.positions[size_t(n)] < c.max_context, "inference forward: position ", batch.positions[size_t(n)],
-                " of token ", n, " is past the model's max_context ", c.max_context);
   const Device dev = m.device;
   const DType act = m.dtype;
-
-  // Each token's cache slot: block (from its sequence's row of the block table) * block_size + offset.
-  std::vector<int32_t> slots(static_cast<size_t>(N)), last(static_cast<size_t>(S));
-  for (int64_t s = 0; s < S; s++) {
-    for (int64_t n = batch.seq_start[size_t(s)]; n < batch.seq_start[size_t(s + 1)]; n++) {
-      const int32_t p = batch.positions[size_t(n)];
-      slots[size_t(n)] = batch.block_table[size_t(s * batch.max_blocks_per_seq + p / bs)] * int32_t(bs) + p % int32_t(bs);
-    }
-    last[size_t(s)] = int32_t(batch.last_token(s));
-  }
-  const Tensor tokens = i32_tensor(batch.tokens, dev), pos = i32_tensor(batch.positions, dev);
-  const Tensor slot_t = i32_tensor(slots, dev), last_t = i32_tensor(last, dev);
-  // The block table cut to the columns this batch's positions reach: less to upload, and paged attention sizes its
-  // split-K from the table's width (the longest context a token may have; Note [Paged attention design]).
-  int64_t width = 0;
-  for (int32_t p : batch.positions) width = std::max<int64_t>(width, p / bs + 1);
-  std::vector<int32_t> used(static_cast<size_t>(S * width));
-  for (int64_t s = 0; s < S; s++)
-    for (int64_t j = 0; j < width; j++)
-      used[size_t(s * width + j)] = batch.block_table[size_t(s * batch.max_blocks_per_seq + j)];
-  const Tensor seq_start = i32_tensor(batch.seq_start, dev), table = i32_tensor(used, dev);
-
   Tensor x = Tensor::empty({N, C}, act, dev);
-  ops::embedding_forward(x, tokens, m.embed);
+  ops::embedding_forward(x, in.tokens, m.embed);
   if (c.learned_positions) {
     Tensor p = Tensor::empty({N, C}, act, dev);
-    ops::embedding_forward(p, pos, m.pos_embed);
+    ops::embedding_forward(p, in.pos, m.pos_embed);
     ops::residual_forward(x, x, p);
   }
   Tensor h = Tensor::empty({N, C}, act, dev), qkv = Tensor::empty({N, c.qkv_rows()}, act, dev);
@@ -83,9 +97,9 @@ Tensor forward(const InferenceModel& m, const RaggedBatch& batch, KVCache& cache
     const Tensor layer_cache = cache.data().view_at(cache.offset(l, 0, 0, 0), {ks.n_blocks, bs, 2, Hkv, D});
     norm_forward(c, h, x, w.norm1_w, w.norm1_b);
     ops::matmul_forward(qkv, h, w.qkv_w, w.qkv_b);
-    if (!c.learned_positions) ops::rope_forward(qkv, pos, H, Hkv, D, c.rope);
-    ops::kv_cache_append(layer_cache, qkv, slot_t, H, Hkv, D);
-    ops::paged_attention_forward(att, qkv, layer_cache, table, seq_start, pos, H, Hkv, D);
+    if (!c.learned_positions) ops::rope_forward(qkv, in.pos, H, Hkv, D, c.rope);
+    ops::kv_cache_append(layer_cache, qkv, in.slots, H, Hkv, D);
+    ops::paged_attention_forward(att, qkv, layer_cache, in.table, in.seq_start, in.pos, H, Hkv, D);
     ops::matmul_forward(x1, att, w.o_w, w.o_b, x);  // x1 = x + attention
     norm_forward(c, h, x1, w.norm2_w, w.norm2_b);
     if (c.mlp == MlpKind::gelu) {
@@ -98,10 +112,27 @@ Tensor forward(const InferenceModel& m, const RaggedBatch& batch, KVCache& cache
   }
   // The last new token of each sequence (embedding_forward is a row gather: out[s] = x[last[s]]).
   Tensor xl = Tensor::empty({S, C}, act, dev), xf = Tensor::empty({S, C}, act, dev);
-  ops::embedding_forward(xl, last_t, x);
+  ops::embedding_forward(xl, in.last, x);
   norm_forward(c, xf, xl, m.norm_f_w, m.norm_f_b);
-  Tensor logits = Tensor::empty({S, c.vocab}, DType::f32, dev);
   ops::matmul_forward(logits, xf, m.lm_head, Tensor());
+}
+
+Tensor forward(const InferenceModel& m, const RaggedBatch& batch, KVCache& cache) {
+  const InferenceModelConfig& c = m.cfg;
+  const KVCacheShape& ks = cache.shape();
+  DSCPP_CHECK(ks.n_layer == c.n_layer && ks.n_kv_head == c.n_kv_head && ks.head_dim == c.head_dim,
+              "inference forward: the KV cache is for ", ks.n_layer, " layers of ", ks.n_kv_head, " x ", ks.head_dim,
+              ", the model (", c.model_type, ") has ", c.n_layer, " of ", c.n_kv_head, " x ", c.head_dim);
+  batch.validate(ks.block_size);
+  for (int64_t n = 0; n < batch.n_tokens(); n++)
+    DSCPP_CHECK(batch.positions[size_t(n)] < c.max_context, "inference forward: position ", batch.positions[size_t(n)],
+                " of token ", n, " is past the model's max_context ", c.max_context);
+  const InputLayout L = InputLayout::of(batch.n_tokens(), batch.n_seqs(), table_width(batch, ks.block_size));
+  Tensor packed = Tensor::empty({L.total}, DType::i32);
+  pack_inputs(batch, ks.block_size, L, packed.data<int32_t>());
+  if (!m.device.is_cpu()) packed = packed.to(m.device);
+  Tensor logits = Tensor::empty({batch.n_seqs(), c.vocab}, DType::f32, m.device);
+  forward_on(m, ForwardInputs::views(packed, L), cache, logits);
   return logits;
 }
 

@@ -41,13 +41,14 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
               " needs a CUDA device (the CPU path is f32)");
   const nlohmann::json j = read_json_file((std::filesystem::path(dir) / "config.json").string());
   const InferenceModelConfig cfg = inference_config_from_hf(j, opts.max_context);
-  InferenceModel m = allocate_weights(cfg);
   if (opts.load_format == "dummy") {
+    InferenceModel m = allocate_weights(cfg, opts.dtype, opts.device);
     fill_dummy_weights(m, opts.seed);
-  } else {
-    WeightSource src(dir, cfg.model_type, opts.progress);
-    find_policy(cfg.model_type).load(src, m);
+    return m;
   }
+  InferenceModel m = allocate_weights(cfg);
+  WeightSource src(dir, cfg.model_type, opts.progress);
+  find_policy(cfg.model_type).load(src, m);
   return place(std::move(m), opts);
 }
 

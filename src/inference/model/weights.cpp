@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "dscpp/core/rng.h"
+#include "dscpp/core/random_fill.h"
 
 namespace dscpp::inference {
 
@@ -26,14 +26,16 @@ void InferenceModelConfig::validate() const {
   DSCPP_CHECK(norm_eps > 0 && std::isfinite(norm_eps), "inference model (", model_type, "): norm_eps must be positive");
 }
 
-InferenceModel allocate_weights(const InferenceModelConfig& c) {
+InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Device device) {
   c.validate();
   const int64_t C = c.hidden;
-  auto mat = [](int64_t r, int64_t k) { return Tensor::empty({r, k}, DType::f32); };
-  auto vec = [](int64_t n, bool present) { return present ? Tensor::empty({n}, DType::f32) : Tensor(); };
+  auto mat = [&](int64_t r, int64_t k) { return Tensor::empty({r, k}, dtype, device); };
+  auto vec = [&](int64_t n, bool present) { return present ? Tensor::empty({n}, dtype, device) : Tensor(); };
   const bool b = c.other_bias, ln = c.norm == NormKind::layernorm;
   InferenceModel m;
   m.cfg = c;
+  m.dtype = dtype;
+  m.device = device;
   m.embed = mat(c.vocab, C);
   if (c.learned_positions) m.pos_embed = mat(c.max_context, C);
   for (int64_t l = 0; l < c.n_layer; l++) {
@@ -77,9 +79,7 @@ void fill_dummy_weights(InferenceModel& m, uint64_t seed) {
   uint64_t stream = 0;
   for (auto& [name, t] : m.named_tensors()) {
     const bool norm_weight = name.find("norm") != std::string::npos && name.back() == 'w';
-    Rng rng(RngState{seed, ++stream << 40, 4});  // a counter range of its own per tensor
-    float* p = t.data<float>();
-    for (int64_t i = 0; i < t.numel(); i++) p[i] = (norm_weight ? 1.0f : 0.0f) + 0.02f * rng.normal();
+    fill_normal(t, seed, ++stream << 40, norm_weight ? 1.0f : 0.0f, 0.02f);
   }
 }
 
