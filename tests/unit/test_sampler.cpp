@@ -53,9 +53,10 @@ void expect_dist(const SamplingParams& sp, const std::vector<int32_t>& prompt, c
     ASSERT_EQ(got, inverse_cdf(want, u)) << what << ", seed " << seed << ", u " << u;
     seen[size_t(got)]++;
   }
-  for (size_t i = 0; i < want.size(); i++) {
-    if (want[i] > 0.02) EXPECT_GT(seen[i], 0) << what << ": token " << i << " never drawn";
-  }
+  for (size_t i = 0; i < want.size(); i++)
+    if (want[i] > 0.02) {
+      EXPECT_GT(seen[i], 0) << what << ": token " << i << " never drawn";
+    }
 }
 
 const std::vector<double> L{2, 1, 0, -1};
