@@ -1,5 +1,5 @@
 // The sampler's knobs, each against a distribution computed here by hand from its definition (sampler.h), on the
-// logits l = [2, 1, 0, -1]; the draw (inverse CDF) against the distribution; seeded reproducibility; stop ids and
+// logits l = [2, 1, 0, -1]: every draw is the token the inverse CDF in id order picks from it at Philox's u; seeded reproducibility; stop ids and
 // log-probabilities.
 #include <gtest/gtest.h>
 
@@ -23,18 +23,40 @@ std::vector<double> softmax_over(const std::vector<double>& l, double T, const s
   return p;
 }
 
+// The token the definition draws at u from distribution p: inverse CDF over the ids in ascending order.
+int32_t inverse_cdf(const std::vector<double>& p, float u) {
+  double acc = 0;
+  for (size_t i = 0; i < p.size(); i++)
+    if (p[i] > 0 && (acc += p[i]) > double(u)) return int32_t(i);
+  return -1;
+}
+
+// Draws from `logits` after the output history `output`, one fresh sampler per seed, each against the token the
+// definition picks from `want` at that seed's u (Philox(seed, counter = the step)): 300 draws see every candidate
+// of these small distributions, and a token outside them, or an order other than the ids', fails.
 void expect_dist(const SamplingParams& sp, const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
-                 const std::vector<double>& want, const char* what) {
-  SequenceSampler s(sp, prompt);
-  // The output history: sample() records its token, so feed it logits that make the token certain.
-  for (int32_t t : output) {
-    std::vector<float> onehot(kLogits.size(), -1e9f);
-    onehot[size_t(t)] = 1e9f;
-    ASSERT_EQ(s.sample(onehot.data(), int64_t(onehot.size())).token, t);
+                 const std::vector<double>& want, const char* what,
+                 const std::vector<float>& logits = kLogits) {
+  std::vector<int> seen(want.size(), 0);
+  for (uint64_t seed = 0; seed < 300; seed++) {
+    SamplingParams p = sp;
+    p.seed = seed;
+    SequenceSampler s(p, prompt);
+    // The output history: sample() records its token, so feed it logits that make the token certain.
+    for (int32_t t : output) {
+      std::vector<float> onehot(logits.size(), -1e9f);
+      onehot[size_t(t)] = 1e9f;
+      ASSERT_EQ(s.sample(onehot.data(), int64_t(onehot.size())).token, t);
+    }
+    const float u = Rng(RngState{seed, uint64_t(output.size()), 4}).uniform();
+    const int32_t got = s.sample(logits.data(), int64_t(logits.size())).token;
+    ASSERT_EQ(got, inverse_cdf(want, u)) << what << ", seed " << seed << ", u " << u;
+    seen[size_t(got)]++;
   }
-  const std::vector<double> got = s.distribution(kLogits.data(), int64_t(kLogits.size()));
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); i++) EXPECT_NEAR(got[i], want[i], 1e-12) << what << ", token " << i;
+  for (size_t i = 0; i < want.size(); i++)
+    if (want[i] > 0.02) {
+      EXPECT_GT(seen[i], 0) << what << ": token " << i << " never drawn";
+    }
 }
 
 const std::vector<double> L{2, 1, 0, -1};
@@ -64,6 +86,17 @@ TEST(Sampler, TopKTopPMinP) {
   expect_dist(p, {}, {}, softmax_over(L, 1.0, {0, 1, 2}), "min_p 0.1");
   p.min_p = 0.2f;  // >= .1288: tokens 0, 1
   expect_dist(p, {}, {}, softmax_over(L, 1.0, {0, 1}), "min_p 0.2");
+  // Thresholds keep ties: top_k 1 over two maxima keeps both, and so does top_p 0.3 (tau = 1 holds all its ties).
+  const std::vector<float> tied{1, 1, 0, 0};
+  p = {};
+  p.top_k = 1;
+  expect_dist(p, {}, {}, softmax_over({1, 1, 0, 0}, 1.0, {0, 1}), "top_k 1 over a tie", tied);
+  p = {};
+  p.top_p = 0.3f;
+  expect_dist(p, {}, {}, softmax_over({1, 1, 0, 0}, 1.0, {0, 1}), "top_p 0.3 over a tie", tied);
+  p.top_k = 3;  // top_p's mass is that of the top-k set, the tie at 0 included: {1, 1, 0, 0}
+  p.top_p = 0.8f;  // .7311 of the mass in {0, 1} < .8: tau = 0
+  expect_dist(p, {}, {}, softmax_over({1, 1, 0, 0}, 1.0, {0, 1, 2, 3}), "top_k 3 keeps the tie, then top_p", tied);
 }
 
 TEST(Sampler, Penalties) {
@@ -85,7 +118,7 @@ TEST(Sampler, DrawFollowsTheDistributionAndIsSeeded) {
   SamplingParams p;
   p.temperature = 0.8f;
   p.seed = 42;
-  const std::vector<double> want = SequenceSampler(p, {}).distribution(kLogits.data(), 4);
+  const std::vector<double> want = softmax_over(L, 0.8, {0, 1, 2, 3});
   SequenceSampler a(p, {}), b(p, {});
   std::vector<int> count(4, 0);
   const int n = 20000;

@@ -1,15 +1,18 @@
 // Token sampling from a logits row, one implementation for the CLI and the engine (the server later). Semantics:
 //   1. penalties on the raw logits: repetition (Hugging Face's RepetitionPenaltyLogitsProcessor: every token of
-//      prompt + output, l > 0 ? l / r : l * r), then presence and frequency (OpenAI's, as vLLM: output tokens only,
-//      l -= frequency * count + presence * (count > 0));
-//   2. temperature 0: argmax (ties to the lower id); else softmax(l / temperature) restricted to the top_k largest,
-//      then to the smallest prefix whose mass reaches top_p, then to tokens with p >= min_p * p_max (HF's
-//      TopK / TopP / MinP warpers; min_p's test is invariant to the renormalisation, so its order does not matter);
-//   3. one uniform u in [0, 1) picks the token by inverse CDF over the candidates in descending order.
+//      prompt + output once, l > 0 ? l / r : l * r), then presence and frequency (OpenAI's, as vLLM: output tokens
+//      only, l -= frequency * count + presence * (count > 0));
+//   2. temperature 0: argmax (ties to the lower id). Else w_i = exp((l_i - max l) / temperature) and the candidates
+//      are the tokens with l_i >= T, T the largest of: top_k's threshold (the top_k-th largest logit, its ties
+//      kept), top_p's (the largest tau such that the w-mass of {l >= tau} reaches top_p times the mass of the top-k
+//      set, as HF applies TopP after TopK; ties at tau kept), and min_p's (w >= min_p * w_max);
+//   3. one uniform u in [0, 1) picks the token by inverse CDF over the candidates in ascending id order: the first
+//      whose cumulative w exceeds u times the candidates' sum.
+// A threshold and an id-ordered draw let a GPU kernel find the same token with a radix select and a block scan,
+// without sorting 128K logits (include/dscpp/kernels/sampling_ops.h holds the ops: the one implementation, CPU
+// and CUDA). u is Philox(seed, counter = the request's step), so the draw depends on the seed and the step only.
 // Log-probabilities (requested with logprobs >= 0) are of the raw logits, log_softmax before any penalty or
 // temperature: what vLLM returns by default and what a client compares across sampling settings.
-// A GPU twin matches this by computing the same candidate order and the same u: SequenceSampler draws u from
-// Philox(seed, counter = the request's step), so the draw depends on the seed and the step only.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -50,23 +53,22 @@ struct SampleResult {
 class SequenceSampler {
  public:
   SequenceSampler(SamplingParams p, const std::vector<int32_t>& prompt);
-  // Samples from logits[V] (f32, host) and records the token as output.
+  // Samples from logits[V] (f32, host) and records the token: the engine's batch sampler on this one row.
   SampleResult sample(const float* logits, int64_t V);
-  // The distribution step 2 draws from: probabilities over [0, V) (0 outside the candidates; greedy: one 1).
-  std::vector<double> distribution(const float* logits, int64_t V) const;
+  // Records a sampled token as output: advances the step, counts the token for the penalties and says whether it
+  // stops the request. The log-probabilities are the caller's to fill.
+  SampleResult record(int32_t token);
+  bool penalized() const;  // some penalty is on
+  // Every token of the prompt and the output once, with its count in the output (0: the prompt's only).
+  const std::map<int32_t, int32_t>& history() const { return history_; }
   const SamplingParams& params() const { return p_; }
   int64_t steps() const { return step_; }
 
  private:
-  std::vector<float> penalized(const float* logits, int64_t V) const;
   SamplingParams p_;
-  std::map<int32_t, int32_t> prompt_, output_;  // token -> count
+  std::map<int32_t, int32_t> history_;
   int64_t step_ = 0;
 };
-
-// A stateless draw without penalties: the CLI's `generate` path before SequenceSampler; rng advances by one draw
-// unless greedy.
-int32_t sample_token(const float* logits, int64_t V, const SamplingParams& p, Rng& rng);
 
 // Autoregressive generation with the model's full forward (no KV cache: the CPU reference path). Returns the prompt
 // followed by up to max_new_tokens tokens; stops early at stop_token (when >= 0) or any of p.stop_token_ids. The

@@ -104,6 +104,29 @@ void paged_attention_forward(float* out, const float* qkv, const float* cache, c
                              const int32_t* seq_start, const int32_t* pos, int64_t S, int64_t max_blocks,
                              int64_t block_size, int64_t H, int64_t Hkv, int64_t D);
 
+// sampling.cpp (sampling_ops.h): the rows of logits[S,V]; sample_row is one row's draw at a given u, the semantics
+// every other sampler follows (SequenceSampler goes through the ops; the op harness asks where u fell).
+void apply_penalties(float* out, const float* logits, const int32_t* hist_start, const int32_t* hist_token,
+                     const int32_t* hist_count, const float* repetition, const float* presence, const float* frequency,
+                     int64_t S, int64_t V);
+struct SampleKnobs {
+  float temperature, top_p, min_p;
+  int32_t top_k;
+};
+// The token, and the candidates' cumulative mass (a fraction of their sum) before and after it: u lies in [below,
+// above) up to rounding (greedy: 0, 1).
+struct RowDraw {
+  int32_t token;
+  double below, above;
+};
+RowDraw sample_row(const float* l, int64_t V, const SampleKnobs& k, float u);
+float sample_uniform(uint64_t seed, int64_t step);  // u of sample_rows: Philox(seed, counter = step)'s first uniform
+void sample_rows(int32_t* tokens, const float* logits, const float* temperature, const int32_t* top_k,
+                 const float* top_p, const float* min_p, const int32_t* seed, const int32_t* step, int64_t S,
+                 int64_t V);
+void logprobs_rows(float* chosen, int32_t* top_ids, float* top_logprob, const float* logits, const int32_t* tokens,
+                   int64_t S, int64_t V, int64_t n);
+
 // crossentropy.cpp. logits[N,Vp], softmax over the first V columns; targets[N] < 0 are ignored.
 // lse (nullable) receives each row's log-sum-exp (0 for ignored rows).
 void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,

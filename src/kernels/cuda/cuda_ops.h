@@ -5,6 +5,7 @@
 #pragma once
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
+#include "dscpp/kernels/sampling_ops.h"
 
 namespace dscpp::cuda {
 
@@ -82,6 +83,15 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots, int64_t H, int64_t Hkv, int64_t D);
 void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
                              const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D);
+
+// ---- sampling (sampling.cu; f32 logits, one CTA per row; history tokens outside [0, V) are skipped) ----
+void apply_penalties(const Tensor& out, const Tensor& logits, const Tensor& hist_start, const Tensor& hist_token,
+                     const Tensor& hist_count, const Tensor& repetition, const Tensor& presence,
+                     const Tensor& frequency);
+void sample_rows(const Tensor& tokens, const Tensor& logits, const Tensor& temperature, const Tensor& top_k,
+                 const Tensor& top_p, const Tensor& min_p, const Tensor& seed, const Tensor& step);
+void logprobs_rows(const Tensor& chosen, const Tensor& top_ids, const Tensor& top_logprob, const Tensor& logits,
+                   const Tensor& tokens);
 
 // ---- loss ----
 void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V,
