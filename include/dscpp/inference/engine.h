@@ -44,8 +44,8 @@ struct GenerationStats {
   int64_t generated = 0;        // tokens handed to on_token
   int64_t preemptions = 0;      // sequences preempted to free KV blocks (Note [Preemption])
   double seconds = 0;           // wall time of generate
-  double forward_seconds = 0;   // in the forwards, up to their logits on the host
-  double sample_seconds = 0;    // in the samplers
+  double forward_seconds = 0;   // launching the forwards and waiting for them and their sampling on the device
+  double sample_seconds = 0;    // the samplers' host time (packing parameters, recording tokens)
   // The rest (seconds - forward - sample) is the host's scheduling and bookkeeping.
   int64_t graph_replays = 0;    // forwards that replayed a decode CUDA graph
 };

@@ -12,6 +12,7 @@
 #include "dscpp/core/device_memory.h"
 #include "inference/model/model_runner.h"
 #include "inference/ragged/state_manager.h"
+#include "inference/sampling/batch_sampler.h"
 #include "inference/scheduler/splitfuse_scheduler.h"
 
 namespace dscpp::inference {
@@ -45,8 +46,8 @@ KVCache make_cache(const InferenceModel& m, const InferenceConfig& c, std::ostre
 using Clock = std::chrono::steady_clock;
 double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
 
-// The sampler reads logits on the host (a GPU sampler is still to come), through pinned memory: a pageable copy of
-// B rows of 128K logits ran at a fraction of the bus's speed.
+// FastGen's put returns the logits themselves, on the host, through pinned memory (a pageable copy of B rows of
+// 128K logits ran at a fraction of the bus's speed).
 Tensor on_host(const Tensor& t) {
   if (t.device().is_cpu()) return t;
   Tensor host = empty_pinned(t.shape(), t.dtype());
@@ -55,42 +56,41 @@ Tensor on_host(const Tensor& t) {
   return host;
 }
 
-// The scheduler's view of the engine: a forward, then each wanted row sampled by its request's sampler.
+// The scheduler's view of the engine: a forward, then each wanted row sampled on the logits' device by its
+// request's sampler (BatchSampler: only the token ids come back).
 class SampledModel : public TokenModel {
  public:
-  SampledModel(ModelRunner& runner, KVCache& cache, std::map<int64_t, SequenceSampler>& samplers,
-               std::map<int64_t, SampleResult>& last, GenerationStats& stats)
-      : runner_(runner), cache_(cache), samplers_(samplers), last_(last), stats_(stats) {}
+  SampledModel(ModelRunner& runner, KVCache& cache, BatchSampler& sampler,
+               std::map<int64_t, SequenceSampler>& samplers, std::map<int64_t, SampleResult>& last,
+               GenerationStats& stats)
+      : runner_(runner), cache_(cache), sampler_(sampler), samplers_(samplers), last_(last), stats_(stats) {}
   std::vector<int32_t> next_tokens(const RaggedBatch& batch, const std::vector<int64_t>& uids,
                                    const std::vector<uint8_t>& wants_token) override {
     const auto t0 = Clock::now();
-    const Tensor logits = on_host(runner_.forward(batch, cache_));
+    const Tensor logits = runner_.forward(batch, cache_);
     const auto t1 = Clock::now();
-    const float* l = logits.data<float>();
-    const int64_t V = logits.shape()[1];
-    // Each sequence has its own sampler (a batch never holds a uid twice), so rows are sampled in parallel.
-    const int64_t S = int64_t(uids.size());
-    std::vector<SampleResult> res(uids.size());
-    std::vector<SequenceSampler*> samplers(uids.size(), nullptr);
-    for (int64_t s = 0; s < S; s++)
-      if (wants_token[size_t(s)]) samplers[size_t(s)] = &samplers_.at(uids[size_t(s)]);
-#pragma omp parallel for schedule(static) if (S > 1)
-    for (int64_t s = 0; s < S; s++)
-      if (samplers[size_t(s)]) res[size_t(s)] = samplers[size_t(s)]->sample(l + s * V, V);
+    std::vector<SequenceSampler*> rows(uids.size(), nullptr);
+    for (size_t s = 0; s < uids.size(); s++)
+      if (wants_token[s]) rows[s] = &samplers_.at(uids[s]);
+    std::vector<SampleResult> res = sampler_.sample(logits, rows);
     std::vector<int32_t> out(uids.size(), -1);
     for (size_t s = 0; s < uids.size(); s++) {
-      if (!samplers[s]) continue;
+      if (!rows[s]) continue;
       out[s] = res[s].token;
       last_[uids[s]] = std::move(res[s]);
     }
-    stats_.forward_seconds += seconds(t0, t1);
-    stats_.sample_seconds += seconds(t1, Clock::now());
+    // The forward's time is the host's launch (all of it on the CPU) plus the wait for the
+    // device's forward and sampling kernels; the sampler's host time is the rest of its call.
+    const double wait = sampler_.last_wait_seconds();
+    stats_.forward_seconds += seconds(t0, t1) + wait;
+    stats_.sample_seconds += seconds(t1, Clock::now()) - wait;
     return out;
   }
 
  private:
   ModelRunner& runner_;
   KVCache& cache_;
+  BatchSampler& sampler_;
   std::map<int64_t, SequenceSampler>& samplers_;
   std::map<int64_t, SampleResult>& last_;
   GenerationStats& stats_;
@@ -184,7 +184,8 @@ GenerationStats InferenceEngine::generate(const std::vector<GenerationRequest>& 
     samplers.emplace(r.uid, SequenceSampler(g.sampling, r.prompt));
   }
   GenerationStats st;
-  SampledModel tm(*runner_, cache_, samplers, last, st);
+  BatchSampler sampler;
+  SampledModel tm(*runner_, cache_, sampler, samplers, last, st);
   const int64_t replays0 = runner_->graph_replays();
   const auto t0 = Clock::now();
   try {

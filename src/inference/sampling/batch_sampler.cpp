@@ -2,6 +2,7 @@
 #include "inference/sampling/batch_sampler.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 
 #include "dscpp/core/cuda.h"
@@ -41,6 +42,7 @@ std::vector<SampleResult> BatchSampler::sample(const Tensor& logits, const std::
   DSCPP_CHECK(logits.defined() && logits.dim() == 2 && logits.dtype() == DType::f32, "BatchSampler: logits is ",
               logits.defined() ? logits.str() : std::string("undefined"), ", expected f32 [S, V]");
   const int64_t S = logits.size(0), V = logits.size(1);
+  wait_ = 0;
   DSCPP_CHECK(int64_t(rows.size()) == S, "BatchSampler: ", rows.size(), " samplers for ", S, " rows of logits");
   const Device dev = logits.device();
   const bool on_host = dev.is_cpu();
@@ -110,7 +112,9 @@ std::vector<SampleResult> BatchSampler::sample(const Tensor& logits, const std::
   if (!on_host) {
     grow(out_host_, n_out, DType::i32, Device::cpu(), true);
     copy_async(out_host_.slice(0, n_back), out_dev_.slice(0, n_back));
+    const auto w0 = std::chrono::steady_clock::now();
     cuda_stream_synchronize(dev.index);
+    wait_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
     res = out_host_.data<int32_t>();
   }
   std::vector<SampleResult> results(static_cast<size_t>(S));

@@ -17,11 +17,14 @@ class BatchSampler {
   // logits f32 [S, V] on the host or a device; rows[s] samples row s and records its token (nullptr: no token
   // wanted, result token -1). Not thread-safe: one BatchSampler per engine.
   std::vector<SampleResult> sample(const Tensor& logits, const std::vector<SequenceSampler*>& rows);
+  // How long the last sample() waited for the device (the logits' forward and the sampling kernels); 0 on the host.
+  double last_wait_seconds() const { return wait_; }
 
  private:
   Tensor in_host_, in_dev_;    // packed parameters (i32 words)
   Tensor out_dev_, out_host_;  // tokens, chosen log-probabilities, top ids, top log-probabilities (i32 words)
   Tensor penalized_;           // f32 [S, V] on the logits' device
+  double wait_ = 0;
 };
 
 }  // namespace dscpp
