@@ -605,8 +605,8 @@ void add_attention() {
 // of a ragged batch (S sequences, each some new tokens after some cached ones) through a block table. Shapes: odd
 // head dims and blocks (the scalar path); GQA groups of 1, 2, 4, 7 and 8 at D = 64 and 128; batches mixing prompt
 // chunks (from position 0 and after cached chunks) with decode tokens; long contexts (> 1,000 positions over
-// scrambled blocks) at a few tokens, which take the split-K path (kernels/cuda/paged_kv.cu), and a prompt chunk of
-// hundreds of tokens over many tiles.
+// scrambled blocks) at a few tokens, which take the split-K path (kernels/cuda/paged_kv.cu), and prompt chunks of
+// hundreds of tokens over many tiles (bf16 / f16 at D = 64 and 128: the tensor-core prompt kernel, attention.cu).
 void add_paged_kv() {
   struct S { int64_t H, Hkv, D, block; std::vector<int32_t> seen, fresh; };  // per sequence: cached, new tokens
   const S shapes[] = {S{4, 2, 8, 4, {0}, {5}},
@@ -616,7 +616,11 @@ void add_paged_kv() {
                       S{12, 12, 64, 16, {1500}, {1}},
                       S{28, 4, 128, 16, {1100, 7, 2000}, {1, 1, 1}},
                       S{8, 1, 64, 32, {1200, 0}, {3, 1}},
-                      S{16, 4, 64, 16, {0, 500, 1}, {200, 100, 1}}};
+                      S{16, 4, 64, 16, {0, 500, 1}, {200, 100, 1}},
+                      // Prompt chunks of several 128-row query blocks beside decode tokens and a 2-token chunk, with
+                      // KV blocks of one key tile (64) and of two (128): the tensor-core prompt kernel.
+                      S{32, 8, 128, 64, {0, 256, 70, 0}, {300, 129, 1, 2}},
+                      S{16, 2, 64, 128, {0, 130, 3}, {150, 2, 1}}};
   for (DType t : kDtypes)
     for (const S& s : shapes) {
       const int64_t n_seq = int64_t(s.seen.size()), R = (s.H + 2 * s.Hkv) * s.D;

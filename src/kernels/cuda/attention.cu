@@ -207,14 +207,54 @@ constexpr size_t dkdv_smem_bytes() {
   return size_t(2 * kBlockK + 4 * dkdv_block_q<D>()) * (D + 8) * 2 + 4 * dkdv_block_q<D>() * sizeof(float);
 }
 
-// out[B,T,H*D], lse[B,H,T] from qkv[B,T,(H+2Hkv)*D]. Grid (ceil(T/128), H, B), 128 threads.
+// Where one forward CTA's keys and values come from (Note [Flash attention design]): rows [r0, r0 + kBlockK) of
+// a kv head into sK / sV (cp.async; rows >= n zero-filled).
+// DenseKV: a training sequence's rows of qkv, `stride` elements apart.
+template <typename T, int D>
+struct DenseKV {
+  const T* k;
+  const T* v;
+  int64_t stride;
+  int n;
+  __device__ __forceinline__ void load(T* sK, T* sV, int r0) const {
+    load_tile<T, kBlockK, D, kFlashThreads>(sK, k, stride, r0, n);
+    load_tile<T, kBlockK, D, kFlashThreads>(sV, v, stride, r0, n);
+  }
+};
+// PagedKV: a ragged batch's sequence in the paged KV cache (kernels/paged_ops.h): position j in slot
+// blocks[j / block_size] * block_size + j % block_size, each slot `slot` elements holding the K then V heads. A
+// block-table entry outside the cache loads zeros and sets *bad (the rows become NaN, as in the decode kernel).
+template <typename T, int D>
+struct PagedKV {
+  const T* k;  // the cache, advanced to this kv head's K (V is v_off further)
+  const int32_t* blocks;
+  int64_t slot, v_off;
+  int n, block_size, n_blocks;
+  int* bad;  // shared
+  __device__ __forceinline__ void load(T* sK, T* sV, int r0) const {
+    constexpr int kChunks = D / 8, LD = D + 8;
+    for (int c = threadIdx.x; c < kBlockK * kChunks; c += kFlashThreads) {
+      const int r = c / kChunks, col = (c % kChunks) * 8, j = r0 + r;
+      const int blk = j < n ? blocks[j / block_size] : 0;
+      const bool ok = j < n && blk >= 0 && blk < n_blocks;
+      if (j < n && !ok) *bad = 1;  // benign race: every writer stores 1
+      const T* src = ok ? k + (int64_t(blk) * block_size + j % block_size) * slot + col : k;
+      cp_async16(sK + r * LD + col, src, ok);
+      cp_async16(sV + r * LD + col, ok ? src + v_off : k, ok);
+    }
+  }
+};
+
+// One forward CTA: query rows [q0, q0 + 128) of a sequence of nq new rows (row i at qg + i * R, head h) whose
+// positions are offset + i, over its keys 0 .. offset + nq - 1 from `kv`; key j is visible to row i when
+// j <= offset + i. Writes out rows (row i at out + i * out_stride) and, when lse is given, lse[i].
 // Each warp owns 32 query rows (two m-tiles) so that every K/V fragment read from shared memory feeds four mma
 // instead of two (one m-tile per warp is shared-memory bound on H100). Q fragments stay in registers for D = 64
 // and are re-read per key tile for D = 128 (register budget).
-template <typename T, int D>
-__global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict__ out, float* __restrict__ lse,
-                                                                  const T* __restrict__ qkv, int seq, int H, int Hkv,
-                                                                  float scale_log2) {
+template <typename T, int D, typename KV>
+__device__ __forceinline__ void flash_fwd_tile(T* __restrict__ out, int64_t out_stride, float* __restrict__ lse,
+                                               const T* __restrict__ qg, int64_t R, int nq, int q0, int offset,
+                                               const KV& kv, float scale_log2, const int* bad) {
   constexpr int LD = D + 8, BQ = kFwdBlockQ, BK = kBlockK, ST = BK / 8, DT = D / 8, KD = D / 16;
   constexpr bool kQReg = D <= 64;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -222,21 +262,13 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
   T* sK = sQ + BQ * LD;      // [2][BK][LD]
   T* sV = sK + 2 * BK * LD;  // [2][BK][LD]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
-  const int nqb = (seq + BQ - 1) / BQ;
-  const int qb = nqb - 1 - int(blockIdx.x), h = blockIdx.y, b = blockIdx.z;
-  const int kh = h / (H / Hkv);
-  const int64_t R = int64_t(H + 2 * Hkv) * D;
-  const T* qg = qkv + int64_t(b) * seq * R + int64_t(h) * D;
-  const T* kg = qkv + int64_t(b) * seq * R + int64_t(H + kh) * D;
-  const T* vg = kg + int64_t(Hkv) * D;
-  const int q0 = qb * BQ;
-  const int nkb = min((seq + BK - 1) / BK, (q0 + BQ - 1) / BK + 1);  // causal: keys up to the last query row
-  const int wrow = q0 + warp * 32;                                    // the warp's first query row
+  const int nk = offset + nq;
+  const int nkb = min((nk + BK - 1) / BK, (offset + q0 + BQ - 1) / BK + 1);  // causal: keys up to the last row
+  const int wrow = q0 + warp * 32;                                             // the warp's first query row
 
-  load_tile<T, BQ, D, kFlashThreads>(sQ, qg, R, q0, seq);
+  load_tile<T, BQ, D, kFlashThreads>(sQ, qg, R, q0, nq);
   cp_async_commit();  // group: Q
-  load_tile<T, BK, D, kFlashThreads>(sK, kg, R, 0, seq);
-  load_tile<T, BK, D, kFlashThreads>(sV, vg, R, 0, seq);
+  kv.load(sK, sV, 0);
   cp_async_commit();  // group: key block 0
   cp_async_wait<1>();  // Q has landed (key block 0 may still be in flight)
   __syncthreads();
@@ -258,8 +290,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
   for (int kb = 0; kb < nkb; kb++) {
     const int buf = kb & 1;
     if (kb + 1 < nkb) {  // prefetch the next key block into the other buffer (freed by last iteration's barrier)
-      load_tile<T, BK, D, kFlashThreads>(sK + (buf ^ 1) * BK * LD, kg, R, (kb + 1) * BK, seq);
-      load_tile<T, BK, D, kFlashThreads>(sV + (buf ^ 1) * BK * LD, vg, R, (kb + 1) * BK, seq);
+      kv.load(sK + (buf ^ 1) * BK * LD, sV + (buf ^ 1) * BK * LD, (kb + 1) * BK);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -267,7 +298,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
     }
     __syncthreads();
     const int k0 = kb * BK;
-    if (k0 <= wrow + 31) {  // warp-uniform: skip key tiles entirely above this warp's rows (all masked)
+    if (k0 <= offset + wrow + 31) {  // warp-uniform: skip key tiles entirely above this warp's rows (all masked)
       const T* ks = sK + buf * BK * LD;
       const T* vs = sV + buf * BK * LD;
 
@@ -300,7 +331,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
         }
       }
 
-      const bool need_mask = k0 + BK - 1 > wrow || k0 + BK > seq;
+      const bool need_mask = k0 + BK - 1 > offset + wrow || k0 + BK > nk;
       if (need_mask) {
 #pragma unroll
         for (int mi = 0; mi < 2; mi++)
@@ -309,7 +340,7 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
 #pragma unroll
             for (int e = 0; e < 4; e++) {
               const int j = k0 + nt * 8 + 2 * tq + (e & 1), i = row0 + mi * 16 + (e >> 1) * 8;
-              if (j > i || j >= seq) s[mi][nt][e] = -INFINITY;
+              if (j > offset + i || j >= nk) s[mi][nt][e] = -INFINITY;
             }
       }
       // Online softmax on raw scores (the scale folds into one FFMA per element); a row's 4 threads are a quad.
@@ -376,15 +407,78 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
       lr += __shfl_xor_sync(0xffffffffu, lr, 1);
       lr += __shfl_xor_sync(0xffffffffu, lr, 2);
       const int i = row0 + mi * 16 + r * 8;
-      if (i >= seq) continue;
-      const float inv = 1.0f / lr;
-      T* orow = out + (int64_t(b) * seq + i) * int64_t(H) * D + int64_t(h) * D;
+      if (i >= nq) continue;
+      const float inv = bad && *bad ? NAN : 1.0f / lr;
+      T* orow = out + int64_t(i) * out_stride;
 #pragma unroll
       for (int dt = 0; dt < DT; dt++)
         *reinterpret_cast<uint32_t*>(orow + dt * 8 + 2 * tq) =
             pack2<T>(o[mi][dt][2 * r] * inv, o[mi][dt][2 * r + 1] * inv);
-      if (tq == 0) lse[(int64_t(b) * H + h) * seq + i] = (m[mi][r] * scale_log2 + log2f(lr)) * kLn2;
+      if (lse && tq == 0) lse[i] = (m[mi][r] * scale_log2 + log2f(lr)) * kLn2;
     }
+}
+
+// out[B,T,H*D], lse[B,H,T] from qkv[B,T,(H+2Hkv)*D]. Grid (ceil(T/128), H, B), 128 threads; query blocks run
+// heaviest first.
+template <typename T, int D>
+__global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict__ out, float* __restrict__ lse,
+                                                                  const T* __restrict__ qkv, int seq, int H, int Hkv,
+                                                                  float scale_log2) {
+  const int nqb = (seq + kFwdBlockQ - 1) / kFwdBlockQ;
+  const int qb = nqb - 1 - int(blockIdx.x), h = blockIdx.y, b = blockIdx.z;
+  const int kh = h / (H / Hkv);
+  const int64_t R = int64_t(H + 2 * Hkv) * D;
+  const T* base = qkv + int64_t(b) * seq * R;
+  const DenseKV<T, D> kv{base + int64_t(H + kh) * D, base + int64_t(H + Hkv + kh) * D, R, seq};
+  flash_fwd_tile<T, D>(out + int64_t(b) * seq * H * D + int64_t(h) * D, int64_t(H) * D,
+                       lse + (int64_t(b) * H + h) * seq, base + int64_t(h) * D, R, seq, qb * kFwdBlockQ, 0, kv,
+                       scale_log2, nullptr);
+}
+
+// Note [Paged prompt attention]: the prompt chunks of a ragged batch (sequences bringing 2 or more new tokens)
+// through the same tensor-core tile, keys and values read through the block table. Grid (upper bound on the
+// sequences' 128-row query blocks, H); each CTA finds its (sequence, query block) by a warp scan over seq_start
+// (work past the last block exits). Sequences of one new token are the split-K decode kernel's (paged_kv.cu).
+template <typename T, int D>
+__global__ void __launch_bounds__(kFlashThreads)
+    paged_flash_fwd_kernel(T* __restrict__ out, const T* __restrict__ qkv, const T* __restrict__ cache,
+                           const int32_t* __restrict__ block_table, const int32_t* __restrict__ seq_start,
+                           const int32_t* __restrict__ pos, int S, int max_blocks, int block_size, int n_blocks, int H,
+                           int Hkv, float scale_log2) {
+  __shared__ int found_s, found_qb, bad;
+  const int lane = threadIdx.x & 31;
+  if (threadIdx.x < 32) {
+    if (lane == 0) found_s = -1, bad = 0;
+    __syncwarp();
+    int before = 0;  // query blocks of the sequences already passed
+    for (int s0 = 0; s0 < S; s0 += 32) {
+      const int s = s0 + lane;
+      const int n = s < S ? seq_start[s + 1] - seq_start[s] : 0;
+      int c = n >= 2 ? (n + kFwdBlockQ - 1) / kFwdBlockQ : 0, incl = c;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        const int x = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += x;
+      }
+      const int target = int(blockIdx.x);
+      if (c > 0 && target >= before + incl - c && target < before + incl)
+        found_s = s, found_qb = target - (before + incl - c);
+      before += __shfl_sync(0xffffffffu, incl, 31);
+      if (before > target) break;
+    }
+  }
+  __syncthreads();
+  if (found_s < 0) return;
+  const int s = found_s, h = blockIdx.y, kh = h / (H / Hkv);
+  const int n0 = seq_start[s], nq = seq_start[s + 1] - n0, offset = pos[n0];
+  const int64_t R = int64_t(H + 2 * Hkv) * D, slot = int64_t(2) * Hkv * D;
+  if (threadIdx.x == 0 && (offset < 0 || offset + nq > max_blocks * block_size)) bad = 1;
+  __syncthreads();
+  const PagedKV<T, D> kv{cache + int64_t(kh) * D, block_table + int64_t(s) * max_blocks, slot, int64_t(Hkv) * D,
+                         bad ? 0 : offset + nq, block_size, n_blocks, &bad};
+  flash_fwd_tile<T, D>(out + int64_t(n0) * H * D + int64_t(h) * D, int64_t(H) * D, nullptr,
+                       qkv + int64_t(n0) * R + int64_t(h) * D, R, nq, found_qb * kFwdBlockQ, bad ? 0 : offset, kv,
+                       scale_log2, &bad);
 }
 
 // dq part of dqkv. Grid (ceil(T/64), H, B), 128 threads. Di[B,H,T] = rowsum(dout * out).
@@ -781,6 +875,21 @@ void flash_forward(T* out, float* lse, const T* qkv, const Dims& d, cudaStream_t
 }
 
 template <typename T, int D>
+void paged_flash_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
+                         const Tensor& seq_start, const Tensor& pos, int H, int Hkv, cudaStream_t stream) {
+  const int64_t N = pos.numel(), S = seq_start.numel() - 1;
+  auto kernel = paged_flash_fwd_kernel<T, D>;
+  set_smem(kernel, fwd_smem_bytes<D>());
+  // At most N / 128 + (sequences of 2 or more tokens) query blocks (Note [Paged prompt attention]).
+  const int64_t blocks = ceil_div(N, kFwdBlockQ) + std::min<int64_t>(S, N / 2);
+  kernel<<<dim3(unsigned(blocks), unsigned(H)), kFlashThreads, fwd_smem_bytes<D>(), stream>>>(
+      ptr<T>(out), ptr<T>(qkv), ptr<T>(cache), ptr<int32_t>(block_table), ptr<int32_t>(seq_start), ptr<int32_t>(pos),
+      int(S), int(block_table.numel() / S), int(cache.size(1)), int(cache.size(0)), H, Hkv,
+      kLog2e / std::sqrt(float(D)));
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
+template <typename T, int D>
 void flash_backward(T* dqkv, const T* dout, const T* qkv, const float* lse, const float* Di, const Dims& d,
                     cudaStream_t stream) {
   const float scale = 1.0f / std::sqrt(float(D)), scale_log2 = scale * kLog2e;
@@ -899,6 +1008,24 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
                                                   ptr<const float>(lse), ptr<const float>(Di), d.T, d.H, d.Hkv, d.D,
                                                   scale);
     DSCPP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+bool paged_prompt_attention_supported(const Tensor& out, const Tensor& qkv, const Tensor& cache, int64_t D) {
+  return (D == 64 || D == 128) && (qkv.dtype() == DType::bf16 || qkv.dtype() == DType::f16) &&
+         all_aligned16(out.raw(), qkv.raw(), cache.raw());
+}
+
+void paged_prompt_attention(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
+                            const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D) {
+  DSCPP_CHECK(paged_prompt_attention_supported(out, qkv, cache, D), "paged_prompt_attention: unsupported operands");
+  OpLaunch L(qkv);
+  dispatch_float("paged_attention_forward", qkv.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    if constexpr (!std::is_same_v<T, float>) {
+      if (D == 64) paged_flash_forward<T, 64>(out, qkv, cache, block_table, seq_start, pos, int(H), int(Hkv), L.stream);
+      else paged_flash_forward<T, 128>(out, qkv, cache, block_table, seq_start, pos, int(H), int(Hkv), L.stream);
+    }
   });
 }
 

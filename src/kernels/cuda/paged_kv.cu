@@ -61,6 +61,7 @@ struct PagedArgs {
   const int32_t* pos;          // [N]
   int S, max_blocks, block_size, n_blocks, H, Hkv, D;
   float scale;
+  int skip_prompts;  // tokens of sequences with 2 or more new tokens are the prompt kernel's (attention.cu)
 };
 
 // The sequence of token n: the last s with seq_start[s] <= n (empty sequences before it share its start).
@@ -96,6 +97,7 @@ __global__ void __launch_bounds__(kThreads)
 
   const int64_t row = int64_t(a.H + 2 * a.Hkv) * D, kv = int64_t(a.Hkv) * D;
   const int s = sequence_of(a.seq_start, a.S, n);
+  if (a.skip_prompts && a.seq_start[s + 1] - a.seq_start[s] >= 2) return;
   const int32_t* blocks = a.block_table + int64_t(s) * a.max_blocks;
   const int p_n = a.pos[n];
   const int len = p_n + 1;  // causal: positions 0 .. pos[n]
@@ -195,8 +197,13 @@ __global__ void __launch_bounds__(kThreads)
 // at most kThreads, looping over d.
 template <typename T>
 __global__ void paged_attention_merge_kernel(T* __restrict__ out, const float* __restrict__ part_acc,
-                                             const float* __restrict__ part_ml, int H, int D, int splits) {
+                                             const float* __restrict__ part_ml, int H, int D, int splits,
+                                             PagedArgs a) {
   const int n = blockIdx.x, h = blockIdx.y;
+  if (a.skip_prompts) {
+    const int s = sequence_of(a.seq_start, a.S, n);
+    if (a.seq_start[s + 1] - a.seq_start[s] >= 2) return;
+  }
   const int64_t base = (int64_t(n) * H + h) * splits;
   float M = -INFINITY;
   for (int s = 0; s < splits; s++) M = fmaxf(M, part_ml[(base + s) * 2]);  // NaN-poisoned partials stay NaN below
@@ -248,7 +255,7 @@ void launch_paged_attention_v(T* out, const T* qkv, const T* cache, PagedArgs a,
   kernel<<<grid, kThreads, smem, stream>>>(nullptr, ptr<float>(part_acc), ptr<float>(part_ml), qkv, cache, a);
   DSCPP_CUDA_CHECK_LAUNCH();
   paged_attention_merge_kernel<T><<<dim3(unsigned(N), unsigned(a.H)), std::min(a.D, kThreads), 0, stream>>>(
-      out, ptr<float>(part_acc), ptr<float>(part_ml), a.H, a.D, splits);
+      out, ptr<float>(part_acc), ptr<float>(part_ml), a.H, a.D, splits, a);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
@@ -286,8 +293,12 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
               " need ", paged_smem_bytes(G, int(D)), " bytes of shared memory, more than the 227 KiB of a CTA");
   const int64_t S = seq_start.numel() - 1, max_blocks = block_table.numel() / S;
   PagedArgs a{ptr<int32_t>(block_table), ptr<int32_t>(seq_start), ptr<int32_t>(pos), int(S), int(max_blocks),
-              int(cache.size(1)), int(cache.size(0)), int(H), int(Hkv), int(D), 1.0f / std::sqrt(float(D))};
+              int(cache.size(1)), int(cache.size(0)), int(H), int(Hkv), int(D), 1.0f / std::sqrt(float(D)), 0};
   const int splits = paged_splits(N, int(Hkv), max_blocks * a.block_size);
+  // Prompt chunks go to the tensor-core kernel (Note [Paged prompt attention]), after the decode tokens' kernels
+  // (which then skip them); a decode-only batch (one token per sequence) launches no prompt kernel.
+  const bool prompts = N > S && paged_prompt_attention_supported(out, qkv, cache, D);
+  a.skip_prompts = prompts ? 1 : 0;
   OpLaunch L(qkv);
   dispatch_float(op, qkv.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
@@ -297,6 +308,7 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
     else
       launch_paged_attention_v<T, 1>(ptr<T>(out), ptr<T>(qkv), ptr<T>(cache), a, N, splits, qkv, L.stream);
   });
+  if (prompts) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D);
 }
 
 }  // namespace dscpp::cuda
