@@ -143,7 +143,10 @@ Case& add(const std::string& op, DType dt, const std::string& shape) {
 
 std::string dims(std::initializer_list<std::pair<const char*, int64_t>> d) {
   std::string s;
-  for (const auto& [k, v] : d) s += (s.empty() ? "" : " ") + std::string(k) + "=" + std::to_string(v);
+  for (const auto& [k, v] : d) {
+    if (!s.empty()) s += ' ';
+    s.append(k).append("=").append(std::to_string(v));
+  }
   return s;
 }
 const char* dt_name(DType t) { return dtype_name(t); }
@@ -464,8 +467,9 @@ void add_matmul() {
       for (bool f32_out : {false, true}) {
         if (f32_out && t == f32) continue;
         const DType o = f32_out ? f32 : t;
-        const std::string sh = dims({{"N", s.N}, {"C", s.C}, {"OC", s.OC}});
-        add("matmul_forward", t, sh + " bias residual" + (f32_out ? " out=f32" : ""))
+        std::string name = dims({{"N", s.N}, {"C", s.C}, {"OC", s.OC}}) + " bias residual";
+        if (f32_out) name += " out=f32";
+        add("matmul_forward", t, name)
             .in("inp", {s.N, s.C}, t).in("weight", {s.OC, s.C}, t).in("bias", {s.OC}, t).in("residual", {s.N, s.OC}, o)
             .with(gemm_inner(t)).out("out", {s.N, s.OC}, o, s.C).run([=](const Args& a) {
               ops::matmul_forward(a["out"], a["inp"], a["weight"], a["bias"], a["residual"]);
@@ -609,7 +613,12 @@ void add_attention() {
 // hundreds of tokens over many tiles (bf16 / f16 at D = 64 and 128: the tensor-core prompt kernel, attention.cu).
 void add_paged_kv() {
   struct S { int64_t H, Hkv, D, block; std::vector<int32_t> seen, fresh; };  // per sequence: cached, new tokens
-  const S shapes[] = {S{4, 2, 8, 4, {0}, {5}},
+  // Many decode tokens (N * Hkv >= 1024: the tensor-core decode kernel) at scattered contexts, beside prompt chunks.
+  S many{32, 8, 128, 64, {}, {}};
+  for (int32_t q = 0; q < 130; q++) many.seen.push_back(q * 37 % 700), many.fresh.push_back(q % 40 == 7 ? 70 : 1);
+  S many64 = many;
+  many64.H = 16, many64.Hkv = 8, many64.D = 64, many64.block = 16;
+  const S shapes[] = {many, many64, S{4, 2, 8, 4, {0}, {5}},
                       S{3, 1, 6, 3, {0, 7, 5, 2}, {4, 1, 0, 1}},  // an empty sequence: no new token
                       S{8, 2, 64, 16, {0, 40, 17}, {33, 1, 9}},
                       S{32, 8, 128, 16, {0, 40, 300, 17}, {33, 1, 1, 64}},

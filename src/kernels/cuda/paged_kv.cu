@@ -296,8 +296,12 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
               int(cache.size(1)), int(cache.size(0)), int(H), int(Hkv), int(D), 1.0f / std::sqrt(float(D)), 0};
   const int splits = paged_splits(N, int(Hkv), max_blocks * a.block_size);
   // Prompt chunks go to the tensor-core kernel (Note [Paged prompt attention]), after the decode tokens' kernels
-  // (which then skip them); a decode-only batch (one token per sequence) launches no prompt kernel.
-  const bool prompts = N > S && paged_prompt_attention_supported(out, qkv, cache, D);
+  // (which then skip them); a decode-only batch (one token per sequence) launches no prompt kernel. Decode tokens
+  // enough to fill the GPU without splits go to tensor cores too (Note [Paged decode on tensor cores]).
+  const bool tc = paged_prompt_attention_supported(out, qkv, cache, D);
+  const bool tc_decode = tc && splits == 1 && N * Hkv >= kTargetCtas && G <= 128;
+  if (tc_decode) return paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D, true);
+  const bool prompts = tc && N > S;
   a.skip_prompts = prompts ? 1 : 0;
   OpLaunch L(qkv);
   dispatch_float(op, qkv.dtype(), [&](auto* tag) {
@@ -308,7 +312,7 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
     else
       launch_paged_attention_v<T, 1>(ptr<T>(out), ptr<T>(qkv), ptr<T>(cache), a, N, splits, qkv, L.stream);
   });
-  if (prompts) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D);
+  if (prompts) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D, false);
 }
 
 }  // namespace dscpp::cuda
