@@ -345,7 +345,7 @@ class Evaluator {
       case K::Tuple: {
         List l;
         for (const auto& x : e.args) l.push_back(eval(*x, scope));
-        return Value::of_list(std::move(l));
+        return e.kind == K::Tuple ? Value::of_tuple(std::move(l)) : Value::of_list(std::move(l));
       }
       case K::Dict: {
         Dict d;

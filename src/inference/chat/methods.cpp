@@ -133,7 +133,7 @@ Value dict_method(const Value& d, const std::string& name, const CallArgs& args)
     return found ? *found : fallback ? *fallback : Value::none();
   }
   for (const auto& [k, v] : *d.dict) {
-    if (name == "items") out.push_back(Value::of_list({Value::string(k), v}));
+    if (name == "items") out.push_back(Value::of_tuple({Value::string(k), v}));
     else out.push_back(name == "keys" ? Value::string(k) : v);
   }
   return Value::of_list(std::move(out));

@@ -286,9 +286,9 @@ std::string to_repr(const Value& v) {
   switch (v.kind) {
     case K::String: return string_repr(v.s);
     case K::List: {
-      std::string out = "[";
+      std::string out = v.tuple ? "(" : "[";
       for (size_t i = 0; i < v.list->size(); ++i) out += (i ? ", " : "") + to_repr((*v.list)[i]);
-      return out + "]";
+      return out + (v.tuple ? v.list->size() == 1 ? ",)" : ")" : "]");
     }
     case K::Dict: {
       std::string out = "{";

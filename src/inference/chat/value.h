@@ -31,6 +31,7 @@ struct Value {
   int64_t i = 0;
   double f = 0;
   std::string s;  // String; Undefined: why ("'x' is undefined": the error if it is used); Function: its name
+  bool tuple = false;  // a List that Python would hold as a tuple (prints as (a, b))
   std::shared_ptr<const List> list;
   std::shared_ptr<const Dict> dict;
   std::shared_ptr<Dict> ns;
@@ -43,6 +44,7 @@ struct Value {
   static Value number(double x) { Value v; v.kind = Kind::Float; v.f = x; return v; }
   static Value string(std::string x) { Value v; v.kind = Kind::String; v.s = std::move(x); return v; }
   static Value of_list(List x);
+  static Value of_tuple(List x) { Value v = of_list(std::move(x)); v.tuple = true; return v; }
   static Value of_dict(Dict x);
   static Value of_function(std::string name, Function f);
   static Value from_json(const nlohmann::json& j);
