@@ -253,14 +253,9 @@ TEST_P(Engine, CudaGraphDecodeEqualsEagerDecode) {
     }
     const Tensor a = graphs.put(uids, next), b = eager.put(uids, next);
     ASSERT_EQ(a.shape(), b.shape());
-    float scale = 0, worst = 0;
-    for (int64_t i = 0; i < a.numel(); i++) {
-      scale = std::max(scale, std::fabs(b.data<float>()[i]));
-      const float d = std::fabs(a.data<float>()[i] - b.data<float>()[i]);
-      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    }
-    ASSERT_GT(scale, 0.1f);
-    EXPECT_LE(worst, 1e-3f * scale) << "step " << step;
+    const test_fixtures::LogitsDiff d = test_fixtures::logits_diff(a, b);
+    ASSERT_GT(d.scale, 0.1f);
+    EXPECT_LE(d.worst, 1e-3f * d.scale) << "step " << step;
     for (size_t r = 0; r < uids.size(); r++) {  // the next token: the eager engine's argmax
       const float* row = b.data<float>() + int64_t(r) * V;
       next[r] = {int32_t(std::max_element(row, row + V) - row)};
