@@ -191,6 +191,21 @@ TEST_P(Engine, GenerateThatThrowsLeavesTheEngineUsable) {
   }
 }
 
+// A forward of exactly max_ragged_batch_size tokens in max_ragged_sequence_count sequences: the largest batch the
+// runner's workspace was sized for (Note [Op-binding workspace]) gives the training model's logits.
+TEST_P(Engine, ForwardAtTheBatchLimitsFitsTheWorkspace) {
+  Served s = make_served(GetParam());
+  const int64_t V = s.train->config().vocab_size;
+  InferenceEngine e(load_inference_model(s.dir), engine_config(64, 32, false));
+  std::vector<int64_t> uids;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 8; i++) uids.push_back(i), prompts.push_back(tokens_of(4, i, V));  // 8 x 4 = 32 tokens
+  const Tensor l = e.put(uids, prompts);
+  for (size_t i = 0; i < uids.size(); i++)
+    expect_logits_close(l.data<float>() + int64_t(i) * V, reference_last(*s.train, prompts[i]),
+                        "sequence " + std::to_string(i));
+}
+
 // The step API a server drives: a request submitted while another is decoding joins the running batch and both
 // get the training model's greedy tokens; a cancelled request's KV blocks are freed at once; a refused submit
 // queues nothing.
