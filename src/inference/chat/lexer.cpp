@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "dscpp/inference/chat_template.h"
+#include "inference/chat/value.h"
 
 namespace dscpp::inference::chat {
 
@@ -32,15 +33,6 @@ std::string normalise_newlines(const std::string& in) {
   }
   if (!out.empty() && out.back() == '\n') out.pop_back();  // jinja2's keep_trailing_newline=False
   return out;
-}
-
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) out += char(cp);
-  else if (cp < 0x800) out += {char(0xc0 | (cp >> 6)), char(0x80 | (cp & 0x3f))};
-  else if (cp < 0x10000) out += {char(0xe0 | (cp >> 12)), char(0x80 | ((cp >> 6) & 0x3f)), char(0x80 | (cp & 0x3f))};
-  else
-    out += {char(0xf0 | (cp >> 18)), char(0x80 | ((cp >> 12) & 0x3f)), char(0x80 | ((cp >> 6) & 0x3f)),
-            char(0x80 | (cp & 0x3f))};
 }
 
 class Lexer {
@@ -215,7 +207,7 @@ class Lexer {
           cp = cp * 16 + uint32_t(is_digit(h) ? h - '0' : std::tolower(h) - 'a' + 10);
         }
         q += size_t(n);
-        append_utf8(out, cp);
+        out += utf8_encode(std::u32string(1, char32_t(cp)));
       };
       switch (e) {
         case 'n': out += '\n'; break;
