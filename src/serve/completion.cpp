@@ -20,7 +20,7 @@ std::string response_id(Endpoint e) {
   static std::atomic<uint64_t> counter{0};
   char buf[64];
   std::snprintf(buf, sizeof buf, "%s-%016llx", e == Endpoint::chat ? "chatcmpl" : "cmpl",
-                (unsigned long long)(counter.fetch_add(1) * 0x9E3779B97F4A7C15ull));
+                (unsigned long long)((counter.fetch_add(1) + 1) * 0x9E3779B97F4A7C15ull));
   return buf;
 }
 
