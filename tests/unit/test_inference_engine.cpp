@@ -191,6 +191,21 @@ TEST_P(Engine, GenerateThatThrowsLeavesTheEngineUsable) {
   }
 }
 
+// A forward of exactly max_ragged_batch_size tokens in max_ragged_sequence_count sequences: the largest batch the
+// runner's workspace was sized for (Note [Op-binding workspace]) gives the training model's logits.
+TEST_P(Engine, ForwardAtTheBatchLimitsFitsTheWorkspace) {
+  Served s = make_served(GetParam());
+  const int64_t V = s.train->config().vocab_size;
+  InferenceEngine e(load_inference_model(s.dir), engine_config(64, 32, false));
+  std::vector<int64_t> uids;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int32_t i = 0; i < 8; i++) uids.push_back(i), prompts.push_back(tokens_of(4, i, V));  // 8 x 4 = 32 tokens
+  const Tensor l = e.put(uids, prompts);
+  for (size_t i = 0; i < uids.size(); i++)
+    expect_logits_close(l.data<float>() + int64_t(i) * V, reference_last(*s.train, prompts[i]),
+                        "sequence " + std::to_string(i));
+}
+
 // The step API a server drives: a request submitted while another is decoding joins the running batch and both
 // get the training model's greedy tokens; a cancelled request's KV blocks are freed at once; a refused submit
 // queues nothing.
@@ -253,14 +268,9 @@ TEST_P(Engine, CudaGraphDecodeEqualsEagerDecode) {
     }
     const Tensor a = graphs.put(uids, next), b = eager.put(uids, next);
     ASSERT_EQ(a.shape(), b.shape());
-    float scale = 0, worst = 0;
-    for (int64_t i = 0; i < a.numel(); i++) {
-      scale = std::max(scale, std::fabs(b.data<float>()[i]));
-      const float d = std::fabs(a.data<float>()[i] - b.data<float>()[i]);
-      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    }
-    ASSERT_GT(scale, 0.1f);
-    EXPECT_LE(worst, 1e-3f * scale) << "step " << step;
+    const test_fixtures::LogitsDiff d = test_fixtures::logits_diff(a, b);
+    ASSERT_GT(d.scale, 0.1f);
+    EXPECT_LE(d.worst, 1e-3f * d.scale) << "step " << step;
     for (size_t r = 0; r < uids.size(); r++) {  // the next token: the eager engine's argmax
       const float* row = b.data<float>() + int64_t(r) * V;
       next[r] = {int32_t(std::max_element(row, row + V) - row)};

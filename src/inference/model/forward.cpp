@@ -16,16 +16,40 @@
 namespace dscpp::inference {
 namespace {
 
-// out (=) norm(inp) with its weight and bias; the statistics are not kept (no backward).
+// out (=) norm(inp) with its weight and bias; the statistics go to scratch rows nobody reads (no backward).
 void norm_forward(const InferenceModelConfig& c, const Tensor& out, const Tensor& inp, const Tensor& w,
-                  const Tensor& b) {
+                  const Tensor& b, const Tensor& mean, const Tensor& rstd) {
   const int64_t N = inp.size(0);
-  Tensor rstd = Tensor::empty({N}, DType::f32, inp.device());
-  if (c.norm == NormKind::rmsnorm) return ops::rmsnorm_forward(out, rstd, inp, w, c.norm_eps);
-  ops::layernorm_forward(out, Tensor::empty({N}, DType::f32, inp.device()), rstd, inp, w, b, c.norm_eps);
+  if (c.norm == NormKind::rmsnorm) return ops::rmsnorm_forward(out, rstd.narrow0(0, N), inp, w, c.norm_eps);
+  ops::layernorm_forward(out, mean.narrow0(0, N), rstd.narrow0(0, N), inp, w, b, c.norm_eps);
 }
 
+constexpr int64_t kAlign = 256;
+int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
+
 }  // namespace
+
+int64_t ForwardWorkspace::bytes_for(const InferenceModelConfig& c, DType act, int64_t N, int64_t S) {
+  const int64_t e = int64_t(dtype_size(act)), rows = std::max(N, S);
+  int64_t b = 0;
+  for (int64_t cols : {c.hidden, c.hidden, c.hidden, c.qkv_rows(), c.n_head * c.head_dim, c.hidden, c.up_rows(),
+                       c.ffn})  // x, positions, h, qkv, att, x1, pre, mid
+    b += aligned(N * cols * e);
+  return b + 2 * aligned(rows * 4) + 2 * aligned(S * c.hidden * e);  // norm statistics; xl, xf
+}
+
+ForwardWorkspace::ForwardWorkspace(const InferenceModelConfig& c, DType act, Device d, int64_t max_tokens,
+                                   int64_t max_seqs)
+    : buf_(Tensor::empty({bytes_for(c, act, max_tokens, max_seqs)}, DType::i8, d)) {}
+
+Tensor ForwardWorkspace::take(const Shape& shape, DType t) {
+  const int64_t bytes = shape_numel(shape) * int64_t(dtype_size(t));
+  DSCPP_CHECK(used_ + bytes <= capacity(), "forward workspace: ", bytes, " more bytes at ", used_, " of ",
+              capacity(), " (sized at start-up for the largest batch)");
+  Tensor s = buf_.view_at(used_, {bytes});
+  used_ = aligned(used_ + bytes);
+  return Tensor::wrap(s.raw(), shape, t, buf_.device());  // a view: the runner keeps the buffer
+}
 
 InputLayout InputLayout::of(int64_t N, int64_t S, int64_t width) {
   InputLayout L;
@@ -75,33 +99,38 @@ ForwardInputs ForwardInputs::views(const Tensor& packed, const InputLayout& L) {
           at(L.last, {L.S}),   at(L.seq_start, {L.S + 1}), at(L.table, {L.S, L.width})};
 }
 
-void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache, const Tensor& logits) {
+void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache, const Tensor& logits,
+                ForwardWorkspace* ws) {
   const InferenceModelConfig& c = m.cfg;
   const KVCacheShape& ks = cache.shape();
   const int64_t N = in.tokens.numel(), S = in.last.numel(), C = c.hidden, H = c.n_head, Hkv = c.n_kv_head,
                 D = c.head_dim, bs = ks.block_size;
   const Device dev = m.device;
   const DType act = m.dtype;
-  Tensor x = Tensor::empty({N, C}, act, dev);
+  if (ws) ws->reset();
+  auto empty = [&](const Shape& shape, DType t) { return ws ? ws->take(shape, t) : Tensor::empty(shape, t, dev); };
+  const int64_t rows = std::max(N, S);
+  const Tensor mean = empty({rows}, DType::f32), rstd = empty({rows}, DType::f32);
+  Tensor x = empty({N, C}, act);
   ops::embedding_forward(x, in.tokens, m.embed);
   if (c.learned_positions) {
-    Tensor p = Tensor::empty({N, C}, act, dev);
+    Tensor p = empty({N, C}, act);
     ops::embedding_forward(p, in.pos, m.pos_embed);
     ops::residual_forward(x, x, p);
   }
-  Tensor h = Tensor::empty({N, C}, act, dev), qkv = Tensor::empty({N, c.qkv_rows()}, act, dev);
-  Tensor att = Tensor::empty({N, H * D}, act, dev), x1 = Tensor::empty({N, C}, act, dev);
-  Tensor pre = Tensor::empty({N, c.up_rows()}, act, dev), mid = Tensor::empty({N, c.ffn}, act, dev);
+  Tensor h = empty({N, C}, act), qkv = empty({N, c.qkv_rows()}, act);
+  Tensor att = empty({N, H * D}, act), x1 = empty({N, C}, act);
+  Tensor pre = empty({N, c.up_rows()}, act), mid = empty({N, c.ffn}, act);
   for (int64_t l = 0; l < c.n_layer; l++) {
     const LayerWeights& w = m.layers[size_t(l)];
     const Tensor layer_cache = cache.data().view_at(cache.offset(l, 0, 0, 0), {ks.n_blocks, bs, 2, Hkv, D});
-    norm_forward(c, h, x, w.norm1_w, w.norm1_b);
+    norm_forward(c, h, x, w.norm1_w, w.norm1_b, mean, rstd);
     ops::matmul_forward(qkv, h, w.qkv_w, w.qkv_b);
     if (!c.learned_positions) ops::rope_forward(qkv, in.pos, H, Hkv, D, c.rope);
     ops::kv_cache_append(layer_cache, qkv, in.slots, H, Hkv, D);
     ops::paged_attention_forward(att, qkv, layer_cache, in.table, in.seq_start, in.pos, H, Hkv, D);
     ops::matmul_forward(x1, att, w.o_w, w.o_b, x);  // x1 = x + attention
-    norm_forward(c, h, x1, w.norm2_w, w.norm2_b);
+    norm_forward(c, h, x1, w.norm2_w, w.norm2_b, mean, rstd);
     if (c.mlp == MlpKind::gelu) {
       ops::matmul_bias_gelu_forward(mid, pre, h, w.up_w, w.up_b);
     } else {
@@ -111,9 +140,9 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
     ops::matmul_forward(x, mid, w.down_w, w.down_b, x1);  // x = x1 + mlp
   }
   // The last new token of each sequence (embedding_forward is a row gather: out[s] = x[last[s]]).
-  Tensor xl = Tensor::empty({S, C}, act, dev), xf = Tensor::empty({S, C}, act, dev);
+  Tensor xl = empty({S, C}, act), xf = empty({S, C}, act);
   ops::embedding_forward(xl, in.last, x);
-  norm_forward(c, xf, xl, m.norm_f_w, m.norm_f_b);
+  norm_forward(c, xf, xl, m.norm_f_w, m.norm_f_b, mean, rstd);
   ops::matmul_forward(logits, xf, m.lm_head, Tensor());
 }
 

@@ -32,9 +32,30 @@ struct ForwardInputs {
   static ForwardInputs views(const Tensor& packed, const InputLayout& L);  // views into a packed i32 buffer
 };
 
+// Note [Op-binding workspace]
+// FastGen's op-binding workspace: every intermediate of a forward (the residual stream, the norms' outputs and
+// statistics, qkv, attention, the MLP's activations, the last tokens' rows) is a slice of one buffer allocated at
+// start-up for the largest batch, carved the same way each step. A step allocates nothing, and a CUDA graph's
+// intermediates sit at addresses that outlive its capture. (Kernels' own scratch, such as split-K partials, still
+// comes from the caching allocator: Note [Graph memory].)
+class ForwardWorkspace {
+ public:
+  ForwardWorkspace() = default;
+  ForwardWorkspace(const InferenceModelConfig& c, DType act, Device d, int64_t max_tokens, int64_t max_seqs);
+  static int64_t bytes_for(const InferenceModelConfig& c, DType act, int64_t N, int64_t S);
+  Tensor take(const Shape& shape, DType t);  // the next slice (256-byte aligned); throws when the buffer is short
+  void reset() { used_ = 0; }
+  int64_t capacity() const { return buf_.defined() ? buf_.numel() : 0; }
+
+ private:
+  Tensor buf_;  // i8
+  int64_t used_ = 0;
+};
+
 // The layers, the final norm and the lm head on inputs already on the device: logits[S, V] (=) f32, row s for
 // sequence s's last token. Only kernels: nothing here waits for the device or copies from the host, so it can be
-// captured in a CUDA graph.
-void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache, const Tensor& logits);
+// captured in a CUDA graph. Intermediates come from `ws` when given (reset first), else from the allocator.
+void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache, const Tensor& logits,
+                ForwardWorkspace* ws = nullptr);
 
 }  // namespace dscpp::inference

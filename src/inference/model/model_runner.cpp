@@ -38,6 +38,7 @@ ModelRunner::ModelRunner(const InferenceModel& m, const RunnerLimits& lim) : m_(
     packed_ = Tensor::empty({total}, DType::i32, m.device);
   }
   logits_ = Tensor::empty({lim.max_seqs, m.cfg.vocab}, DType::f32, m.device);
+  ws_ = ForwardWorkspace(m.cfg, m.dtype, m.device, lim.max_tokens, lim.max_seqs);
 }
 
 double ModelRunner::capture_graphs(KVCache& cache) {
@@ -53,8 +54,8 @@ double ModelRunner::capture_graphs(KVCache& cache) {
     const ForwardInputs in = ForwardInputs::views(packed_, L);
     const Tensor out = logits_.narrow0(0, B);
     // Once eagerly first: modules load and GEMM heuristics are chosen outside the capture.
-    forward_on(m_, in, cache, out);
-    graphs_[B].capture(m_.device.index, [&] { forward_on(m_, in, cache, out); });
+    forward_on(m_, in, cache, out, &ws_);
+    graphs_[B].capture(m_.device.index, [&] { forward_on(m_, in, cache, out, &ws_); });
   }
   if (!buckets_.empty()) cuda_synchronize(m_.device.index);
   graph_cache_ = cache.data().raw();
@@ -88,7 +89,7 @@ Tensor ModelRunner::forward(const RaggedBatch& batch, KVCache& cache) {
     graphs_.at(*bucket).replay();
     replays_++;
   } else {
-    forward_on(m_, ForwardInputs::views(packed_, L), cache, logits);
+    forward_on(m_, ForwardInputs::views(packed_, L), cache, logits, &ws_);
   }
   return logits;
 }

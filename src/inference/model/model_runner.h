@@ -1,6 +1,7 @@
 // ModelRunner: the engine's way of running the ragged forward step after step. It owns what the forward needs
 // besides the weights and the KV cache, allocated once at start-up: the packed index inputs (a pinned host staging
-// buffer and its device copy: one upload per step) and the logits rows. Decode steps (every sequence bringing one
+// buffer and its device copy: one upload per step), the intermediates (Note [Op-binding workspace]) and the logits
+// rows. Decode steps (every sequence bringing one
 // token) of up to `graph_max_batch` sequences replay a CUDA graph captured for the next bucket size up
 // (1, 2, 4, 8, 16, 24, ...: vLLM's buckets), padded with dummy sequences; everything else runs eagerly.
 //
@@ -16,6 +17,7 @@
 #include "dscpp/inference/inference_model.h"
 #include "dscpp/inference/kv_cache.h"
 #include "dscpp/inference/ragged_batch.h"
+#include "inference/model/forward_inputs.h"
 
 namespace dscpp::inference {
 
@@ -48,6 +50,7 @@ class ModelRunner {
   Tensor staging_;  // i32, pinned host memory on CUDA
   Tensor packed_;   // i32 on the model's device (staging_ itself on the CPU)
   Tensor logits_;   // f32 [rows, V]
+  ForwardWorkspace ws_;
   std::vector<int64_t> buckets_;
   std::map<int64_t, CudaGraph> graphs_;  // by bucket
   const void* graph_cache_ = nullptr;    // the KV cache the graphs were captured over
