@@ -539,8 +539,20 @@ def build_parser():
     return p
 
 
+def raise_open_file_limit():
+    """One connection per request: rate inf with 1,000 prompts needs more sockets than the usual soft limit."""
+    try:
+        import resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
+    except (ImportError, ValueError, OSError):
+        pass
+
+
 def main(argv=None):
     args = build_parser().parse_args(argv)
+    raise_open_file_limit()
     try:
         if args.base_url:
             u = urlsplit(args.base_url)
