@@ -29,4 +29,19 @@ inline void expect_logits_close(const float* got, const std::vector<float>& ref,
   EXPECT_LE(worst, 1e-5f * scale) << what << ": worst |diff| " << worst << " vs logits scale " << scale;
 }
 
+// Two logits tensors of one shape (host, f32): the largest |got - ref| (infinite where either is NaN) and the
+// largest |ref|, for the GPU tests' tolerance relative to the logits' own size.
+struct LogitsDiff {
+  float worst = 0, scale = 0;
+};
+inline LogitsDiff logits_diff(const Tensor& got, const Tensor& ref) {
+  LogitsDiff d;
+  for (int64_t i = 0; i < ref.numel(); i++) {
+    d.scale = std::max(d.scale, std::fabs(ref.data<float>()[i]));
+    const float x = std::fabs(got.data<float>()[i] - ref.data<float>()[i]);
+    d.worst = std::isnan(x) ? INFINITY : std::max(d.worst, x);
+  }
+  return d;
+}
+
 }  // namespace dscpp::test_fixtures

@@ -47,9 +47,11 @@ TEST(DsConfigScan, EachTrainsOrIsRefusedBeforeAnyWorkNamingTheKey) {
   const fs::path configs = fs::path(DSCPP_SOURCE_DIR) / "tests" / "data" / "ds_configs";
   std::set<std::string> listed;
   for (const auto& e : kConfigs) listed.insert(e.file);
-  for (const auto& f : fs::directory_iterator(configs))
-    if (f.path().extension() == ".json") EXPECT_TRUE(listed.count(f.path().filename().string()))
+  for (const auto& f : fs::directory_iterator(configs)) {
+    if (f.path().extension() != ".json") continue;
+    EXPECT_TRUE(listed.count(f.path().filename().string()))
         << f.path().filename() << " has no expected outcome in this test";
+  }
 
   CliWorkspace ws("ds_config_scan", 120000);  // the largest batches (256 sequences of 32) fit in one epoch
   for (const auto& e : kConfigs) {

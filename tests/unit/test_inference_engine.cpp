@@ -191,6 +191,47 @@ TEST_P(Engine, GenerateThatThrowsLeavesTheEngineUsable) {
   }
 }
 
+// The step API a server drives: a request submitted while another is decoding joins the running batch and both
+// get the training model's greedy tokens; a cancelled request's KV blocks are freed at once; a refused submit
+// queues nothing.
+TEST_P(Engine, RequestsJoinAndLeaveBetweenSteps) {
+  Served s = make_served(GetParam());
+  const int64_t V = s.train->config().vocab_size;
+  InferenceEngine e(load_inference_model(s.dir), engine_config(64, 16, true));
+  const int64_t free0 = e.state().free_blocks();
+  auto request = [&](int64_t uid, int32_t salt, int64_t n) {
+    GenerationRequest g;
+    g.request.uid = uid, g.request.prompt = tokens_of(10 + salt, salt, V), g.request.max_new_tokens = n;
+    g.sampling.temperature = 0;
+    return g;
+  };
+  std::map<int64_t, std::vector<int32_t>> got;
+  auto on_token = [&](const GeneratedToken& t) { got[t.event.uid].push_back(t.event.token); };
+  const GenerationRequest a = request(1, 1, 20), b = request(2, 2, 12), c = request(3, 3, 30);
+  e.submit(a);
+  e.submit(c);
+  while (got[1].size() < 5) e.step(on_token);
+  e.submit(b);  // joins while 1 and 3 decode
+  EXPECT_THROW(e.submit(request(2, 4, 5)), Error);  // uid in use
+  EXPECT_THROW(e.submit(request(9, 4, 500)), Error);  // longer than max_context: nothing queued
+  EXPECT_EQ(e.n_running() + e.n_waiting(), 3);
+  e.step(on_token);
+  EXPECT_TRUE(e.cancel(3));
+  EXPECT_FALSE(e.cancel(3));
+  EXPECT_FALSE(e.cancel(77));
+  while (!e.idle()) e.step(on_token);
+  for (const GenerationRequest* g : {&a, &b}) {
+    const std::vector<int32_t> want = generate(*s.train, g->request.prompt, g->request.max_new_tokens, g->sampling);
+    EXPECT_EQ(got[g->request.uid], std::vector<int32_t>(want.begin() + long(g->request.prompt.size()), want.end()))
+        << "request " << g->request.uid;
+  }
+  EXPECT_LT(got[3].size(), 30u);
+  EXPECT_EQ(e.state().n_tracked(), 0);
+  EXPECT_EQ(e.state().free_blocks(), free0);
+  e.state().check_invariants();
+  EXPECT_EQ(e.totals().generated, int64_t(got[1].size() + got[2].size() + got[3].size()));
+}
+
 // Decode steps replayed from CUDA graphs (batch sizes 3 and 2 pad to the buckets 4 and 2) give the logits of the
 // same steps run kernel by kernel, on sequences of different lengths.
 TEST_P(Engine, CudaGraphDecodeEqualsEagerDecode) {
@@ -212,14 +253,9 @@ TEST_P(Engine, CudaGraphDecodeEqualsEagerDecode) {
     }
     const Tensor a = graphs.put(uids, next), b = eager.put(uids, next);
     ASSERT_EQ(a.shape(), b.shape());
-    float scale = 0, worst = 0;
-    for (int64_t i = 0; i < a.numel(); i++) {
-      scale = std::max(scale, std::fabs(b.data<float>()[i]));
-      const float d = std::fabs(a.data<float>()[i] - b.data<float>()[i]);
-      worst = std::isnan(d) ? INFINITY : std::max(worst, d);
-    }
-    ASSERT_GT(scale, 0.1f);
-    EXPECT_LE(worst, 1e-3f * scale) << "step " << step;
+    const test_fixtures::LogitsDiff d = test_fixtures::logits_diff(a, b);
+    ASSERT_GT(d.scale, 0.1f);
+    EXPECT_LE(d.worst, 1e-3f * d.scale) << "step " << step;
     for (size_t r = 0; r < uids.size(); r++) {  // the next token: the eager engine's argmax
       const float* row = b.data<float>() + int64_t(r) * V;
       next[r] = {int32_t(std::max_element(row, row + V) - row)};

@@ -190,15 +190,10 @@ TEST_P(InferenceVsTraining, CudaForwardMatchesCpu) {
       const Tensor ref = forward(inf_, batch, *cache_), got = forward(gpu, batch, gpu_cache).to(Device::cpu());
       blocks.commit();
       ASSERT_EQ(got.shape(), ref.shape());
-      float scale = 0, worst = 0;
-      for (int64_t i = 0; i < ref.numel(); i++) {
-        scale = std::max(scale, std::fabs(ref.data<float>()[i]));
-        const float diff = std::fabs(got.data<float>()[i] - ref.data<float>()[i]);
-        worst = std::isnan(diff) ? INFINITY : std::max(worst, diff);
-      }
-      ASSERT_GT(scale, 0.1f);
-      EXPECT_LE(worst, (dt == DType::f32 ? 1e-2f : 1e-1f) * scale)
-          << dtype_name(dt) << " step " << k << ": worst |diff| " << worst << " vs logits scale " << scale;
+      const test_fixtures::LogitsDiff d = test_fixtures::logits_diff(got, ref);
+      ASSERT_GT(d.scale, 0.1f);
+      EXPECT_LE(d.worst, (dt == DType::f32 ? 1e-2f : 1e-1f) * d.scale)
+          << dtype_name(dt) << " step " << k << ": worst |diff| " << d.worst << " vs logits scale " << d.scale;
     }
   }
 }

@@ -7,6 +7,8 @@
 //     e.flush(7);
 //   Whole requests through Dynamic SplitFuse (what MII layers on FastGen), sampled per request:
 //     e.generate({{{/*uid*/1, prompt, /*max_new_tokens*/64, stop_ids}, sampling}}, on_token);
+//   or one step at a time, requests joining and leaving between steps (a server's loop; generate is this loop):
+//     e.submit(request); while (!e.idle()) e.step(on_token); ... e.cancel(uid);
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -27,6 +29,7 @@ namespace dscpp::inference {
 
 class StateManager;
 class ModelRunner;
+struct Serving;
 
 struct GenerationRequest {
   Request request;        // uid, prompt, max_new_tokens, stop ids (sampling.stop_token_ids are added to them)
@@ -76,6 +79,19 @@ class InferenceEngine {
   GenerationStats generate(const std::vector<GenerationRequest>& requests,
                            const std::function<void(const GeneratedToken&)>& on_token);
 
+  // The same one step at a time. submit validates (sampling, token ids, lengths against max_context and the cache)
+  // and queues, or throws and queues nothing; cancel drops a queued or running request and frees its KV blocks
+  // (false for an unknown uid); step runs one forward and calls on_token for the tokens it made. A step that throws
+  // (a failed forward, a throwing on_token) drops every request, leaving the engine empty and usable. One thread
+  // drives an engine.
+  void submit(const GenerationRequest& request);
+  bool cancel(int64_t uid);
+  void step(const std::function<void(const GeneratedToken&)>& on_token);
+  bool idle() const;
+  int64_t n_running() const;
+  int64_t n_waiting() const;
+  const GenerationStats& totals() const;  // every step since start-up
+
   const InferenceModel& model() const { return model_; }
   const InferenceConfig& config() const { return config_; }
   int64_t kv_blocks() const { return cache_.shape().n_blocks; }
@@ -91,6 +107,7 @@ class InferenceEngine {
   std::unique_ptr<ModelRunner> runner_;  // before the cache: its buffers are not the cache's to take
   KVCache cache_;
   std::unique_ptr<StateManager> state_;
+  std::unique_ptr<Serving> serving_;  // the scheduler, the requests' samplers, the batch sampler
 };
 
 }  // namespace dscpp::inference

@@ -56,6 +56,8 @@ Tensor on_host(const Tensor& t) {
   return host;
 }
 
+}  // namespace
+
 // The scheduler's view of the engine: a forward, then each wanted row sampled on the logits' device by its
 // request's sampler (BatchSampler: only the token ids come back).
 class SampledModel : public TokenModel {
@@ -96,6 +98,20 @@ class SampledModel : public TokenModel {
   GenerationStats& stats_;
 };
 
+// What generate and the step API keep between steps.
+struct Serving {
+  Serving(ModelRunner& runner, KVCache& cache, StateManager& state)
+      : sched(state), model(runner, cache, sampler, samplers, last, totals) {}
+  SplitFuseScheduler sched;
+  std::map<int64_t, SequenceSampler> samplers;
+  std::map<int64_t, SampleResult> last;
+  BatchSampler sampler;
+  GenerationStats totals;
+  SampledModel model;
+};
+
+namespace {
+
 RunnerLimits runner_limits(const InferenceConfig& c) {
   const StateManagerConfig& sm = c.state_manager;
   const int64_t bs = c.dscpp.kv_block_size;
@@ -119,6 +135,7 @@ InferenceEngine::InferenceEngine(InferenceModel model, const InferenceConfig& co
       cache_(make_cache(model_, config_, log)) {
   state_ = std::make_unique<StateManager>(config_.state_manager, int32_t(cache_.shape().n_blocks),
                                           config_.dscpp.kv_block_size, config_.dscpp.prefix_caching);
+  serving_ = std::make_unique<Serving>(*runner_, cache_, *state_);
   const double s = runner_->capture_graphs(cache_);
   if (log && !runner_->graph_buckets().empty())
     *log << "CUDA graphs: " << runner_->graph_buckets().size() << " decode batch sizes (1 to "
@@ -170,44 +187,75 @@ int64_t InferenceEngine::get_remaining_block_capacity(int64_t uid) const {
 
 void InferenceEngine::flush(int64_t uid) { state_->flush(uid); }
 
-GenerationStats InferenceEngine::generate(const std::vector<GenerationRequest>& requests,
-                                          const std::function<void(const GeneratedToken&)>& on_token) {
-  std::map<int64_t, SequenceSampler> samplers;
-  std::map<int64_t, SampleResult> last;
-  SplitFuseScheduler sched(*state_);
-  for (const auto& g : requests) {
-    g.sampling.validate();
-    check_tokens({g.request.uid}, {g.request.prompt});
-    Request r = g.request;
-    r.stop_token_ids.insert(r.stop_token_ids.end(), g.sampling.stop_token_ids.begin(), g.sampling.stop_token_ids.end());
-    sched.add(r);
-    samplers.emplace(r.uid, SequenceSampler(g.sampling, r.prompt));
-  }
-  GenerationStats st;
-  BatchSampler sampler;
-  SampledModel tm(*runner_, cache_, sampler, samplers, last, st);
+void InferenceEngine::submit(const GenerationRequest& g) {
+  g.sampling.validate();
+  check_tokens({g.request.uid}, {g.request.prompt});
+  Request r = g.request;
+  r.stop_token_ids.insert(r.stop_token_ids.end(), g.sampling.stop_token_ids.begin(), g.sampling.stop_token_ids.end());
+  SequenceSampler sampler(g.sampling, r.prompt);
+  const int64_t uid = r.uid;
+  serving_->sched.add(std::move(r));  // throws (uid in use, too long, ...) before anything is kept
+  serving_->samplers.insert_or_assign(uid, std::move(sampler));
+}
+
+bool InferenceEngine::cancel(int64_t uid) {
+  serving_->samplers.erase(uid);
+  serving_->last.erase(uid);
+  return serving_->sched.cancel(uid);
+}
+
+void InferenceEngine::step(const std::function<void(const GeneratedToken&)>& on_token) {
+  Serving& sv = *serving_;
+  GenerationStats& st = sv.totals;
   const int64_t replays0 = runner_->graph_replays();
   const auto t0 = Clock::now();
   try {
-    while (!sched.idle()) {
-      for (const TokenEvent& e : sched.step(tm)) {
-        on_token(GeneratedToken{e, last[e.uid]});
-        st.generated++;
-      }
-      st.forwards++;
-      st.forward_tokens += sched.last_step().tokens;
+    for (const TokenEvent& e : sv.sched.step(sv.model)) {
+      st.generated++;
+      auto last = sv.last.find(e.uid);
+      const GeneratedToken t{e, last != sv.last.end() ? std::move(last->second) : SampleResult{}};
+      if (e.finished != FinishReason::none) sv.samplers.erase(e.uid), sv.last.erase(e.uid);
+      on_token(t);
     }
   } catch (...) {
-    // A failed forward (or a throwing on_token) ends the whole call; its requests are dropped so the engine is left
-    // as it was before generate, ready for the next call.
+    // The step's forward may have been cut short and the scheduler's plan with it: nothing of it is kept.
     if (state_->batch_in_flight()) state_->abort_forward();
-    for (const auto& g : requests)
-      if (state_->get(g.request.uid)) state_->flush(g.request.uid);
+    for (int64_t uid : sv.sched.uids()) cancel(uid);
     throw;
   }
-  st.preemptions = sched.total_preemptions();
-  st.graph_replays = runner_->graph_replays() - replays0;
-  st.seconds = seconds(t0, Clock::now());
+  st.forwards++;
+  st.forward_tokens += sv.sched.last_step().tokens;
+  st.preemptions = sv.sched.total_preemptions();
+  st.graph_replays += runner_->graph_replays() - replays0;
+  st.seconds += seconds(t0, Clock::now());
+}
+
+bool InferenceEngine::idle() const { return serving_->sched.idle(); }
+int64_t InferenceEngine::n_running() const { return serving_->sched.n_running(); }
+int64_t InferenceEngine::n_waiting() const { return serving_->sched.n_waiting(); }
+const GenerationStats& InferenceEngine::totals() const { return serving_->totals; }
+
+GenerationStats InferenceEngine::generate(const std::vector<GenerationRequest>& requests,
+                                          const std::function<void(const GeneratedToken&)>& on_token) {
+  DSCPP_CHECK(idle(), "generate: the engine is serving ", n_running() + n_waiting(), " requests already");
+  const GenerationStats before = totals();
+  try {
+    for (const auto& g : requests) submit(g);
+    while (!idle()) step(on_token);
+  } catch (...) {
+    for (int64_t uid : serving_->sched.uids()) cancel(uid);  // a refused submit: the ones queued before it
+    throw;
+  }
+  const GenerationStats& after = totals();
+  GenerationStats st;
+  st.forwards = after.forwards - before.forwards;
+  st.forward_tokens = after.forward_tokens - before.forward_tokens;
+  st.generated = after.generated - before.generated;
+  st.preemptions = after.preemptions - before.preemptions;
+  st.seconds = after.seconds - before.seconds;
+  st.forward_seconds = after.forward_seconds - before.forward_seconds;
+  st.sample_seconds = after.sample_seconds - before.sample_seconds;
+  st.graph_replays = after.graph_replays - before.graph_replays;
   return st;
 }
 

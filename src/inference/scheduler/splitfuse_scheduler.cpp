@@ -33,6 +33,22 @@ void SplitFuseScheduler::add(Request r) {
   seqs_.emplace(s.req.uid, std::move(s));
 }
 
+bool SplitFuseScheduler::cancel(int64_t uid) {
+  auto it = seqs_.find(uid);
+  if (it == seqs_.end()) return false;
+  running_.erase(it->second.arrival);
+  waiting_.erase(it->second.arrival);
+  if (sm_.get(uid)) sm_.flush(uid);
+  seqs_.erase(it);
+  return true;
+}
+
+std::vector<int64_t> SplitFuseScheduler::uids() const {
+  std::vector<int64_t> out;
+  for (const auto& [uid, s] : seqs_) out.push_back(uid);
+  return out;
+}
+
 int64_t SplitFuseScheduler::remaining(const Seq& s) const {
   const SequenceDescriptor* d = sm_.get(s.req.uid);
   return int64_t(s.tokens.size()) - (d ? d->seen_tokens : 0);

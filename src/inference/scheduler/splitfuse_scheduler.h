@@ -34,6 +34,9 @@ class SplitFuseScheduler {
   // One forward; returns the tokens it generated, in batch order. Empty when there is nothing to do.
   std::vector<TokenEvent> step(TokenModel& model);
   bool idle() const { return running_.empty() && waiting_.empty(); }
+  // Between steps: drops a queued or running request (its KV blocks freed). False for a uid it does not hold.
+  bool cancel(int64_t uid);
+  std::vector<int64_t> uids() const;  // every request queued or running
 
   struct StepInfo {
     int64_t tokens = 0, sequences = 0;  // in the forward

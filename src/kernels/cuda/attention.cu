@@ -457,12 +457,7 @@ __global__ void __launch_bounds__(kFlashThreads)
     for (int s0 = 0; s0 < S; s0 += 32) {
       const int s = s0 + lane;
       const int n = s < S ? seq_start[s + 1] - seq_start[s] : 0;
-      int c = n >= 2 ? (n + kFwdBlockQ - 1) / kFwdBlockQ : 0, incl = c;
-#pragma unroll
-      for (int o = 1; o < 32; o <<= 1) {
-        const int x = __shfl_up_sync(0xffffffffu, incl, o);
-        if (lane >= o) incl += x;
-      }
+      const int c = n >= 2 ? (n + kFwdBlockQ - 1) / kFwdBlockQ : 0, incl = warp_inclusive_sum(c);
       const int target = int(blockIdx.x);
       if (c > 0 && target >= before + incl - c && target < before + incl)
         found_s = s, found_qb = target - (before + incl - c);
@@ -909,15 +904,14 @@ void flash_forward(T* out, float* lse, const T* qkv, const Dims& d, cudaStream_t
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, int D>
-void paged_flash_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
-                         const Tensor& seq_start, const Tensor& pos, int H, int Hkv, cudaStream_t stream) {
-  const int64_t N = pos.numel(), S = seq_start.numel() - 1;
-  auto kernel = paged_flash_fwd_kernel<T, D>;
-  set_smem(kernel, fwd_smem_bytes<D>());
-  // At most N / 128 + (sequences of 2 or more tokens) query blocks (Note [Paged prompt attention]).
-  const int64_t blocks = ceil_div(N, kFwdBlockQ) + std::min<int64_t>(S, N / 2);
-  kernel<<<dim3(unsigned(blocks), unsigned(H)), kFlashThreads, fwd_smem_bytes<D>(), stream>>>(
+// The paged kernels' launch (Note [Paged prompt attention], Note [Paged decode on tensor cores]): one argument list.
+template <typename T, typename K>
+void launch_paged_tc(K kernel, dim3 grid, size_t smem, int D, const Tensor& out, const Tensor& qkv,
+                     const Tensor& cache, const Tensor& block_table, const Tensor& seq_start, const Tensor& pos, int H,
+                     int Hkv, cudaStream_t stream) {
+  const int64_t S = seq_start.numel() - 1;
+  set_smem(kernel, smem);
+  kernel<<<grid, kFlashThreads, smem, stream>>>(
       ptr<T>(out), ptr<T>(qkv), ptr<T>(cache), ptr<int32_t>(block_table), ptr<int32_t>(seq_start), ptr<int32_t>(pos),
       int(S), int(block_table.numel() / S), int(cache.size(1)), int(cache.size(0)), H, Hkv,
       kLog2e / std::sqrt(float(D)));
@@ -925,16 +919,20 @@ void paged_flash_forward(const Tensor& out, const Tensor& qkv, const Tensor& cac
 }
 
 template <typename T, int D>
+void paged_flash_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
+                         const Tensor& seq_start, const Tensor& pos, int H, int Hkv, cudaStream_t stream) {
+  const int64_t N = pos.numel(), S = seq_start.numel() - 1;
+  // At most N / 128 + (sequences of 2 or more tokens) query blocks (Note [Paged prompt attention]).
+  const int64_t blocks = ceil_div(N, kFwdBlockQ) + std::min<int64_t>(S, N / 2);
+  launch_paged_tc<T>(paged_flash_fwd_kernel<T, D>, dim3(unsigned(blocks), unsigned(H)), fwd_smem_bytes<D>(), D, out,
+                     qkv, cache, block_table, seq_start, pos, H, Hkv, stream);
+}
+
+template <typename T, int D>
 void paged_decode_tc(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
                      const Tensor& seq_start, const Tensor& pos, int H, int Hkv, cudaStream_t stream) {
-  const int64_t N = pos.numel(), S = seq_start.numel() - 1;
-  auto kernel = paged_decode_tc_kernel<T, D>;
-  set_smem(kernel, fwd_smem_bytes<D>());
-  kernel<<<dim3(unsigned(N), unsigned(Hkv)), kFlashThreads, fwd_smem_bytes<D>(), stream>>>(
-      ptr<T>(out), ptr<T>(qkv), ptr<T>(cache), ptr<int32_t>(block_table), ptr<int32_t>(seq_start), ptr<int32_t>(pos),
-      int(S), int(block_table.numel() / S), int(cache.size(1)), int(cache.size(0)), H, Hkv,
-      kLog2e / std::sqrt(float(D)));
-  DSCPP_CUDA_CHECK_LAUNCH();
+  launch_paged_tc<T>(paged_decode_tc_kernel<T, D>, dim3(unsigned(pos.numel()), unsigned(Hkv)), fwd_smem_bytes<D>(), D,
+                     out, qkv, cache, block_table, seq_start, pos, H, Hkv, stream);
 }
 
 template <typename T, int D>

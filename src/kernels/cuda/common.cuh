@@ -79,6 +79,18 @@ __device__ __forceinline__ float warp_max(float x) {
   return x;
 }
 
+// Inclusive prefix sum over the lanes of a full warp (lane i gets x_0 + ... + x_i), in a fixed order.
+template <typename V>
+__device__ __forceinline__ V warp_inclusive_sum(V x) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const V n = __shfl_up_sync(0xffffffffu, x, o);
+    if (lane >= o) x += n;
+  }
+  return x;
+}
+
 // Sum over the block (blockDim.x a multiple of 32, <= 1024); every thread gets the result. `scratch` holds 32
 // floats of shared memory; the function synchronises before returning so scratch can be reused right after.
 __device__ __forceinline__ float block_sum(float x, float* scratch) {

@@ -96,12 +96,7 @@ __device__ void descend_digit(Smem& sm, u64 target) {
   u64 v[8], s = 0;
 #pragma unroll
   for (int j = 0; j < 8; j++) s += v[j] = sm.merged[kBins - 1 - (lane * 8 + j)];
-  u64 incl = s;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const u64 n = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += n;
-  }
+  const u64 incl = warp_inclusive_sum(s);
   const u64 total = __shfl_sync(0xffffffffu, incl, 31);
   if (target > total) target = total;  // only through rounding: keep the lowest digit holding mass
   const unsigned hit = __ballot_sync(0xffffffffu, incl >= target);
@@ -208,12 +203,7 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   if (warp == 0) {
     const u64 v = sm.warp_mass[lane];
-    u64 incl = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const u64 n = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += n;
-    }
+    const u64 incl = warp_inclusive_sum(v);
     const u64 total = __shfl_sync(0xffffffffu, incl, 31);
     const uint64_t sd = uint64_t(uint32_t(seed[2 * s])) | uint64_t(uint32_t(seed[2 * s + 1])) << 32;
     const float u = philox_uniform01(philox4x32_10(sd, 0, uint64_t(uint32_t(step[s]))).v[0]);
@@ -233,13 +223,7 @@ __global__ void __launch_bounds__(kThreads)
   u64 acc = sm.above;
   for (int base = begin; base < end; base += 32) {
     const int j = base + lane;
-    const u64 v = j < end ? weight(row[j]) : 0;
-    u64 incl = v;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const u64 n = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += n;
-    }
+    const u64 incl = warp_inclusive_sum(j < end ? weight(row[j]) : u64(0));
     const unsigned hit = __ballot_sync(0xffffffffu, acc + incl > r);
     if (hit) {
       if (lane == __ffs(hit) - 1) tokens[s] = j;
