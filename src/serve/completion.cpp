@@ -5,6 +5,7 @@
 #include <ctime>
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include "dscpp/serve/api_error.h"
 #include "dscpp/serve/text_stream.h"
@@ -172,15 +173,18 @@ bool complete_streaming(const CompletionContext& c, const ApiRequest& r, Channel
   json base = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"}, {"created", created},
                {"model", c.model_name}};
   auto send = [&](const json& chunk) { return write("data: " + dump(chunk) + "\n\n"); };
-  if (chat)  // OpenAI's first chunk of each choice names the role
-    for (int64_t i = 0; i < r.n; i++) {
+  // OpenAI's first chunk of each choice names the role. It goes out with the choice's first token, as vLLM sends
+  // it, so that a client's time to first token is the time to a token, not to the request's arrival.
+  std::vector<char> role_sent(size_t(r.n), 0);
+  const int64_t total = drive(c, r, ch, [&](int i, Delta& d) {
+    if (d.text.empty() && !d.finish && d.samples.empty()) return true;
+    if (chat && !role_sent[size_t(i)]) {
+      role_sent[size_t(i)] = 1;
       json chunk = base;
       chunk["choices"] = {{{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
                            {"finish_reason", nullptr}}};
       if (!send(chunk)) return false;
     }
-  const int64_t total = drive(c, r, ch, [&](int i, Delta& d) {
-    if (d.text.empty() && !d.finish && d.samples.empty()) return true;
     json lp = nullptr;
     if (r.logprobs >= 0 && chat) {
       lp = {{"content", json::array()}};
