@@ -6,26 +6,19 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <map>
 
 #include "cli/commands.h"
+#include "cli/model_source.h"
 #include "cli/rules.h"
-#include "dscpp/checkpoint/checkpoint_io.h"
-#include "dscpp/checkpoint/hf_interop.h"
-#include "dscpp/checkpoint/universal.h"
 #include "dscpp/data/tokenizer.h"
 #include "dscpp/inference/engine.h"
 #include "dscpp/inference/sampler.h"
-#include "dscpp/runtime/engine.h"  // read_checkpoint_model_config
-#include "dscpp/models/model.h"
 
 namespace dscpp::cli {
 
 namespace {
 struct GenerateOptions {
-  std::string checkpoint = "runs/default/checkpoints";
-  std::string tag;
-  std::string hf;  // a Hugging Face folder (config.json, *.safetensors, tokenizer.json) instead of a checkpoint
+  ModelSource source;
   std::string prompt = "The ";
   int64_t max_tokens = 100;
   float temperature = 0.8f;
@@ -37,47 +30,7 @@ struct GenerateOptions {
   uint64_t seed = 1;
   int num = 1;
   std::string prompts_file;  // one prompt per line
-  std::string config;        // the inference engine's JSON config (DeepSpeed-FastGen's keys)
-  std::string device = "cpu";
-  std::string dtype;         // "" = f32 on the CPU, bf16 on CUDA
-  std::string load_format = "safetensors";
 };
-
-// The f32 weights of a checkpoint tag, whatever the ZeRO stage that saved them (a stage-3 tag need not hold
-// model_states), and the tag's tokenizer.json.
-std::unique_ptr<Model> load_checkpoint_model(const GenerateOptions& o, std::string& tokenizer_json) {
-  ModelConfig mcfg = read_checkpoint_model_config(o.checkpoint, o.tag);
-  auto model = make_model(mcfg);
-  CheckpointReader r(o.checkpoint, o.tag);
-  const ParamSet& ps = model->params();
-  std::map<std::string, Tensor> weights;
-  for (auto& [name, t] : read_fp32_weights(r)) weights.emplace(name, std::move(t));
-  for (int i = 0; i < ps.size(); i++) {
-    auto it = weights.find(ps.info(i).name);
-    DSCPP_CHECK(it != weights.end(), r.dir(), " has no weights for ", ps.info(i).name);
-    DSCPP_CHECK(it->second.numel() == ps.info(i).numel, r.dir(), ": ", ps.info(i).name, " has ",
-                it->second.numel(), " elements, the model ", ps.info(i).numel);
-    ps.param(i).copy_from(it->second.view(ps.param(i).shape()));
-  }
-  DSCPP_CHECK(r.has_file("tokenizer.json"), r.dir(), " has no tokenizer.json");
-  tokenizer_json = r.dir() + "/tokenizer.json";
-  return model;
-}
-
-// The engine's config: the user's file, or FastGen's defaults fitted to this run (a context no longer than the
-// model's; on the CPU a KV cache of just the blocks these requests can use, not the host's free memory).
-inference::InferenceConfig engine_config(const GenerateOptions& o, const inference::InferenceModel& m,
-                                         int64_t n_requests) {
-  if (!o.config.empty()) return inference::InferenceConfig::from_file(o.config);
-  inference::InferenceConfig c;
-  c.state_manager.max_context = std::min(c.state_manager.max_context, m.cfg.max_context);
-  if (m.device.is_cpu()) {
-    const int64_t per_seq = (c.state_manager.max_context + c.dscpp.kv_block_size - 1) / c.dscpp.kv_block_size;
-    c.state_manager.memory_config.mode = "allocate";
-    c.state_manager.memory_config.size = per_seq * std::min<int64_t>(n_requests, c.state_manager.max_ragged_sequence_count);
-  }
-  return c;
-}
 
 std::vector<std::string> read_prompts(const GenerateOptions& o) {
   if (o.prompts_file.empty()) return std::vector<std::string>(size_t(o.num), o.prompt);
@@ -91,25 +44,11 @@ std::vector<std::string> read_prompts(const GenerateOptions& o) {
 }
 
 int run_generate(const GenerateOptions& o) {
-  inference::LoadOptions lo;
-  lo.device = o.device == "cuda" ? Device::cuda() : Device::cpu();
-  lo.dtype = o.dtype.empty() ? (lo.device.is_cuda() ? DType::bf16 : DType::f32) : dtype_from_name(o.dtype);
-  lo.load_format = o.load_format;
-  std::string tok_path;
-  inference::InferenceModel model;
-  if (o.hf.empty()) {
-    DSCPP_CHECK(o.load_format == "safetensors", "--load-format dummy needs --hf (a config.json for the shapes)");
-    model = inference::inference_model_from(*load_checkpoint_model(o, tok_path), lo);
-  } else {
-    model = inference::load_inference_model(o.hf, lo);
-    tok_path = o.hf + "/tokenizer.json";
-    DSCPP_CHECK(std::ifstream(tok_path).good(), o.hf, " has no tokenizer.json (generate needs the tokenizer the model "
-                "was trained with)");
-  }
-  const Tokenizer tok = Tokenizer::load_hf(tok_path);
+  LoadedModel loaded = load_model_source(o.source);
+  const Tokenizer& tok = loaded.tok;
   const std::vector<std::string> prompts = read_prompts(o);
-  const inference::InferenceConfig cfg = engine_config(o, model, int64_t(prompts.size()));
-  inference::InferenceEngine engine(std::move(model), cfg, &std::cerr);
+  const inference::InferenceConfig cfg = engine_config(o.source, loaded.model, int64_t(prompts.size()));
+  inference::InferenceEngine engine(std::move(loaded.model), cfg, &std::cerr);
 
   std::vector<inference::GenerationRequest> reqs;
   for (size_t i = 0; i < prompts.size(); i++) {
@@ -170,10 +109,7 @@ Command register_generate(CLI::App& app) {
       "  dscpp generate --checkpoint runs/default/checkpoints --greedy --max-tokens 50\n"
       "  dscpp generate --temperature 1.0 --top-p 0.9 --seed 7 -n 3\n"
       "  dscpp generate --hf path/to/Llama-3.2-1B --prompt \"The capital of France is\" --greedy");
-  c.app->add_option("--checkpoint", o->checkpoint, "Checkpoint directory (holding `latest`)")->capture_default_str();
-  c.app->add_option("--tag", o->tag, "Checkpoint tag (default: latest)");
-  c.app->add_option("--hf", o->hf, "A Hugging Face model folder (config.json, safetensors, tokenizer.json) instead of "
-                    "a checkpoint")->check(CLI::ExistingDirectory);
+  add_model_source_options(c.app, o->source);
   c.app->add_option("--prompt,-p", o->prompt, "Prompt text")->capture_default_str();
   c.app->add_option("--max-tokens", o->max_tokens, "New tokens to generate")->capture_default_str()
       ->check(whole(0));
@@ -197,13 +133,6 @@ Command register_generate(CLI::App& app) {
       ->check(whole(1, INT32_MAX));
   c.app->add_option("--prompts", o->prompts_file, "A file of prompts, one per line, run as one batch (instead of "
                     "--prompt)")->check(CLI::ExistingFile);
-  c.app->add_option("--config", o->config, "The inference engine's JSON config (DeepSpeed-FastGen's state_manager "
-                    "keys; docs/CONFIG.md)")->check(CLI::ExistingFile);
-  c.app->add_option("--device", o->device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
-  c.app->add_option("--dtype", o->dtype, "f32, bf16 or f16 (default: f32 on the CPU, bf16 on CUDA)")
-      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
-  c.app->add_option("--load-format", o->load_format, "safetensors, or dummy: random weights of --hf's config.json "
-                    "shapes (benchmarks)")->capture_default_str()->check(CLI::IsMember({"safetensors", "dummy"}));
   c.run = [o] { return run_generate(*o); };
   return c;
 }

@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 carry=$PWD/.carry/root/usr
 if [ -d "$carry" ]; then
   export LD_LIBRARY_PATH=$carry/lib:${LD_LIBRARY_PATH:-}
-  icu=(-DICU_ROOT="$carry")
+  icu=(-DICU_ROOT="$carry" -DCMAKE_PREFIX_PATH="$carry")  # ICU; cpp-httplib and OpenSSL's headers (serve)
 else
   icu=()
 fi

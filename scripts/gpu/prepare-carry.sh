@@ -2,6 +2,8 @@
 # On the development machine (Debian 12), before a call to a lent GPU machine: fills the git-ignored .carry/ with
 # what the GPU image lacks for a build, so that `run` can carry it (carry: [".carry"]):
 #   .carry/root/usr/{include,lib}   ICU (libicu-dev, libicu72 from Debian's archive: the tokenizer's Unicode classes);
+#                                   cpp-httplib (libcpp-httplib-dev, libcpp-httplib0.11: `dscpp serve`'s HTTP) with
+#                                   the OpenSSL headers its header includes and the brotli libraries it links;
 #   .carry/cudnn-frontend/include   cuDNN's header-only frontend (scripts/fetch-cudnn-frontend.sh).
 # scripts/gpu/check.sh and bench/run_zero_bench.sh put .carry/root/usr/lib on LD_LIBRARY_PATH. About 40 MB.
 set -euo pipefail
@@ -18,6 +20,19 @@ if [ ! -f "$root/usr/lib/libicuuc.so" ]; then
   mv "$root"/usr/lib/x86_64-linux-gnu/* "$root/usr/lib/" && rmdir "$root/usr/lib/x86_64-linux-gnu"
   rm -rf "$root"/usr/lib/libicu{i18n,io,test,tu}* "$root/usr/share" "$root"/usr/bin "$root"/usr/sbin
   find "$root" -name "*.a" -delete
+fi
+if [ ! -f "$root/usr/lib/libcpp-httplib.so" ]; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && apt-get download libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libbrotli1 >/dev/null 2>&1) ||
+    { echo "prepare-carry.sh: apt-get download libcpp-httplib-dev libcpp-httplib0.11 libssl-dev libbrotli1 failed" >&2; exit 1; }
+  mkdir -p "$root"
+  for d in "$tmp"/*.deb; do dpkg-deb -x "$d" "$root"; done
+  cp -a "$root"/usr/lib/x86_64-linux-gnu/* "$root/usr/lib/" && rm -rf "$root/usr/lib/x86_64-linux-gnu"
+  # The image's own libssl / libcrypto serve at run time; keep the headers and the httplib and brotli libraries.
+  rm -rf "$root"/usr/lib/libssl* "$root"/usr/lib/libcrypto* "$root"/usr/lib/pkgconfig "$root/usr/share" "$root/usr/bin"
+  find "$root" -name "*.a" -delete
+  rm -rf "$tmp"
 fi
 bash scripts/fetch-cudnn-frontend.sh
 [ -f .carry/cudnn-frontend/include/cudnn_frontend.h ] || cp -r .deps/cudnn-frontend .carry/

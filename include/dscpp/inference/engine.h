@@ -96,6 +96,12 @@ class InferenceEngine {
   const InferenceConfig& config() const { return config_; }
   int64_t kv_blocks() const { return cache_.shape().n_blocks; }
   int64_t kv_tokens() const { return cache_.shape().n_blocks * cache_.shape().block_size; }
+  // What a server's metrics read between steps: blocks held by sequences (parked prefix-cache blocks are free, being
+  // evictable) and the prefix cache's hits and misses in blocks since start-up.
+  struct KvUsage {
+    int64_t used_blocks = 0, total_blocks = 0, prefix_hit_blocks = 0, prefix_miss_blocks = 0;
+  };
+  KvUsage kv_usage() const;
   const StateManager& state() const { return *state_; }
   const ModelRunner& runner() const { return *runner_; }
 

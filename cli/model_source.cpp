@@ -1,0 +1,86 @@
+#include "cli/model_source.h"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include "dscpp/checkpoint/checkpoint_io.h"
+#include "dscpp/checkpoint/universal.h"
+#include "dscpp/models/model.h"
+#include "dscpp/runtime/engine.h"  // read_checkpoint_model_config
+
+namespace dscpp::cli {
+
+namespace {
+// The f32 weights of a checkpoint tag, whatever the ZeRO stage that saved them (a stage-3 tag need not hold
+// model_states), and the tag's tokenizer.json.
+std::unique_ptr<Model> load_checkpoint_model(const ModelSource& o, std::string& tokenizer_json) {
+  ModelConfig mcfg = read_checkpoint_model_config(o.checkpoint, o.tag);
+  auto model = make_model(mcfg);
+  CheckpointReader r(o.checkpoint, o.tag);
+  const ParamSet& ps = model->params();
+  std::map<std::string, Tensor> weights;
+  for (auto& [name, t] : read_fp32_weights(r)) weights.emplace(name, std::move(t));
+  for (int i = 0; i < ps.size(); i++) {
+    auto it = weights.find(ps.info(i).name);
+    DSCPP_CHECK(it != weights.end(), r.dir(), " has no weights for ", ps.info(i).name);
+    DSCPP_CHECK(it->second.numel() == ps.info(i).numel, r.dir(), ": ", ps.info(i).name, " has ",
+                it->second.numel(), " elements, the model ", ps.info(i).numel);
+    ps.param(i).copy_from(it->second.view(ps.param(i).shape()));
+  }
+  DSCPP_CHECK(r.has_file("tokenizer.json"), r.dir(), " has no tokenizer.json");
+  tokenizer_json = r.dir() + "/tokenizer.json";
+  return model;
+}
+}  // namespace
+
+void add_model_source_options(CLI::App* app, ModelSource& o) {
+  app->add_option("--checkpoint", o.checkpoint, "Checkpoint directory (holding `latest`)")->capture_default_str();
+  app->add_option("--tag", o.tag, "Checkpoint tag (default: latest)");
+  app->add_option("--hf", o.hf, "A Hugging Face model folder (config.json, safetensors, tokenizer.json) instead of a "
+                  "checkpoint")->check(CLI::ExistingDirectory);
+  app->add_option("--config", o.config, "The inference engine's JSON config (DeepSpeed-FastGen's state_manager keys; "
+                  "docs/CONFIG.md)")->check(CLI::ExistingFile);
+  app->add_option("--device", o.device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
+  app->add_option("--dtype", o.dtype, "f32, bf16 or f16 (default: f32 on the CPU, bf16 on CUDA)")
+      ->check(CLI::IsMember({"f32", "bf16", "f16"}));
+  app->add_option("--load-format", o.load_format, "safetensors, or dummy: random weights of --hf's config.json "
+                  "shapes (benchmarks)")->capture_default_str()->check(CLI::IsMember({"safetensors", "dummy"}));
+}
+
+LoadedModel load_model_source(const ModelSource& o) {
+  inference::LoadOptions lo;
+  lo.device = o.device == "cuda" ? Device::cuda() : Device::cpu();
+  lo.dtype = o.dtype.empty() ? (lo.device.is_cuda() ? DType::bf16 : DType::f32) : dtype_from_name(o.dtype);
+  lo.load_format = o.load_format;
+  std::string tok_path;
+  LoadedModel m;
+  if (o.hf.empty()) {
+    DSCPP_CHECK(o.load_format == "safetensors", "--load-format dummy needs --hf (a config.json for the shapes)");
+    m.model = inference::inference_model_from(*load_checkpoint_model(o, tok_path), lo);
+  } else {
+    m.model = inference::load_inference_model(o.hf, lo);
+    tok_path = o.hf + "/tokenizer.json";
+    DSCPP_CHECK(std::ifstream(tok_path).good(), o.hf, " has no tokenizer.json (the model needs the tokenizer it was "
+                "trained with)");
+    m.dir = o.hf;
+  }
+  m.tok = Tokenizer::load_hf(tok_path);
+  return m;
+}
+
+inference::InferenceConfig engine_config(const ModelSource& o, const inference::InferenceModel& m,
+                                         int64_t max_sequences) {
+  if (!o.config.empty()) return inference::InferenceConfig::from_file(o.config);
+  inference::InferenceConfig c;
+  c.state_manager.max_context = std::min(c.state_manager.max_context, m.cfg.max_context);
+  if (m.device.is_cpu()) {
+    const int64_t per_seq = (c.state_manager.max_context + c.dscpp.kv_block_size - 1) / c.dscpp.kv_block_size;
+    c.state_manager.memory_config.mode = "allocate";
+    c.state_manager.memory_config.size =
+        per_seq * std::min<int64_t>(max_sequences, c.state_manager.max_ragged_sequence_count);
+  }
+  return c;
+}
+
+}  // namespace dscpp::cli

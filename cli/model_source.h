@@ -1,0 +1,37 @@
+// Where `dscpp generate` and `dscpp serve` get a model: a Hugging Face folder (--hf) or a checkpoint of ours
+// (--checkpoint, --tag), loaded for the inference engine with its tokenizer, and the engine's config.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "dscpp/data/tokenizer.h"
+#include "dscpp/inference/engine.h"
+
+namespace dscpp::cli {
+
+struct ModelSource {
+  std::string checkpoint = "runs/default/checkpoints";
+  std::string tag;
+  std::string hf;      // a Hugging Face folder (config.json, *.safetensors, tokenizer.json) instead of a checkpoint
+  std::string config;  // the inference engine's JSON config (DeepSpeed-FastGen's keys)
+  std::string device = "cpu";
+  std::string dtype;   // "" = f32 on the CPU, bf16 on CUDA
+  std::string load_format = "safetensors";
+};
+
+// --checkpoint, --tag, --hf, --config, --device, --dtype, --load-format.
+void add_model_source_options(CLI::App* app, ModelSource& s);
+
+struct LoadedModel {
+  inference::InferenceModel model;
+  Tokenizer tok;
+  std::string dir;  // the Hugging Face folder ("" for a checkpoint): chat template, generation_config.json
+};
+LoadedModel load_model_source(const ModelSource& s);
+
+// The engine's config: --config, or FastGen's defaults fitted to this run (a context no longer than the model's; on
+// the CPU a KV cache of just the blocks `max_sequences` sequences can use, not the host's free memory).
+inference::InferenceConfig engine_config(const ModelSource& s, const inference::InferenceModel& m,
+                                         int64_t max_sequences);
+
+}  // namespace dscpp::cli
