@@ -13,7 +13,7 @@
 #include <utility>
 
 #include "kernels/cpu/cpu_kernels.h"
-#include "kernels/cpu/optim.h"
+#include "kernels/cpu/cpu_adam.h"
 #ifdef DSCPP_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #define CUDA_DISPATCH(op, fn, ...) return ::dscpp::cuda::fn(__VA_ARGS__)
@@ -738,9 +738,8 @@ void adam_update_with_copy(const Tensor& param, const Tensor& grad, const Tensor
   need_numel(op, {"param_lowp", param_lowp}, param.numel(), "param's numel");
   if (p.step < 1) fail(op, "step must be >= 1 (1-based count after this update), got ", p.step);
   if (cuda) CUDA_DISPATCH(op, adam_update_with_copy, param, grad, exp_avg, exp_avg_sq, param_lowp, p);
-  cpu::adam_update(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
-                   param.numel(), p);
-  cpu::convert_from_f32(param_lowp.raw(), param_lowp.dtype(), param.data<float>(), param.numel());
+  cpu::cpu_adam_step(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
+                     param_lowp.raw(), param_lowp.dtype(), param.numel(), p);
 }
 
 }  // namespace dscpp::ops

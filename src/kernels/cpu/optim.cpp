@@ -3,14 +3,16 @@
 
 #include <cmath>
 
+#include "kernels/cpu/cpu_adam.h"
+
 #ifdef DSCPP_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
 
 namespace dscpp::cpu {
 
-void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
-                 const ops::AdamParams& p) {
+void adam_update_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+                           const ops::AdamParams& p) {
   // As FusedAdam: the corrections are computed on the host in double and used as float.
   const float bc1 = p.bias_correction ? float(1.0 - std::pow(double(p.beta1), double(p.step))) : 1.0f;
   const float bc2 = p.bias_correction ? float(1.0 - std::pow(double(p.beta2), double(p.step))) : 1.0f;
@@ -77,8 +79,8 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
     DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
 #endif
   }
-  cpu::adam_update(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
-                   param.numel(), p);
+  cpu::cpu_adam_step(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
+                     nullptr, DType::f32, param.numel(), p);
 }
 
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p) {

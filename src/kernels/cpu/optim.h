@@ -12,7 +12,9 @@ namespace dscpp::cpu {
 //   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2
 //   update = (m / bc1) / (sqrt(v / bc2) + eps)  [+ wd * p in AdamW mode];  p -= lr * update
 // bc1 = 1 - b1^step, bc2 = 1 - b2^step (1 when bias correction is off).
-void adam_update(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
+// The plain loop: the spec, and the oracle of the vectorised cpu_adam_step (kernels/cpu/cpu_adam.h), which is what
+// ops::adam_update runs on the CPU.
+void adam_update_reference(float* param, const float* grad, float* exp_avg, float* exp_avg_sq, int64_t n,
                  const ops::AdamParams& p);
 
 // torch.optim.SGD: g = grad * grad_scale + wd * p; with momentum: buf = first_step ? g : mom buf + (1-damp) g,
