@@ -146,7 +146,7 @@ struct AdamParams {
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const AdamParams& p);
 // Mixed precision: adam_update, then param_lowp = the updated param rounded to param_lowp's dtype (bf16 or f16), in
-// the same pass (the compute copy for the next forward).
+// the same pass on CUDA (the compute copy for the next forward).
 void adam_update_with_copy(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                            const Tensor& param_lowp, const AdamParams& p);
 struct SgdParams {
