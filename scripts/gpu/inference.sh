@@ -2,7 +2,7 @@
 # On a GPU machine: what the inference issue checks, in one call (< 600 s). Stages (default: all):
 #   build   a fresh sm_90a build (scripts/gpu/check.sh build)
 #   ops     the op harness (the paged KV-cache and sampling kernels against their CPU references, among all ops)
-#   tests   the inference and engine GPU tests
+#   tests   the inference, engine and serving tests (the Hugging Face comparison runs where torch is installed)
 #   bench   bench/run_inference_bench.sh: ours against Hugging Face generate (static cache, eager and
 #           torch.compile) on the Llama-3.2-1B shape at batch 1, 32 and 64 (BENCH_ARGS adds or replaces flags)
 #   bench8  ours on the Llama-3.1-8B shape at batch 1 and 32 (BENCH8_ARGS adds flags; no PyTorch peer: HF generate on 8B would not fit the call)
@@ -30,7 +30,7 @@ if want ops; then
   el ops
 fi
 if want tests; then
-  (cd build-gpu && timeout 240 ctest --output-on-failure -j 4 -R "Inference|Engine|Paged|Sampler|CudaGraph|ProfilerComm|JobSafety") \
+  (cd build-gpu && timeout 240 ctest --output-on-failure -j 4 -R "Inference|Engine|Paged|Sampler|CudaGraph|ProfilerComm|JobSafety|Serve|Chat|python_test_(hf_inference|serve|chat)") \
     > "$OUT/ctest_inference.log" 2>&1
   echo "inference ctest rc=$?: $(grep -E 'tests passed' "$OUT/ctest_inference.log")"
   grep -E "Failed|\*\*\*" "$OUT/ctest_inference.log" | head -10
