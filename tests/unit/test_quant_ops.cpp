@@ -54,6 +54,20 @@ std::string error_of(const std::function<void()>& f) {
   return "";
 }
 
+// w[OC, C] quantized as int8 (group 0) or int4 (groups of `group`), outputs poisoned first.
+struct Quantized {
+  Tensor q, scale, zero;
+};
+Quantized quantize(const Tensor& w, int64_t group) {
+  const int64_t OC = w.size(0), C = w.size(1), groups = group ? C / group : 1;
+  Quantized r{poisoned({OC, group ? C / 2 : C}, DType::i8),
+              poisoned(group ? Shape{OC, groups} : Shape{OC}, DType::f32),
+              group ? poisoned({OC, groups}, DType::i8) : Tensor()};
+  if (group) ops::quantize_weight_int4(r.q, r.scale, r.zero, w, group);
+  else ops::quantize_weight_int8(r.q, r.scale, w);
+  return r;
+}
+
 TEST(QuantOps, Int8HandExample) {
   // Row 0: absmax 2.54, scale 0.02; row 1: all zeros, scale 0 and q 0.
   Tensor w = from({2, 4}, {2.54f, -1.0f, 0.5f, 0.02f, 0, 0, 0, 0});
@@ -103,11 +117,8 @@ TEST(QuantOps, RoundTripWithinHalfAStep) {
   w.data<float>()[4 * C + 17] = 40.0f;
   for (int64_t group : {int64_t(0), int64_t(64), int64_t(128)}) {
     const int64_t G = group ? group : C, groups = C / G;
-    Tensor q = poisoned({OC, group ? C / 2 : C}, DType::i8), back = poisoned({OC, C}, DType::f32);
-    Tensor scale = poisoned(group ? Shape{OC, groups} : Shape{OC}, DType::f32);
-    Tensor zero = group ? poisoned({OC, groups}, DType::i8) : Tensor();
-    if (group) ops::quantize_weight_int4(q, scale, zero, w, group);
-    else ops::quantize_weight_int8(q, scale, w);
+    const auto [q, scale, zero] = quantize(w, group);
+    Tensor back = poisoned({OC, C}, DType::f32);
     ops::dequantize_weight(back, q, scale, zero, group);
     double worst = 0;
     for (int64_t o = 0; o < OC; o++)
@@ -127,12 +138,8 @@ TEST(QuantOps, MatmulEqualsMatmulOnTheDequantizedWeight) {
   Tensor inp = randn({N, C}, rng), w = randn({OC, C}, rng, 0.05f), bias = randn({OC}, rng),
          residual = randn({N, OC}, rng);
   for (int64_t group : {int64_t(0), int64_t(128), int64_t(64)}) {
-    const int64_t groups = group ? C / group : 1;
-    Tensor q = poisoned({OC, group ? C / 2 : C}, DType::i8), deq = poisoned({OC, C}, DType::f32);
-    Tensor scale = poisoned(group ? Shape{OC, groups} : Shape{OC}, DType::f32);
-    Tensor zero = group ? poisoned({OC, groups}, DType::i8) : Tensor();
-    if (group) ops::quantize_weight_int4(q, scale, zero, w, group);
-    else ops::quantize_weight_int8(q, scale, w);
+    const auto [q, scale, zero] = quantize(w, group);
+    Tensor deq = poisoned({OC, C}, DType::f32);
     ops::dequantize_weight(deq, q, scale, zero, group);
     Tensor got = poisoned({N, OC}, DType::f32), want = poisoned({N, OC}, DType::f32);
     ops::matmul_q_forward(got, inp, q, scale, zero, group, bias, residual);
