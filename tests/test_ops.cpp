@@ -33,6 +33,7 @@
 #include "dscpp/kernels/attention_backend.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
+#include "dscpp/kernels/quant_ops.h"
 #include "dscpp/kernels/sampling_ops.h"
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -47,7 +48,8 @@ using namespace dscpp;
 
 namespace {
 
-constexpr DType f32 = DType::f32, bf16_ = DType::bf16, f16_ = DType::f16, i32 = DType::i32;
+constexpr DType f32 = DType::f32, bf16_ = DType::bf16, f16_ = DType::f16, i32 = DType::i32, i8_ = DType::i8;
+bool is_int(DType t) { return t == i32 || t == i8_; }
 
 // Note [Tolerance rule]. eps(t) = 2^(1-p), p = the significand bits (f32 24, TF32 and f16 11, bf16 8): a correctly
 // rounded result is within eps/2 of the exact one (relative), or within half the smallest subnormal where it is
@@ -72,7 +74,7 @@ struct Arg {
   Shape shape;
   DType dt;
   Role role;
-  float lo = -1, hi = 1;  // uniform values in [lo, hi) (i32: integers)
+  float lo = -1, hi = 1;  // uniform values in [lo, hi) (i32, i8: integers)
   int64_t K = 1;          // outputs: Note [Tolerance rule]
   bool exact = false;     // outputs: bit for bit (a copy, or one correctly rounded f32 add)
   int alias = -1;         // outputs: the input whose buffer this is (in place)
@@ -102,8 +104,8 @@ struct Case {
   Case& in(const std::string& n, const Shape& s, DType t, float lo = -1, float hi = 1) {
     return arg({n, s, t, Role::in, lo, hi});
   }
-  Case& ints(const std::string& n, const Shape& s, int lo, int hi) {
-    return arg({n, s, i32, Role::in, float(lo), float(hi)});
+  Case& ints(const std::string& n, const Shape& s, int lo, int hi, DType t = i32) {
+    return arg({n, s, t, Role::in, float(lo), float(hi)});
   }
   Case& acc(const std::string& n, const Shape& s, DType t, int64_t K = 1, float lo = -1, float hi = 1) {
     return arg({n, s, t, Role::acc, lo, hi, K});
@@ -754,6 +756,66 @@ void add_sampling() {
   }
 }
 
+// Weight-only quantization (quant_ops.h, Note [Quantized weight layout]); `group` 0 is int8, else int4 in groups of
+// that many columns. Quantizing is exact (the same f32 operations as the CPU); so is dequantizing to f32. Packed
+// weights are random bytes (every byte is two valid nibbles), zero points 0..15, scales positive. matmul_q_forward:
+// N <= 4 takes the GEMV of Note [Quantized GEMV] (C = 72 int8 and C = 136 g8 int4 take the dequantize + GEMM path
+// instead), N > 4 dequantizes into inp's dtype (one rounding of the weight: inner eps(t); TF32 for f32).
+void add_quant() {
+  auto fmt = [](int64_t g) { return g ? "int4 g" + std::to_string(g) : std::string("int8"); };
+  struct W { int64_t OC, C; };
+  // q, scale and zero of an [OC, C] weight as inputs (matmul, dequantize) or outputs (quantize).
+  auto quant_args = [](Case& c, W w, int64_t g, Role role) {
+    const Shape q = {w.OC, g ? w.C / 2 : w.C}, sz = g ? Shape{w.OC, w.C / g} : Shape{w.OC};
+    if (role == Role::out) {
+      c.out("scale", sz, f32).exact().out("q", q, i8_).exact();
+      if (g) c.out("zero", sz, i8_).exact();
+      return;
+    }
+    c.ints("q", q, g ? 0 : -127, g ? 256 : 128, i8_).in("scale", sz, f32, 0.001f, 0.02f);
+    if (g) c.ints("zero", sz, 0, 16, i8_);
+  };
+  for (DType t : kDtypes)
+    for (W w : {W{8, 128}, W{77, 256}, W{3072, 4096}})
+      for (int64_t g : {0, 128, 64}) {
+        const std::string sh = dims({{"OC", w.OC}, {"C", w.C}}) + " " + fmt(g);
+        Case& qc = add(g ? "quantize_weight_int4" : "quantize_weight_int8", t, sh).in("w", {w.OC, w.C}, t);
+        quant_args(qc, w, g, Role::out);
+        qc.run([g](const Args& a) {
+          if (g) ops::quantize_weight_int4(a["q"], a["scale"], a["zero"], a["w"], g);
+          else ops::quantize_weight_int8(a["q"], a["scale"], a["w"]);
+        });
+        Case& dc = add("dequantize_weight", t, sh);
+        quant_args(dc, w, g, Role::in);
+        dc.out("w", {w.OC, w.C}, t);
+        if (t == f32) dc.exact();
+        dc.run([g](const Args& a) { ops::dequantize_weight(a["w"], a["q"], a["scale"], a.opt(g, "zero"), g); });
+      }
+  struct S { int64_t N, C, OC, g; };
+  std::vector<S> shapes;
+  for (int64_t N : {1, 3, 4, 8, 33})
+    for (int64_t C : {128, 256, 4096})
+      for (int64_t OC : {8, 77, 3072})
+        for (int64_t g : {0, 128, 64}) shapes.push_back({N, C, OC, g});
+  for (S s : {S{1, 72, 33, 0}, S{3, 136, 33, 8}, S{1, 96, 40, 32}}) shapes.push_back(s);
+  for (DType t : kDtypes)
+    for (S s : shapes)
+      for (int variant = 0; variant < 3; variant++) {  // out of inp's dtype; out f32; in place on the residual
+        if (variant && (t == f32 || s.C != 4096 || s.OC != 3072)) continue;
+        const DType o = variant == 1 ? f32 : t;
+        const std::string sh = dims({{"N", s.N}, {"C", s.C}, {"OC", s.OC}}) + " " + fmt(s.g) + " bias residual" +
+                               (variant == 1 ? " out=f32" : variant == 2 ? "=out" : "");
+        Case& c = add("matmul_q_forward", t, sh).in("inp", {s.N, s.C}, t);
+        quant_args(c, {s.OC, s.C}, s.g, Role::in);
+        c.in("bias", {s.OC}, t).in("residual", {s.N, s.OC}, o).with(t == f32 ? kTf32 : eps(t));
+        (variant == 2 ? c.inplace("out", "residual", s.C) : c.out("out", {s.N, s.OC}, o, s.C))
+            .run([g = s.g](const Args& a) {
+              ops::matmul_q_forward(a["out"], a["inp"], a["q"], a["scale"], a.opt(g, "zero"), g, a["bias"],
+                                    a["residual"]);
+            });
+      }
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // The runner: one case on the CUDA backend, or on the CPU backend (the self-checks), where it can plant a bug.
 constexpr int64_t kGuard = 64;
@@ -893,15 +955,19 @@ Result run_case(const Case& c, uint64_t seed, bool cuda, bool perf = false, Plan
   std::mt19937_64 rng(seed);
   Args host{&c, {}};
   for (const Arg& g : c.args) {
-    Tensor& t = host.t.emplace_back(Tensor::empty(g.shape, g.dt == i32 ? i32 : f32));
-    if (g.role == Role::out) t.fill(NAN);
+    Tensor& t = host.t.emplace_back(Tensor::empty(g.shape, is_int(g.dt) ? g.dt : f32));
+    if (g.role == Role::out) t.fill(is_int(g.dt) ? -1 : NAN);
     for (int64_t i = 0; g.role != Role::out && i < t.numel(); i++)
-      if (g.dt == i32) t.data<int32_t>()[i] = std::uniform_int_distribution<int32_t>(int(g.lo), int(g.hi) - 1)(rng);
-      else t.data<float>()[i] = std::uniform_real_distribution<float>(g.lo, g.hi)(rng);
+      if (is_int(g.dt)) {
+        const int32_t v = std::uniform_int_distribution<int32_t>(int(g.lo), int(g.hi) - 1)(rng);
+        g.dt == i32 ? void(t.data<int32_t>()[i] = v) : void(static_cast<uint8_t*>(t.raw())[i] = uint8_t(v));
+      } else {
+        t.data<float>()[i] = std::uniform_real_distribution<float>(g.lo, g.hi)(rng);
+      }
   }
   if (c.prep) c.prep(host);
   for (size_t i = 0; i < c.args.size(); i++)
-    if (c.args[i].role != Role::out && c.args[i].dt != i32) round_to(host.t[i], c.args[i].dt);
+    if (c.args[i].role != Role::out && !is_int(c.args[i].dt)) round_to(host.t[i], c.args[i].dt);
   // The reference, out of place: an in-place output starts as a copy of its input.
   Args ref{&c, {}};
   for (const Arg& g : c.args) ref.t.push_back(host.t[g.alias >= 0 ? size_t(g.alias) : ref.t.size()].clone());
@@ -1057,6 +1123,7 @@ int main(int argc, char** argv) {
   }
   add_embedding(), add_norms(), add_activations(), add_elementwise(), add_rope(), add_crossentropy();
   add_optimizers(), add_matmul(), add_matmul_epilogue(), add_attention(), add_paged_kv(), add_sampling();
+  add_quant();
   std::vector<size_t> selected;
   for (size_t i = 0; i < g_cases.size(); i++)
     if (g_cases[i].op.find(filter) != std::string::npos) selected.push_back(i);

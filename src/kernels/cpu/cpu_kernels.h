@@ -127,6 +127,14 @@ void sample_rows(int32_t* tokens, const float* logits, const float* temperature,
 void logprobs_rows(float* chosen, int32_t* top_ids, float* top_logprob, const float* logits, const int32_t* tokens,
                    int64_t S, int64_t V, int64_t n);
 
+// quant.cpp (quant_ops.h, Note [Quantized weight layout]): int8 q[OC,C] with scale[OC]; int4 q[OC,C/2] (the even
+// column in the low nibble) with scale and zero[OC,C/G].
+void quantize_weight_int8(int8_t* q, float* scale, const float* w, int64_t OC, int64_t C);
+void quantize_weight_int4(uint8_t* q, float* scale, uint8_t* zero, const float* w, int64_t OC, int64_t C, int64_t G);
+void dequantize_weight_int8(float* w, const int8_t* q, const float* scale, int64_t OC, int64_t C);
+void dequantize_weight_int4(float* w, const uint8_t* q, const float* scale, const uint8_t* zero, int64_t OC,
+                            int64_t C, int64_t G);
+
 // crossentropy.cpp. logits[N,Vp], softmax over the first V columns; targets[N] < 0 are ignored.
 // lse (nullable) receives each row's log-sum-exp (0 for ignored rows).
 void crossentropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets, int64_t N,

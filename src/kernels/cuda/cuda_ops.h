@@ -5,6 +5,7 @@
 #pragma once
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
+#include "dscpp/kernels/quant_ops.h"
 #include "dscpp/kernels/sampling_ops.h"
 
 namespace dscpp::cuda {
@@ -99,6 +100,13 @@ void sample_rows(const Tensor& tokens, const Tensor& logits, const Tensor& tempe
                  const Tensor& top_p, const Tensor& min_p, const Tensor& seed, const Tensor& step);
 void logprobs_rows(const Tensor& chosen, const Tensor& top_ids, const Tensor& top_logprob, const Tensor& logits,
                    const Tensor& tokens);
+
+// ---- weight-only quantized matmul (quant.cu; Note [Quantized weight layout], Note [Quantized GEMV]) ----
+void quantize_weight_int8(const Tensor& q, const Tensor& scale, const Tensor& w);
+void quantize_weight_int4(const Tensor& q, const Tensor& scale, const Tensor& zero, const Tensor& w, int64_t group);
+void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group);
+void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero,
+                      int64_t group, const Tensor& bias, const Tensor& residual);
 
 // ---- loss ----
 void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V,

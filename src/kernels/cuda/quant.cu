@@ -1,0 +1,205 @@
+// CUDA twins of the weight-only quantization ops (quant_ops.h, Note [Quantized weight layout]): the same f32
+// operations in the same order as src/kernels/cpu/quant.cpp, so q, scale and zero match the CPU bit for bit.
+//
+// Note [Quantized GEMV]
+// matmul_q_forward at decode (N <= 4) runs the decode GEMV kernel of Note [Decode GEMV] (gemv.cuh) with a loader
+// that reads the packed weights: each lane fetches 16 bytes at a time (16 int8 weights or 32 int4 ones, four
+// fetches in flight), dequantizes them in registers, (q - zero) * scale in f32 exactly as dequantize_weight does,
+// and multiplies them against the few input rows; every weight byte is read once. Taken for C a multiple of 16
+// (int8) or 32 (int4, with the group a multiple of 32 so that one fetch lies in one group) and 16-byte aligned
+// inp and q. Otherwise, and for N > 4 (prefill), this first version dequantizes the whole weight into a scratch
+// tensor of inp's dtype and runs matmul_forward: correct, but it writes and reads the weight in 16 bits again, so
+// prefill gains nothing from quantization yet (a mixed-input tensor-core GEMM would).
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemv.cuh"
+
+namespace dscpp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// ---- quantize ----
+// One CTA per row: scale[o] = absmax / 127, q = clamp(rint(w / scale), -127, 127).
+template <typename T>
+__global__ void quantize_int8_kernel(int8_t* q, float* scale, const T* w, int64_t C) {
+  __shared__ float scratch[32];
+  const int64_t o = blockIdx.x;
+  const T* row = w + o * C;
+  float amax = 0.0f;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) amax = fmaxf(amax, fabsf(to_f(row[c])));
+  const float s = block_max(amax, scratch) / 127.0f;
+  if (threadIdx.x == 0) scale[o] = s;
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+    q[o * C + c] = s == 0.0f ? int8_t(0) : int8_t(fminf(fmaxf(rintf(to_f(row[c]) / s), -127.0f), 127.0f));
+}
+
+// One thread per group of G columns: the range [min(w, 0), max(w, 0)] in 15 steps.
+template <typename T>
+__global__ void quantize_int4_kernel(uint8_t* q, float* scale, uint8_t* zero, const T* w, int64_t OC, int64_t C,
+                                     int64_t G) {
+  const int64_t groups = C / G;
+  for (int64_t og = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; og < OC * groups;
+       og += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t o = og / groups, c0 = og % groups * G;
+    const T* x = w + o * C + c0;
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t c = 0; c < G; c++) lo = fminf(lo, to_f(x[c])), hi = fmaxf(hi, to_f(x[c]));
+    const float s = (hi - lo) / 15.0f;
+    const float z = s == 0.0f ? 0.0f : fminf(fmaxf(rintf(-lo / s), 0.0f), 15.0f);
+    scale[og] = s;
+    zero[og] = uint8_t(z);
+    uint8_t* out = q + (o * C + c0) / 2;
+    for (int64_t c = 0; c < G; c += 2) {
+      unsigned nib[2];
+#pragma unroll
+      for (int k = 0; k < 2; k++)
+        nib[k] = s == 0.0f ? 0u : unsigned(fminf(fmaxf(rintf(to_f(x[c + k]) / s) + z, 0.0f), 15.0f));
+      out[c / 2] = uint8_t(nib[0] | nib[1] << 4);
+    }
+  }
+}
+
+// ---- dequantize: one thread per weight (grid-stride) ----
+template <typename T>
+__global__ void dequantize_int8_kernel(T* w, const int8_t* q, const float* scale, int64_t OC, int64_t C) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < OC * C; i += int64_t(gridDim.x) * blockDim.x)
+    w[i] = from_f<T>(float(q[i]) * scale[i / C]);
+}
+
+template <typename T>
+__global__ void dequantize_int4_kernel(T* w, const uint8_t* q, const float* scale, const uint8_t* zero, int64_t OC,
+                                       int64_t C, int64_t G) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < OC * C; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t g = i / C * (C / G) + i % C / G;
+    const int nib = q[i / 2] >> (i % 2 * 4) & 15;
+    w[i] = from_f<T>(float(nib - int(zero[g])) * scale[g]);
+  }
+}
+
+// ---- the GEMV's weight loaders (gemv.cuh) ----
+struct Int8Row {
+  static constexpr int V = 16;
+  struct Params {
+    const int8_t* q;
+    const float* scale;
+    int64_t C;
+  };
+  const int8_t* row;
+  float s;
+  __device__ Int8Row(const Params& p, int64_t oc) : row(p.q + oc * p.C), s(p.scale[oc]) {}
+  __device__ uint4 fetch(int c) const { return *reinterpret_cast<const uint4*>(row + c); }
+  __device__ void expand(const uint4& raw, int, float* w) const {
+    const int8_t* b = reinterpret_cast<const int8_t*>(&raw);
+#pragma unroll
+    for (int k = 0; k < V; k++) w[k] = float(b[k]) * s;
+  }
+};
+
+struct Int4Row {
+  static constexpr int V = 32;
+  struct Params {
+    const uint8_t* q;
+    const float* scale;
+    const uint8_t* zero;
+    int64_t C;
+    int G;
+  };
+  const uint8_t* row;
+  const float* scale;
+  const uint8_t* zero;
+  int G;
+  __device__ Int4Row(const Params& p, int64_t oc)
+      : row(p.q + oc * p.C / 2), scale(p.scale + oc * (p.C / p.G)), zero(p.zero + oc * (p.C / p.G)), G(p.G) {}
+  __device__ uint4 fetch(int c) const { return *reinterpret_cast<const uint4*>(row + c / 2); }
+  __device__ void expand(const uint4& raw, int c, float* w) const {
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
+    const float s = scale[c / G];
+    const int z = zero[c / G];
+#pragma unroll
+    for (int k = 0; k < V / 2; k++) {
+      w[2 * k] = float(int(b[k] & 15) - z) * s;
+      w[2 * k + 1] = float(int(b[k] >> 4) - z) * s;
+    }
+  }
+};
+
+template <typename L>
+bool try_quant_gemv(const Tensor& out, const Tensor& inp, const typename L::Params& w, const Tensor& bias,
+                    const Tensor& residual, int64_t N, int64_t OC, int64_t C, cudaStream_t s) {
+  bool done = false;
+  dispatch_float("matmul_q_forward", inp.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    done = gemv::launch_dtypes<L, T>(out.raw(), out.dtype(), inp.dtype(), ptr<const T>(inp), w,
+                                     bias.defined() ? bias.raw() : nullptr, bias.defined() ? bias.dtype() : DType::f32,
+                                     residual.defined() ? residual.raw() : nullptr, N, OC, C, s);
+  });
+  return done;
+}
+
+const uint8_t* bytes(const Tensor& t) { return static_cast<const uint8_t*>(t.raw()); }
+
+}  // namespace
+
+void quantize_weight_int8(const Tensor& q, const Tensor& scale, const Tensor& w) {
+  const int64_t OC = w.size(0), C = w.size(1);
+  OpLaunch l(w);
+  dispatch_float("quantize_weight_int8", w.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    quantize_int8_kernel<T><<<unsigned(OC), kThreads, 0, l.stream>>>(ptr<int8_t>(q), ptr<float>(scale),
+                                                                     ptr<const T>(w), C);
+  });
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
+void quantize_weight_int4(const Tensor& q, const Tensor& scale, const Tensor& zero, const Tensor& w, int64_t group) {
+  const int64_t OC = w.size(0), C = w.size(1);
+  OpLaunch l(w);
+  dispatch_float("quantize_weight_int4", w.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    quantize_int4_kernel<T><<<grid_for(OC * (C / group), kThreads), kThreads, 0, l.stream>>>(
+        ptr<uint8_t>(q), ptr<float>(scale), ptr<uint8_t>(zero), ptr<const T>(w), OC, C, group);
+  });
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
+void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group) {
+  const int64_t OC = w.size(0), C = w.size(1);
+  OpLaunch l(w);
+  dispatch_float("dequantize_weight", w.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    const unsigned grid = grid_for(OC * C, kThreads);
+    if (group == 0)
+      dequantize_int8_kernel<T><<<grid, kThreads, 0, l.stream>>>(ptr<T>(w), ptr<const int8_t>(q),
+                                                                 ptr<const float>(scale), OC, C);
+    else
+      dequantize_int4_kernel<T><<<grid, kThreads, 0, l.stream>>>(ptr<T>(w), bytes(q), ptr<const float>(scale),
+                                                                 bytes(zero), OC, C, group);
+  });
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
+void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero,
+                      int64_t group, const Tensor& bias, const Tensor& residual) {
+  const int64_t OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1), N = inp.numel() / C;
+  if (N == 0) return;
+  OpLaunch l(out);
+  if (N <= 4 && C <= INT32_MAX && all_aligned16(inp.raw(), q.raw())) {  // Note [Quantized GEMV]
+    if (group == 0 && C % Int8Row::V == 0 &&
+        try_quant_gemv<Int8Row>(out, inp, {ptr<const int8_t>(q), ptr<const float>(scale), C}, bias, residual, N, OC,
+                                C, l.stream))
+      return;
+    if (group > 0 && C % Int4Row::V == 0 && group % Int4Row::V == 0 &&
+        try_quant_gemv<Int4Row>(out, inp, {bytes(q), ptr<const float>(scale), bytes(zero), C, int(group)}, bias,
+                                residual, N, OC, C, l.stream))
+      return;
+  }
+  Tensor w = Tensor::empty({OC, C}, inp.dtype(), q.device());  // stream-ordered (Note [Current stream])
+  dequantize_weight(w, q, scale, zero, group);
+  matmul_forward(out, inp, w, bias, residual);
+}
+
+}  // namespace dscpp::cuda
