@@ -1,5 +1,5 @@
 // GEMM benchmark and self-check for the cuBLASLt matmuls (src/kernels/cuda/matmul.cu).
-//   gemm_bench            check against the CPU reference, then time      gemm_bench check | time | dbias
+//   gemm_bench            check against the CPU reference, then time      gemm_bench check | time | dbias | decode
 // The 8192^3 bf16 case compares with the measured cuBLAS ceiling (~677-790 TFLOP/s on H100).
 // The dbias section times the bias gradient of GPT-2's four linears (our bias_grad kernel, Note [Matmul epilogues])
 // alone and after the weight-gradient GEMM, L2 flushed before each run.
@@ -10,6 +10,7 @@
 #include "bench/bench_util.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/quant_ops.h"
 #include "kernels/cuda/cuda_ops.h"
 
 using namespace bench;
@@ -153,6 +154,53 @@ void run_dbias_timing() {
   }
 }
 
+// Batch-1 and batch-4 decode linears of the Llama-3.1-8B shape, bf16 weights against int8 (per channel) and int4
+// (group 128) weights through matmul_q_forward, each with a cold L2: microseconds and GB/s of weight bytes (plus
+// scales and zero points) read, and the sum over one token's 32 layers and lm head.
+void run_decode_timing() {
+  struct Lin {
+    int64_t C, OC;
+    const char* what;
+    int per_token;  // how many times one token runs it
+  };
+  const Lin lins[] = {{4096, 6144, "qkv", 32},
+                      {4096, 4096, "o", 32},
+                      {4096, 28672, "gate_up", 32},
+                      {14336, 4096, "down", 32},
+                      {4096, 128256, "lm head", 1}};
+  const Device dev = Device::cuda(0);
+  Tensor flush = Tensor::empty({int64_t(64) << 20}, DType::f32, dev);
+  for (int64_t N : {1, 4}) {
+    std::printf("\n%-8s N=%lld | %9s %7s | %9s %7s | %9s %7s\n", "decode", (long long)N, "bf16 us", "GB/s",
+                "int8 us", "GB/s", "int4 us", "GB/s");
+    double tot[3] = {0, 0, 0};
+    for (const Lin& l : lins) {
+      Tensor w = to_device(randn_rounded({l.OC, l.C}, DType::bf16, 2, 0.02f), DType::bf16);
+      Tensor inp = to_device(randn_rounded({N, l.C}, DType::bf16, 1), DType::bf16);
+      Tensor out = Tensor::empty({N, l.OC}, DType::bf16, dev);
+      Tensor q8 = Tensor::empty({l.OC, l.C}, DType::i8, dev), s8 = Tensor::empty({l.OC}, DType::f32, dev);
+      dscpp::ops::quantize_weight_int8(q8, s8, w);
+      const int64_t G = 128;
+      Tensor q4 = Tensor::empty({l.OC, l.C / 2}, DType::i8, dev), s4 = Tensor::empty({l.OC, l.C / G}, DType::f32, dev);
+      Tensor z4 = Tensor::empty({l.OC, l.C / G}, DType::i8, dev);
+      dscpp::ops::quantize_weight_int4(q4, s4, z4, w, G);
+      const double t[3] = {
+          time_cold_ms([&] { dscpp::cuda::matmul_forward(out, inp, w, Tensor()); }, flush),
+          time_cold_ms([&] { dscpp::ops::matmul_q_forward(out, inp, q8, s8, Tensor(), 0, Tensor()); }, flush),
+          time_cold_ms([&] { dscpp::ops::matmul_q_forward(out, inp, q4, s4, z4, G, Tensor()); }, flush)};
+      const double bytes[3] = {double(w.nbytes()), double(q8.nbytes() + s8.nbytes()),
+                               double(q4.nbytes() + s4.nbytes() + z4.nbytes())};
+      std::printf("%-13s | ", l.what);
+      for (int k = 0; k < 3; k++) {
+        std::printf("%9.1f %7.0f %s", t[k] * 1e3, bytes[k] / (t[k] * 1e-3) * 1e-9, k < 2 ? "| " : "\n");
+        tot[k] += t[k] * l.per_token;
+      }
+    }
+    std::printf("%-13s | %9.1f %7s | %9.1f %7s | %9.1f\n", "per token", tot[0] * 1e3, "", tot[1] * 1e3, "",
+                tot[2] * 1e3);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -166,6 +214,7 @@ int main(int argc, char** argv) {
     if (mode == "all" || mode == "check") ok = run_checks();
     if (mode == "all" || mode == "time") run_timing();
     if (mode == "all" || mode == "time" || mode == "dbias") run_dbias_timing();
+    if (mode == "all" || mode == "time" || mode == "decode") run_decode_timing();
     return ok ? 0 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gemm_bench: %s\n", e.what());
