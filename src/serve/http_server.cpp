@@ -3,6 +3,9 @@
 #include "dscpp/serve/server.h"
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <csignal>
 #include <ctime>
 #include <pthread.h>
@@ -76,6 +79,30 @@ sigset_t block_stop_signals() {
   return set;
 }
 
+// The SSE streams still being written. httplib's stop() ends a chunked stream mid-write, so the shutdown waits for
+// them after the engine has finished their requests: the last events and "data: [DONE]" reach the client.
+class OpenStreams {
+ public:
+  void opened() {
+    std::lock_guard<std::mutex> g(mu_);
+    n_++;
+  }
+  void closed() {
+    std::lock_guard<std::mutex> g(mu_);
+    if (--n_ == 0) cv_.notify_all();
+  }
+  // False when the deadline passed first (a client that stopped reading).
+  bool wait_closed(std::chrono::steady_clock::time_point deadline) {
+    std::unique_lock<std::mutex> g(mu_);
+    return cv_.wait_until(g, deadline, [&] { return n_ == 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t n_ = 0;
+};
+
 }  // namespace
 
 int serve(inference::InferenceEngine& engine, const ServedModel& model, const ServerOptions& o, std::ostream& log) {
@@ -84,6 +111,7 @@ int serve(inference::InferenceEngine& engine, const ServedModel& model, const Se
   EngineLoop loop(engine, {o.max_queue}, metrics);
   const ApiContext api = api_context(engine, model, o);
   CompletionContext cc{&loop, model.tok, model.stop_ids, o.model_name};
+  OpenStreams streams;
 
   httplib::Server svr;
   const int threads = o.http_threads;
@@ -110,6 +138,7 @@ int serve(inference::InferenceEngine& engine, const ServedModel& model, const Se
           return;
         }
         res.set_header("Cache-Control", "no-cache");
+        streams.opened();
         res.set_chunked_content_provider(
             "text/event-stream",
             [&, r, ch](size_t, httplib::DataSink& sink) {
@@ -129,7 +158,10 @@ int serve(inference::InferenceEngine& engine, const ServedModel& model, const Se
                 return false;
               }
             },
-            [&loop, ch](bool) { loop.cancel(ch->ids()); });  // a stream never started still frees its requests
+            [&loop, &streams, ch](bool) {  // a stream never started still frees its requests
+              loop.cancel(ch->ids());
+              streams.closed();
+            });
       } catch (const ApiError& e) {
         send_error(res, e);
       } catch (const std::exception& e) {
@@ -160,8 +192,12 @@ int serve(inference::InferenceEngine& engine, const ServedModel& model, const Se
     signalled = true;
     log << "dscpp serve: signal " << sig << ", finishing requests in flight (up to " << o.shutdown_seconds << " s)"
         << std::endl;
-    loop.drain(std::chrono::steady_clock::now() +
-               std::chrono::milliseconds(int64_t(o.shutdown_seconds * 1000)));
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(o.shutdown_seconds * 1000));
+    loop.drain(deadline);
+    // Requests cancelled at the deadline still send their last event; a second of grace for that.
+    if (!streams.wait_closed(std::max(deadline, std::chrono::steady_clock::now()) + std::chrono::seconds(1)))
+      log << "dscpp serve: a client stopped reading its stream; closing it" << std::endl;
     svr.stop();
   });
   log << "dscpp serve: " << o.model_name << " on http://" << o.host << ":" << o.port << " (max_context "
