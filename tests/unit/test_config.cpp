@@ -468,7 +468,7 @@ TEST(Config, CurrentDeepSpeedKeys) {
                "zero_optimization.offload_optimizer.cpuadam_cores_perc", {"<= 1"});
   std::vector<std::string> w;
   DeepSpeedConfig::from_string(with_batch(R"("bf16": {"check_grad_overflow": false}, "gradient_allreduce_op": "mean",
-      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "super_offload": false}}})"), 1, &w);
+      "zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "super_offload": false}})"), 1, &w);
   std::string all;
   for (const auto& m : w) all += m + "\n";
   EXPECT_NE(all.find("bf16.check_grad_overflow = false"), std::string::npos) << all;

@@ -214,8 +214,11 @@ TEST_P(OffloadExact, EqualsTheSameRunWithoutOffload) {
   dscpp::test::on_ranks(c, [&](ProcessGroup& pg, int rank) {
     auto e = dscpp::test::make_engine(c, &pg);
     ASSERT_NE(e->offload(), nullptr);
-    const ModelStateBytes bytes = e->model_state_bytes();
+    const ModelStateBytes bytes = e->model_state_bytes(), theory = e->theoretical_model_state_bytes();
     EXPECT_GT(bytes.host, 0);
+    EXPECT_NEAR(double(bytes.host), double(theory.host), 0.1 * double(theory.host)) << e->model_state_report();
+    EXPECT_NEAR(double(bytes.optimizer), double(theory.optimizer), 0.1 * double(theory.optimizer) + 1024)
+        << e->model_state_report();
     EXPECT_NE(e->model_state_report().find("offload_optimizer"), std::string::npos) << e->model_state_report();
     const auto got = dscpp::test::train(*e, c, rank, c.gas, 4);
     const DistCase p = plain(c);
