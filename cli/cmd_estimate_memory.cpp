@@ -153,9 +153,10 @@ int run_estimate(const EstimateOptions& o) {
               "ignored)\n");
   std::fputs(format_model_state_table(n.total, W, 2, 4, true, 2).c_str(), stdout);
   std::printf("\n== DeepSpeed.cpp engine: with offload_optimizer=cpu, per GPU and host memory per rank ==\n");
-  std::printf("(the GPU keeps bf16 params and f32 grads; the host holds the f32 master, AdamW's two states, an f32 "
-              "gradient copy and the bf16 copy sent back: 18 bytes per param. DeepSpeed's offload rows above count "
-              "16-bit gradients that leave the GPU: at stage 2 gpu 2P, cpu P x max(4G, 16) x 1.5 per node)\n");
+  std::printf("(the GPU keeps bf16 params and f32 grads; the host holds the f32 master and AdamW's two states, 12 "
+              "bytes per param, and copy slots for gradients and bf16 params, <= 384 MiB with buffer_count 4; "
+              "dscpp.offload.delayed_update adds 6 bytes per param. DeepSpeed's offload rows above count 16-bit "
+              "gradients that leave the GPU: at stage 2 gpu 2P, cpu P x max(4G, 16) x 1.5 per node)\n");
   std::fputs(format_model_state_table(n.total, W, 2, 4, true, 2, 1.0).c_str(), stdout);
   if (o.micro_batch == 0 && o.deepspeed_config.empty()) {
     std::printf("Not included: activations, communication buckets, the ZeRO-3 gather buffer, allocator cache, CUDA "

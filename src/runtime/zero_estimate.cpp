@@ -219,7 +219,7 @@ ModelStateBytes zero_model_state_bytes(int64_t flat_numel, int stage, int world_
   const int64_t owned = stage >= 1 ? shard : flat_numel;
   const int64_t host = int64_t(offload_ratio * double(owned));  // Note [Our model-state bytes]
   b.optimizer = (owned - host) * 4 * ((fp32_master ? 1 : 0) + optimizer_states);
-  b.host = host * (4 + 4 * optimizer_states + 4 + (param_bytes < 4 ? param_bytes : 0));
+  b.host = host * (4 + 4 * optimizer_states);
   return b;
 }
 

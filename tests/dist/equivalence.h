@@ -72,6 +72,7 @@ struct DistCase {
   int64_t n_layer = 0;            // 0: the tiny model's
   int64_t prefetch = 50000000, persistence = 100000, reuse = 1000000000, max_live = 1000000000;  // stage 3
   double offload = 0;             // zero_optimization.offload_optimizer: device "cpu" with this ratio (0: none)
+  int64_t offload_buffers = 4;    // and this buffer_count
   bool delayed_update = false;    // dscpp.offload.delayed_update
 
   bool gpu() const { return backend == "nccl"; }
@@ -90,6 +91,7 @@ struct DistCase {
     if (n_layer) o << "_L" << n_layer;
     if (stage == 3 && reuse == 0) o << "_noreuse";
     if (offload > 0) o << "_offload" << int(offload * 100);
+    if (offload > 0 && offload_buffers != 4) o << "_buffers" << offload_buffers;
     if (delayed_update) o << "_dpu";
     return o.str();
   }
@@ -144,7 +146,9 @@ inline std::string config_json(const DistCase& c) {
   if (c.arena_mib) j << R"(, "arena_mib": )" << *c.arena_mib;
   j << R"(}, "offload": {"delayed_update": )" << (c.delayed_update ? "true" : "false");
   j << R"(}}, "zero_optimization": {"stage": )" << c.stage;
-  if (c.offload > 0) j << R"(, "offload_optimizer": {"device": "cpu", "ratio": )" << c.offload << "}";
+  if (c.offload > 0)
+    j << R"(, "offload_optimizer": {"device": "cpu", "ratio": )" << c.offload << R"(, "buffer_count": )"
+      << c.offload_buffers << "}";
   if (c.overlap) j << R"(, "overlap_comm": )" << (*c.overlap ? "true" : "false");
   j << R"(, "reduce_bucket_size": )" << c.bucket << R"(, "stage3_prefetch_bucket_size": )" << c.prefetch
     << R"(, "stage3_param_persistence_threshold": )" << c.persistence << R"(, "stage3_max_reuse_distance": )"

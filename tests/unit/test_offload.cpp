@@ -127,6 +127,8 @@ TEST(OffloadConfig, DeepSpeedKeysDefaultsAndRules) {
                       "zero_optimization.offload_optimizer.ratio", {"1.5", "<= 1"});
   expect_config_error(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "pin_memmory": true}})",
                       "zero_optimization.offload_optimizer.pin_memmory", {"did you mean 'pin_memory'"});
+  expect_config_error(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "buffer_count": 0}})",
+                      "zero_optimization.offload_optimizer.buffer_count", {"0", ">= 1", "slots"});
   expect_config_error(R"("zero_optimization": {"stage": 2}, "dscpp": {"offload": {"delayed_update": true}})",
                       "dscpp.offload.delayed_update", {"offload_optimizer.device \"cpu\""});
   expect_config_error(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu", "ratio": 0}},
@@ -175,6 +177,52 @@ TEST(Offload, StepWorkerReportsProgressAndErrors) {
   w.wait();
 }
 
+// Pieces cut smaller than a unit and fewer copy slots than pieces: each piece's gradients wait for the slot the
+// piece before read, each 16-bit slot for its last copy to the device; the result is the plain optimizer's.
+TEST(Offload, PiecesAndSlotsDoNotChangeTheUpdate) {
+  const ModelConfig mc = test_fixtures::tiny_model_config("llama");
+  OptimizerConfig oc;
+  oc.type = "adamw";
+  oc.adam.weight_decay = 0.1;
+  for (const auto& [piece, slots] : {std::pair<int64_t, int64_t>{64, 1}, {1000, 3}, {1 << 24, 4}}) {
+    SCOPED_TRACE("piece " + std::to_string(piece) + ", slots " + std::to_string(slots));
+    auto a = make_model(mc), b = make_model(mc);
+    a->init_weights(5);
+    b->init_weights(5);
+    ParamSet& pa = a->params();
+    ParamSet& pb = b->params();
+    auto plain_opt = make_optimizer(oc, pb);
+    const ZeroPartition zp(1, 1, 0, pa.units());
+    OffloadOptimizerConfig cfg;
+    cfg.device = "cpu";
+    cfg.buffer_count = slots;
+    auto unit_of = [&](const Tensor& flat) {
+      return [&pa, flat](size_t u) { return flat.slice(pa.units()[u].begin, pa.units()[u].size()); };
+    };
+    OptimizerOffload o(oc, cfg, false, pa, zp, false, false, unit_of(pa.flat_params()), unit_of(pa.flat_grads()),
+                       piece);
+    o.refresh_masters();
+    for (int step = 0; step < 3; step++) {
+      o.before_backward(true);  // the device gradients are free again
+      Rng rng(77 + uint64_t(step));
+      for (int64_t i = 0; i < pa.flat_numel(); i++) {
+        const float g = float(rng.uniform()) - 0.5f;
+        pa.flat_grads().data<float>()[i] = g;
+        pb.flat_grads().data<float>()[i] = g;
+      }
+      o.end_grads();
+      o.step(0.01f, 0.5f);
+      plain_opt->step(0.01f, 0.5f);
+    }
+    o.finish();
+    expect_bits(floats(pa.flat_params()), floats(pb.flat_params()), "parameters");
+    expect_bits(floats(o.state_tensors()[1].second), floats(plain_opt->state_tensors()[1].second), "exp_avg_sq");
+    int64_t largest = 0;
+    for (const FlatRange& u : pa.units()) largest = std::max(largest, std::min(piece, u.size()));
+    EXPECT_EQ(o.bytes().host_grads, largest * 4 * slots) << "slots of the largest piece";
+  }
+}
+
 // ---- offloaded equals not offloaded, bit for bit ------------------------------------------------------------------
 
 namespace {
@@ -200,6 +248,9 @@ std::vector<DistCase> exact_cases() {
   add(1, 1, "gpt2", [](DistCase& c) { c.precision = "fp16", c.offload = 0.5; });
   add(2, 1, "llama", [](DistCase& c) { c.optimizer = "sgd"; });
   add(2, 3, "gpt2", [](DistCase& c) { c.gas = 1, c.overlap = false, c.n_layer = 5; });
+  // One and two copy slots: every piece's gradients wait for the slot the piece before read.
+  add(1, 2, "llama", [](DistCase& c) { c.offload_buffers = 1; });
+  add(2, 3, "gpt2", [](DistCase& c) { c.offload_buffers = 2, c.precision = "fp16", c.offload = 0.7; });
   return v;
 }
 

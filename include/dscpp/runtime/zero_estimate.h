@@ -13,12 +13,14 @@
 // gather buffer of a ZeRO-3 unit and the reduction buckets are not counted.
 // With offload_optimizer (Note [Optimizer offload], a share r of the optimizer's shard S on the host; r = 1 unless
 // Twin-Flow's ratio says otherwise) the device keeps (1 - r) of the optimizer bytes, and host memory holds, per
-// offloaded element, the f32 master (4, also for an f32 model: the host steps its own copy), the optimizer states
-// (4 each), the f32 gradient copy (4) and the 16-bit staging of the updated parameters (param_bytes when < 4):
-//   host = r * S * (4 + 4 * optimizer_states + 4 + (param_bytes < 4 ? param_bytes : 0))
-// bf16 + AdamW: 18 bytes per offloaded parameter on the host; the device keeps its 16-bit parameters and f32
-// gradients (6 bytes per parameter in one process), where DeepSpeed's ZeRO-2 estimator counts 2 (its gradients are
-// 16-bit and leave the device).
+// offloaded element, the f32 master (4, also for an f32 model: the host steps its own copy) and the optimizer states
+// (4 each):
+//   host = r * S * (4 + 4 * optimizer_states)        (AdamW: 12 bytes per offloaded parameter)
+// plus the copy slots, not counted here: offload_optimizer.buffer_count slots of at most 2^24 elements for the
+// gradients (4 bytes) and the 16-bit parameters (param_bytes < 4), 384 MiB at most with bf16 and the default 4;
+// with dscpp.offload.delayed_update whole-shard buffers instead (4 + param_bytes per offloaded element). The device
+// keeps its 16-bit parameters and f32 gradients (6 bytes per parameter in one process), where DeepSpeed's ZeRO-2
+// estimator counts 2 (its gradients are 16-bit and leave the device) and 16 per parameter on the host.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -98,7 +100,7 @@ struct ModelStateBytes {
   int64_t params = 0;     // model-dtype parameters this rank keeps resident
   int64_t grads = 0;      // gradients (ours: f32)
   int64_t optimizer = 0;  // f32 master weights (mixed precision) + optimizer state buffers
-  int64_t host = 0;       // offload_optimizer: host memory (not in total(), which is the device's)
+  int64_t host = 0;       // offload_optimizer: masters and states in host memory (not in total(): the device's)
   int64_t total() const { return params + grads + optimizer; }
 };
 // stage 0..3; world_size >= 1; optimizer_states: f32 buffers per element (AdamW 2, SGD with momentum 1, SGD 0);

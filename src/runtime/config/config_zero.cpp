@@ -43,6 +43,9 @@ static OffloadOptimizerConfig parse_offload_optimizer(const json& j) {
   if (o.device == "nvme")
     fail(r.path("device"), o.device, "NVMe offload of optimizer states is not supported by DeepSpeed.cpp yet; "
          "use \"cpu\" (pinned host memory) or \"none\"");
+  if (o.device == "cpu" && o.buffer_count < 1)  // Note [Optimizer offload]
+    fail(r.path("buffer_count"), o.buffer_count, "must be >= 1 with device \"cpu\": gradients and updated "
+         "parameters are copied through this many page-locked slots");
   return o;
 }
 

@@ -214,7 +214,11 @@ void Engine::backward() {
   if (profiling_) prof_->set_phase(Phase::backward);
   ProfileRange r(prof_.get(), "backward");
   const bool boundary = is_gradient_accumulation_boundary();
-  if (offload_ && boundary) offload_->begin_grads();  // Note [Optimizer offload]: gradients leave as they are final
+  if (offload_) {  // Note [Optimizer offload]: the last host step may still be reading the gradients
+    const bool zero = offload_->reads_device_grads();
+    offload_->before_backward(boundary);
+    if (zero) model_->params().zero_grads();  // the step left it to here
+  }
   if (grad_sync_) grad_sync_->begin_backward(boundary);
   model_->backward(backward_scale());
   // At the boundary (stages 2-3: every micro-batch) the gradients are now averaged over the ranks.
@@ -234,7 +238,8 @@ void Engine::step() {
       last_skipped_ = !applied;
       if (applied) scheduler_.step();
       else skipped_steps_++;
-      model_->params().zero_grads();  // stage 0/1's flat buffer
+      // Stage 0/1's flat buffer; the offloaded host step reads it until the next backward, which zeroes it then.
+      if (!(offload_ && offload_->reads_device_grads())) model_->params().zero_grads();
       if (grad_sync_) grad_sync_->new_step();
       global_steps_++;
       global_samples_ += cfg_.train_batch_size;

@@ -17,9 +17,9 @@ void Engine::init_offload() {
                                                 model_->params(), zp_, mixed_, /*track_grads=*/!grad_sync_, params,
                                                 grads);
   OptimizerOffload* o = offload_.get();
-  if (grad_sync_) {
+  if (o->delayed() && grad_sync_) {  // gradients leave in backward (Note [Optimizer offload])
     grad_sync_->set_final_hook([o](size_t unit) { o->grads_final(unit); });
-  } else {
+  } else if (o->delayed()) {
     model_->set_grad_ready_hook([this, o](int64_t b, int64_t e) {
       if (is_gradient_accumulation_boundary()) o->grads_ready(b, e);
     });

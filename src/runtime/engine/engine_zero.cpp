@@ -157,7 +157,7 @@ ModelStateBytes Engine::model_state_bytes() const {
   if (offload_) {
     const OffloadBytes o = offload_->bytes();
     b.optimizer += o.device;
-    b.host = o.host();
+    b.host = o.host_states;
   }
   return b;
 }
@@ -184,8 +184,8 @@ std::string Engine::model_state_report() const {
     const OffloadBytes h = offload_->bytes();
     o << "; offload_optimizer (ratio " << offload_->ratio() << ") in " << (cfg_.zero_optimization.offload_optimizer
          ->pin_memory ? "pinned " : "") << "host memory: masters and states " << gib(h.host_states)
-      << " GiB, gradients " << gib(h.host_grads) << " GiB, parameter staging " << gib(h.host_staging)
-      << " GiB, total " << gib(a.host) << " GiB; theoretical " << gib(t.host) << " GiB";
+      << " GiB (theoretical " << gib(t.host) << " GiB), copy slots for gradients " << gib(h.host_grads)
+      << " GiB and parameters " << gib(h.host_staging) << " GiB, total " << gib(h.host()) << " GiB";
   }
   // Note [Copy-engine reductions], Note [Copy-engine ZeRO]: registered buffers beyond the model states.
   int64_t copies = grad_sync_ ? grad_sync_->arena().nbytes() : 0;

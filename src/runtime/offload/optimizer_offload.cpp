@@ -18,21 +18,25 @@ constexpr int64_t kSplitAlign = 64;
 
 Tensor host_buffer(int64_t n, DType dtype, bool pinned) {
   Tensor t = pinned ? empty_pinned({n}, dtype) : Tensor::empty({n}, dtype);
-  t.zero();  // padding is never written by a copy; it steps with zero gradients, as on the device
+  t.zero();  // padding steps with zero gradients, as on the device
   return t;
 }
 
-nlohmann::json owned_json(const Optimizer& o) { return o.state_json().at("owned"); }
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
 }  // namespace
 
 OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const OffloadOptimizerConfig& offload,
                                    bool delayed_update, const ParamSet& ps, const ZeroPartition& zp, bool mixed,
-                                   bool track_grads, const ChunkFn& params, const ChunkFn& grads)
+                                   bool track_grads, const ChunkFn& params, const ChunkFn& grads,
+                                   int64_t piece_elements)
     : mixed_(mixed),
       delayed_(delayed_update),
       track_grads_(track_grads),
-      copies_(ps.device()) {
+      to_host_(ps.device()),
+      to_device_(ps.device()) {
   DSCPP_CHECK(offload.device == "cpu", "optimizer offload: device \"", offload.device, "\" (only \"cpu\")");
+  DSCPP_CHECK(offload.buffer_count >= 1, "zero_optimization.offload_optimizer.buffer_count must be >= 1, got ",
+              offload.buffer_count);
   shard_numel_ = zp.shard_numel();
   const double keep = (1.0 - offload.ratio) * double(shard_numel_);
   split_ = offload.ratio >= 1.0 ? 0 : int64_t(keep) / kSplitAlign * kSplitAlign;
@@ -45,27 +49,32 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
   for (size_t u = 0; u < U; u++) {
     const FlatRange c = zp.owned_in(u, zp.rank());
     const int64_t s = zp.shard_offset(u);
+    const Tensor up = params(u), ug = grads(u);
     auto add = [&](int64_t from, int64_t to, bool host) {  // shard offsets [from, to) of this chunk
-      if (from >= to) return;
-      Piece p;
-      p.flat = {c.begin + (from - s), c.begin + (to - s)};
-      p.shard = from;
-      p.unit = u;
-      p.host = host;
-      p.params = params(u).slice(from - s, to - from);
-      p.grads = grads(u).slice(from - s, to - from);
-      (host ? host_ranges : device_ranges).push_back(p.flat);
-      if (host) {
-        last_host_of_unit_[u] = int64_t(host_pieces_.size());
-        host_pieces_.push_back(pieces_.size());
+      for (int64_t b = from, e = from; b < to; b = e) {
+        e = host ? std::min(to, b + piece_elements) : to;
+        Piece p;
+        p.flat = {c.begin + (b - s), c.begin + (e - s)};
+        p.shard = b;
+        p.unit = u;
+        p.host = host;
+        p.params = up.slice(b - s, e - b);
+        p.grads = ug.slice(b - s, e - b);
+        (host ? host_ranges : device_ranges).push_back(p.flat);
+        if (host) {
+          last_host_of_unit_[u] = int64_t(host_pieces_.size());
+          host_pieces_.push_back(pieces_.size());
+          slot_numel_ = std::max(slot_numel_, e - b);
+        }
+        pieces_.push_back(std::move(p));
       }
-      pieces_.push_back(p);
     };
     add(s, std::min(s + c.size(), split_), false);
     add(std::max(s, split_), s + c.size(), true);
   }
+  const size_t n = host_pieces_.size();
   copied_.assign(U, false);
-  if (track_grads_) ready_ = ReadyRanges(ps, zp.units());
+  if (delayed_ && track_grads_) ready_ = ReadyRanges(ps, zp.units());
   const bool pinned = offload.pin_memory;
   host_ = make_optimizer(optimizer, ps, host_ranges, pinned ? StateMemory::pinned_host : StateMemory::host);
   if (!device_ranges.empty()) device_ = make_optimizer(optimizer, ps, device_ranges, StateMemory::device);
@@ -74,16 +83,20 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
     host_master_ = host_buffer(host_numel_, DType::f32, pinned);
     if (mixed_ && split_ > 0) device_master_ = Tensor::empty({split_}, DType::f32, ps.device());
   }
+  slots_ = delayed_ ? 0 : size_t(std::min<int64_t>(offload.buffer_count, int64_t(n)));
+  const int64_t buffered = delayed_ ? host_numel_ : int64_t(slots_) * slot_numel_;
   {
     MemoryCategoryScope scope(MemoryCategory::gradients);
-    host_grads_ = host_buffer(host_numel_, DType::f32, pinned);
+    grads_buf_ = host_buffer(buffered, DType::f32, pinned);
   }
   if (ps.dtype() != DType::f32) {
     MemoryCategoryScope scope(MemoryCategory::parameters);
-    host_lowp_ = host_buffer(host_numel_, ps.dtype(), pinned);
+    lowp_buf_ = host_buffer(buffered, ps.dtype(), pinned);
   }
-  params_in_.resize(host_pieces_.size());
-  worker_.set_progress(int64_t(host_pieces_.size()));  // the device parameters are current
+  grads_in_.resize(slots_);
+  params_in_.resize(n);
+  sent_from_.assign(lowp_buf_.defined() && !delayed_ ? slots_ : n, -1);
+  worker_.set_progress(int64_t(n));  // the device parameters are current
 }
 
 OptimizerOffload::~OptimizerOffload() {
@@ -91,18 +104,39 @@ OptimizerOffload::~OptimizerOffload() {
     worker_.wait();
   } catch (...) {  // an error nobody collected: the engine is going away
   }
-  copies_.synchronize();
+  to_host_.synchronize();
+  to_device_.synchronize();
+}
+
+Tensor OptimizerOffload::master_of(size_t j) const {
+  const Piece& p = host_piece(j);
+  return host_master_.slice(p.shard - split_, p.flat.size());
+}
+
+Tensor OptimizerOffload::grads_slot(size_t j) const {
+  const Piece& p = host_piece(j);
+  if (delayed_) return grads_buf_.slice(p.shard - split_, p.flat.size());
+  return grads_buf_.slice(int64_t(j % slots_) * slot_numel_, p.flat.size());
+}
+
+Tensor OptimizerOffload::lowp_slot(size_t j) const {
+  if (!lowp_buf_.defined()) return Tensor();
+  const Piece& p = host_piece(j);
+  if (delayed_) return lowp_buf_.slice(p.shard - split_, p.flat.size());
+  return lowp_buf_.slice(int64_t(j % slots_) * slot_numel_, p.flat.size());
 }
 
 void OptimizerOffload::wait_idle() {
   if (worker_.idle()) return worker_.wait();  // rethrows a failure not collected yet
   const auto t0 = Clock::now();
   worker_.wait();
-  wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  wait_ms_ += ms_since(t0);
 }
 
-void OptimizerOffload::begin_grads() {
-  wait_idle();  // the delayed update's host step reads the gradient buffer
+void OptimizerOffload::before_backward(bool boundary) {
+  if (reads_grads_ || (delayed_ && boundary)) wait_idle();  // the host step reads them (delayed: its host copy)
+  reads_grads_ = false;
+  if (!(delayed_ && boundary)) return;
   copied_.assign(copied_.size(), false);
   if (track_grads_) ready_.reset();
 }
@@ -112,19 +146,19 @@ void OptimizerOffload::grads_ready(int64_t begin, int64_t end) {
 }
 
 void OptimizerOffload::grads_final(size_t unit) {
+  DSCPP_CHECK(delayed_, "optimizer offload: gradients are copied out in backward only with the delayed update");
   if (copied_[unit]) return;
   copied_[unit] = true;
   if (last_host_of_unit_[unit] < 0) return;
-  copies_.wait_for_current_stream();
-  for (size_t i : host_pieces_) {
-    const Piece& p = pieces_[i];
-    if (p.unit == unit) copies_.copy(host_slice(host_grads_, p), p.grads);
-  }
+  to_host_.wait_for_current_stream();
+  for (size_t j = 0; j < host_pieces_.size(); j++)
+    if (host_piece(j).unit == unit) to_host_.copy(grads_slot(j), host_piece(j).grads);
 }
 
 void OptimizerOffload::end_grads() {
+  if (!delayed_) return to_host_.wait_for_current_stream();  // the worker's copies start from here
   for (size_t u = 0; u < copied_.size(); u++) grads_final(u);  // units no report reached
-  copies_.record(grads_out_);
+  to_host_.record(grads_out_);
   grads_out_.make_current_stream_wait();  // before the gradients are zeroed or written again
 }
 
@@ -143,8 +177,8 @@ void OptimizerOffload::step(float lr, float grad_scale) {
       if (mixed_ && !lowp) w.copy_from(m);
     }
   }
-  // The copies back must not overwrite parameters that this step's backward still reads.
-  if (!delayed_) copies_.wait_for_current_stream();
+  if (!delayed_) to_device_.wait_for_current_stream();  // the copies back must not overwrite what backward reads
+  reads_grads_ = !delayed_;
   pending_update_ = delayed_;
   // The delayed update leaves the device parameters as they are until the next step: nothing to wait for.
   worker_.run([this, lr, grad_scale] { host_step(lr, grad_scale); }, delayed_ ? int64_t(host_pieces_.size()) : 0);
@@ -152,31 +186,45 @@ void OptimizerOffload::step(float lr, float grad_scale) {
 
 void OptimizerOffload::host_step(float lr, float grad_scale) {
   const auto t0 = Clock::now();
-  grads_out_.synchronize();
-  for (size_t j = 0; j < host_pieces_.size(); j++) {
-    const Piece& p = pieces_[host_pieces_[j]];
-    params_in_[j].synchronize();  // the staging buffer's previous copy to the device has left it
-    host_->update_range(p.flat.begin, p.flat.end, host_slice(host_master_, p), host_slice(host_grads_, p), lr,
-                        grad_scale, host_lowp_.defined() ? host_slice(host_lowp_, p) : Tensor());
+  const size_t n = host_pieces_.size();
+  if (delayed_) grads_out_.synchronize();
+  for (size_t j = 0; j < std::min(slots_, n); j++) fetch_grads(j);
+  for (size_t j = 0; j < n; j++) {
+    if (!delayed_) grads_in_[j % slots_].synchronize();
+    update(j, lr, grad_scale);
     if (delayed_) continue;
-    queue_param_copies(j, j + 1);
+    send_params(j);
     worker_.advance(int64_t(j) + 1);
+    if (j + slots_ < n) fetch_grads(j + slots_);  // the slot piece j read is free
   }
   host_step_us_ += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
 }
 
-void OptimizerOffload::queue_param_copies(size_t from, size_t to) {
-  for (size_t j = from; j < to; j++) {
-    const Piece& p = pieces_[host_pieces_[j]];
-    copies_.copy(p.params, host_slice(host_lowp_.defined() ? host_lowp_ : host_master_, p));
-    copies_.record(params_in_[j]);
-  }
+void OptimizerOffload::fetch_grads(size_t j) {
+  to_host_.copy(grads_slot(j), host_piece(j).grads);
+  to_host_.record(grads_in_[j % slots_]);
+}
+
+void OptimizerOffload::update(size_t j, float lr, float grad_scale) {
+  // What the update writes and the device copy reads (the 16-bit slot, or the f32 masters) must have left for the
+  // device since the piece last copied from it.
+  const size_t sender = lowp_buf_.defined() && !delayed_ ? j % slots_ : j;
+  if (sent_from_[sender] >= 0) params_in_[size_t(sent_from_[sender])].synchronize();
+  const Piece& p = host_piece(j);
+  host_->update_range(p.flat.begin, p.flat.end, master_of(j), grads_slot(j), lr, grad_scale, lowp_slot(j));
+}
+
+void OptimizerOffload::send_params(size_t j) {
+  const Tensor lowp = lowp_slot(j);
+  to_device_.copy(host_piece(j).params, lowp.defined() ? lowp : master_of(j));
+  to_device_.record(params_in_[j]);
+  sent_from_[lowp.defined() && !delayed_ ? j % slots_ : j] = int64_t(j);
 }
 
 void OptimizerOffload::apply_pending_update() {
   if (!pending_update_) return;
-  copies_.wait_for_current_stream();  // the parameters' last readers (this step's backward) go first
-  queue_param_copies(0, host_pieces_.size());
+  to_device_.wait_for_current_stream();  // the parameters' last readers (this step's backward) go first
+  for (size_t j = 0; j < host_pieces_.size(); j++) send_params(j);
   pending_update_ = false;
 }
 
@@ -186,14 +234,9 @@ void OptimizerOffload::wait_unit(size_t unit) {
   if (!worker_.reached(j + 1)) {
     const auto t0 = Clock::now();
     worker_.wait_for(j + 1);
-    wait_ms_ += std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    wait_ms_ += ms_since(t0);
   }
-  params_in_[size_t(j)].make_current_stream_wait();
-}
-
-bool OptimizerOffload::unit_ready(size_t unit) const {
-  const int64_t j = last_host_of_unit_[unit];
-  return j < 0 || worker_.reached(j + 1);
+  params_in_[size_t(j)].make_current_stream_wait();  // copies run in order: the unit's earlier pieces are in
 }
 
 bool OptimizerOffload::on_device_only(size_t unit) const { return last_host_of_unit_[unit] < 0; }
@@ -201,7 +244,7 @@ bool OptimizerOffload::on_device_only(size_t unit) const { return last_host_of_u
 void OptimizerOffload::finish() {
   wait_idle();
   apply_pending_update();
-  if (!params_in_.empty()) params_in_.back().make_current_stream_wait();  // copies run in order: the last covers all
+  if (!params_in_.empty()) params_in_.back().make_current_stream_wait();  // the last copy queued covers all
 }
 
 void OptimizerOffload::set_betas(double beta1, double beta2) {
@@ -212,10 +255,9 @@ void OptimizerOffload::set_betas(double beta1, double beta2) {
 
 void OptimizerOffload::refresh_masters() {
   finish();
-  for (const Piece& p : pieces_) {
-    if (p.host) host_slice(host_master_, p).copy_from(p.params);
-    else if (device_master_.defined()) device_master_.slice(p.shard, p.flat.size()).copy_from(p.params);
-  }
+  for (size_t j = 0; j < host_pieces_.size(); j++) master_of(j).copy_from(host_piece(j).params);
+  for (const Piece& p : pieces_)
+    if (!p.host && device_master_.defined()) device_master_.slice(p.shard, p.flat.size()).copy_from(p.params);
 }
 
 std::vector<std::pair<std::string, Tensor>> OptimizerOffload::state_tensors() const {
@@ -246,7 +288,7 @@ void OptimizerOffload::load(const nlohmann::json& meta, const std::vector<std::p
   finish();
   auto part = [&](Optimizer& o, int64_t offset, int64_t n) {
     nlohmann::json m = meta;
-    m["owned"] = owned_json(o);  // the caller mapped the states onto this rank's shard
+    m["owned"] = o.state_json().at("owned");  // the caller mapped the states onto this rank's shard
     std::vector<std::pair<std::string, Tensor>> slices;
     for (const auto& [name, t] : states) {
       DSCPP_CHECK(t.numel() == shard_numel_, "optimizer offload: state '", name, "' has ", t.numel(),
@@ -273,8 +315,8 @@ OffloadBytes OptimizerOffload::bytes() const {
   };
   b.device = states(device_.get()) + (device_master_.defined() ? int64_t(device_master_.nbytes()) : 0);
   b.host_states = states(host_.get()) + int64_t(host_master_.nbytes());
-  b.host_grads = int64_t(host_grads_.nbytes());
-  b.host_staging = host_lowp_.defined() ? int64_t(host_lowp_.nbytes()) : 0;
+  b.host_grads = int64_t(grads_buf_.nbytes());
+  b.host_staging = lowp_buf_.defined() ? int64_t(lowp_buf_.nbytes()) : 0;
   return b;
 }
 
