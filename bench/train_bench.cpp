@@ -3,7 +3,7 @@
 //   train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024] [--steps 10] [--warmup 3]
 //               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--attention auto|cudnn|own] [--nvtx-step]
 //               [--gas 1] [--zero-stage 0..3] [--offload none|cpu] [--offload-ratio 1] [--delayed-update]
-//               [--checkpointing]
+//               [--offload-threads N] [--checkpointing]
 // Prints one line per model, tab-separated and prefixed "RESULT" (bench/run_train_bench.sh collects them):
 //   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
 // B = sequences per optimizer step (--batch x --gas); impl names the variant: dscpp-<dtype>[-z<stage>][-gas<n>]
@@ -50,6 +50,7 @@ struct Args {
   std::string offload = "none";   // zero_optimization.offload_optimizer.device
   double offload_ratio = 1.0;
   bool delayed_update = false, checkpointing = false;
+  int64_t offload_threads = 0;    // dscpp.offload.threads; 0: the engine's default
 };
 
 const bench::Flags kFlags{"train_bench",
@@ -57,6 +58,7 @@ const bench::Flags kFlags{"train_bench",
                           "                   [--steps 10] [--warmup 3] [--gemm-tflops 678] [--dtype bf16|fp16|f32]\n"
                           "                   [--attention auto|cudnn|own] [--nvtx-step] [--gas 1] [--zero-stage 0]\n"
                           "                   [--offload none|cpu] [--offload-ratio 1] [--delayed-update]\n"
+                          "                   [--offload-threads N]\n"
                           "                   [--checkpointing]\n"};
 
 Args parse(int argc, char** argv) {
@@ -80,6 +82,7 @@ Args parse(int argc, char** argv) {
     else if (k == "zero-stage") a.zero_stage = kFlags.to_int(k, v, 0);
     else if (k == "offload") a.offload = v;
     else if (k == "offload-ratio") a.offload_ratio = std::atof(v.c_str());
+    else if (k == "offload-threads") a.offload_threads = kFlags.to_int(k, v, 1);
     else kFlags.fail("unknown option --" + k);
   });
   if (a.zero_stage > 3) kFlags.fail("--zero-stage must be 0..3");
@@ -114,7 +117,9 @@ DeepSpeedConfig bench_config(const Args& a) {
           "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
                                                     "weight_decay": 0.1}},
           "gradient_clipping": 1.0, "dscpp": {"attention": ")" + a.attention + R"(", "offload": {"delayed_update": )" +
-      (a.delayed_update ? "true" : "false") + "}}" + prec + zero + ckpt + "}");
+      (a.delayed_update ? "true" : "false") +
+      (a.offload_threads ? R"(, "threads": )" + std::to_string(a.offload_threads) : std::string()) + "}}" + prec +
+      zero + ckpt + "}");
 }
 
 std::string impl_name(const Args& a) {

@@ -107,10 +107,12 @@ TEST(OffloadConfig, DeepSpeedKeysDefaultsAndRules) {
   // Every key, and ours, round-trips (and so reaches the start-up agreement: Note [Start-up agreement]).
   const DeepSpeedConfig all = parse(R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu",
       "pin_memory": false, "buffer_count": 2, "fast_init": true, "ratio": 0.25, "pipeline_read": true,
-      "pipeline_write": true, "nvme_path": "/tmp/x"}}, "dscpp": {"offload": {"delayed_update": true}})");
+      "pipeline_write": true, "nvme_path": "/tmp/x"}}, "dscpp": {"offload": {"delayed_update": true, "threads": 3}})");
   EXPECT_EQ(DeepSpeedConfig::parse(all.to_json(), 1).canonical_dump(), all.canonical_dump());
   EXPECT_EQ(all.zero_optimization.offload_optimizer->ratio, 0.25);
   EXPECT_TRUE(all.dscpp.offload.delayed_update);
+  EXPECT_EQ(all.dscpp.offload.threads, 3);
+  expect_config_error(R"("dscpp": {"offload": {"threads": 0}})", "dscpp.offload.threads", {">= 1"});
   bool agreed = false;
   for (const auto& [k, v] : agreement_settings(all, test_fixtures::tiny_model_config()))
     agreed |= k == "dscpp.offload.delayed_update" && v == "true";
@@ -199,7 +201,9 @@ TEST(Offload, PiecesAndSlotsDoNotChangeTheUpdate) {
     auto unit_of = [&](const Tensor& flat) {
       return [&pa, flat](size_t u) { return flat.slice(pa.units()[u].begin, pa.units()[u].size()); };
     };
-    OptimizerOffload o(oc, cfg, false, pa, zp, false, false, unit_of(pa.flat_params()), unit_of(pa.flat_grads()),
+    DscppOffloadConfig ours;
+    ours.threads = 2;
+    OptimizerOffload o(oc, cfg, ours, pa, zp, false, false, unit_of(pa.flat_params()), unit_of(pa.flat_grads()),
                        piece);
     o.refresh_masters();
     for (int step = 0; step < 3; step++) {

@@ -147,6 +147,9 @@ struct DscppOffloadConfig {              // "dscpp.offload": ZeRO-Offload's opti
   // The ZeRO-Offload paper's one-step delayed parameter update: the CPU steps with step n's gradients while the GPU
   // runs step n + 1 on the parameters before that update (needs offload_optimizer.device "cpu").
   bool delayed_update = false;
+  // OpenMP threads of the host step; unset = OpenMP's default less one (at least 1), leaving a core to the training
+  // thread, which launches the next forward's kernels while the host steps.
+  std::optional<int64_t> threads;
 };
 
 struct DscppConfig {                     // "dscpp"

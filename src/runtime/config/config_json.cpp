@@ -189,7 +189,7 @@ json DeepSpeedConfig::to_json() const {
   j["dscpp"] = {{"attention", dscpp.attention}, {"fused_head", dscpp.fused_head},
                 {"copy_engine", {{"enabled", dscpp.copy_engine.enabled},
                                  {"arena_mib", opt(dscpp.copy_engine.arena_mib)}}},
-                {"offload", {{"delayed_update", dscpp.offload.delayed_update}}}};
+                {"offload", {{"delayed_update", dscpp.offload.delayed_update}, {"threads", opt(dscpp.offload.threads)}}}};
   return j;
 }
 

@@ -154,6 +154,7 @@ static void parse_dscpp(const json& j, DscppConfig& d) {
   if (const json* o = r.raw("offload")) {
     SectionReader orr(*o, "dscpp.offload");
     orr.get("delayed_update", d.offload.delayed_update);
+    orr.get("threads", d.offload.threads, 1, 4096);
     orr.finish();
   }
   r.finish();

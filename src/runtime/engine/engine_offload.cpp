@@ -13,9 +13,8 @@ void Engine::init_offload() {
   DSCPP_CHECK(cfg_.zero_optimization.stage >= 1, "zero_optimization.offload_optimizer needs ZeRO stage 1, 2 or 3");
   OptimizerOffload::ChunkFn params = [this](size_t u) { return unit_params(u); };
   OptimizerOffload::ChunkFn grads = [this](size_t u) { return unit_grads(u); };
-  offload_ = std::make_unique<OptimizerOffload>(resolved_optimizer(cfg_), *oo, cfg_.dscpp.offload.delayed_update,
-                                                model_->params(), zp_, mixed_, /*track_grads=*/!grad_sync_, params,
-                                                grads);
+  offload_ = std::make_unique<OptimizerOffload>(resolved_optimizer(cfg_), *oo, cfg_.dscpp.offload, model_->params(),
+                                                zp_, mixed_, /*track_grads=*/!grad_sync_, params, grads);
   OptimizerOffload* o = offload_.get();
   if (o->delayed() && grad_sync_) {  // gradients leave in backward (Note [Optimizer offload])
     grad_sync_->set_final_hook([o](size_t unit) { o->grads_final(unit); });

@@ -1,6 +1,8 @@
 // ZeRO-Offload of the optimizer (Note [Optimizer offload], runtime/offload/optimizer_offload.h).
 #include "runtime/offload/optimizer_offload.h"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -26,11 +28,12 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 }  // namespace
 
 OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const OffloadOptimizerConfig& offload,
-                                   bool delayed_update, const ParamSet& ps, const ZeroPartition& zp, bool mixed,
-                                   bool track_grads, const ChunkFn& params, const ChunkFn& grads,
+                                   const DscppOffloadConfig& ours, const ParamSet& ps, const ZeroPartition& zp,
+                                   bool mixed, bool track_grads, const ChunkFn& params, const ChunkFn& grads,
                                    int64_t piece_elements)
     : mixed_(mixed),
-      delayed_(delayed_update),
+      delayed_(ours.delayed_update),
+      threads_(ours.threads ? int(*ours.threads) : std::max(1, omp_get_max_threads() - 1)),
       track_grads_(track_grads),
       to_host_(ps.device()),
       to_device_(ps.device()) {
@@ -186,6 +189,7 @@ void OptimizerOffload::step(float lr, float grad_scale) {
 
 void OptimizerOffload::host_step(float lr, float grad_scale) {
   const auto t0 = Clock::now();
+  omp_set_num_threads(threads_);  // this thread's parallel regions (the CPU Adam's)
   const size_t n = host_pieces_.size();
   if (delayed_) grads_out_.synchronize();
   for (size_t j = 0; j < std::min(slots_, n); j++) fetch_grads(j);

@@ -78,9 +78,10 @@ class OptimizerOffload {
   // ps and zp outlive this. mixed: the device parameters are a cast of f32 masters (bf16/fp16, or an f32 model on the
   // fp16/bf16 engine path); else the parameters are f32 and are the masters. track_grads (delayed update): no
   // gradient sync reports final units, so grads_ready() follows the model's grad-ready hook. piece_elements: tests.
-  OptimizerOffload(const OptimizerConfig& optimizer, const OffloadOptimizerConfig& offload, bool delayed_update,
-                   const ParamSet& ps, const ZeroPartition& zp, bool mixed, bool track_grads, const ChunkFn& params,
-                   const ChunkFn& grads, int64_t piece_elements = kPieceElements);
+  OptimizerOffload(const OptimizerConfig& optimizer, const OffloadOptimizerConfig& offload,
+                   const DscppOffloadConfig& ours, const ParamSet& ps, const ZeroPartition& zp, bool mixed,
+                   bool track_grads, const ChunkFn& params, const ChunkFn& grads,
+                   int64_t piece_elements = kPieceElements);
   ~OptimizerOffload();  // waits for the worker and the copies
   OptimizerOffload(const OptimizerOffload&) = delete;
   OptimizerOffload& operator=(const OptimizerOffload&) = delete;
@@ -140,6 +141,7 @@ class OptimizerOffload {
   void apply_pending_update();             // delayed update: the last host step's result -> the device
 
   bool mixed_, delayed_;
+  int threads_;                        // OpenMP threads of the host step
   int64_t shard_numel_ = 0, split_ = 0, host_numel_ = 0;  // shard elements [split_, shard_numel_) are offloaded
   std::vector<Piece> pieces_;          // unit order; device pieces first within a unit
   std::vector<size_t> host_pieces_;    // indices into pieces_
