@@ -48,6 +48,7 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
               shard_numel_, " elements to offload");
   const size_t U = zp.units().size();
   last_host_of_unit_.assign(U, -1);
+  first_host_of_unit_.assign(U, -1);
   std::vector<FlatRange> host_ranges, device_ranges;
   for (size_t u = 0; u < U; u++) {
     const FlatRange c = zp.owned_in(u, zp.rank());
@@ -65,6 +66,7 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
         p.grads = ug.slice(b - s, e - b);
         (host ? host_ranges : device_ranges).push_back(p.flat);
         if (host) {
+          if (first_host_of_unit_[u] < 0) first_host_of_unit_[u] = int64_t(host_pieces_.size());
           last_host_of_unit_[u] = int64_t(host_pieces_.size());
           host_pieces_.push_back(pieces_.size());
           slot_numel_ = std::max(slot_numel_, e - b);
@@ -137,7 +139,7 @@ void OptimizerOffload::wait_idle() {
 }
 
 void OptimizerOffload::before_backward(bool boundary) {
-  if (reads_grads_ || (delayed_ && boundary)) wait_idle();  // the host step reads them (delayed: its host copy)
+  if (reads_grads_) wait_idle();  // the host step reads them
   reads_grads_ = false;
   if (!(delayed_ && boundary)) return;
   copied_.assign(copied_.size(), false);
@@ -153,6 +155,14 @@ void OptimizerOffload::grads_final(size_t unit) {
   if (copied_[unit]) return;
   copied_[unit] = true;
   if (last_host_of_unit_[unit] < 0) return;
+  // The last step's host step goes from the last piece down (the order backward produces them in): the unit's
+  // buffer is free once it has stepped the unit's first piece.
+  const int64_t need = int64_t(host_pieces_.size()) - first_host_of_unit_[unit];
+  if (!worker_.reached(need)) {
+    const auto t0 = Clock::now();
+    worker_.wait_for(need);
+    wait_ms_ += ms_since(t0);
+  }
   to_host_.wait_for_current_stream();
   for (size_t j = 0; j < host_pieces_.size(); j++)
     if (host_piece(j).unit == unit) to_host_.copy(grads_slot(j), host_piece(j).grads);
@@ -183,8 +193,7 @@ void OptimizerOffload::step(float lr, float grad_scale) {
   if (!delayed_) to_device_.wait_for_current_stream();  // the copies back must not overwrite what backward reads
   reads_grads_ = !delayed_;
   pending_update_ = delayed_;
-  // The delayed update leaves the device parameters as they are until the next step: nothing to wait for.
-  worker_.run([this, lr, grad_scale] { host_step(lr, grad_scale); }, delayed_ ? int64_t(host_pieces_.size()) : 0);
+  worker_.run([this, lr, grad_scale] { host_step(lr, grad_scale); });
 }
 
 void OptimizerOffload::host_step(float lr, float grad_scale) {
@@ -192,11 +201,14 @@ void OptimizerOffload::host_step(float lr, float grad_scale) {
   omp_set_num_threads(threads_);  // this thread's parallel regions (the CPU Adam's)
   const size_t n = host_pieces_.size();
   if (delayed_) grads_out_.synchronize();
+  for (size_t i = 0; delayed_ && i < n; i++) {  // progress: pieces whose gradients are read
+    update(n - 1 - i, lr, grad_scale);
+    worker_.advance(int64_t(i) + 1);
+  }
   for (size_t j = 0; j < std::min(slots_, n); j++) fetch_grads(j);
-  for (size_t j = 0; j < n; j++) {
-    if (!delayed_) grads_in_[j % slots_].synchronize();
+  for (size_t j = 0; !delayed_ && j < n; j++) {  // progress: pieces whose parameters are on their way
+    grads_in_[j % slots_].synchronize();
     update(j, lr, grad_scale);
-    if (delayed_) continue;
     send_params(j);
     worker_.advance(int64_t(j) + 1);
     if (j + slots_ < n) fetch_grads(j + slots_);  // the slot piece j read is free
@@ -235,7 +247,7 @@ void OptimizerOffload::apply_pending_update() {
 void OptimizerOffload::wait_unit(size_t unit) {
   const int64_t j = last_host_of_unit_[unit];
   if (j < 0) return;
-  if (!worker_.reached(j + 1)) {
+  if (!delayed_ && !worker_.reached(j + 1)) {  // delayed: the update went out at the step
     const auto t0 = Clock::now();
     worker_.wait_for(j + 1);
     wait_ms_ += ms_since(t0);

@@ -32,8 +32,9 @@
 //   writes the device gradients while step n's host step may still run, this mode copies each unit's gradients
 //   into a whole-shard host buffer as soon as they are final in backward (across ranks as each unit's reduction
 //   retires, GradSync's final hook; in one process as the model reports the unit's parameters final, ReadyRanges),
-//   overlapped with the rest of backward, and keeps a whole-shard 16-bit buffer (18 bytes per Adam parameter); its
-//   next boundary backward waits for the host step before copying again. Twin-Flow's device share is not delayed.
+//   overlapped with the rest of backward, and keeps a whole-shard 16-bit buffer (18 bytes per Adam parameter). Its
+//   host step goes from the last piece down, the order backward produces gradients in, and a unit's copy waits only
+//   until the last host step has read that unit's buffer. Twin-Flow's device share is not delayed.
 //   Whatever reads the parameters outside training (Engine::model(), checkpoints) applies a pending update first
 //   (finish()), so saved states are consistent.
 // Results equal a run without offload as far as the optimizer kernels agree: on the CPU device bit for bit (the same
@@ -145,7 +146,7 @@ class OptimizerOffload {
   int64_t shard_numel_ = 0, split_ = 0, host_numel_ = 0;  // shard elements [split_, shard_numel_) are offloaded
   std::vector<Piece> pieces_;          // unit order; device pieces first within a unit
   std::vector<size_t> host_pieces_;    // indices into pieces_
-  std::vector<int64_t> last_host_of_unit_;  // unit -> index into host_pieces_ of its last host piece, or -1
+  std::vector<int64_t> first_host_of_unit_, last_host_of_unit_;  // unit -> index into host_pieces_, or -1
   std::vector<bool> copied_;           // delayed: unit -> its gradients were copied out in this boundary backward
   ReadyRanges ready_;                  // delayed, track_grads
   bool track_grads_;
