@@ -37,8 +37,9 @@ int run_perplexity(const PerplexityCliOptions& o) {
   std::printf("perplexity %.4f  mean NLL %.5f over %lld tokens (%lld windows of %lld; %lld tokens in the input)\n",
               r.perplexity(), r.mean_nll(), (long long)r.scored, (long long)r.windows, (long long)o.run.window,
               (long long)tokens.size());
-  std::printf("%.1f tokens/s (%.2f s; weights %s, %s on %s)\n", r.tokens_per_second(), r.seconds,
-              m.quant.name().c_str(), dtype_name(m.dtype), m.device.str().c_str());
+  std::printf("%.1f tokens/s (%.2f s; weights %s, activations %s, %s)\n", r.tokens_per_second(), r.seconds,
+              m.quant.enabled ? m.quant.name().c_str() : dtype_name(m.dtype), dtype_name(m.dtype),
+              m.device.str().c_str());
   return 0;
 }
 }  // namespace

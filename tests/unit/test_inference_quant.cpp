@@ -1,0 +1,270 @@
+// Quantized inference on the CPU, a tiny GPT-2 (GELU, biases, tied head) and Llama (SwiGLU, GQA) exported to a
+// Hugging Face folder:
+//   - the engine with int8 / int4 weights gives the logits of the engine with the dequantized weights loaded as f32
+//     (the same math: matmul_q_forward is matmul_forward on the dequantized weight), step after step, for the fused
+//     QKV and gate/up layouts, the lm head quantized or not, QKV kept dense; and greedy generation of both agrees;
+//   - quantize at load -> save_quantized_folder -> load: every tensor bit for bit, the folder's config and files;
+//   - refusals: a group that does not divide a linear, re-quantizing a quantized folder, a foreign quant_method;
+//   - perplexity through the forward's every-token logits equals the training model's loss on the same windows.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "checkpoint_fixtures.h"
+#include "dscpp/checkpoint/hf_interop.h"
+#include "dscpp/inference/engine.h"
+#include "dscpp/inference/perplexity.h"
+#include "dscpp/inference/quantization.h"
+#include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/quant_ops.h"
+#include "inference/model/weights.h"
+#include "tiny_models.h"
+
+using namespace dscpp;
+using namespace dscpp::inference;
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr int64_t kGroup = 16;  // divides the tiny models' widths (32, 80, 128)
+
+struct Exported {
+  std::unique_ptr<Model> train;
+  std::string dir;
+};
+
+Exported export_tiny(const std::string& arch, const std::string& name) {
+  ModelConfig c = test_fixtures::tiny_model_config(arch);
+  c.max_seq_len = 64;
+  Exported e;
+  e.train = make_model(c);
+  e.train->init_weights(3);
+  ops::scale_inplace(e.train->params().flat_params(), 4.0f);  // attention far from uniform, logits far from 0
+  e.dir = test_fixtures::checkpoint_test_dir("quant_" + name);
+  export_hf_model(*e.train, e.dir);
+  std::ofstream(fs::path(e.dir) / "tokenizer_config.json") << R"({"bos_token": null})";
+  return e;
+}
+
+WeightQuantConfig quant(int64_t bits, bool lm_head = false, bool qkv = true) {
+  WeightQuantConfig q;
+  q.enabled = true;
+  q.num_bits = bits;
+  q.group_size = kGroup;
+  q.lm_head = lm_head;
+  q.qkv = qkv;
+  return q;
+}
+
+LoadOptions with(const WeightQuantConfig& q) {
+  LoadOptions o;
+  o.quant = q;
+  return o;
+}
+
+// The dense f32 model of dir with each of q's quantized linears replaced by its dequantized weight.
+InferenceModel dequantized(const std::string& dir, InferenceModel& q) {
+  InferenceModel d = load_inference_model(dir);
+  const std::vector<LinearSlot> dense = quantized_linears(d, q.quant), packed = quantized_linears(q, q.quant);
+  EXPECT_EQ(dense.size(), packed.size());
+  for (size_t i = 0; i < dense.size(); i++) {
+    const QuantWeight& w = *packed[i].q;
+    EXPECT_TRUE(w.defined() && !packed[i].w->defined()) << packed[i].name << " is not held quantized";
+    if (dense[i].name == "lm_head" && d.cfg.tie_embeddings) *dense[i].w = d.embed.clone();  // untie: only the head
+    ops::dequantize_weight(*dense[i].w, w.q, w.scale, w.zero, w.group);
+  }
+  return d;
+}
+
+InferenceConfig cpu_engine() {
+  return InferenceConfig::from_string(R"({"state_manager": {"max_ragged_batch_size": 64,
+      "max_ragged_sequence_count": 4, "max_tracked_sequences": 8, "max_context": 64,
+      "memory_config": {"mode": "allocate", "size": 32}}, "dscpp": {"kv_block_size": 4}})");
+}
+
+std::vector<int32_t> tokens_of(int64_t n, int32_t salt, int64_t V) {
+  std::vector<int32_t> t;
+  for (int64_t i = 0; i < n; i++) t.push_back(int32_t((i * 37 + salt * 13 + 3) % V));
+  return t;
+}
+
+// Worst |a - b| over the logits of a few engine steps (two prompts, then decode tokens and a chunk), and the
+// logits' scale.
+struct StepsDiff {
+  float worst = 0, scale = 0;
+};
+StepsDiff compare_steps(InferenceModel a, InferenceModel b) {
+  InferenceEngine ea(std::move(a), cpu_engine()), eb(std::move(b), cpu_engine());
+  const int64_t V = ea.model().cfg.vocab;
+  const std::vector<std::pair<std::vector<int64_t>, std::vector<std::vector<int32_t>>>> steps{
+      {{1, 2}, {tokens_of(9, 1, V), tokens_of(5, 2, V)}}, {{1, 2}, {{7}, {3, 1, 4}}}, {{1, 2}, {{5}, {9}}}};
+  StepsDiff d;
+  for (const auto& [uids, toks] : steps) {
+    const Tensor la = ea.put(uids, toks), lb = eb.put(uids, toks);
+    for (int64_t i = 0; i < la.numel(); i++) {
+      d.scale = std::max(d.scale, std::fabs(lb.data<float>()[i]));
+      const float x = std::fabs(la.data<float>()[i] - lb.data<float>()[i]);
+      d.worst = std::isnan(x) ? INFINITY : std::max(d.worst, x);
+    }
+  }
+  return d;
+}
+
+struct Case {
+  std::string arch;
+  int64_t bits;
+  bool lm_head, qkv;
+};
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.arch << " int" << c.bits << (c.lm_head ? " +lm_head" : "") << (c.qkv ? "" : " dense qkv");
+}
+
+class QuantizedEngine : public ::testing::TestWithParam<Case> {};
+
+TEST_P(QuantizedEngine, EqualsTheDequantizedWeightsInF32) {
+  const Case& c = GetParam();
+  Exported e = export_tiny(c.arch, c.arch);
+  InferenceModel q = load_inference_model(e.dir, with(quant(c.bits, c.lm_head, c.qkv)));
+  EXPECT_EQ(q.layers[0].qkv_q.defined(), c.qkv);
+  EXPECT_EQ(q.lm_head_q.defined(), c.lm_head);
+  InferenceModel d = dequantized(e.dir, q);
+  const StepsDiff same = compare_steps(std::move(q), std::move(d));
+  ASSERT_GT(same.scale, 0.1f);
+  EXPECT_LE(same.worst, 1e-6f * same.scale) << "quantized vs dequantized f32: worst |diff| " << same.worst
+                                            << " vs logits scale " << same.scale;
+  // And quantization did change the model: the quantized engine is not the 16-bit one.
+  const StepsDiff moved = compare_steps(load_inference_model(e.dir, with(quant(c.bits, c.lm_head, c.qkv))),
+                                        load_inference_model(e.dir));
+  EXPECT_GT(moved.worst, 1e-4f * moved.scale) << "the quantized logits equal the dense ones: nothing was quantized";
+  EXPECT_LT(moved.worst, (c.bits == 8 ? 0.05f : 0.5f) * moved.scale) << "quantization error out of proportion";
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, QuantizedEngine,
+                         ::testing::Values(Case{"llama", 8, false, true}, Case{"llama", 4, false, true},
+                                           Case{"llama", 4, true, false}, Case{"gpt2", 8, true, true},
+                                           Case{"gpt2", 4, false, true}));
+
+TEST(QuantizedEngine, GreedyGenerationEqualsTheDequantizedModel) {
+  Exported e = export_tiny("llama", "greedy");
+  InferenceModel q = load_inference_model(e.dir, with(quant(4)));
+  InferenceModel d = dequantized(e.dir, q);
+  std::vector<std::vector<int32_t>> out(2);
+  for (int k = 0; k < 2; k++) {
+    InferenceEngine eng(k == 0 ? std::move(q) : std::move(d), cpu_engine());
+    std::vector<GenerationRequest> reqs(2);
+    for (int r = 0; r < 2; r++) {
+      reqs[size_t(r)].request.uid = r;
+      reqs[size_t(r)].request.prompt = tokens_of(6 + 3 * r, r, eng.model().cfg.vocab);
+      reqs[size_t(r)].request.max_new_tokens = 24;
+      reqs[size_t(r)].sampling.temperature = 0;
+    }
+    eng.generate(reqs, [&](const GeneratedToken& t) { out[size_t(k)].push_back(int32_t(t.event.uid * 1000) + t.event.token); });
+  }
+  EXPECT_EQ(out[0].size(), 48u);
+  EXPECT_EQ(out[0], out[1]);
+}
+
+// Every tensor of two models: the same names, dtypes, shapes and bytes.
+void expect_same_tensors(const InferenceModel& a, const InferenceModel& b) {
+  const auto ta = a.named_tensors(), tb = b.named_tensors();
+  ASSERT_EQ(ta.size(), tb.size());
+  for (size_t i = 0; i < ta.size(); i++) {
+    ASSERT_EQ(ta[i].first, tb[i].first);
+    ASSERT_EQ(ta[i].second.dtype(), tb[i].second.dtype()) << ta[i].first;
+    ASSERT_EQ(ta[i].second.shape(), tb[i].second.shape()) << ta[i].first;
+    EXPECT_EQ(std::memcmp(ta[i].second.raw(), tb[i].second.raw(), ta[i].second.nbytes()), 0)
+        << ta[i].first << " differs after the round trip";
+  }
+}
+
+TEST(QuantizedFolder, RoundTripIsBitExact) {
+  for (const auto& [arch, bits] : std::vector<std::pair<std::string, int64_t>>{{"llama", 4}, {"gpt2", 8}}) {
+    SCOPED_TRACE(arch);
+    Exported e = export_tiny(arch, "folder_" + arch);
+    const WeightQuantConfig qc = quant(bits, /*lm_head=*/arch == "gpt2");
+    InferenceModel m = load_inference_model(e.dir, with(qc));
+    const std::string out = e.dir + "_q";
+    fs::remove_all(out);
+    QuantizedFolderOptions so;
+    so.dense_dtype = DType::f32;  // the source's: nothing rounds
+    so.max_shard_bytes = arch == "llama" ? 4096 : so.max_shard_bytes;  // several shards and an index
+    save_quantized_folder(m, e.dir, out, so);
+    EXPECT_FALSE(fs::exists(out + ".tmp"));
+    EXPECT_EQ(fs::exists(fs::path(out) / "model.safetensors.index.json"), arch == "llama");
+    EXPECT_TRUE(fs::exists(fs::path(out) / "tokenizer_config.json")) << "the source's other files are copied";
+    const nlohmann::json cfg = read_json_file(out + "/config.json");
+    EXPECT_EQ(cfg.at("quantization_config").at("quant_method"), "dscpp");
+    EXPECT_EQ(cfg.at("quantization_config").at("bits"), bits);
+    const InferenceModel back = load_inference_model(out);  // no option: the folder says
+    EXPECT_EQ(back.quant.name(), qc.name());
+    EXPECT_EQ(back.quant.lm_head, qc.lm_head);
+    expect_same_tensors(m, back);
+    // Asking for the folder's own quantization is fine; asking for another is refused by name.
+    expect_same_tensors(m, load_inference_model(out, with(qc)));
+    try {
+      load_inference_model(out, with(quant(bits == 8 ? 4 : 8)));
+      ADD_FAILURE() << "re-quantizing a quantized folder was not refused";
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find("already quantized (" + qc.name()), std::string::npos) << err.what();
+    }
+    EXPECT_THROW(save_quantized_folder(m, e.dir, out, so), Error) << "an existing folder is not overwritten";
+  }
+}
+
+void expect_error(const std::function<void()>& f, const std::vector<std::string>& fragments) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    for (const auto& s : fragments)
+      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << "'" << e.what() << "' lacks '" << s << "'";
+  }
+}
+
+TEST(QuantizedFolder, Refusals) {
+  Exported e = export_tiny("llama", "refusals");
+  WeightQuantConfig q = quant(4);
+  q.group_size = 32;  // divides C = 32 but not the down projection's F = 80
+  expect_error([&] { load_inference_model(e.dir, with(q)); },
+               {"dscpp.quantization.group_size 32", "layers.0.down_w has 80 inputs"});
+  nlohmann::json cfg = read_json_file(e.dir + "/config.json");
+  cfg["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
+  std::ofstream(e.dir + "/config.json") << cfg.dump();
+  expect_error([&] { load_inference_model(e.dir); }, {"quant_method 'awq' is not supported"});
+}
+
+// Perplexity through the engine's forward: the training model's mean loss over the same windows.
+TEST(Perplexity, EqualsTheTrainingLossOnTheSameWindows) {
+  for (const std::string arch : {"llama", "gpt2"}) {
+    SCOPED_TRACE(arch);
+    Exported e = export_tiny(arch, "ppl_" + arch);
+    const int64_t W = 24, n = 5, V = e.train->config().vocab_size;
+    const std::vector<int32_t> stream = tokens_of(n * W + 7, 4, V);  // a tail shorter than a window: left out
+    Tensor in = Tensor::empty({n, W - 1}, DType::i32), tgt = Tensor::empty({n, W - 1}, DType::i32);
+    for (int64_t w = 0; w < n; w++)
+      for (int64_t i = 0; i + 1 < W; i++) {
+        in.data<int32_t>()[w * (W - 1) + i] = stream[size_t(w * W + i)];
+        tgt.data<int32_t>()[w * (W - 1) + i] = stream[size_t(w * W + i + 1)];
+      }
+    const double ref = e.train->forward(in, tgt).value();
+    const InferenceModel m = load_inference_model(e.dir);
+    PerplexityOptions o;
+    o.window = W;
+    o.batch_tokens = 2 * W;  // two windows a forward, the last forward one
+    const PerplexityResult r = perplexity(m, stream, o);
+    EXPECT_EQ(r.windows, n);
+    EXPECT_EQ(r.scored, n * (W - 1));
+    EXPECT_NEAR(r.mean_nll(), ref, 1e-5 * ref);
+    EXPECT_GT(ref, 0.5) << "a loss near zero would not show a wrong row";
+    o.max_windows = 2;
+    EXPECT_EQ(perplexity(m, stream, o).windows, 2);
+    o.window = 65;
+    expect_error([&] { perplexity(m, stream, o); }, {"window (65 tokens)", "max_context 64"});
+  }
+}
+
+}  // namespace
