@@ -5,7 +5,9 @@
 //     QKV and gate/up layouts, the lm head quantized or not, QKV kept dense; and greedy generation of both agrees;
 //   - quantize at load -> save_quantized_folder -> load: every tensor bit for bit, the folder's config and files;
 //   - refusals: a group that does not divide a linear, re-quantizing a quantized folder, a foreign quant_method;
-//   - perplexity through the forward's every-token logits equals the training model's loss on the same windows.
+//   - perplexity through the forward's every-token logits equals the training model's loss on the same windows;
+//   - on a GPU: the CUDA engine's quantized logits against the CPU's (eager steps, decode graphs of 1-4 sequences
+//     on the GEMV, of 8 on the dequantize-and-GEMM path), graphs against eager.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -21,6 +23,7 @@
 #include "dscpp/inference/quantization.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/quant_ops.h"
+#include "gpu_test.h"
 #include "inference/model/weights.h"
 #include "tiny_models.h"
 
@@ -50,11 +53,11 @@ Exported export_tiny(const std::string& arch, const std::string& name) {
   return e;
 }
 
-WeightQuantConfig quant(int64_t bits, bool lm_head = false, bool qkv = true) {
+WeightQuantConfig quant(int64_t bits, bool lm_head = false, bool qkv = true, int64_t group = kGroup) {
   WeightQuantConfig q;
   q.enabled = true;
   q.num_bits = bits;
-  q.group_size = kGroup;
+  q.group_size = group;
   q.lm_head = lm_head;
   q.qkv = qkv;
   return q;
@@ -80,10 +83,12 @@ InferenceModel dequantized(const std::string& dir, InferenceModel& q) {
   return d;
 }
 
-InferenceConfig cpu_engine() {
+// Up to `seqs` sequences a forward, decode CUDA graphs up to `graphs` sequences (0: none; the CPU has none).
+InferenceConfig small_engine(int64_t seqs = 4, int64_t graphs = 0) {
   return InferenceConfig::from_string(R"({"state_manager": {"max_ragged_batch_size": 64,
-      "max_ragged_sequence_count": 4, "max_tracked_sequences": 8, "max_context": 64,
-      "memory_config": {"mode": "allocate", "size": 32}}, "dscpp": {"kv_block_size": 4}})");
+      "max_ragged_sequence_count": )" + std::to_string(seqs) + R"(, "max_tracked_sequences": 8, "max_context": 64,
+      "memory_config": {"mode": "allocate", "size": 64}}, "dscpp": {"kv_block_size": 4, "cuda_graph_max_batch": )" +
+                                      std::to_string(graphs) + "}}");
 }
 
 std::vector<int32_t> tokens_of(int64_t n, int32_t salt, int64_t V) {
@@ -92,18 +97,27 @@ std::vector<int32_t> tokens_of(int64_t n, int32_t salt, int64_t V) {
   return t;
 }
 
-// Worst |a - b| over the logits of a few engine steps (two prompts, then decode tokens and a chunk), and the
-// logits' scale.
+// Worst |a - b| over the logits of engine steps, and the logits' scale: `seqs` prompts, then a decode step with one
+// sequence bringing a chunk of three, then `decodes` decode steps of every sequence.
 struct StepsDiff {
   float worst = 0, scale = 0;
 };
-StepsDiff compare_steps(InferenceModel a, InferenceModel b) {
-  InferenceEngine ea(std::move(a), cpu_engine()), eb(std::move(b), cpu_engine());
+StepsDiff compare_steps(InferenceModel a, InferenceModel b, const InferenceConfig& ca = small_engine(),
+                        const InferenceConfig& cb = small_engine(), int64_t seqs = 2, int64_t decodes = 2) {
+  InferenceEngine ea(std::move(a), ca), eb(std::move(b), cb);
   const int64_t V = ea.model().cfg.vocab;
-  const std::vector<std::pair<std::vector<int64_t>, std::vector<std::vector<int32_t>>>> steps{
-      {{1, 2}, {tokens_of(9, 1, V), tokens_of(5, 2, V)}}, {{1, 2}, {{7}, {3, 1, 4}}}, {{1, 2}, {{5}, {9}}}};
+  std::vector<int64_t> uids;
+  std::vector<std::vector<int32_t>> prompts, chunk, next;
+  for (int64_t s = 0; s < seqs; s++) {
+    uids.push_back(s + 1);
+    prompts.push_back(tokens_of(5 + 4 * s, int32_t(s), V));
+    chunk.push_back(s == 1 ? std::vector<int32_t>{3, 1, 4} : std::vector<int32_t>{7});
+    next.push_back({int32_t(5 + s)});
+  }
+  std::vector<std::vector<std::vector<int32_t>>> steps{prompts, chunk};
+  for (int64_t k = 0; k < decodes; k++) steps.push_back(next);
   StepsDiff d;
-  for (const auto& [uids, toks] : steps) {
+  for (const auto& toks : steps) {
     const Tensor la = ea.put(uids, toks), lb = eb.put(uids, toks);
     for (int64_t i = 0; i < la.numel(); i++) {
       d.scale = std::max(d.scale, std::fabs(lb.data<float>()[i]));
@@ -154,7 +168,7 @@ TEST(QuantizedEngine, GreedyGenerationEqualsTheDequantizedModel) {
   InferenceModel d = dequantized(e.dir, q);
   std::vector<std::vector<int32_t>> out(2);
   for (int k = 0; k < 2; k++) {
-    InferenceEngine eng(k == 0 ? std::move(q) : std::move(d), cpu_engine());
+    InferenceEngine eng(k == 0 ? std::move(q) : std::move(d), small_engine());
     std::vector<GenerationRequest> reqs(2);
     for (int r = 0; r < 2; r++) {
       reqs[size_t(r)].request.uid = r;
@@ -166,6 +180,41 @@ TEST(QuantizedEngine, GreedyGenerationEqualsTheDequantizedModel) {
   }
   EXPECT_EQ(out[0].size(), 48u);
   EXPECT_EQ(out[0], out[1]);
+}
+
+// The CUDA engine with the same quantized weights (quantized on the host, then moved) against the CPU engine: f32 and
+// bf16 activations, eager prompt steps and decode steps replayed from graphs. llama int8 and gpt2 int4 g32 take the
+// decode GEMV (C a multiple of 16 / 32); llama int4 g16 takes the dequantize-and-GEMM path at every size.
+TEST(QuantizedEngine, CudaMatchesCpu) {
+  DSCPP_REQUIRE_GPU();
+  for (const auto& [arch, bits, group] : std::vector<std::tuple<std::string, int64_t, int64_t>>{
+           {"llama", 8, kGroup}, {"gpt2", 4, 32}, {"llama", 4, kGroup}}) {
+    Exported e = export_tiny(arch, "cuda_" + arch);
+    for (DType dt : {DType::f32, DType::bf16}) {
+      LoadOptions o = with(quant(bits, false, true, group));
+      o.device = Device::cuda(0);
+      o.dtype = dt;
+      const StepsDiff d = compare_steps(load_inference_model(e.dir, o), load_inference_model(e.dir, with(o.quant)),
+                                        small_engine(4, 4), small_engine(), 2, 4);
+      ASSERT_GT(d.scale, 0.1f);
+      EXPECT_LE(d.worst, (dt == DType::f32 ? 1e-2f : 1e-1f) * d.scale)
+          << arch << " int" << bits << " " << dtype_name(dt) << ": worst |diff| " << d.worst << " vs " << d.scale;
+    }
+  }
+}
+
+// Decode graphs of 8 sequences run the quantized linears' scratch-weight path inside the capture (Note [Graph
+// memory]): their replays give the eager engine's logits.
+TEST(QuantizedEngine, CudaGraphsOfEightSequencesEqualEager) {
+  DSCPP_REQUIRE_GPU();
+  Exported e = export_tiny("gpt2", "graphs8");
+  LoadOptions o = with(quant(4, true, true, 32));
+  o.device = Device::cuda(0);
+  o.dtype = DType::bf16;
+  const StepsDiff d = compare_steps(load_inference_model(e.dir, o), load_inference_model(e.dir, o),
+                                    small_engine(8, 8), small_engine(8, 0), 7, 4);
+  ASSERT_GT(d.scale, 0.1f);
+  EXPECT_LE(d.worst, 1e-3f * d.scale) << "graphs vs eager: worst |diff| " << d.worst << " vs " << d.scale;
 }
 
 // Every tensor of two models: the same names, dtypes, shapes and bytes.
