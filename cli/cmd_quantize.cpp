@@ -90,7 +90,8 @@ Command register_quantize(CLI::App& app) {
   c.app->footer(
       "The linears (q/k/v, o, gate/up, down; the lm head with --lm-head) are rounded to nearest: int8 with one scale\n"
       "per output channel, int4 with a scale and a zero point per --group columns. The embedding and norms keep the\n"
-      "source's dtype. The output folder loads in `dscpp generate` / `dscpp serve` like any model (docs/QUANTIZATION.md).\n"
+      "source's dtype. The output folder loads in `dscpp generate` / `dscpp serve` like any model\n"
+      "(docs/QUANTIZATION.md).\n"
       "Examples:\n"
       "  dscpp quantize --hf path/to/Llama-3.2-1B --out Llama-3.2-1B-int4 --weights int4\n"
       "  dscpp quantize --hf path/to/gpt2 --out gpt2-int8 --weights int8");

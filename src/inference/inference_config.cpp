@@ -69,9 +69,10 @@ static void parse_quant(const json& j, WeightQuantConfig& q) {
       fail(wr.path("num_bits"), q.num_bits, "must be 8 (int8, per output channel) or 4 (int4, groups of "
                                             "dscpp.quantization.group_size columns)");
     std::string type;
-    if (wr.get("q_type", type, {"symmetric", "asymmetric"}) && type != (q.num_bits == 8 ? "symmetric" : "asymmetric"))
+    const char* want = q.num_bits == 8 ? "symmetric" : "asymmetric";
+    if (wr.get("q_type", type, {"symmetric", "asymmetric"}) && type != want)
       fail(wr.path("q_type"), type, q.num_bits == 8 ? "int8 weights are symmetric (one scale per output channel)"
-                                                    : "int4 weights are asymmetric (a scale and a zero point per group)");
+                                                    : "int4 weights are asymmetric (a scale and a zero point a group)");
     if (const json* g = wr.raw("q_groups"))
       fail(wr.path("q_groups"), *g, "DeepSpeed's groups per tensor have no counterpart here: int8 has one scale per "
                                     "output channel, int4 one per dscpp.quantization.group_size columns");

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "checkpoint_fixtures.h"
+#include "cpu_op_checks.h"  // expect_error
 #include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/inference/engine.h"
 #include "dscpp/inference/perplexity.h"
@@ -29,6 +30,7 @@
 
 using namespace dscpp;
 using namespace dscpp::inference;
+using dscpp::op_checks::expect_error;
 namespace fs = std::filesystem;
 
 namespace {
@@ -176,7 +178,9 @@ TEST(QuantizedEngine, GreedyGenerationEqualsTheDequantizedModel) {
       reqs[size_t(r)].request.max_new_tokens = 24;
       reqs[size_t(r)].sampling.temperature = 0;
     }
-    eng.generate(reqs, [&](const GeneratedToken& t) { out[size_t(k)].push_back(int32_t(t.event.uid * 1000) + t.event.token); });
+    eng.generate(reqs, [&](const GeneratedToken& t) {
+      out[size_t(k)].push_back(int32_t(t.event.uid * 1000) + t.event.token);
+    });
   }
   EXPECT_EQ(out[0].size(), 48u);
   EXPECT_EQ(out[0], out[1]);
@@ -261,16 +265,6 @@ TEST(QuantizedFolder, RoundTripIsBitExact) {
       EXPECT_NE(std::string(err.what()).find("already quantized (" + qc.name()), std::string::npos) << err.what();
     }
     EXPECT_THROW(save_quantized_folder(m, e.dir, out, so), Error) << "an existing folder is not overwritten";
-  }
-}
-
-void expect_error(const std::function<void()>& f, const std::vector<std::string>& fragments) {
-  try {
-    f();
-    ADD_FAILURE() << "no error";
-  } catch (const Error& e) {
-    for (const auto& s : fragments)
-      EXPECT_NE(std::string(e.what()).find(s), std::string::npos) << "'" << e.what() << "' lacks '" << s << "'";
   }
 }
 

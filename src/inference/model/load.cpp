@@ -42,7 +42,8 @@ InferenceModel place(InferenceModel m, const LoadOptions& opts) {
 
 // What the weights are stored as: the folder's own quantization, or else the options'. Asking a quantized folder for
 // another quantization is refused (re-quantizing quantized weights would compound the rounding).
-WeightQuantConfig resolve_quant(const WeightQuantConfig& folder, const WeightQuantConfig& asked, const std::string& dir) {
+WeightQuantConfig resolve_quant(const WeightQuantConfig& folder, const WeightQuantConfig& asked,
+                                const std::string& dir) {
   if (!folder.enabled) return asked;
   const bool same = !asked.enabled || (asked.num_bits == folder.num_bits && asked.group() == folder.group() &&
                                        asked.qkv == folder.qkv && asked.lm_head == folder.lm_head);
