@@ -12,6 +12,7 @@
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/quant_ops.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemv.h"
 
 using namespace bench;
 
@@ -154,9 +155,10 @@ void run_dbias_timing() {
   }
 }
 
-// Batch-1 and batch-4 decode linears of the Llama-3.1-8B shape, bf16 weights against int8 (per channel) and int4
+// Decode linears of the Llama-3.1-8B shape at 1, 4 and 8 rows, bf16 weights against int8 (per channel) and int4
 // (group 128) weights through matmul_q_forward, each with a cold L2: microseconds and GB/s of weight bytes (plus
-// scales and zero points) read, and the sum over one token's 32 layers and lm head.
+// scales and zero points) read, and the sum over one token's 32 layers and lm head; on the tensor-core GEMV (Note
+// [Decode GEMV on tensor cores]) and on the CUDA-core one (N <= 4) or cuBLASLt / dequantize + cuBLASLt (N = 8).
 void run_decode_timing() {
   struct Lin {
     int64_t C, OC;
@@ -170,9 +172,11 @@ void run_decode_timing() {
                       {4096, 128256, "lm head", 1}};
   const Device dev = Device::cuda(0);
   Tensor flush = Tensor::empty({int64_t(64) << 20}, DType::f32, dev);
-  for (int64_t N : {1, 4}) {
-    std::printf("\n%-8s N=%lld | %9s %7s | %9s %7s | %9s %7s\n", "decode", (long long)N, "bf16 us", "GB/s",
-                "int8 us", "GB/s", "int4 us", "GB/s");
+  for (int64_t N : {1, 4, 8})
+  for (bool tc : {false, true}) {
+    dscpp::cuda::set_gemv_tensor_cores(tc);
+    std::printf("\n%-8s N=%lld %s | %9s %7s | %9s %7s | %9s %7s\n", "decode", (long long)N, tc ? "mma " : "cuda",
+                "bf16 us", "GB/s", "int8 us", "GB/s", "int4 us", "GB/s");
     double tot[3] = {0, 0, 0};
     for (const Lin& l : lins) {
       Tensor w = to_device(randn_rounded({l.OC, l.C}, DType::bf16, 2, 0.02f), DType::bf16);
@@ -190,15 +194,16 @@ void run_decode_timing() {
           time_cold_ms([&] { dscpp::ops::matmul_q_forward(out, inp, q4, s4, z4, G, Tensor()); }, flush)};
       const double bytes[3] = {double(w.nbytes()), double(q8.nbytes() + s8.nbytes()),
                                double(q4.nbytes() + s4.nbytes() + z4.nbytes())};
-      std::printf("%-13s | ", l.what);
+      std::printf("%-18s | ", l.what);
       for (int k = 0; k < 3; k++) {
         std::printf("%9.1f %7.0f %s", t[k] * 1e3, bytes[k] / (t[k] * 1e-3) * 1e-9, k < 2 ? "| " : "\n");
         tot[k] += t[k] * l.per_token;
       }
     }
-    std::printf("%-13s | %9.1f %7s | %9.1f %7s | %9.1f\n", "per token", tot[0] * 1e3, "", tot[1] * 1e3, "",
+    std::printf("%-18s | %9.1f %7s | %9.1f %7s | %9.1f\n", "per token", tot[0] * 1e3, "", tot[1] * 1e3, "",
                 tot[2] * 1e3);
   }
+  dscpp::cuda::set_gemv_tensor_cores(true);
 }
 
 }  // namespace
