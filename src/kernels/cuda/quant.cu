@@ -196,11 +196,11 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
     const void* res = residual.defined() ? residual.raw() : nullptr;
     const auto* x = ptr<const __nv_bfloat16>(inp);
     if (group == 0 && C % gemv_mma::kMacroCols<8> == 0 &&
-        gemv_mma::launch<8, 4>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), nullptr, 0}, b, bt, res,
+        gemv_mma::launch_variant<8>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), nullptr, 0}, b, bt, res,
                                N, OC, C, l.stream))
       return;
     if (group > 0 && group % gemv_mma::kMacroCols<4> == 0 && C % group == 0 &&
-        gemv_mma::launch<4, 2>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), bytes(zero), int(group)},
+        gemv_mma::launch_variant<4>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), bytes(zero), int(group)},
                                b, bt, res, N, OC, C, l.stream))
       return;
   }
