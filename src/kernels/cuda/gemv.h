@@ -29,8 +29,5 @@ bool try_gemv(const GemvArgs& g, cudaStream_t s);
 // ones (gemv_mma.cuh).
 void set_gemv_tensor_cores(bool on);
 bool gemv_tensor_cores();
-// Benchmark sweep only: which (loads in flight, warps, order) variant of the tensor-core GEMV runs.
-int& gemv_mma_variant();
-constexpr int kGemvMmaVariants = 6;
 
 }  // namespace dscpp::cuda

@@ -18,12 +18,12 @@
 // summing through shared memory in a fixed order (the same bits every run); the epilogue adds bias and residual.
 #pragma once
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mma.cuh"
+#include "kernels/cuda/pdl.cuh"
 
 namespace dscpp::cuda::gemv_mma {
 
-constexpr int kWarps = 8;
+constexpr int kWarps = 4;
 constexpr int kRows = 16;  // output rows per CTA
 constexpr int kMaxM = 8;   // input rows: the mma's N
 
@@ -87,14 +87,14 @@ __device__ __forceinline__ uint32_t b_pair(const uint32_t* xw, int s, int h) {
   else return __byte_perm(xw[lo / 2], xw[hi / 2], (lo & 1) ? 0x7632 : 0x5410);
 }
 
-// U macro steps of loads in flight per lane before any is used; a warp takes U consecutive macro steps (CONTIG) or
-// every W-th.
-template <int BITS, typename O, typename B, int U, int W, bool CONTIG>
-__global__ void __launch_bounds__(W * 32)
+// U consecutive macro steps of loads in flight per lane before any is used. The first U are issued before the wait
+// for the kernel ahead (Note [Frozen weights]): they read only the weight.
+template <int BITS, typename O, typename B, int U>
+__global__ void __launch_bounds__(kWarps * 32)
     kernel(O* __restrict__ out, const __nv_bfloat16* __restrict__ inp, const Weights w, const B* __restrict__ bias,
            const O* residual, int M, int64_t OC, int C) {
   constexpr int K = kCols<BITS>, MC = 4 * K, S = K / 4, XV = K / 8;  // XV: 16-byte loads of inputs per macro step
-  __shared__ float red[W][kMaxM][kRows];
+  __shared__ float red[kWarps][kMaxM][kRows];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t r0 = int64_t(blockIdx.x) * kRows + g, r1 = r0 + 8;
   const int64_t c0 = r0 < OC ? r0 : 0, c1 = r1 < OC ? r1 : 0;  // rows past OC read row 0 and are not written
@@ -106,19 +106,16 @@ __global__ void __launch_bounds__(W * 32)
   const int64_t groups = BITS == 4 ? C / w.G : 0;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const int macros = C / MC;
-  for (int m0 = CONTIG ? warp * U : warp; m0 < macros; m0 += W * U) {
-    uint4 wr[U][2], xr[U][XV];
-    float sc[U][2];
-    uint32_t zc[U][2] = {};
+  uint4 wr[U][2];
+  float sc[U][2];
+  uint32_t zc[U][2] = {};
+  auto load_weights = [&](int m0) {
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      const int m = m0 + u * (CONTIG ? 1 : W);
+      const int m = m0 + u;
       if (m >= macros) break;
       wr[u][0] = load_stream(q0 + int64_t(m) * 64);
       wr[u][1] = load_stream(q1 + int64_t(m) * 64);
-#pragma unroll
-      for (int v = 0; v < XV; v++)
-        xr[u][v] = has_x ? *reinterpret_cast<const uint4*>(xp + int64_t(m) * MC + 8 * v) : make_uint4(0, 0, 0, 0);
       if constexpr (BITS == 4) {
         const int64_t gi = int64_t(m) * MC / w.G;
         sc[u][0] = w.scale[c0 * groups + gi], sc[u][1] = w.scale[c1 * groups + gi];
@@ -127,9 +124,23 @@ __global__ void __launch_bounds__(W * 32)
         zc[u][1] = (0x4300u | w.zero[c1 * groups + gi]) * 0x10001u;
       }
     }
+  };
+  load_weights(warp * U);
+  wait_for_dependencies();
+  for (int m0 = warp * U; m0 < macros; m0 += kWarps * U) {
+    if (m0 != warp * U) load_weights(m0);
+    uint4 xr[U][XV];
 #pragma unroll
     for (int u = 0; u < U; u++) {
-      if (m0 + u * (CONTIG ? 1 : W) >= macros) break;
+      const int m = m0 + u;
+      if (m >= macros) break;
+#pragma unroll
+      for (int v = 0; v < XV; v++)
+        xr[u][v] = has_x ? *reinterpret_cast<const uint4*>(xp + int64_t(m) * MC + 8 * v) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      if (m0 + u >= macros) break;
       const uint32_t* xw = reinterpret_cast<const uint32_t*>(xr[u]);
       float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       float* into = BITS == 4 ? part : acc;
@@ -159,7 +170,7 @@ __global__ void __launch_bounds__(W * 32)
   if (n >= M || row >= OC) return;
   float sum = 0.0f;
 #pragma unroll
-  for (int k = 0; k < W; k++) sum += red[k][n][rr];
+  for (int k = 0; k < kWarps; k++) sum += red[k][n][rr];
   const int64_t at = int64_t(n) * OC + row;
   if (bias) sum += to_f(bias[row]);
   if (residual) sum += to_f(residual[at]);
@@ -170,40 +181,38 @@ __global__ void __launch_bounds__(W * 32)
 template <int BITS>
 constexpr int kMacroCols = 4 * kCols<BITS>;
 
+// Loads in flight per lane (in macro steps): as many as the registers allow.
+template <int BITS>
+constexpr int kUnroll = BITS == 4 ? 2 : 4;
+
 // Launches for out bf16 or f32, bias bf16, f32 or none (residual: out's dtype, may be null or out); false, having
-// done nothing, for other dtypes.
-template <int BITS, int U, int W = kWarps, bool CONTIG = false>
+// done nothing, for other dtypes. `early`: as a programmatic dependent of the kernel ahead (Note [Frozen weights]).
+template <int BITS>
 bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, const void* bias, DType bias_t,
-            const void* residual, int64_t M, int64_t OC, int64_t C, cudaStream_t s) {
+            const void* residual, int64_t M, int64_t OC, int64_t C, bool early, cudaStream_t s) {
   if (out_t != DType::f32 && out_t != DType::bf16) return false;
   if (bias && bias_t != DType::f32 && bias_t != DType::bf16) return false;
-  const unsigned grid = unsigned(ceil_div(OC, kRows));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(unsigned(ceil_div(OC, kRows)));
+  cfg.blockDim = dim3(kWarps * 32);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = early ? 1 : 0;
   auto go = [&](auto* o, auto* b) {
     using O = std::remove_pointer_t<decltype(o)>;
     using B = std::remove_pointer_t<decltype(b)>;
-    kernel<BITS, O, B, U, W, CONTIG><<<grid, W * 32, 0, s>>>(static_cast<O*>(out), inp, w, static_cast<const B*>(bias),
-                                                       static_cast<const O*>(residual), int(M), OC, int(C));
+    DSCPP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel<BITS, O, B, kUnroll<BITS>>, static_cast<O*>(out), inp, w,
+                                        static_cast<const B*>(bias), static_cast<const O*>(residual), int(M), OC,
+                                        int(C)));
   };
   const bool bias_f32 = bias && bias_t == DType::f32;
   if (out_t == DType::f32) bias_f32 ? go((float*)nullptr, (float*)nullptr) : go((float*)nullptr, (__nv_bfloat16*)nullptr);
   else bias_f32 ? go((__nv_bfloat16*)nullptr, (float*)nullptr) : go((__nv_bfloat16*)nullptr, (__nv_bfloat16*)nullptr);
   DSCPP_CUDA_CHECK_LAUNCH();
   return true;
-}
-
-// Benchmark sweep only: variant gemv_mma_variant() (gemv.h) of (U, warps, contiguous) for BITS.
-template <int BITS>
-bool launch_variant(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, const void* bias,
-                    DType bias_t, const void* residual, int64_t M, int64_t OC, int64_t C, cudaStream_t s) {
-  constexpr int U = BITS == 4 ? 2 : 4;
-  switch (gemv_mma_variant()) {
-    case 1: return launch<BITS, U, 8, true>(out, out_t, inp, w, bias, bias_t, residual, M, OC, C, s);
-    case 2: return launch<BITS, 2 * U, 8, true>(out, out_t, inp, w, bias, bias_t, residual, M, OC, C, s);
-    case 3: return launch<BITS, U, 4, true>(out, out_t, inp, w, bias, bias_t, residual, M, OC, C, s);
-    case 4: return launch<BITS, 2 * U, 4, true>(out, out_t, inp, w, bias, bias_t, residual, M, OC, C, s);
-    case 5: return launch<BITS, U, 4, false>(out, out_t, inp, w, bias, bias_t, residual, M, OC, C, s);
-    default: return launch<BITS, U, 8, false>(out, out_t, inp, w, bias, bias_t, residual, M, OC, C, s);
-  }
 }
 
 }  // namespace dscpp::cuda::gemv_mma

@@ -16,6 +16,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemv.cuh"
+#include "dscpp/kernels/frozen_weights.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/gemv_mma.cuh"
 
@@ -196,12 +197,12 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
     const void* res = residual.defined() ? residual.raw() : nullptr;
     const auto* x = ptr<const __nv_bfloat16>(inp);
     if (group == 0 && C % gemv_mma::kMacroCols<8> == 0 &&
-        gemv_mma::launch_variant<8>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), nullptr, 0}, b, bt, res,
-                               N, OC, C, l.stream))
+        gemv_mma::launch<8>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), nullptr, 0}, b, bt, res, N,
+                            OC, C, ops::weights_frozen(), l.stream))
       return;
     if (group > 0 && group % gemv_mma::kMacroCols<4> == 0 && C % group == 0 &&
-        gemv_mma::launch_variant<4>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), bytes(zero), int(group)},
-                               b, bt, res, N, OC, C, l.stream))
+        gemv_mma::launch<4>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), bytes(zero), int(group)}, b,
+                            bt, res, N, OC, C, ops::weights_frozen(), l.stream))
       return;
   }
   if (N <= 4 && C <= INT32_MAX && all_aligned16(inp.raw(), q.raw())) {  // Note [Quantized GEMV]
