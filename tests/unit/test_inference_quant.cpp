@@ -188,7 +188,8 @@ TEST(QuantizedEngine, GreedyGenerationEqualsTheDequantizedModel) {
 
 // The CUDA engine with the same quantized weights (quantized on the host, then moved) against the CPU engine: f32 and
 // bf16 activations, eager prompt steps and decode steps replayed from graphs. llama int8 and gpt2 int4 g32 take the
-// decode GEMV (C a multiple of 16 / 32); llama int4 g16 takes the dequantize-and-GEMM path at every size.
+// CUDA-core decode GEMV (C a multiple of 16 / 32; the tiny widths are below the tensor-core GEMV's 64 / 128
+// columns); llama int4 g16 takes the dequantize-and-GEMM path at every size.
 TEST(QuantizedEngine, CudaMatchesCpu) {
   DSCPP_REQUIRE_GPU();
   for (const auto& [arch, bits, group] : std::vector<std::tuple<std::string, int64_t, int64_t>>{

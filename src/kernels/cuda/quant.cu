@@ -16,6 +16,9 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemv.cuh"
+#include "dscpp/kernels/frozen_weights.h"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/gemv_mma.cuh"
 
 namespace dscpp::cuda {
 namespace {
@@ -187,6 +190,21 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
   const int64_t OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1), N = inp.numel() / C;
   if (N == 0) return;
   OpLaunch l(out);
+  if (gemv_tensor_cores() && inp.dtype() == DType::bf16 && N <= gemv_mma::kMaxM && C <= INT32_MAX &&
+      all_aligned16(inp.raw(), q.raw())) {  // Note [Decode GEMV on tensor cores]
+    const void* b = bias.defined() ? bias.raw() : nullptr;
+    const DType bt = bias.defined() ? bias.dtype() : DType::f32;
+    const void* res = residual.defined() ? residual.raw() : nullptr;
+    const auto* x = ptr<const __nv_bfloat16>(inp);
+    if (group == 0 && C % gemv_mma::kMacroCols<8> == 0 &&
+        gemv_mma::launch<8>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), nullptr, 0}, b, bt, res, N,
+                            OC, C, ops::weights_frozen(), l.stream))
+      return;
+    if (group > 0 && group % gemv_mma::kMacroCols<4> == 0 && C % group == 0 &&
+        gemv_mma::launch<4>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), bytes(zero), int(group)}, b,
+                            bt, res, N, OC, C, ops::weights_frozen(), l.stream))
+      return;
+  }
   if (N <= 4 && C <= INT32_MAX && all_aligned16(inp.raw(), q.raw())) {  // Note [Quantized GEMV]
     if (group == 0 && C % Int8Row::V == 0 &&
         try_quant_gemv<Int8Row>(out, inp, {ptr<const int8_t>(q), ptr<const float>(scale), C}, bias, residual, N, OC,
