@@ -5,12 +5,10 @@
 // alone and after the weight-gradient GEMM, L2 flushed before each run.
 #include <cstdio>
 #include <functional>
-#include <optional>
 #include <string>
 
 #include "bench/bench_util.h"
 #include "dscpp/core/cuda.h"
-#include "dscpp/kernels/frozen_weights.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/quant_ops.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -160,9 +158,7 @@ void run_dbias_timing() {
 // Decode linears of the Llama-3.1-8B shape at 1, 4 and 8 rows, bf16 weights against int8 (per channel) and int4
 // (group 128) weights through matmul_q_forward, each with a cold L2: microseconds per linear and GB/s of weight
 // bytes (plus scales and zero points) read, and the sum over one token's 32 layers and lm head; on the CUDA-core
-// GEMV (Note [Decode GEMV], N <= 4) and on the tensor-core one (Note [Decode GEMV on tensor cores]), the latter also
-// launched as it is at inference (Note [Frozen weights]): as a programmatic dependent of the kernel ahead, here the
-// L2 flush, so that it streams weight bytes while the flush finishes.
+// GEMV (Note [Decode GEMV], N <= 4) and on the tensor-core one (Note [Decode GEMV on tensor cores]).
 void run_decode_timing() {
   struct Lin {
     int64_t C, OC;
@@ -188,13 +184,11 @@ void run_decode_timing() {
   }
   std::printf("\ndecode linears (us: qkv o gate_up down lm_head | per token | GB/s of gate_up, lm_head)\n");
   for (int64_t N : {1, 4, 8})
-    for (int v = 0; v < 3; v++) {
-      if (v == 0 && N > 4) continue;
-      dscpp::cuda::set_gemv_tensor_cores(v > 0);
-      std::optional<dscpp::ops::FrozenWeights> frozen;
-      if (v == 2) frozen.emplace();
+    for (bool tc : {false, true}) {
+      if (!tc && N > 4) continue;
+      dscpp::cuda::set_gemv_tensor_cores(tc);
       for (int k = 0; k < 3; k++) {
-        std::printf("N=%lld %-8s %s |", (long long)N, v == 0 ? "cuda" : v == 1 ? "mma" : "mma+pdl",
+        std::printf("N=%lld %-4s %s |", (long long)N, tc ? "mma" : "cuda",
                     k == 0 ? "bf16" : k == 1 ? "int8" : "int4");
         double tot = 0, gbs[2] = {0, 0};
         for (size_t i = 0; i < ws.size(); i++) {

@@ -11,7 +11,6 @@
 
 #include "dscpp/core/check.h"
 #include "dscpp/inference/inference_model.h"
-#include "dscpp/kernels/frozen_weights.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
 #include "dscpp/kernels/quant_ops.h"
@@ -112,7 +111,6 @@ ForwardInputs ForwardInputs::views(const Tensor& packed, const InputLayout& L) {
 
 void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache, const Tensor& logits,
                 ForwardWorkspace* ws, bool all_tokens) {
-  const ops::FrozenWeights frozen;  // Note [Frozen weights]: decode GEMVs may read weights ahead of their inputs
   const InferenceModelConfig& c = m.cfg;
   const KVCacheShape& ks = cache.shape();
   const int64_t N = in.tokens.numel(), S = in.last.numel(), C = c.hidden, H = c.n_head, Hkv = c.n_kv_head,

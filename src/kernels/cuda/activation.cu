@@ -2,7 +2,6 @@
 // backward. Same formulas as the CPU reference (src/kernels/cpu/activation.cpp): GELU as x * sigmoid(2u).
 // Elementwise over 16-byte vectors (Note [Vector width] in common.cuh), f32 math.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace dscpp::cuda {
@@ -77,7 +76,6 @@ __global__ void binary_kernel(T* dinp, const T* dout, const T* inp, int64_t n, F
 // vector path, so a vector never crosses a row.
 template <typename T, int V>
 __global__ void swiglu_fwd_kernel(T* out, const T* gate_up, int64_t N, int64_t F) {
-  launch_dependents();  // Note [Frozen weights]: the down projection's GEMV may stream its weight meanwhile
   const int64_t total = N * F, stride = int64_t(gridDim.x) * blockDim.x * V;
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; i < total; i += stride) {
     const int64_t n = i / F, f = i - n * F;

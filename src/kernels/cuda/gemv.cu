@@ -9,7 +9,6 @@
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
 #include "kernels/cuda/gemv.h"
-#include "dscpp/kernels/frozen_weights.h"
 
 namespace dscpp::cuda {
 namespace {
@@ -49,10 +48,10 @@ bool gemv_tensor_cores() { return tensor_cores; }
 
 bool try_gemv(const GemvArgs& g, cudaStream_t s) {
   if (g.M < 1 || g.C > INT32_MAX || g.OC <= 0 || !all_aligned16(g.inp, g.weight)) return false;
-  if (tensor_cores && g.in_t == DType::bf16 && g.M <= gemv_mma::kMaxM && g.C % gemv_mma::kMacroCols<16> == 0)
+  if (tensor_cores && g.in_t == DType::bf16 && g.M >= 2 && g.M <= gemv_mma::kMaxM && g.C % gemv_mma::kMacroCols<16> == 0)
     return gemv_mma::launch<16>(g.out, g.out_t, static_cast<const __nv_bfloat16*>(g.inp),
                                 {g.weight, nullptr, nullptr, 0}, g.bias, g.bias_t, g.residual, g.M, g.OC, g.C,
-                                ops::weights_frozen(), s);
+                                s);
   if (g.M > 4 || g.C % 8 != 0) return false;
   if (g.in_t == DType::bf16) return launch_t<__nv_bfloat16>(g, s);
   if (g.in_t == DType::f16) return launch_t<__half>(g, s);

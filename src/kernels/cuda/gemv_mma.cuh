@@ -14,12 +14,17 @@
 //   int8  bytes ^ 0x80 placed under the exponent of 2^23, minus 2^23 + 128: the signed value, exact, two packed to bf16;
 //   int4  nibbles k and k + 4 of a 32-bit word under bf16's 128 (one LOP3: 0x43004300 | w >> s & 0x000F000F) minus
 //         128 + zero: (q - zero) exact; the group's scale multiplies the f32 product of each 128-column macro step.
-// int8's per-channel scale multiplies the finished sums. The eight warps of a CTA share its 16 rows and split C,
-// summing through shared memory in a fixed order (the same bits every run); the epilogue adds bias and residual.
+// int8's per-channel scale multiplies the finished sums. The four warps of a CTA share its 16 rows and split C (each
+// warp U consecutive macro steps at a time), summing through shared memory in a fixed order (the same bits every
+// run); the epilogue adds bias and residual. On the Llama-3.1-8B shape's decode linears (H100, cold L2) a token's
+// int4 GEMVs took 3.48 ms on the CUDA cores and 3.02 here, int8 4.05 and 3.72, at one row; at four rows int4 went
+// from 8.50 to 3.11 ms (it does not grow with the rows). bf16 at one row stays on the CUDA-core kernel (6.38 against
+// 6.45 ms; Llama-1B batch-1 decode 750 against 716 tokens/s); from two rows it comes here (4 rows: 7.38 to 6.47 ms,
+// 8 rows: cuBLASLt's 6.85 to 6.54). Variants swept (loads in flight 2-8 macro steps, 4 or 8 warps, interleaved or
+// consecutive macro steps) were within 5% of each other; docs/PERF.md has the table.
 #pragma once
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
-#include "kernels/cuda/pdl.cuh"
 
 namespace dscpp::cuda::gemv_mma {
 
@@ -87,8 +92,7 @@ __device__ __forceinline__ uint32_t b_pair(const uint32_t* xw, int s, int h) {
   else return __byte_perm(xw[lo / 2], xw[hi / 2], (lo & 1) ? 0x7632 : 0x5410);
 }
 
-// U consecutive macro steps of loads in flight per lane before any is used. The first U are issued before the wait
-// for the kernel ahead (Note [Frozen weights]): they read only the weight.
+// U consecutive macro steps of loads in flight per lane before any is used.
 template <int BITS, typename O, typename B, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     kernel(O* __restrict__ out, const __nv_bfloat16* __restrict__ inp, const Weights w, const B* __restrict__ bias,
@@ -125,10 +129,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   };
-  load_weights(warp * U);
-  wait_for_dependencies();
   for (int m0 = warp * U; m0 < macros; m0 += kWarps * U) {
-    if (m0 != warp * U) load_weights(m0);
+    load_weights(m0);
     uint4 xr[U][XV];
 #pragma unroll
     for (int u = 0; u < U; u++) {
@@ -186,27 +188,19 @@ template <int BITS>
 constexpr int kUnroll = BITS == 4 ? 2 : 4;
 
 // Launches for out bf16 or f32, bias bf16, f32 or none (residual: out's dtype, may be null or out); false, having
-// done nothing, for other dtypes. `early`: as a programmatic dependent of the kernel ahead (Note [Frozen weights]).
+// done nothing, for other dtypes.
 template <int BITS>
 bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, const void* bias, DType bias_t,
-            const void* residual, int64_t M, int64_t OC, int64_t C, bool early, cudaStream_t s) {
+            const void* residual, int64_t M, int64_t OC, int64_t C, cudaStream_t s) {
   if (out_t != DType::f32 && out_t != DType::bf16) return false;
   if (bias && bias_t != DType::f32 && bias_t != DType::bf16) return false;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(unsigned(ceil_div(OC, kRows)));
-  cfg.blockDim = dim3(kWarps * 32);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = early ? 1 : 0;
+  const unsigned grid = unsigned(ceil_div(OC, kRows));
   auto go = [&](auto* o, auto* b) {
     using O = std::remove_pointer_t<decltype(o)>;
     using B = std::remove_pointer_t<decltype(b)>;
-    DSCPP_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel<BITS, O, B, kUnroll<BITS>>, static_cast<O*>(out), inp, w,
-                                        static_cast<const B*>(bias), static_cast<const O*>(residual), int(M), OC,
-                                        int(C)));
+    kernel<BITS, O, B, kUnroll<BITS>><<<grid, kWarps * 32, 0, s>>>(static_cast<O*>(out), inp, w,
+                                                                   static_cast<const B*>(bias),
+                                                                   static_cast<const O*>(residual), int(M), OC, int(C));
   };
   const bool bias_f32 = bias && bias_t == DType::f32;
   if (out_t == DType::f32) bias_f32 ? go((float*)nullptr, (float*)nullptr) : go((float*)nullptr, (__nv_bfloat16*)nullptr);

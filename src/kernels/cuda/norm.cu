@@ -15,7 +15,6 @@
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/norm_rows.cuh"
 
@@ -69,7 +68,6 @@ template <typename T, typename W, int V, int R, bool LN>
 __global__ void __launch_bounds__(kRowThreads)
     norm_fwd_row_block_kernel(T* out, float* mean_out, float* rstd_out, const T* inp, const W* w, const W* b, int C,
                               float eps) {
-  launch_dependents();  // Note [Frozen weights]: the GEMV after a decode norm may stream its weight meanwhile
   __shared__ float scratch[32];
   const int64_t n = blockIdx.x;
   const T* x = inp + n * C;

@@ -24,7 +24,6 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/pdl.cuh"
 #include "kernels/cuda/cuda_ops.h"
 
 namespace dscpp::cuda {
@@ -83,7 +82,6 @@ template <typename T, int V>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_kernel(T* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
                            const T* __restrict__ qkv, const T* __restrict__ cache, PagedArgs a) {
-  launch_dependents();  // Note [Frozen weights]: o_proj's GEMV may stream its weight meanwhile
   extern __shared__ float smem[];
   const int n = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int D = a.D, G = a.H / a.Hkv, Dp = D + 1;
@@ -201,7 +199,6 @@ template <typename T>
 __global__ void paged_attention_merge_kernel(T* __restrict__ out, const float* __restrict__ part_acc,
                                              const float* __restrict__ part_ml, int H, int D, int splits,
                                              PagedArgs a) {
-  launch_dependents();
   const int n = blockIdx.x, h = blockIdx.y;
   if (a.skip_prompts) {
     const int s = sequence_of(a.seq_start, a.S, n);
