@@ -87,7 +87,7 @@ InferenceModel dequantized(const std::string& dir, InferenceModel& q) {
 
 // Up to `seqs` sequences a forward, decode CUDA graphs up to `graphs` sequences (0: none; the CPU has none).
 InferenceConfig small_engine(int64_t seqs = 4, int64_t graphs = 0) {
-  return InferenceConfig::from_string(R"({"state_manager": {"max_ragged_batch_size": 64,
+  return InferenceConfig::from_string(R"({"state_manager": {"max_ragged_batch_size": 128,
       "max_ragged_sequence_count": )" + std::to_string(seqs) + R"(, "max_tracked_sequences": 8, "max_context": 64,
       "memory_config": {"mode": "allocate", "size": 64}}, "dscpp": {"kv_block_size": 4, "cuda_graph_max_batch": )" +
                                       std::to_string(graphs) + "}}");
