@@ -19,6 +19,7 @@
 #include "checkpoint_fixtures.h"
 #include "cpu_op_checks.h"  // expect_error
 #include "dscpp/checkpoint/hf_interop.h"
+#include "dscpp/checkpoint/safetensors.h"
 #include "dscpp/inference/engine.h"
 #include "dscpp/inference/perplexity.h"
 #include "dscpp/inference/quantization.h"
@@ -276,9 +277,84 @@ TEST(QuantizedFolder, Refusals) {
   expect_error([&] { load_inference_model(e.dir, with(q)); },
                {"dscpp.quantization.group_size 32", "layers.0.down_w has 80 inputs"});
   nlohmann::json cfg = read_json_file(e.dir + "/config.json");
-  cfg["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}};
+  cfg["quantization_config"] = {{"quant_method", "fp8"}};
   std::ofstream(e.dir + "/config.json") << cfg.dump();
-  expect_error([&] { load_inference_model(e.dir); }, {"quant_method 'awq' is not supported"});
+  expect_error([&] { load_inference_model(e.dir); }, {"quant_method 'fp8' is not supported"});
+  cfg["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 16}, {"desc_act", true}};
+  std::ofstream(e.dir + "/config.json") << cfg.dump();
+  expect_error([&] { load_inference_model(e.dir); }, {"quantization_config.desc_act true"});
+  cfg["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 16}, {"version", "gemv"}};
+  std::ofstream(e.dir + "/config.json") << cfg.dump();
+  expect_error([&] { load_inference_model(e.dir); }, {"quantization_config.version 'gemv'"});
+}
+
+// Rows [r0, r0 + n) of a fused int4 linear as AWQ's or GPTQ's tensors (Note [Imported int4 formats]), scales as f32
+// so that nothing rounds: the test's own packer, the inverse of the import (whose packing test_quant_formats checks
+// against an independent writer).
+void write_int4_linear(std::map<std::string, Tensor>& out, const std::string& name, const QuantWeight& w, int64_t r0,
+                       int64_t n, bool awq) {
+  const int64_t C = w.q.size(1) * 2, G = w.group, groups = C / G;
+  const auto* q = static_cast<const uint8_t*>(w.q.raw());
+  const auto* z = static_cast<const uint8_t*>(w.zero.raw());
+  auto nib = [&](int64_t o, int64_t c) { return uint32_t(q[(r0 + o) * (C / 2) + c / 2] >> (c % 2 * 4) & 15); };
+  auto zero = [&](int64_t g, int64_t o) { return uint32_t(z[(r0 + o) * groups + g]); };
+  const int order[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+  Tensor qw = awq ? Tensor::zeros({C, n / 8}, DType::i32) : Tensor::zeros({C / 8, n}, DType::i32);
+  Tensor qz = Tensor::zeros({groups, n / 8}, DType::i32), sc = Tensor::empty({groups, n}, DType::f32);
+  auto* pw = reinterpret_cast<uint32_t*>(qw.data<int32_t>());
+  auto* pz = reinterpret_cast<uint32_t*>(qz.data<int32_t>());
+  for (int64_t k = 0; k < n / 8; k++)
+    for (int i = 0; i < 8; i++) {
+      const int64_t o = awq ? 8 * k + order[i] : 8 * k + i;
+      if (awq)
+        for (int64_t c = 0; c < C; c++) pw[c * (n / 8) + k] |= nib(o, c) << (4 * i);
+      for (int64_t g = 0; g < groups; g++) pz[g * (n / 8) + k] |= (awq ? zero(g, o) : zero(g, o) - 1) << (4 * i);
+    }
+  if (!awq)
+    for (int64_t r = 0; r < C / 8; r++)
+      for (int64_t o = 0; o < n; o++)
+        for (int j = 0; j < 8; j++) pw[r * n + o] |= nib(o, 8 * r + j) << (4 * j);
+  for (int64_t g = 0; g < groups; g++)
+    for (int64_t o = 0; o < n; o++) sc.data<float>()[g * n + o] = w.scale.data<float>()[(r0 + o) * groups + g];
+  out[name + ".qweight"] = qw, out[name + ".qzeros"] = qz, out[name + ".scales"] = sc;
+}
+
+// An AWQ or GPTQ folder of a Llama (Note [Imported int4 formats]) loads as the engine's int4 model with no flag:
+// the tiny Llama quantized at load, its linears written back in each format, reads back as the same tensors, fused
+// and laid out as the engine holds them.
+TEST(QuantizedFolder, AwqAndGptqFoldersLoadAsTheSameInt4Model) {
+  Exported e = export_tiny("llama", "imported");
+  InferenceModel a = load_inference_model(e.dir, with(quant(4)));
+  const InferenceModelConfig& c = a.cfg;
+  const int64_t qd = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim;
+  for (const std::string method : {"awq", "gptq"}) {
+    SCOPED_TRACE(method);
+    std::map<std::string, Tensor> t = load_safetensors(e.dir + "/model.safetensors");
+    for (int64_t i = 0; i < c.n_layer; i++) {
+      const std::string p = "model.layers." + std::to_string(i) + ".";
+      const LayerWeights& w = a.layers[size_t(i)];
+      const bool awq = method == "awq";
+      for (const char* proj : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                               "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"})
+        t.erase(p + proj + ".weight");
+      write_int4_linear(t, p + "self_attn.q_proj", w.qkv_q, 0, qd, awq);
+      write_int4_linear(t, p + "self_attn.k_proj", w.qkv_q, qd, kvd, awq);
+      write_int4_linear(t, p + "self_attn.v_proj", w.qkv_q, qd + kvd, kvd, awq);
+      write_int4_linear(t, p + "self_attn.o_proj", w.o_q, 0, c.hidden, awq);
+      write_int4_linear(t, p + "mlp.gate_proj", w.up_q, 0, c.ffn, awq);
+      write_int4_linear(t, p + "mlp.up_proj", w.up_q, c.ffn, c.ffn, awq);
+      write_int4_linear(t, p + "mlp.down_proj", w.down_q, 0, c.hidden, awq);
+    }
+    const std::string dir = e.dir + "_" + method;
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    save_safetensors(dir + "/model.safetensors", NamedTensors(t.begin(), t.end()));
+    nlohmann::json cfg = read_json_file(e.dir + "/config.json");
+    cfg["quantization_config"] = {{"quant_method", method}, {"bits", 4}, {"group_size", kGroup}};
+    if (method == "awq") cfg["quantization_config"]["version"] = "GEMM";
+    std::ofstream(dir + "/config.json") << cfg.dump();
+    expect_same_tensors(a, load_inference_model(dir));
+  }
 }
 
 // Perplexity through the engine's forward: the training model's mean loss over the same windows.

@@ -6,6 +6,7 @@
 #include <map>
 
 #include "dscpp/checkpoint/hf_interop.h"
+#include "dscpp/inference/quant_formats.h"
 #include "dscpp/inference/quantization.h"
 #include "dscpp/models/model.h"
 #include "inference/model/weight_source.h"
@@ -72,7 +73,10 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
   WeightSource src(dir, cfg.model_type, opts.progress);
   if (stored.enabled) {
     InferenceModel m = allocate_weights(cfg, DType::f32, Device::cpu(), stored);
-    read_named_tensors(src, m);
+    int64_t group = 0;
+    const Int4Format imported = int4_format(j, dir, group);
+    if (imported == Int4Format::none) read_named_tensors(src, m);
+    else load_int4_checkpoint(src, m, imported, group);  // Note [Imported int4 formats]
     return place(std::move(m), opts);
   }
   InferenceModel m = allocate_weights(cfg);
