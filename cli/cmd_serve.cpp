@@ -22,6 +22,7 @@ struct ServeOptions {
 int run_serve(ServeOptions o) {
   DSCPP_CHECK(serve::http_available(), "dscpp serve: this build has no HTTP server: install cpp-httplib (Debian: "
               "apt-get install libcpp-httplib-dev, or scripts/install-deps.sh) and rebuild");
+  serve::catch_stop_signals();  // a stop signal during the load is served by serve()'s clean shutdown
   LoadedModel loaded = load_model_source(o.source);
   if (o.server.model_name.empty())
     o.server.model_name = std::filesystem::path(o.source.hf.empty() ? o.source.checkpoint : o.source.hf)

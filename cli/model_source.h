@@ -17,9 +17,10 @@ struct ModelSource {
   std::string device = "cpu";
   std::string dtype;   // "" = f32 on the CPU, bf16 on CUDA
   std::string load_format = "safetensors";
+  std::string quantization;  // none, int8 or int4: sets the config's quant keys ("" = as the config says)
 };
 
-// --checkpoint, --tag, --hf, --config, --device, --dtype, --load-format.
+// --checkpoint, --tag, --hf, --config, --device, --dtype, --load-format, --quantization.
 void add_model_source_options(CLI::App* app, ModelSource& s);
 
 struct LoadedModel {
@@ -28,6 +29,9 @@ struct LoadedModel {
   std::string dir;  // the Hugging Face folder ("" for a checkpoint): chat template, generation_config.json
 };
 LoadedModel load_model_source(const ModelSource& s);
+
+// The weight quantization to load with: --config's quant keys, with --quantization over them.
+inference::WeightQuantConfig quant_config(const ModelSource& s);
 
 // The engine's config: --config, or FastGen's defaults fitted to this run (a context no longer than the model's; on
 // the CPU a KV cache of just the blocks `max_sequences` sequences can use, not the host's free memory).
