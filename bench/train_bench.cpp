@@ -1,6 +1,7 @@
 // Training throughput of our engine on one GPU: GPT-2 124M (vocab padded to 50304), GPT-2 350M and Llama ~1B on
 // random tokens, bf16 with f32 master weights, AdamW, gradient clipping 1.0 (the settings of bench/train_torch.py).
-//   train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024] [--steps 10] [--warmup 3]
+//   train_bench [--models gpt2,gpt2-medium,llama-1b,bench/models/llama-3.1-8b.json] [--batch 32] [--seq 1024]
+//               [--steps 10] [--warmup 3]
 //               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--attention auto|cudnn|own] [--nvtx-step]
 //               [--gas 1] [--zero-stage 0..3] [--offload none|cpu] [--offload-ratio 1] [--delayed-update]
 //               [--offload-threads N] [--checkpointing]
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -95,8 +97,11 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
+// A preset name, or a Hugging Face config.json (bench/models/llama-3.1-8b.json: the 8B shape).
 ModelConfig bench_model(const std::string& name, int64_t T) {
-  ModelConfig c = ModelConfig::preset(name);
+  const bool file = name.size() > 5 && name.substr(name.size() - 5) == ".json";
+  ModelConfig c = file ? ModelConfig::from_hf_json(nlohmann::json::parse(std::ifstream(name)), /*shapes_only=*/true)
+                       : ModelConfig::preset(name);
   if (c.arch == "gpt2") c.vocab_size = 50304;  // padded to a multiple of 128, as llm.c and the torch script
   c.max_seq_len = std::max(c.max_seq_len, T);
   return c;

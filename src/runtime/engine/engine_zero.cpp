@@ -182,8 +182,9 @@ std::string Engine::model_state_report() const {
     << gib(t.params) << " / " << gib(t.grads) << " / " << gib(t.optimizer) << " / " << gib(t.total()) << " GiB";
   if (offload_) {  // Note [Optimizer offload]
     const OffloadBytes h = offload_->bytes();
-    o << "; offload_optimizer (ratio " << offload_->ratio() << ") in " << (cfg_.zero_optimization.offload_optimizer
-         ->pin_memory ? "pinned " : "") << "host memory: masters and states " << gib(h.host_states)
+    const bool pinned = cfg_.zero_optimization.offload_optimizer->pin_memory && model_->params().device().is_cuda();
+    o << "; offload_optimizer (ratio " << offload_->ratio() << ") in " << (pinned ? "pinned " : "")
+      << "host memory: masters and states " << gib(h.host_states)
       << " GiB (theoretical " << gib(t.host) << " GiB), copy slots for gradients " << gib(h.host_grads)
       << " GiB and parameters " << gib(h.host_staging) << " GiB, total " << gib(h.host()) << " GiB";
   }
