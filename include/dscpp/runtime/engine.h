@@ -194,7 +194,8 @@ class Engine {
   // for all of them (finish_param_gathers).
   void gather_updated_params();
   void wait_param_gather(int unit);
-  void launch_param_gathers(int last);  // in unit order, up to unit `last` (waiting for offloaded updates)
+  // In unit order: up to unit `last` (waiting for offloaded updates), then those whose offloaded update is queued.
+  void launch_param_gathers(int last);
   void finish_param_gathers();
   void finish_updates();  // the offloaded update applied (Note [Optimizer offload]), then finish_param_gathers()
 

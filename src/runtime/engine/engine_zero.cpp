@@ -96,9 +96,10 @@ Tensor Engine::owned_grads(size_t k) const {
 // each unit's just before its first use (the model's unit hook), so unit u+1's gather runs beside unit u's forward.
 // Whatever else reads the parameters (checkpoints, the model() accessor, the next step) waits for all of them.
 // With offload_optimizer a unit's chunk is updated on the host and copied back while the next forward runs (Note
-// [Optimizer offload]): the forward's hook for unit u launches the gathers of u and u + 1, each once its chunk's
-// copy is queued, so the gathers follow the host step unit by unit. The launch points are the hooks, the same on
-// every rank (collectives go in the same order everywhere), never whichever host step happens to be done.
+// [Optimizer offload]): the forward's hook for unit u launches the gathers up to u, each once its chunk's copy is
+// queued, and then those of the following units whose copies are queued already, so the gathers follow the host
+// step unit by unit. They are launched from the forward's hooks only, where no other collective comes between them:
+// every rank issues the same collectives in the same order, whichever host step happens to be done when.
 void Engine::gather_updated_params() {
   finish_param_gathers();
   next_gather_ = 0;
@@ -107,8 +108,9 @@ void Engine::gather_updated_params() {
 
 void Engine::launch_param_gathers(int last) {
   ParamSet& ps = model_->params();
-  for (; next_gather_ < zp_.units().size() && int(next_gather_) <= last; next_gather_++) {
+  for (; next_gather_ < zp_.units().size(); next_gather_++) {
     const size_t u = next_gather_;
+    if (int(u) > last && !(offload_ && offload_->unit_ready(u))) return;
     if (offload_) offload_->wait_unit(u);  // the all-gather reads this rank's chunk after its update has landed
     const FlatRange unit = zp_.units()[u], mine = zp_.owned_in(u, zp_.rank());
     Tensor out = ps.flat_params().slice(unit.begin, unit.size());
@@ -117,7 +119,7 @@ void Engine::launch_param_gathers(int last) {
 }
 
 void Engine::wait_param_gather(int unit) {
-  if (size_t(unit) >= next_gather_ && size_t(unit) < param_gathers_.size()) launch_param_gathers(unit + 1);
+  if (size_t(unit) >= next_gather_ && size_t(unit) < param_gathers_.size()) launch_param_gathers(unit);
   if (size_t(unit) >= param_gathers_.size() || !param_gathers_[size_t(unit)]) return;
   WorkPtr w = std::move(param_gathers_[size_t(unit)]);
   param_gathers_[size_t(unit)] = nullptr;

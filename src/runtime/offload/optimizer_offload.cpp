@@ -255,6 +255,11 @@ void OptimizerOffload::wait_unit(size_t unit) {
   params_in_[size_t(j)].make_current_stream_wait();  // copies run in order: the unit's earlier pieces are in
 }
 
+bool OptimizerOffload::unit_ready(size_t unit) const {
+  const int64_t j = last_host_of_unit_[unit];
+  return j < 0 || delayed_ || worker_.reached(j + 1);
+}
+
 bool OptimizerOffload::on_device_only(size_t unit) const { return last_host_of_unit_[unit] < 0; }
 
 void OptimizerOffload::finish() {

@@ -102,6 +102,7 @@ class OptimizerOffload {
   bool reads_device_grads() const { return reads_grads_; }
   // ---- parameters back
   void wait_unit(size_t unit);                 // before unit's device parameters are read (see the Note)
+  bool unit_ready(size_t unit) const;          // wait_unit(unit) would not block the host
   bool on_device_only(size_t unit) const;      // no piece of the unit is offloaded: the step updated it in place
   void finish();                               // every update applied and ordered before later device work
 
