@@ -72,10 +72,8 @@ InferenceConfig InferenceConfig::parse(const json& root) {
   const char* tp_name = "tensor_parallel";
   if (const json* tp = section(top, tp_name, "tp")) {
     SectionReader r(*tp, tp_name);
-    r.get("tp_size", c.tp_size, 1);
+    r.get("tp_size", c.tp_size, 1, 4096);  // whether the model's heads divide is checked at load (check_tp_size)
     r.finish();
-    if (c.tp_size != 1)
-      fail(r.path("tp_size"), c.tp_size, "tensor parallelism is not implemented by the inference engine yet (use 1)");
   }
   const char* sm_name = "state_manager";
   if (const json* sm = section(top, sm_name, "manager")) parse_state_manager(*sm, sm_name, c.state_manager);

@@ -122,6 +122,19 @@ void embedding_forward(const Tensor& out, const Tensor& ids, const Tensor& table
   cpu::embedding_forward(out.data<float>(), ids.data<int32_t>(), table.data<float>(), N, C);
 }
 
+void embedding_shard_forward(const Tensor& out, const Tensor& ids, const Tensor& table, int64_t first) {
+  const char* op = "embedding_shard_forward";
+  const bool cuda = on_cuda(op, {{"out", out}, {"ids", ids}, {"table", table}});
+  need_dtype(op, {"ids", ids}, DType::i32);
+  const DType t = need_act(op, {"table", table}, cuda);
+  need_dtype(op, {"out", out}, t);
+  if (table.dim() != 2) fail(op, "table has shape ", shape_str(table.shape()), ", expected [V, C]");
+  const int64_t V = table.size(0), C = table.size(1), N = ids.numel();
+  need_rows(op, {"out", out}, N, C);
+  if (cuda) CUDA_DISPATCH(op, embedding_shard_forward, out, ids, table, first);
+  cpu::embedding_shard_forward(out.data<float>(), ids.data<int32_t>(), table.data<float>(), N, C, V, first);
+}
+
 void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
   const char* op = "embedding_backward";
   const bool cuda = on_cuda(op, {{"dtable", dtable}, {"dout", dout}, {"ids", ids}});

@@ -39,7 +39,7 @@ struct InferenceDscppConfig {            // dscpp: our keys, which FastGen has n
 };
 
 struct InferenceConfig {
-  int64_t tp_size = 1;                   // tensor_parallel (alias tp).tp_size: 1 only for now
+  int64_t tp_size = 1;                   // tensor_parallel (alias tp).tp_size: ranks that split the model
   StateManagerConfig state_manager;
   InferenceDscppConfig dscpp;
 

@@ -26,8 +26,9 @@ void InferenceModelConfig::validate() const {
   DSCPP_CHECK(norm_eps > 0 && std::isfinite(norm_eps), "inference model (", model_type, "): norm_eps must be positive");
 }
 
-InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Device device) {
+InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Device device, const TpShard& tp) {
   c.validate();
+  const int64_t vocab_rows = tp.size > 1 ? tp.vocab_rows : c.vocab;
   const int64_t C = c.hidden;
   auto mat = [&](int64_t r, int64_t k) { return Tensor::empty({r, k}, dtype, device); };
   auto vec = [&](int64_t n, bool present) { return present ? Tensor::empty({n}, dtype, device) : Tensor(); };
@@ -36,7 +37,9 @@ InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Devi
   m.cfg = c;
   m.dtype = dtype;
   m.device = device;
-  m.embed = mat(c.vocab, C);
+  m.tp = tp;
+  m.tp.vocab_rows = vocab_rows;
+  m.embed = mat(vocab_rows, C);
   if (c.learned_positions) m.pos_embed = mat(c.max_context, C);
   for (int64_t l = 0; l < c.n_layer; l++) {
     LayerWeights w;
@@ -49,7 +52,7 @@ InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Devi
     m.layers.push_back(w);
   }
   m.norm_f_w = vec(C, true), m.norm_f_b = vec(C, ln);
-  m.lm_head = c.tie_embeddings ? m.embed : mat(c.vocab, C);
+  m.lm_head = c.tie_embeddings ? m.embed : mat(vocab_rows, C);
   return m;
 }
 
