@@ -1,5 +1,7 @@
 // dscpp serve: an OpenAI-compatible HTTP server (POST /v1/completions and /v1/chat/completions, GET /v1/models,
 // /health, /metrics) over the inference engine, for a Hugging Face folder or a checkpoint of ours (src/serve/).
+#include <pthread.h>
+
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -45,7 +47,9 @@ int launch_own_ranks(const ServeOptions& o, int64_t tp) {
   lo.kill_grace_s = o.server.shutdown_seconds + 30;
   lo.program = own_command_line();
   lo.self_exe = lo.program[0];
-  return launcher::launch(lo);
+  launcher::LaunchIO io;
+  io.clean_stop_is_success = true;  // SIGTERM, every rank drained and exited 0: exit 0, as one rank does
+  return launcher::launch(lo, io);
 }
 
 int run_serve(ServeOptions o) {
@@ -53,6 +57,21 @@ int run_serve(ServeOptions o) {
               "apt-get install libcpp-httplib-dev, or scripts/install-deps.sh) and rebuild");
   const int64_t tp_size = tensor_parallel_size(o.source);
   if (tp_size > 1 && read_dist_env().source == "none") return launch_own_ranks(o, tp_size);
+  if (tp_size > 1) {
+    // The launcher forwards SIGTERM / SIGINT to every rank. Rank 0 drains its requests (serve's signal thread takes
+    // them, so the threads made before it, the group's and the step channel's, must block them too); the others
+    // ignore them and end when rank 0's engine stops them (Note [Tensor-parallel steps]).
+    if (read_dist_env().rank == 0) {
+      sigset_t stop;
+      sigemptyset(&stop);
+      sigaddset(&stop, SIGTERM);
+      sigaddset(&stop, SIGINT);
+      pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+    } else {
+      std::signal(SIGTERM, SIG_IGN);
+      std::signal(SIGINT, SIG_IGN);
+    }
+  }
   const TensorParallelJob tp = join_tensor_parallel(o.source);
   LoadedModel loaded = load_model_source(o.source, tp.group.get());
   if (o.server.model_name.empty())
@@ -66,10 +85,6 @@ int run_serve(ServeOptions o) {
   const inference::InferenceConfig cfg = engine_config(o.source, loaded.model, o.cpu_sequences);
   inference::InferenceEngine engine(std::move(loaded.model), cfg, tp.leader() ? &std::cerr : nullptr);
   if (!tp.leader()) {
-    // Rank 0 alone hears signals' meaning: it drains its requests, then its engine stops this one (Note
-    // [Tensor-parallel steps]); the launcher's forwarded SIGTERM must not end a rank that rank 0 still needs.
-    std::signal(SIGTERM, SIG_IGN);
-    std::signal(SIGINT, SIG_IGN);
     engine.follow();
     return 0;
   }
