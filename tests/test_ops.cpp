@@ -33,6 +33,7 @@
 #include "dscpp/kernels/attention_backend.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
+#include "dscpp/kernels/parallel_ops.h"
 #include "dscpp/kernels/quant_ops.h"
 #include "dscpp/kernels/sampling_ops.h"
 #include "kernels/cpu/cpu_kernels.h"

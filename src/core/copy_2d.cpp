@@ -1,8 +1,8 @@
-// copy_2d_async (core/cuda.h): a strided block copy on the host or, in a CUDA build, on the device.
+// copy_2d_async (core/copy_2d.h): a strided block copy on the host or, in a CUDA build, on the device.
 #include <cstring>
 
 #include "dscpp/core/check.h"
-#include "dscpp/core/cuda.h"
+#include "dscpp/core/copy_2d.h"
 #include "dscpp/core/tensor.h"
 #ifdef DSCPP_WITH_CUDA
 #include "core/cuda/cuda_runtime.cuh"

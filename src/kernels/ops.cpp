@@ -12,10 +12,12 @@
 #include <string>
 #include <utility>
 
+#include "dscpp/kernels/parallel_ops.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_adam.h"
 #ifdef DSCPP_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/parallel_ops_cuda.h"
 #define CUDA_DISPATCH(op, fn, ...) return ::dscpp::cuda::fn(__VA_ARGS__)
 #else
 #define CUDA_DISPATCH(op, fn, ...) no_cuda(op)

@@ -72,7 +72,8 @@ TEST(InferenceConfig, DeepSpeedValidators) {
                {"\"reserv\"", "must be one of", "did you mean 'reserve'"});
   expect_error(R"({"state_manager": {"offload": true}})", "state_manager.offload", {"not implemented"});
   expect_error(R"({"manager": {"max_context": -1}})", "manager.max_context", {"= -1", ">= 1"});  // the name given
-  expect_error(R"({"tensor_parallel": {"tp_size": 2}})", "tensor_parallel.tp_size", {"= 2", "not implemented"});
+  expect_error(R"({"tensor_parallel": {"tp_size": 0}})", "tensor_parallel.tp_size", {"= 0", ">= 1"});
+  EXPECT_EQ(InferenceConfig::from_string(R"({"tp": {"tp_size": 2}})").tp_size, 2);  // the model's split: at load
   expect_error(R"({"quantization": {"quantization_mode": "wf6af16"}})", "quantization.quantization_mode",
                {"wf6af16", "not implemented"});
 }

@@ -37,9 +37,5 @@ Tensor empty_pinned(const std::vector<int64_t>& shape, DType dtype);  // a Devic
 // waiting: the caller synchronises (cuda_synchronize or a stream event) before reading a host destination or
 // reusing a host source. Tensor::copy_from is the synchronous version. Throws in a CPU-only build for device tensors.
 void copy_async(const Tensor& dst, const Tensor& src);
-// A block of a row-major matrix: rows x cols elements of src, whose rows are src_ld elements apart, into dst, whose
-// rows are dst_ld apart; dst and src (one dtype, one device) start where the blocks start and must hold them. On a
-// GPU one cudaMemcpy2DAsync on the current stream (a CUDA graph can capture it); CPU tensors are copied at once.
-void copy_2d_async(const Tensor& dst, int64_t dst_ld, const Tensor& src, int64_t src_ld, int64_t rows, int64_t cols);
 
 }  // namespace dscpp

@@ -19,10 +19,6 @@ namespace dscpp::ops {
 // ---- embedding ----
 // out[N,C] = table[ids[N], :]      ids: i32 in [0, V)
 void embedding_forward(const Tensor& out, const Tensor& ids, const Tensor& table);
-// A vocabulary-parallel embedding's shard (Note [Tensor-parallel shards], inference/inference_model.h): table holds
-// rows [first, first + V) of the vocabulary. out[n,:] = table[ids[n] - first, :] where that row exists, else 0, so
-// the sum over the shards is embedding_forward. ids: any i32.
-void embedding_shard_forward(const Tensor& out, const Tensor& ids, const Tensor& table, int64_t first);
 // dtable[ids[n], :] += dout[n, :]
 void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids);
 

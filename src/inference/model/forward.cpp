@@ -11,6 +11,7 @@
 #include "dscpp/inference/inference_model.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
+#include "dscpp/kernels/parallel_ops.h"
 #include "inference/model/forward_inputs.h"
 #include "inference/model/tensor_parallel.h"
 

@@ -5,7 +5,7 @@
 
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/check.h"
-#include "dscpp/core/cuda.h"
+#include "dscpp/core/copy_2d.h"
 
 namespace dscpp::inference {
 

@@ -11,7 +11,7 @@
 
 #include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/core/check.h"
-#include "dscpp/core/cuda.h"  // copy_2d_async
+#include "dscpp/core/copy_2d.h"
 
 namespace dscpp::inference {
 

@@ -12,7 +12,6 @@ namespace dscpp::cuda {
 
 // ---- embedding ----
 void embedding_forward(const Tensor& out, const Tensor& ids, const Tensor& table);
-void embedding_shard_forward(const Tensor& out, const Tensor& ids, const Tensor& table, int64_t first);
 void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids);
 
 // ---- matmul (torch.nn.Linear layout: weight[OC, C]) ----

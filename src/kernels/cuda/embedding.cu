@@ -14,6 +14,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/parallel_ops_cuda.h"
 
 namespace dscpp::cuda {
 namespace {
