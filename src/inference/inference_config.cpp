@@ -60,7 +60,11 @@ static void parse_dscpp(const json& j, InferenceDscppConfig& d, int64_t max_cont
   r.get("kv_block_size", d.kv_block_size, 1, max_context);
   r.get("prefix_caching", d.prefix_caching);
   r.get("cuda_graph_max_batch", d.cuda_graph_max_batch, 0, 4096);
+  r.get("peer_all_reduce_max_bytes", d.peer_all_reduce_max_bytes, 0, int64_t(1) << 30);
   r.finish();
+  if (d.peer_all_reduce_max_bytes % 16 != 0)
+    fail(r.path("peer_all_reduce_max_bytes"), d.peer_all_reduce_max_bytes, "must be a multiple of 16 (the kernel "
+         "moves 16-byte vectors)");
   // Block offsets become shifts and masks in the kernels.
   if ((d.kv_block_size & (d.kv_block_size - 1)) != 0)
     fail(r.path("kv_block_size"), d.kv_block_size, "must be a power of two");
@@ -110,7 +114,8 @@ json InferenceConfig::to_json() const {
             {"memory_config", {{"mode", s.memory_config.mode}, {"size", s.memory_config.size}}},
             {"offload", s.offload}}},
           {"dscpp", {{"kv_block_size", dscpp.kv_block_size}, {"prefix_caching", dscpp.prefix_caching},
-                    {"cuda_graph_max_batch", dscpp.cuda_graph_max_batch}}}};
+                    {"cuda_graph_max_batch", dscpp.cuda_graph_max_batch},
+                    {"peer_all_reduce_max_bytes", dscpp.peer_all_reduce_max_bytes}}}};
 }
 
 }  // namespace dscpp::inference

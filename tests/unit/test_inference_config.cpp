@@ -84,6 +84,10 @@ TEST(InferenceConfig, OurKeys) {
                "dscpp.kv_block_size", {"= 256", "<= 128"});
   expect_error(R"({"dscpp": {"prefix_caching": 1}})", "dscpp.prefix_caching", {"expected true or false"});
   expect_error(R"({"dscpp": {"cuda_graph_max_batch": -1}})", "dscpp.cuda_graph_max_batch", {"= -1", ">= 0"});
+  expect_error(R"({"dscpp": {"peer_all_reduce_max_bytes": 1000}})", "dscpp.peer_all_reduce_max_bytes",
+               {"= 1000", "multiple of 16"});
+  EXPECT_EQ(InferenceConfig::from_string(R"({"dscpp": {"peer_all_reduce_max_bytes": 0}})")
+                .dscpp.peer_all_reduce_max_bytes, 0);
 }
 
 TEST(InferenceConfig, UnknownKeysRefusedByName) {

@@ -28,6 +28,10 @@
 #include "dscpp/inference/sampler.h"
 #include "dscpp/inference/scheduling.h"
 
+namespace dscpp {
+class PeerAllReduce;
+}
+
 namespace dscpp::inference {
 
 class StateManager;
@@ -118,6 +122,7 @@ class InferenceEngine {
 
   InferenceModel model_;
   InferenceConfig config_;
+  std::unique_ptr<PeerAllReduce> peer_;  // tensor parallelism on GPUs; before the runner, whose graphs use it
   std::unique_ptr<ModelRunner> runner_;  // before the cache: its buffers are not the cache's to take
   KVCache cache_;
   std::unique_ptr<StateManager> state_;

@@ -25,6 +25,7 @@
 
 namespace dscpp {
 class Model;
+class PeerAllReduce;
 class ProcessGroup;
 }
 
@@ -74,6 +75,7 @@ struct LayerWeights {
 // residual stream and the same [S, V] logits. tp must divide n_kv_head and ffn (check_tp_size).
 struct TpShard {
   ProcessGroup* group = nullptr;  // the ranks of the model (null: one rank); outlives the model
+  PeerAllReduce* peer = nullptr;  // small all-reduces over GPU peer memory, when the engine made one (else NCCL)
   int rank = 0, size = 1;
   int64_t vocab_begin = 0, vocab_rows = 0;  // this rank's rows of the vocabulary: [begin, begin + rows)
 };

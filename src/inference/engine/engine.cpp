@@ -9,6 +9,7 @@
 #include <iomanip>
 #include <map>
 
+#include "dscpp/comm/peer_all_reduce.h"
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/check.h"
 #include "dscpp/core/cuda.h"
@@ -158,7 +159,7 @@ Settings tp_settings(const InferenceModel& m, const InferenceConfig& c) {
   return s;
 }
 
-const InferenceModel& checked(const InferenceModel& m, const InferenceConfig& c) {
+InferenceModel& checked(InferenceModel& m, const InferenceConfig& c) {
   DSCPP_CHECK(c.state_manager.max_context <= m.cfg.max_context || m.cfg.max_context == 0,
               "state_manager.max_context = ", c.state_manager.max_context, " exceeds the model's ", m.cfg.max_context,
               " positions: lower it to at most ", m.cfg.max_context);
@@ -169,12 +170,29 @@ const InferenceModel& checked(const InferenceModel& m, const InferenceConfig& c)
   return m;
 }
 
+// A tensor-parallel model's small all-reduces over GPU peer memory, when every rank can map the others' (a
+// collective, after the start-up agreement); m's shard then uses it.
+std::unique_ptr<PeerAllReduce> peer_all_reduce(InferenceModel& m, const InferenceConfig& c, std::ostream* log) {
+  const int64_t bytes = c.dscpp.peer_all_reduce_max_bytes;
+  if (m.tp.size == 1 || !m.device.is_cuda() || bytes == 0) return nullptr;
+  std::string why;
+  std::unique_ptr<PeerAllReduce> p = PeerAllReduce::create(*m.tp.group, bytes, &why);
+  m.tp.peer = p.get();
+  if (log)
+    *log << "tensor parallelism over " << m.tp.size << " GPUs: "
+         << (p ? "all-reduces of up to " + std::to_string(bytes) + " bytes over peer memory, larger ones on NCCL"
+               : "every all-reduce on NCCL (peer memory: " + why + ")")
+         << std::endl;
+  return p;
+}
+
 }  // namespace
 
 InferenceEngine::InferenceEngine(InferenceModel model, const InferenceConfig& config, std::ostream* log)
     : model_(std::move(model)),
       config_(config),
-      runner_(std::make_unique<ModelRunner>(checked(model_, config_), runner_limits(config_))),
+      peer_(peer_all_reduce(checked(model_, config_), config_, log)),
+      runner_(std::make_unique<ModelRunner>(model_, runner_limits(config_))),
       cache_(make_cache(model_, config_, log)) {
   state_ = std::make_unique<StateManager>(config_.state_manager, int32_t(cache_.shape().n_blocks),
                                           config_.dscpp.kv_block_size, config_.dscpp.prefix_caching);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "dscpp/comm/peer_all_reduce.h"
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/check.h"
 #include "dscpp/core/copy_2d.h"
@@ -38,7 +39,9 @@ InferenceModelConfig shard_config(const InferenceModelConfig& full, const TpShar
 }
 
 void tp_sum(const TpShard& tp, Tensor& x) {
-  if (tp.size > 1) tp.group->all_reduce_on_stream(x, ReduceOp::sum);
+  if (tp.size == 1) return;
+  if (tp.peer && tp.peer->fits(x)) return tp.peer->all_reduce(x);  // the same choice on every rank: same sizes
+  tp.group->all_reduce_on_stream(x, ReduceOp::sum);
 }
 
 void tp_gather_logits(const TpShard& tp, const Tensor& part, const Tensor& gathered, const Tensor& logits) {
