@@ -4,6 +4,8 @@
 //                   [--batch 1,32] [--prompt 32] [--new 128] [--warmup 1] [--offline N] [--tensor-parallel-size T]
 // --tensor-parallel-size T: the model split over T ranks started by `dscpp launch --nproc_per_node T -- inference_bench
 // ...` (one per GPU, Note [Tensor-parallel shards]); rank 0 measures and prints, the model's name gets "-tpT".
+// --peer-all-reduce-max-bytes N: dscpp.peer_all_reduce_max_bytes (0: every all-reduce on NCCL; the name then ends in
+// "-nccl").
 // DIR holds a Hugging Face config.json (and, with safetensors, the weights); dummy weights need no files. Each batch
 // size runs B requests of --prompt random tokens, greedy, each generating exactly --new tokens (no stop ids), once
 // to warm up and then timed. Prints, tab-separated:
@@ -46,12 +48,14 @@ struct Args {
   std::string model, load_format = "dummy", device = "cuda", dtype = "bf16";
   std::vector<int64_t> batches{1, 32};
   int64_t prompt = 32, new_tokens = 128, warmup = 1, offline = 0, tp = 1;
+  int64_t peer_bytes = InferenceDscppConfig{}.peer_all_reduce_max_bytes;
 };
 
 const bench::Flags kFlags{"inference_bench",
                           "inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda|cpu]\n"
                           "                       [--dtype bf16|f16|f32] [--batch 1,32] [--prompt 32] [--new 128]\n"
-                          "                       [--warmup 1] [--offline N] [--tensor-parallel-size T]\n"};
+                          "                       [--warmup 1] [--offline N] [--tensor-parallel-size T]\n"
+                          "                       [--peer-all-reduce-max-bytes N]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -68,6 +72,7 @@ Args parse(int argc, char** argv) {
     else if (k == "warmup") a.warmup = kFlags.to_int(k, v, 0);
     else if (k == "offline") a.offline = kFlags.to_int(k, v, 1);
     else if (k == "tensor-parallel-size") a.tp = kFlags.to_int(k, v, 1);
+    else if (k == "peer-all-reduce-max-bytes") a.peer_bytes = kFlags.to_int(k, v, 0);
     else kFlags.fail("unknown flag --" + k);
   });
   if (a.model.empty()) kFlags.fail("--model DIR is required");
@@ -98,6 +103,7 @@ std::unique_ptr<InferenceEngine> start(const Args& a, const LoadOptions& lo, Inf
   if (lo.device.is_cuda()) allocator_for(lo.device).reset_peak();  // the previous engine is gone
   const bool lead = !lo.tp_group || lo.tp_group->rank() == 0;
   cfg.tp_size = a.tp;
+  cfg.dscpp.peer_all_reduce_max_bytes = a.peer_bytes;
   const auto t0 = Clock::now();
   auto e = std::make_unique<InferenceEngine>(load_inference_model(a.model, lo), cfg, lead ? &std::cerr : nullptr);
   if (lo.device.is_cuda()) cuda_synchronize();
@@ -157,7 +163,7 @@ int main(int argc, char** argv) {
   lo.dtype = dtype_from_name(a.dtype);
   lo.tp_group = tp.get();
   const std::string name = std::filesystem::path(a.model).filename().string() +
-                           (a.tp > 1 ? "-tp" + std::to_string(a.tp) : "");
+                           (a.tp > 1 ? "-tp" + std::to_string(a.tp) + (a.peer_bytes == 0 ? "-nccl" : "") : "");
   if (a.offline > 0) {
     offline(a, lo, name);
     return 0;
