@@ -12,6 +12,7 @@
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/quant_ops.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/gemv.h"
 
 using namespace bench;
 
@@ -154,51 +155,65 @@ void run_dbias_timing() {
   }
 }
 
-// Batch-1 and batch-4 decode linears of the Llama-3.1-8B shape, bf16 weights against int8 (per channel) and int4
-// (group 128) weights through matmul_q_forward, each with a cold L2: microseconds and GB/s of weight bytes (plus
-// scales and zero points) read, and the sum over one token's 32 layers and lm head.
+// Decode linears of the Llama-3.1-8B shape at 1, 4 and 8 rows, bf16 weights against int8 (per channel) and int4
+// (group 128) weights through matmul_q_forward, each with a cold L2: microseconds per linear and GB/s of weight
+// bytes (plus scales and zero points) read, and the sum over one token's 32 layers and lm head; on the CUDA-core
+// GEMV (Note [Decode GEMV], N <= 4) and on the tensor-core one (Note [Decode GEMV on tensor cores]).
 void run_decode_timing() {
   struct Lin {
     int64_t C, OC;
-    const char* what;
     int per_token;  // how many times one token runs it
   };
-  const Lin lins[] = {{4096, 6144, "qkv", 32},
-                      {4096, 4096, "o", 32},
-                      {4096, 28672, "gate_up", 32},
-                      {14336, 4096, "down", 32},
-                      {4096, 128256, "lm head", 1}};
+  const Lin lins[] = {{4096, 6144, 32}, {4096, 4096, 32}, {4096, 28672, 32}, {14336, 4096, 32}, {4096, 128256, 1}};
   const Device dev = Device::cuda(0);
   Tensor flush = Tensor::empty({int64_t(64) << 20}, DType::f32, dev);
-  for (int64_t N : {1, 4}) {
-    std::printf("\n%-8s N=%lld | %9s %7s | %9s %7s | %9s %7s\n", "decode", (long long)N, "bf16 us", "GB/s",
-                "int8 us", "GB/s", "int4 us", "GB/s");
-    double tot[3] = {0, 0, 0};
-    for (const Lin& l : lins) {
-      Tensor w = to_device(randn_rounded({l.OC, l.C}, DType::bf16, 2, 0.02f), DType::bf16);
-      Tensor inp = to_device(randn_rounded({N, l.C}, DType::bf16, 1), DType::bf16);
-      Tensor out = Tensor::empty({N, l.OC}, DType::bf16, dev);
-      Tensor q8 = Tensor::empty({l.OC, l.C}, DType::i8, dev), s8 = Tensor::empty({l.OC}, DType::f32, dev);
-      dscpp::ops::quantize_weight_int8(q8, s8, w);
-      const int64_t G = 128;
-      Tensor q4 = Tensor::empty({l.OC, l.C / 2}, DType::i8, dev), s4 = Tensor::empty({l.OC, l.C / G}, DType::f32, dev);
-      Tensor z4 = Tensor::empty({l.OC, l.C / G}, DType::i8, dev);
-      dscpp::ops::quantize_weight_int4(q4, s4, z4, w, G);
-      const double t[3] = {
-          time_cold_ms([&] { dscpp::cuda::matmul_forward(out, inp, w, Tensor()); }, flush),
-          time_cold_ms([&] { dscpp::ops::matmul_q_forward(out, inp, q8, s8, Tensor(), 0, Tensor()); }, flush),
-          time_cold_ms([&] { dscpp::ops::matmul_q_forward(out, inp, q4, s4, z4, G, Tensor()); }, flush)};
-      const double bytes[3] = {double(w.nbytes()), double(q8.nbytes() + s8.nbytes()),
-                               double(q4.nbytes() + s4.nbytes() + z4.nbytes())};
-      std::printf("%-13s | ", l.what);
+  struct Weights {
+    Tensor w, q8, s8, q4, s4, z4;
+  };
+  std::vector<Weights> ws;
+  const int64_t G = 128;
+  for (const Lin& l : lins) {
+    Weights x;
+    x.w = to_device(randn_rounded({l.OC, l.C}, DType::bf16, 2, 0.02f), DType::bf16);
+    x.q8 = Tensor::empty({l.OC, l.C}, DType::i8, dev), x.s8 = Tensor::empty({l.OC}, DType::f32, dev);
+    dscpp::ops::quantize_weight_int8(x.q8, x.s8, x.w);
+    x.q4 = Tensor::empty({l.OC, l.C / 2}, DType::i8, dev), x.s4 = Tensor::empty({l.OC, l.C / G}, DType::f32, dev);
+    x.z4 = Tensor::empty({l.OC, l.C / G}, DType::i8, dev);
+    dscpp::ops::quantize_weight_int4(x.q4, x.s4, x.z4, x.w, G);
+    ws.push_back(std::move(x));
+  }
+  std::printf("\ndecode linears (us: qkv o gate_up down lm_head | per token | GB/s of gate_up, lm_head)\n");
+  for (int64_t N : {1, 4, 8})
+    for (bool tc : {false, true}) {
+      if (!tc && N > 4) continue;
+      dscpp::cuda::set_gemv_tensor_cores(tc);
       for (int k = 0; k < 3; k++) {
-        std::printf("%9.1f %7.0f %s", t[k] * 1e3, bytes[k] / (t[k] * 1e-3) * 1e-9, k < 2 ? "| " : "\n");
-        tot[k] += t[k] * l.per_token;
+        std::printf("N=%lld %-4s %s |", (long long)N, tc ? "mma" : "cuda",
+                    k == 0 ? "bf16" : k == 1 ? "int8" : "int4");
+        double tot = 0, gbs[2] = {0, 0};
+        for (size_t i = 0; i < ws.size(); i++) {
+          const Lin& l = lins[i];
+          Weights& x = ws[i];
+          Tensor inp = to_device(randn_rounded({N, l.C}, DType::bf16, 1), DType::bf16);
+          Tensor out = Tensor::empty({N, l.OC}, DType::bf16, dev);
+          double t = 0, bytes = 0;
+          if (k == 0) t = time_cold_ms([&] { dscpp::cuda::matmul_forward(out, inp, x.w, Tensor()); }, flush),
+                      bytes = double(x.w.nbytes());
+          if (k == 1)
+            t = time_cold_ms([&] { dscpp::ops::matmul_q_forward(out, inp, x.q8, x.s8, Tensor(), 0, Tensor()); }, flush),
+            bytes = double(x.q8.nbytes() + x.s8.nbytes());
+          if (k == 2)
+            t = time_cold_ms([&] { dscpp::ops::matmul_q_forward(out, inp, x.q4, x.s4, x.z4, G, Tensor()); }, flush),
+            bytes = double(x.q4.nbytes() + x.s4.nbytes() + x.z4.nbytes());
+          std::printf(" %6.1f", t * 1e3);
+          tot += t * l.per_token;
+          if (i == 2) gbs[0] = bytes / (t * 1e-3) * 1e-9;
+          if (i == 4) gbs[1] = bytes / (t * 1e-3) * 1e-9;
+        }
+        std::printf(" | %7.1f | %5.0f %5.0f\n", tot * 1e3, gbs[0], gbs[1]);
       }
     }
-    std::printf("%-13s | %9.1f %7s | %9.1f %7s | %9.1f\n", "per token", tot[0] * 1e3, "", tot[1] * 1e3, "",
-                tot[2] * 1e3);
-  }
+  dscpp::cuda::set_gemv_tensor_cores(true);
 }
 
 }  // namespace

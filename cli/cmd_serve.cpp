@@ -1,7 +1,5 @@
 // dscpp serve: an OpenAI-compatible HTTP server (POST /v1/completions and /v1/chat/completions, GET /v1/models,
 // /health, /metrics) over the inference engine, for a Hugging Face folder or a checkpoint of ours (src/serve/).
-#include <pthread.h>
-
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -57,20 +55,14 @@ int run_serve(ServeOptions o) {
               "apt-get install libcpp-httplib-dev, or scripts/install-deps.sh) and rebuild");
   const int64_t tp_size = tensor_parallel_size(o.source);
   if (tp_size > 1 && read_dist_env().source == "none") return launch_own_ranks(o, tp_size);
-  if (tp_size > 1) {
-    // The launcher forwards SIGTERM / SIGINT to every rank. Rank 0 drains its requests (serve's signal thread takes
-    // them, so the threads made before it, the group's and the step channel's, must block them too); the others
-    // ignore them and end when rank 0's engine stops them (Note [Tensor-parallel steps]).
-    if (read_dist_env().rank == 0) {
-      sigset_t stop;
-      sigemptyset(&stop);
-      sigaddset(&stop, SIGTERM);
-      sigaddset(&stop, SIGINT);
-      pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-    } else {
-      std::signal(SIGTERM, SIG_IGN);
-      std::signal(SIGINT, SIG_IGN);
-    }
+  // serve() waits for SIGTERM / SIGINT: blocked before the model load (and the group, and the step channel) start
+  // threads. Under tensor parallelism the launcher forwards them to every rank: ranks 1.. ignore them and end when
+  // rank 0's engine, having drained its requests, stops them (Note [Tensor-parallel steps]).
+  if (tp_size > 1 && read_dist_env().rank != 0) {
+    std::signal(SIGTERM, SIG_IGN);
+    std::signal(SIGINT, SIG_IGN);
+  } else {
+    serve::block_stop_signals();
   }
   const TensorParallelJob tp = join_tensor_parallel(o.source);
   LoadedModel loaded = load_model_source(o.source, tp.group.get());

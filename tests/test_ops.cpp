@@ -467,10 +467,12 @@ void add_matmul() {
           ops::matmul_backward(a["dinp"], a["dweight"], a.opt(bias, "dbias"), a["dout"], a["inp"], a["weight"]);
         });
       }
-  // Few rows (Note [Decode GEMV]): N <= 4 with bf16 / f16 weights take the GEMV kernel; C = 1032 leaves a tail after
-  // its unrolled loop, OC = 77 a partial CTA; out f32 from bf16 / f16 operands is the lm head's logits.
+  // Few rows: bf16 with N <= 8 and C a multiple of 32 takes the tensor-core GEMV (Note [Decode GEMV on tensor
+  // cores]), other N <= 4 the CUDA-core one (Note [Decode GEMV]); C = 1032 leaves a tail after its unrolled loop,
+  // OC = 77 a partial CTA; out f32 from bf16 / f16 operands is the lm head's logits.
   for (DType t : kDtypes)
-    for (S s : {S{1, 2048, 3072}, S{3, 1032, 77}, S{4, 264, 40}, S{2, 520, 9}})
+    for (S s : {S{1, 2048, 3072}, S{3, 1032, 77}, S{4, 264, 40}, S{2, 520, 9}, S{6, 4096, 77}, S{8, 1024, 3072},
+                S{2, 160, 40}})
       for (bool f32_out : {false, true}) {
         if (f32_out && t == f32) continue;
         const DType o = f32_out ? f32 : t;
@@ -764,8 +766,9 @@ void add_sampling() {
 // Weight-only quantization (quant_ops.h, Note [Quantized weight layout]); `group` 0 is int8, else int4 in groups of
 // that many columns. Quantizing is exact (the same f32 operations as the CPU); so is dequantizing to f32. Packed
 // weights are random bytes (every byte is two valid nibbles), zero points 0..15, scales positive. matmul_q_forward:
-// N <= 4 takes the GEMV of Note [Quantized GEMV] (C = 72 int8 and C = 136 g8 int4 take the dequantize + GEMM path
-// instead), N > 4 dequantizes into inp's dtype (one rounding of the weight: inner eps(t); TF32 for f32).
+// bf16 with N <= 8 takes the tensor-core GEMV (Note [Decode GEMV on tensor cores]; int4 when the group is a multiple
+// of 128), other N <= 4 the GEMV of Note [Quantized GEMV] (C = 72 int8 and C = 136 g8 int4 take the dequantize +
+// GEMM path instead), larger N dequantizes into inp's dtype (one rounding of the weight: inner eps(t); TF32 for f32).
 void add_quant() {
   auto fmt = [](int64_t g) { return g ? "int4 g" + std::to_string(g) : std::string("int8"); };
   struct W { int64_t OC, C; };
@@ -798,7 +801,7 @@ void add_quant() {
       }
   struct S { int64_t N, C, OC, g; };
   std::vector<S> shapes;
-  for (int64_t N : {1, 3, 4, 8, 33})
+  for (int64_t N : {1, 3, 4, 6, 8, 33})
     for (int64_t C : {128, 256, 4096})
       for (int64_t OC : {8, 77, 3072})
         for (int64_t g : {0, 128, 64}) shapes.push_back({N, C, OC, g});

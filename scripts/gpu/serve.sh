@@ -5,11 +5,13 @@
 # exact token ids; then the engine's offline throughput on the same lengths without HTTP (inference_bench
 # --offline), for the server's own overhead. Usage (after scripts/gpu/check.sh build or inference.sh build):
 #   bash scripts/gpu/serve.sh [--model llama-3.1-8b] [--device cuda] [--rate 4] [--prompts 200] [--input 1024]
-#                             [--output 128] [--build build-gpu]
+#                             [--output 128] [--build build-gpu] [--config engine.json] [--tag NAME]
+# --config: the engine's JSON config for the server (e.g. a larger SplitFuse token budget; the offline run keeps the defaults);
+# --tag names the result files when several runs share $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
-model=llama-3.1-8b device=cuda rate=4 prompts=200 input=1024 output=128 build=build-gpu port=18200
+model=llama-3.1-8b device=cuda rate=4 prompts=200 input=1024 output=128 build=build-gpu port=18200 config= tag=
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model="$2"; shift 2 ;;
@@ -19,29 +21,34 @@ while [ $# -gt 0 ]; do
     --input) input="$2"; shift 2 ;;
     --output) output="$2"; shift 2 ;;
     --build) build="$2"; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    --config) config="$2"; shift 2 ;;
+    --tag) tag="_$2"; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "serve.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 mkdir -p "$OUT"
+cfg=()
+[ -n "$config" ] && cfg=(--config "$(realpath "$config")")
 [ -d .carry/root/usr/lib ] && export LD_LIBRARY_PATH=$PWD/.carry/root/usr/lib:${LD_LIBRARY_PATH:-}
 dir=$(mktemp -d "${TMPDIR:-/tmp}/serve.XXXXXX")
 cp "bench/models/$model.json" "$dir/config.json"
 vocab=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['vocab_size'])" "$dir/config.json")
 python3 bench/synthetic_tokenizer.py --vocab "$vocab" --out "$dir" >/dev/null
-"$build/dscpp" serve --hf "$dir" --load-format dummy --device "$device" --port "$port" > "$OUT/serve.log" 2>&1 &
+"$build/dscpp" serve --hf "$dir" --load-format dummy --device "$device" --port "$port" "${cfg[@]}" \
+  > "$OUT/serve$tag.log" 2>&1 &
 pid=$!
 trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null' EXIT
 for _ in $(seq 120); do
   curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-  kill -0 $pid 2>/dev/null || { echo "dscpp serve exited:"; tail -20 "$OUT/serve.log"; exit 1; }
+  kill -0 $pid 2>/dev/null || { echo "dscpp serve exited:"; tail -20 "$OUT/serve$tag.log"; exit 1; }
   sleep 1
 done
 for r in "$rate" inf; do
   echo "== serve_bench --request-rate $r"
   python3 bench/serve_bench.py --port "$port" --dataset random --random-prompt ids --random-input-len "$input" \
     --random-vocab-size "$vocab" \
-    --random-output-len "$output" --num-prompts "$prompts" --request-rate "$r" --save-result "$OUT/serve_rate_$r.json" \
+    --random-output-len "$output" --num-prompts "$prompts" --request-rate "$r" --save-result "$OUT/serve${tag}_rate_$r.json" \
     2>&1 | grep -E "Successful|throughput|Median TTFT|Median ITL|Median TPOT|P99 TTFT|Failed"
 done
 curl -s "http://127.0.0.1:$port/metrics" | grep -E "^dscpp:(num_requests|kv_cache)" | head -6

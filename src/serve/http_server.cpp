@@ -23,7 +23,22 @@
 
 namespace dscpp::serve {
 
+namespace {
+sigset_t stop_signal_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+}  // namespace
+
 bool http_available() { return DSCPP_HAVE_HTTPLIB; }
+
+void block_stop_signals() {
+  const sigset_t set = stop_signal_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
 
 #if !DSCPP_HAVE_HTTPLIB
 int serve(inference::InferenceEngine&, const ServedModel&, const ServerOptions&, std::ostream&) {
@@ -69,16 +84,6 @@ ApiContext api_context(const inference::InferenceEngine& engine, const ServedMod
   return ctx;
 }
 
-// Blocks SIGTERM and SIGINT in this thread and the threads it starts, so that one thread can sigwait for them.
-sigset_t block_stop_signals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  return set;
-}
-
 // The SSE streams still being written. httplib's stop() ends a chunked stream mid-write, so the shutdown waits for
 // them after the engine has finished their requests: the last events and "data: [DONE]" reach the client.
 class OpenStreams {
@@ -106,7 +111,8 @@ class OpenStreams {
 }  // namespace
 
 int serve(inference::InferenceEngine& engine, const ServedModel& model, const ServerOptions& o, std::ostream& log) {
-  const sigset_t stop_signals = block_stop_signals();
+  block_stop_signals();
+  const sigset_t stop_signals = stop_signal_set();
   Metrics metrics;
   EngineLoop loop(engine, {o.max_queue}, metrics);
   const ApiContext api = api_context(engine, model, o);

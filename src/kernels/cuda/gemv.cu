@@ -7,6 +7,7 @@
 // every run), and write out = sum + bias + residual in one pass. Taken for bf16 / f16 weights, M <= 4, C a
 // multiple of 8 and 16-byte aligned operands; everything else goes to cuBLASLt.
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/gemv_mma.cuh"
 #include "kernels/cuda/gemv.h"
 
 namespace dscpp::cuda {
@@ -37,11 +38,21 @@ bool launch_t(const GemvArgs& g, cudaStream_t s) {
                                           g.OC, g.C, s);
 }
 
+bool tensor_cores = true;
+
 }  // namespace
 
+void set_gemv_tensor_cores(bool on) { tensor_cores = on; }
+
+bool gemv_tensor_cores() { return tensor_cores; }
+
 bool try_gemv(const GemvArgs& g, cudaStream_t s) {
-  if (g.M < 1 || g.M > 4 || g.C % 8 != 0 || g.C > INT32_MAX || g.OC <= 0) return false;
-  if (!all_aligned16(g.inp, g.weight)) return false;
+  if (g.M < 1 || g.C > INT32_MAX || g.OC <= 0 || !all_aligned16(g.inp, g.weight)) return false;
+  if (tensor_cores && g.in_t == DType::bf16 && g.M >= 2 && g.M <= gemv_mma::kMaxM && g.C % gemv_mma::kMacroCols<16> == 0)
+    return gemv_mma::launch<16>(g.out, g.out_t, static_cast<const __nv_bfloat16*>(g.inp),
+                                {g.weight, nullptr, nullptr, 0}, g.bias, g.bias_t, g.residual, g.M, g.OC, g.C,
+                                s);
+  if (g.M > 4 || g.C % 8 != 0) return false;
   if (g.in_t == DType::bf16) return launch_t<__nv_bfloat16>(g, s);
   if (g.in_t == DType::f16) return launch_t<__half>(g, s);
   return false;

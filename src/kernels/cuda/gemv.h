@@ -21,8 +21,13 @@ struct GemvArgs {
   int64_t M, OC, C;
 };
 
-// Runs the kernel and returns true when the shapes and dtypes are its own (bf16 / f16 weights, M <= 4, ...); else
+// Runs a kernel and returns true when the shapes and dtypes are its own (bf16 / f16 weights, M <= 4, ...); else
 // returns false having done nothing.
 bool try_gemv(const GemvArgs& g, cudaStream_t s);
+
+// Benchmark A/B only: false routes every decode GEMV to the CUDA-core kernels (gemv.cuh) instead of the tensor-core
+// ones (gemv_mma.cuh).
+void set_gemv_tensor_cores(bool on);
+bool gemv_tensor_cores();
 
 }  // namespace dscpp::cuda

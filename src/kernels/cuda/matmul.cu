@@ -363,7 +363,7 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
   const int64_t OC = weight.size(0), C = weight.size(1);
   const int64_t N = C ? inp.numel() / C : 0;
   OpLaunch l(out);
-  if (N > 0 && N <= 4) {  // Note [Decode GEMV]
+  if (N > 0 && N <= 8) {  // Note [Decode GEMV], Note [Decode GEMV on tensor cores]
     const bool res = residual.defined();
     if (bias.defined()) need_cuda_float(op, "bias", bias);
     if (res) need_cuda_float(op, "residual", residual);

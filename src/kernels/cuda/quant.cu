@@ -2,20 +2,24 @@
 // operations in the same order as src/kernels/cpu/quant.cpp, so q, scale and zero match the CPU bit for bit.
 //
 // Note [Quantized GEMV]
-// matmul_q_forward at decode (N <= 4) runs the decode GEMV kernel of Note [Decode GEMV] (gemv.cuh) with a loader
-// that reads the packed weights: each lane fetches 16 bytes at a time (16 int8 weights or 32 int4 ones, four
-// fetches in flight), dequantizes them in registers, (q - zero) * scale in f32 exactly as dequantize_weight does,
-// and multiplies them against the few input rows; every weight byte is read once. Taken for C a multiple of 16
-// (int8) or 32 (int4, with the group a multiple of 32 so that one fetch lies in one group) and 16-byte aligned
-// inp and q. Otherwise, and for N > 4 (prefill), this first version dequantizes the whole weight into a scratch
-// tensor of inp's dtype and runs matmul_forward: correct, but it writes and reads the weight in 16 bits again, so
-// prefill gains nothing from quantization yet (a mixed-input tensor-core GEMM would).
+// matmul_q_forward at decode with bf16 inputs (N <= 8) runs the tensor-core GEMV (Note [Decode GEMV on tensor
+// cores], gemv_mma.cuh): int8 when C is a multiple of 64, int4 when the group is a multiple of 128. Other decode
+// shapes and dtypes (N <= 4) run the CUDA-core GEMV of Note [Decode GEMV] (gemv.cuh) with a loader that reads the
+// packed weights: each lane fetches 16 bytes at a time (16 int8 weights or 32 int4 ones, four fetches in flight),
+// dequantizes them in registers, (q - zero) * scale in f32 exactly as dequantize_weight does, and multiplies them
+// against the few input rows; every weight byte is read once. Taken for C a multiple of 16 (int8) or 32 (int4, with
+// the group a multiple of 32 so that one fetch lies in one group) and 16-byte aligned inp and q. Otherwise, and for
+// larger N (prefill), this first version dequantizes the whole weight into a scratch tensor of inp's dtype and runs
+// matmul_forward: correct, but it writes and reads the weight in 16 bits again, so prefill gains nothing from
+// quantization yet (a mixed-input tensor-core GEMM would).
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemv.cuh"
+#include "kernels/cuda/gemv.h"
+#include "kernels/cuda/gemv_mma.cuh"
 
 namespace dscpp::cuda {
 namespace {
@@ -187,6 +191,21 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
   const int64_t OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1), N = inp.numel() / C;
   if (N == 0) return;
   OpLaunch l(out);
+  if (gemv_tensor_cores() && inp.dtype() == DType::bf16 && N <= gemv_mma::kMaxM && C <= INT32_MAX &&
+      all_aligned16(inp.raw(), q.raw())) {  // Note [Decode GEMV on tensor cores]
+    const void* b = bias.defined() ? bias.raw() : nullptr;
+    const DType bt = bias.defined() ? bias.dtype() : DType::f32;
+    const void* res = residual.defined() ? residual.raw() : nullptr;
+    const auto* x = ptr<const __nv_bfloat16>(inp);
+    if (group == 0 && C % gemv_mma::kMacroCols<8> == 0 &&
+        gemv_mma::launch<8>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), nullptr, 0}, b, bt, res, N,
+                            OC, C, l.stream))
+      return;
+    if (group > 0 && group % gemv_mma::kMacroCols<4> == 0 && C % group == 0 &&
+        gemv_mma::launch<4>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), bytes(zero), int(group)}, b,
+                            bt, res, N, OC, C, l.stream))
+      return;
+  }
   if (N <= 4 && C <= INT32_MAX && all_aligned16(inp.raw(), q.raw())) {  // Note [Quantized GEMV]
     if (group == 0 && C % Int8Row::V == 0 &&
         try_quant_gemv<Int8Row>(out, inp, {ptr<const int8_t>(q), ptr<const float>(scale), C}, bias, residual, N, OC,

@@ -1,0 +1,33 @@
+// Int4 weights of quantized Hugging Face checkpoints, repacked into our layout (quant_ops.h, Note [Quantized weight
+// layout]) on the host at load, so that one set of kernels serves ours and theirs.
+//
+// Note [Imported int4 formats]
+// AutoAWQ's GEMM layout (quantization_config quant_method "awq", version "gemm"):
+//   qweight i32 [C, OC/8]: eight output columns a word, nibble i holding column 8k + (0, 2, 4, 6, 1, 3, 5, 7)[i];
+//   qzeros i32 [C/G, OC/8], packed the same way; scales f16 [C/G, OC].
+// AutoGPTQ's layout (quant_method "gptq"; checkpoint_format "gptq", or "gptq_v2"):
+//   qweight i32 [C/8, OC]: eight input rows a word, nibble j holding row 8k + j; qzeros i32 [C/G, OC/8], nibble j
+//   holding output column 8k + j, storing zero - 1 in the "gptq" format (so a stored 15 is a zero point of 16, which
+//   our kernels take as it is) and the zero itself in "gptq_v2"; scales f16 [C/G, OC]; g_idx i32 [C].
+// Both mean w[o, c] = (q[o, c] - zero[c / G, o]) * scale[c / G, o]: the same arithmetic as ours once transposed, so the
+// import is exact (a repack, no rounding). GPTQ's act-order (desc_act: g_idx not c / G) would need the inputs
+// permuted at run time: refused, by the tensor's name.
+#pragma once
+#include <string>
+
+#include "dscpp/core/tensor.h"
+
+namespace dscpp::inference {
+
+// Our int4 layout of an [OC, C] weight on the host: q i8 [OC, C/2], scale f32 [OC, C/G], zero i8 [OC, C/G].
+struct Int4Weight {
+  Tensor q, scale, zero;
+  int64_t group = 0;
+};
+
+// `name` (the linear's tensor prefix, e.g. model.layers.0.self_attn.q_proj) names the errors.
+Int4Weight import_awq(const Tensor& qweight, const Tensor& qzeros, const Tensor& scales, const std::string& name);
+Int4Weight import_gptq(const Tensor& qweight, const Tensor& qzeros, const Tensor& scales, const Tensor& g_idx,
+                       bool zeros_minus_one, const std::string& name);
+
+}  // namespace dscpp::inference
