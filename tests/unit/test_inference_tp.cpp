@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <functional>
+#include <thread>
 
 #include "checkpoint_fixtures.h"
 #include "dist/equivalence.h"
@@ -294,6 +295,23 @@ TEST(TensorParallelRules, RanksWithDifferentConfigsStopAtStartUpNamingTheKey) {
       EXPECT_NE(std::string(e.what()).find("dscpp.kv_block_size"), std::string::npos) << e.what();
     }
     test::leave_together(*pg);
+  }));
+}
+
+// A server idle for longer than the group's timeout (2 s here): rank 0's idle headers keep rank 1's wait for the
+// next step from timing out, and the next request runs (Note [Tensor-parallel steps]).
+TEST(TensorParallelSteps, AnIdleLeaderKeepsItsFollowers) {
+  expect_all_pass(run_ranks(2, [&](int rank, int port) {
+    const std::string dir = export_tiny("llama", rank);
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(2));
+    LoadOptions lo;
+    lo.tp_group = pg.get();
+    InferenceEngine e(load_inference_model(dir, lo), small_config(2));
+    if (rank == 1) return e.follow();
+    const Tensor before = e.put({1}, {tokens_of(5, 1)});
+    std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+    const Tensor after = e.put({1}, {{7}});
+    EXPECT_EQ(after.shape(), before.shape());
   }));
 }
 

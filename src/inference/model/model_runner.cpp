@@ -92,7 +92,13 @@ Tensor ModelRunner::forward(const RaggedBatch& batch, KVCache& cache) {
     step = steps_->send({StepHeader::forward, int32_t(L.N), int32_t(L.S), int32_t(L.width), int32_t(b),
                          int32_t(L.total)},
                         packed_);
-  run(L, b, cache, logits);
+  try {
+    run(L, b, cache, logits);
+  } catch (const std::exception& e) {
+    // The followers are in this forward's collectives, which rank 0 will not finish: the job cannot go on.
+    if (steps_) m_.tp.group->abort(std::string("rank 0's forward failed: ") + e.what());
+    throw;
+  }
   return logits;
 }
 

@@ -14,17 +14,21 @@ Tensor host_i32(int64_t n, Device device) {
   return device.is_cuda() ? empty_pinned({n}, DType::i32) : Tensor::empty({n}, DType::i32);
 }
 
-// A broadcast from rank 0, waited for; on a GPU the host also waits for it (the caller reads the result). A NCCL
-// op whose peer died completes only when the watchdog aborts the communicator, having marked it failed: wait()
-// again then throws with the reason.
+// A broadcast from rank 0 whose result the host reads (on a GPU, copied into host_copy). A follower may wait
+// minutes for an idle server's next step, so past a decode step's time it polls with sleeps rather than holding a
+// core; a failed op (a dead peer: the NCCL watchdog marks it, Gloo reports it) throws from wait() with the reason.
 void broadcast_from_leader(ProcessGroup& g, Tensor& t, const Tensor& host_copy) {
   WorkPtr w = g.broadcast(t, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!w->is_completed()) {
+    if (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(20)) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
   w->wait();
   if (t.device().is_cuda()) {
     copy_async(host_copy, t);
     cuda_stream_synchronize(t.device().index);
   }
-  if (w->status() == WorkStatus::failed) w->wait();
 }
 
 }  // namespace
