@@ -7,7 +7,8 @@
 //       differ (named by key on every rank);
 //   (e) a follower that dies fails rank 0's request with an error naming it, instead of hanging.
 // On 2 GPUs (NCCL; skipped otherwise): the same in bf16 and f32, decode steps replayed from CUDA graphs whose
-// collectives were captured, tp 1 and tp 2 each on GPU 0 of rank 0, also for a wider Llama (head dim 64, GQA 4:1).
+// collectives were captured (the peer all-reduce, and NCCL's alone), tp 1 on GPU 0 beside tp 2's rank 0, also for
+// a wider Llama (head dim 64, GQA 4:1).
 // Rank 0 computes the tp 1 reference itself: the parent does no model work before forking (OpenMP, CUDA).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -93,8 +94,9 @@ void on_two_ranks(const std::string& arch,
   }));
 }
 
-// The same on 2 GPUs: NCCL, rank r on GPU r, weights in `dt`; rank 0's tp 1 engine on GPU 0 too.
-void on_two_gpus(const std::string& arch, DType dt,
+// The same on 2 GPUs: NCCL, rank r on GPU r, weights in `dt`, all-reduces of up to `peer_bytes` on the peer
+// all-reduce (0: NCCL's); rank 0's tp 1 engine on GPU 0 too.
+void on_two_gpus(const std::string& arch, DType dt, int64_t peer_bytes,
                  const std::function<void(InferenceEngine& tp2, InferenceEngine& tp1)>& lead) {
   expect_all_pass(run_ranks(
       2,
@@ -106,7 +108,9 @@ void on_two_gpus(const std::string& arch, DType dt,
         lo.tp_group = pg.get();
         lo.dtype = dt;
         lo.device = Device::cuda(rank);
-        InferenceEngine tp2(load_inference_model(dir, lo), small_config(2));
+        InferenceConfig c = small_config(2);
+        c.dscpp.peer_all_reduce_max_bytes = peer_bytes;
+        InferenceEngine tp2(load_inference_model(dir, lo), c);
         if (rank == 1) return tp2.follow();
         lo.tp_group = nullptr;
         InferenceEngine tp1(load_inference_model(dir, lo), small_config(1));
@@ -221,9 +225,10 @@ class TensorParallelGpu : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(TensorParallelGpu, PutLogitsAndGreedyTokensEqualOneRank) {
-  for (DType dt : {DType::f32, DType::bf16}) {
-    SCOPED_TRACE(dtype_name(dt));
-    on_two_gpus(GetParam(), dt, [&](InferenceEngine& tp2, InferenceEngine& tp1) {
+  for (auto [dt, peer_bytes] : {std::pair{DType::f32, int64_t(512) << 10}, {DType::bf16, int64_t(512) << 10},
+                                {DType::bf16, int64_t(0)}}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)) + (peer_bytes ? ", peer all-reduce" : ", NCCL all-reduce"));
+    on_two_gpus(GetParam(), dt, peer_bytes, [&](InferenceEngine& tp2, InferenceEngine& tp1) {
       put_steps_agree(tp2, tp1, dt == DType::f32 ? 1e-3f : 5e-2f);
       EXPECT_GT(tp2.runner().graph_replays(), 0) << "no decode step replayed a graph";
       if (dt == DType::f32) greedy_tokens_agree(tp2, tp1);  // bf16 roundings may swap near-tied tokens
