@@ -1,7 +1,10 @@
 // Generation throughput and decode latency of the inference engine (bench/run_inference_bench.sh runs it next to
 // bench/inference_torch.py, Hugging Face generate, and prints one table):
 //   inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda] [--dtype bf16]
+//                   [--weights dense|int8|int4] [--group 128]
 //                   [--batch 1,32] [--prompt 32] [--new 128] [--warmup 1] [--offline N] [--tensor-parallel-size T]
+// --weights int8 / int4 quantizes the linears as the model loads (the engine's quant keys; --group: int4's group);
+// the model column then reads "<name>-int8" / "<name>-int4".
 // --tensor-parallel-size T: the model split over T ranks started by `dscpp launch --nproc_per_node T -- inference_bench
 // ...` (one per GPU, Note [Tensor-parallel shards]); rank 0 measures and prints, the model's name gets "-tpT".
 // --peer-all-reduce-max-bytes N: dscpp.peer_all_reduce_max_bytes (0: every all-reduce on NCCL; the name then ends in
@@ -45,7 +48,8 @@ using namespace dscpp::inference;
 namespace {
 
 struct Args {
-  std::string model, load_format = "dummy", device = "cuda", dtype = "bf16";
+  std::string model, load_format = "dummy", device = "cuda", dtype = "bf16", weights = "dense";
+  int64_t group = 128;
   std::vector<int64_t> batches{1, 32};
   int64_t prompt = 32, new_tokens = 128, warmup = 1, offline = 0, tp = 1;
   int64_t peer_bytes = InferenceDscppConfig{}.peer_all_reduce_max_bytes;
@@ -53,7 +57,8 @@ struct Args {
 
 const bench::Flags kFlags{"inference_bench",
                           "inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda|cpu]\n"
-                          "                       [--dtype bf16|f16|f32] [--batch 1,32] [--prompt 32] [--new 128]\n"
+                          "                       [--dtype bf16|f16|f32] [--weights dense|int8|int4] [--group 128]\n"
+                          "                       [--batch 1,32] [--prompt 32] [--new 128]\n"
                           "                       [--warmup 1] [--offline N] [--tensor-parallel-size T]\n"
                           "                       [--peer-all-reduce-max-bytes N]\n"};
 
@@ -64,6 +69,8 @@ Args parse(int argc, char** argv) {
     else if (k == "load-format") a.load_format = v;
     else if (k == "device") a.device = v;
     else if (k == "dtype") a.dtype = v;
+    else if (k == "weights") a.weights = v;
+    else if (k == "group") a.group = kFlags.to_int(k, v, 2);
     else if (k == "batch") {
       a.batches.clear();
       for (const std::string& b : bench::Flags::list(v)) a.batches.push_back(kFlags.to_int(k, b, 1));
@@ -76,6 +83,8 @@ Args parse(int argc, char** argv) {
     else kFlags.fail("unknown flag --" + k);
   });
   if (a.model.empty()) kFlags.fail("--model DIR is required");
+  if (a.weights != "dense" && a.weights != "int8" && a.weights != "int4")
+    kFlags.fail("--weights must be dense, int8 or int4, got '" + a.weights + "'");
   return a;
 }
 
@@ -162,7 +171,11 @@ int main(int argc, char** argv) {
                                  : Device::cpu();
   lo.dtype = dtype_from_name(a.dtype);
   lo.tp_group = tp.get();
+  lo.quant.enabled = a.weights != "dense";
+  lo.quant.num_bits = a.weights == "int4" ? 4 : 8;
+  lo.quant.group_size = a.group;
   const std::string name = std::filesystem::path(a.model).filename().string() +
+                           (lo.quant.enabled ? "-" + a.weights : std::string()) +
                            (a.tp > 1 ? "-tp" + std::to_string(a.tp) + (a.peer_bytes == 0 ? "-nccl" : "") : "");
   if (a.offline > 0) {
     offline(a, lo, name);

@@ -55,14 +55,13 @@ int run_serve(ServeOptions o) {
               "apt-get install libcpp-httplib-dev, or scripts/install-deps.sh) and rebuild");
   const int64_t tp_size = tensor_parallel_size(o.source);
   if (tp_size > 1 && read_dist_env().source == "none") return launch_own_ranks(o, tp_size);
-  // serve() waits for SIGTERM / SIGINT: blocked before the model load (and the group, and the step channel) start
-  // threads. Under tensor parallelism the launcher forwards them to every rank: ranks 1.. ignore them and end when
+  // Under tensor parallelism the launcher forwards stop signals to every rank: ranks 1.. ignore them and end when
   // rank 0's engine, having drained its requests, stops them (Note [Tensor-parallel steps]).
   if (tp_size > 1 && read_dist_env().rank != 0) {
     std::signal(SIGTERM, SIG_IGN);
     std::signal(SIGINT, SIG_IGN);
   } else {
-    serve::block_stop_signals();
+    serve::catch_stop_signals();  // a stop signal during the load is served by serve()'s clean shutdown
   }
   const TensorParallelJob tp = join_tensor_parallel(o.source);
   LoadedModel loaded = load_model_source(o.source, tp.group.get());

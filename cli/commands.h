@@ -28,10 +28,13 @@ Command register_profile(CLI::App& app);
 Command register_ckpt(CLI::App& app);
 Command register_estimate_memory(CLI::App& app);
 Command register_serve(CLI::App& app);
+Command register_quantize(CLI::App& app);
+Command register_perplexity(CLI::App& app);
 
 inline Commands register_all(CLI::App& app) {
   return {register_train(app), register_generate(app), register_tokenize(app), register_launch(app),
-          register_profile(app), register_ckpt(app), register_estimate_memory(app), register_serve(app)};
+          register_profile(app), register_ckpt(app), register_estimate_memory(app), register_serve(app),
+          register_quantize(app), register_perplexity(app)};
 }
 
 }  // namespace dscpp::cli

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iomanip>
+#include <iostream>
 #include <map>
 
 #include "cli/rules.h"
@@ -50,8 +52,23 @@ void add_model_source_options(CLI::App* app, ModelSource& o) {
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   app->add_option("--load-format", o.load_format, "safetensors, or dummy: random weights of --hf's config.json "
                   "shapes (benchmarks)")->capture_default_str()->check(CLI::IsMember({"safetensors", "dummy"}));
+  app->add_option("--quantization,-q", o.quantization, "Quantize the linears' weights as the model loads: int8 (per "
+                  "channel) or int4 (groups of dscpp.quantization.group_size), or none; sets the config's "
+                  "quant.enabled and quant.weight.num_bits (a folder from `dscpp quantize` needs no flag)")
+      ->check(CLI::IsMember({"none", "int8", "int4"}));
   app->add_option("--tensor-parallel-size", o.tp_size, "Ranks that split the model (tensor_parallel.tp_size), one "
-                  "per GPU, started by dscpp launch; overrides --config's (default: --config's, else 1)")->check(whole(1, 4096));
+                  "per GPU, started by dscpp launch; overrides --config's (default: --config's, else 1)")
+      ->check(whole(1, 4096));
+}
+
+inference::WeightQuantConfig quant_config(const ModelSource& o) {
+  inference::WeightQuantConfig q =
+      o.config.empty() ? inference::WeightQuantConfig() : inference::InferenceConfig::from_file(o.config).quant;
+  if (!o.quantization.empty()) {
+    q.enabled = o.quantization != "none";
+    q.num_bits = o.quantization == "int4" ? 4 : 8;
+  }
+  return q;
 }
 
 int64_t tensor_parallel_size(const ModelSource& o) {
@@ -80,6 +97,7 @@ LoadedModel load_model_source(const ModelSource& o, ProcessGroup* tp_group) {
   lo.device = o.device == "cuda" ? Device::cuda(local) : Device::cpu();
   lo.dtype = o.dtype.empty() ? (lo.device.is_cuda() ? DType::bf16 : DType::f32) : dtype_from_name(o.dtype);
   lo.load_format = o.load_format;
+  lo.quant = quant_config(o);
   std::string tok_path;
   LoadedModel m;
   if (o.hf.empty()) {
@@ -93,6 +111,12 @@ LoadedModel load_model_source(const ModelSource& o, ProcessGroup* tp_group) {
     m.dir = o.hf;
   }
   m.tok = Tokenizer::load_hf(tok_path);
+  if (m.model.quant.enabled) {
+    int64_t bytes = 0;
+    for (const auto& [name, t] : m.model.named_tensors()) bytes += t.numel() * int64_t(dtype_size(t.dtype()));
+    std::cerr << "weights: " << m.model.quant.name() << (m.model.quant.lm_head ? " (lm head too)" : "") << ", "
+              << std::fixed << std::setprecision(2) << double(bytes) / double(1 << 30) << " GiB in all\n";
+  }
   return m;
 }
 

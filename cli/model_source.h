@@ -19,10 +19,11 @@ struct ModelSource {
   std::string device = "cpu";
   std::string dtype;   // "" = f32 on the CPU, bf16 on CUDA
   std::string load_format = "safetensors";
-  int64_t tp_size = 0;  // --tensor-parallel-size (0: not given)
+  std::string quantization;  // none, int8 or int4: sets the config's quant keys ("" = as the config says)
+  int64_t tp_size = 0;       // --tensor-parallel-size (0: not given)
 };
 
-// --checkpoint, --tag, --hf, --config, --device, --dtype, --load-format, --tensor-parallel-size.
+// --checkpoint, --tag, --hf, --config, --device, --dtype, --load-format, --quantization, --tensor-parallel-size.
 void add_model_source_options(CLI::App* app, ModelSource& s);
 
 // The tensor-parallel size asked for: --tensor-parallel-size, else tensor_parallel.tp_size of --config, else 1.
@@ -45,6 +46,9 @@ struct LoadedModel {
 };
 // tp_group: load this rank's shard, on the GPU of its LOCAL_RANK.
 LoadedModel load_model_source(const ModelSource& s, ProcessGroup* tp_group = nullptr);
+
+// The weight quantization to load with: --config's quant keys, with --quantization over them.
+inference::WeightQuantConfig quant_config(const ModelSource& s);
 
 // The engine's config: --config, or FastGen's defaults fitted to this run (a context no longer than the model's; on
 // the CPU a KV cache of just the blocks `max_sequences` sequences can use, not the host's free memory).

@@ -30,7 +30,7 @@ if want ops; then
   el ops
 fi
 if want tests; then
-  (cd build-gpu && timeout 240 ctest --output-on-failure -j 4 -R "Inference|Engine|Paged|Sampler|CudaGraph|ProfilerComm|JobSafety|Serve|Chat|Quant|python_test_(hf_inference|serve|chat)") \
+  (cd build-gpu && timeout 240 ctest --output-on-failure -j 4 -R "Inference|Engine|Paged|Sampler|CudaGraph|ProfilerComm|JobSafety|Serve|Chat|Quant|Perplexity|python_test_(hf_inference|serve|chat)") \
     > "$OUT/ctest_inference.log" 2>&1
   echo "inference ctest rc=$?: $(grep -E 'tests passed' "$OUT/ctest_inference.log")"
   grep -E "Failed|\*\*\*" "$OUT/ctest_inference.log" | head -10

@@ -55,12 +55,59 @@ static void parse_state_manager(const json& j, const char* path, StateManagerCon
     fail(r.path("offload"), true, "KV-cache offload is not implemented (DeepSpeed raises NotImplementedError too)");
 }
 
-static void parse_dscpp(const json& j, InferenceDscppConfig& d, int64_t max_context) {
+// DeepSpeed inference v1's QuantizationConfig (deepspeed/inference/config.py): {enabled, weight: {enabled, num_bits,
+// q_type, q_groups}, activation: {enabled}, qkv: {enabled}}, read where our weight-only int8 / int4 gives its keys a
+// meaning and refused by name where it does not.
+static void parse_quant(const json& j, WeightQuantConfig& q) {
+  SectionReader r(j, "quant");
+  bool enabled = true, weight_enabled = true;
+  r.get("enabled", enabled);
+  if (const json* w = r.raw("weight")) {
+    SectionReader wr(*w, r.path("weight"));
+    wr.get("enabled", weight_enabled);
+    if (wr.get("num_bits", q.num_bits, 4, 8) && q.num_bits != 8 && q.num_bits != 4)
+      fail(wr.path("num_bits"), q.num_bits, "must be 8 (int8, per output channel) or 4 (int4, groups of "
+                                            "dscpp.quantization.group_size columns)");
+    std::string type;
+    const char* want = q.num_bits == 8 ? "symmetric" : "asymmetric";
+    if (wr.get("q_type", type, {"symmetric", "asymmetric"}) && type != want)
+      fail(wr.path("q_type"), type, q.num_bits == 8 ? "int8 weights are symmetric (one scale per output channel)"
+                                                    : "int4 weights are asymmetric (a scale and a zero point a group)");
+    if (const json* g = wr.raw("q_groups"))
+      fail(wr.path("q_groups"), *g, "DeepSpeed's groups per tensor have no counterpart here: int8 has one scale per "
+                                    "output channel, int4 one per dscpp.quantization.group_size columns");
+    wr.finish();
+  }
+  if (const json* a = r.raw("activation")) {
+    SectionReader ar(*a, r.path("activation"));
+    bool act = false;
+    if (ar.get("enabled", act) && act)
+      fail(ar.path("enabled"), true, "activations stay 16-bit (weight-only quantization)");
+    ar.finish();
+  }
+  if (const json* k = r.raw("qkv")) {
+    SectionReader kr(*k, r.path("qkv"));
+    kr.get("enabled", q.qkv);
+    kr.finish();
+  }
+  r.finish();
+  q.enabled = enabled && weight_enabled;
+}
+
+static void parse_dscpp(const json& j, InferenceDscppConfig& d, WeightQuantConfig& q, int64_t max_context) {
   SectionReader r(j, "dscpp");
   r.get("kv_block_size", d.kv_block_size, 1, max_context);
   r.get("prefix_caching", d.prefix_caching);
   r.get("cuda_graph_max_batch", d.cuda_graph_max_batch, 0, 4096);
   r.get("peer_all_reduce_max_bytes", d.peer_all_reduce_max_bytes, 0, int64_t(1) << 30);
+  if (const json* qj = r.raw("quantization")) {
+    SectionReader qr(*qj, r.path("quantization"));
+    // Whether the group divides each linear's input is checked against the model when it loads.
+    if (qr.get("group_size", q.group_size, 2, 1 << 16) && q.group_size % 2 != 0)
+      fail(qr.path("group_size"), q.group_size, "must be even (two int4 weights share a byte)");
+    qr.get("lm_head", q.lm_head);
+    qr.finish();
+  }
   r.finish();
   if (d.peer_all_reduce_max_bytes % 16 != 0)
     fail(r.path("peer_all_reduce_max_bytes"), d.peer_all_reduce_max_bytes, "must be a multiple of 16 (the kernel "
@@ -84,11 +131,13 @@ InferenceConfig InferenceConfig::parse(const json& root) {
   if (const json* q = top.raw("quantization")) {
     SectionReader r(*q, "quantization");
     if (const json* mode = r.raw("quantization_mode"); mode && !mode->is_null())
-      fail(r.path("quantization_mode"), *mode, "quantized inference is not implemented (use null)");
+      fail(r.path("quantization_mode"), *mode, "FastGen's FP6 weights are not implemented (use null; int8 and int4 "
+                                               "weights are quant.weight.num_bits)");
     r.finish();
   }
+  if (const json* q = top.raw("quant")) parse_quant(*q, c.quant);
   // After state_manager: kv_block_size is bounded by max_context.
-  if (const json* d = top.raw("dscpp")) parse_dscpp(*d, c.dscpp, c.state_manager.max_context);
+  if (const json* d = top.raw("dscpp")) parse_dscpp(*d, c.dscpp, c.quant, c.state_manager.max_context);
   top.finish();
   return c;
 }
@@ -103,9 +152,18 @@ InferenceConfig InferenceConfig::from_file(const std::string& path) {
   return from_string(ss.str());
 }
 
+std::string WeightQuantConfig::name() const {
+  if (!enabled) return "none";
+  return num_bits == 8 ? "int8" : "int4 g" + std::to_string(group_size);
+}
+
 json InferenceConfig::to_json() const {
   const StateManagerConfig& s = state_manager;
   return {{"tensor_parallel", {{"tp_size", tp_size}}},
+          {"quant",
+           {{"enabled", quant.enabled},
+            {"weight", {{"num_bits", quant.num_bits}, {"q_type", quant.num_bits == 8 ? "symmetric" : "asymmetric"}}},
+            {"qkv", {{"enabled", quant.qkv}}}}},
           {"state_manager",
            {{"max_tracked_sequences", s.max_tracked_sequences},
             {"max_ragged_batch_size", s.max_ragged_batch_size},
@@ -115,7 +173,8 @@ json InferenceConfig::to_json() const {
             {"offload", s.offload}}},
           {"dscpp", {{"kv_block_size", dscpp.kv_block_size}, {"prefix_caching", dscpp.prefix_caching},
                     {"cuda_graph_max_batch", dscpp.cuda_graph_max_batch},
-                    {"peer_all_reduce_max_bytes", dscpp.peer_all_reduce_max_bytes}}}};
+                    {"peer_all_reduce_max_bytes", dscpp.peer_all_reduce_max_bytes},
+                    {"quantization", {{"group_size", quant.group_size}, {"lm_head", quant.lm_head}}}}}};
 }
 
 }  // namespace dscpp::inference

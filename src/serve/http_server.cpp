@@ -9,6 +9,10 @@
 #include <csignal>
 #include <ctime>
 #include <pthread.h>
+#include <unistd.h>
+#include <fcntl.h>
+#include <cstring>
+#include <cerrno>
 #include <random>
 
 #include "dscpp/serve/api_error.h"
@@ -24,20 +28,32 @@
 namespace dscpp::serve {
 
 namespace {
-sigset_t stop_signal_set() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  return set;
+// SIGTERM / SIGINT write their number here (async-signal-safe); serve()'s signal thread reads it. A handler rather
+// than a blocked mask: a handler is the whole process's, so the signal is caught whichever thread the kernel picks,
+// including threads started before serve() (the CUDA runtime's, OpenMP's).
+int stop_pipe[2] = {-1, -1};
+extern "C" void on_stop_signal(int sig) {
+  const char c = char(sig);
+  [[maybe_unused]] const ssize_t n = write(stop_pipe[1], &c, 1);
+}
+[[maybe_unused]] int wait_stop_signal() {
+  char c = 0;
+  while (read(stop_pipe[0], &c, 1) < 0 && errno == EINTR) {
+  }
+  return c;
 }
 }  // namespace
 
 bool http_available() { return DSCPP_HAVE_HTTPLIB; }
 
-void block_stop_signals() {
-  const sigset_t set = stop_signal_set();
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+void catch_stop_signals() {
+  if (stop_pipe[0] < 0) DSCPP_CHECK(pipe2(stop_pipe, O_CLOEXEC) == 0, "dscpp serve: pipe2: ", std::strerror(errno));
+  struct sigaction sa = {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
 }
 
 #if !DSCPP_HAVE_HTTPLIB
@@ -111,8 +127,7 @@ class OpenStreams {
 }  // namespace
 
 int serve(inference::InferenceEngine& engine, const ServedModel& model, const ServerOptions& o, std::ostream& log) {
-  block_stop_signals();
-  const sigset_t stop_signals = stop_signal_set();
+  catch_stop_signals();
   Metrics metrics;
   EngineLoop loop(engine, {o.max_queue}, metrics);
   const ApiContext api = api_context(engine, model, o);
@@ -193,8 +208,7 @@ int serve(inference::InferenceEngine& engine, const ServedModel& model, const Se
   // The signal thread: on SIGTERM / SIGINT, refuse new work, let requests in flight finish, then stop listening.
   std::atomic<bool> signalled{false};
   std::thread signals([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
+    const int sig = wait_stop_signal();
     signalled = true;
     log << "dscpp serve: signal " << sig << ", finishing requests in flight (up to " << o.shutdown_seconds << " s)"
         << std::endl;
@@ -209,7 +223,7 @@ int serve(inference::InferenceEngine& engine, const ServedModel& model, const Se
   log << "dscpp serve: " << o.model_name << " on http://" << o.host << ":" << o.port << " (max_context "
       << api.max_context << ", KV blocks " << engine.kv_blocks() << ")" << std::endl;
   const bool listened = svr.listen_after_bind();
-  if (!signalled) pthread_kill(signals.native_handle(), SIGTERM);  // listening failed: end the signal thread too
+  if (!signalled) on_stop_signal(0);  // listening failed: end the signal thread too
   signals.join();
   loop.stop();
   DSCPP_CHECK(listened || signalled, "--host ", o.host, " --port ", o.port, ": the server stopped listening");

@@ -194,7 +194,10 @@ def sigterm_with_stream_in_flight(s):
     first = r.read(6)
     assert first == b'data: ', first
     s.proc.send_signal(signal.SIGTERM)
-    rest = r.read().decode('utf-8', 'replace')
+    try:
+        rest = r.read().decode('utf-8', 'replace')
+    except http.client.HTTPException as e:
+        raise AssertionError(f'the stream broke after SIGTERM ({e!r}); server log:\n{s.server_log()}') from e
     assert rest.rstrip().endswith('data: [DONE]'), rest[-200:]
     assert s.proc.wait(timeout=120) == 0, s.server_log()
 

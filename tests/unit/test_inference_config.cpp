@@ -33,6 +33,7 @@ TEST(InferenceConfig, FastGenDefaults) {
   EXPECT_EQ(c.dscpp.kv_block_size, 64);
   EXPECT_TRUE(c.dscpp.prefix_caching);
   EXPECT_EQ(c.dscpp.cuda_graph_max_batch, 256);
+  EXPECT_FALSE(c.quant.enabled);
 }
 
 TEST(InferenceConfig, EveryKeyAndAliases) {
@@ -88,6 +89,46 @@ TEST(InferenceConfig, OurKeys) {
                {"= 1000", "multiple of 16"});
   EXPECT_EQ(InferenceConfig::from_string(R"({"dscpp": {"peer_all_reduce_max_bytes": 0}})")
                 .dscpp.peer_all_reduce_max_bytes, 0);
+}
+
+// DeepSpeed inference's quant section (v1's QuantizationConfig) where it fits, dscpp.quantization for the rest.
+TEST(InferenceConfig, WeightQuantization) {
+  InferenceConfig c = InferenceConfig::from_string(R"({"quant": {}})");  // DeepSpeed's defaults: on, 8 bits
+  EXPECT_TRUE(c.quant.enabled);
+  EXPECT_EQ(c.quant.num_bits, 8);
+  EXPECT_EQ(c.quant.name(), "int8");
+  c = InferenceConfig::from_string(R"({
+    "quant": {"enabled": true, "weight": {"enabled": true, "num_bits": 4, "q_type": "asymmetric"},
+              "activation": {"enabled": false}, "qkv": {"enabled": false}},
+    "dscpp": {"quantization": {"group_size": 64, "lm_head": true}}})");
+  EXPECT_TRUE(c.quant.enabled);
+  EXPECT_EQ(c.quant.num_bits, 4);
+  EXPECT_FALSE(c.quant.qkv);
+  EXPECT_EQ(c.quant.group_size, 64);
+  EXPECT_EQ(c.quant.group(), 64);
+  EXPECT_TRUE(c.quant.lm_head);
+  EXPECT_EQ(c.quant.name(), "int4 g64");
+  EXPECT_EQ(InferenceConfig::parse(c.to_json()).to_json(), c.to_json());
+  EXPECT_FALSE(InferenceConfig::from_string(R"({"quant": {"enabled": false}})").quant.enabled);
+  EXPECT_FALSE(InferenceConfig::from_string(R"({"quant": {"weight": {"enabled": false}}})").quant.enabled);
+  EXPECT_FALSE(InferenceConfig::parse(InferenceConfig().to_json()).quant.enabled);
+
+  expect_error(R"({"quant": {"weight": {"num_bits": 6}}})", "quant.weight.num_bits", {"= 6", "must be 8", "or 4"});
+  expect_error(R"({"quant": {"weight": {"num_bits": 16}}})", "quant.weight.num_bits", {"= 16"});
+  expect_error(R"({"quant": {"weight": {"num_bits": 4, "q_type": "symmetric"}}})", "quant.weight.q_type",
+               {"symmetric", "int4 weights are asymmetric"});
+  expect_error(R"({"quant": {"weight": {"q_type": "asymmetric"}}})", "quant.weight.q_type",
+               {"int8 weights are symmetric"});
+  expect_error(R"({"quant": {"weight": {"q_groups": 8}}})", "quant.weight.q_groups",
+               {"= 8", "dscpp.quantization.group_size"});
+  expect_error(R"({"quant": {"activation": {"enabled": true}}})", "quant.activation.enabled",
+               {"activations stay 16-bit"});
+  expect_error(R"({"quant": {"wieght": {}}})", "quant.wieght", {"did you mean 'weight'"});
+  expect_error(R"({"dscpp": {"quantization": {"group_size": 7}}})", "dscpp.quantization.group_size",
+               {"= 7", "must be even"});
+  expect_error(R"({"dscpp": {"quantization": {"group_size": 0}}})", "dscpp.quantization.group_size", {"= 0", ">= 2"});
+  expect_error(R"({"dscpp": {"quantization": {"lm_head": "yes"}}})", "dscpp.quantization.lm_head",
+               {"expected true or false"});
 }
 
 TEST(InferenceConfig, UnknownKeysRefusedByName) {

@@ -303,6 +303,22 @@ TEST(TensorParallelRules, RanksWithDifferentConfigsStopAtStartUpNamingTheKey) {
   }));
 }
 
+TEST(TensorParallelRules, QuantizedWeightsAreNotSplit) {
+  expect_all_pass(run_ranks(2, [&](int rank, int port) {
+    const std::string dir = export_tiny("llama", rank);
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    LoadOptions lo;
+    lo.tp_group = pg.get();
+    lo.quant.enabled = true;
+    try {
+      load_inference_model(dir, lo);
+      ADD_FAILURE() << "int8 weights split over 2 ranks";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("tensor_parallel.tp_size = 2 with int8"), std::string::npos) << e.what();
+    }
+  }));
+}
+
 // A server idle for longer than the group's timeout (2 s here): rank 0's idle headers keep rank 1's wait for the
 // next step from timing out, and the next request runs (Note [Tensor-parallel steps]).
 TEST(TensorParallelSteps, AnIdleLeaderKeepsItsFollowers) {

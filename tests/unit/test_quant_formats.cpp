@@ -25,7 +25,7 @@ const std::map<std::string, Tensor>& data() {
 }
 const Tensor& at(const std::string& name) { return data().at(name); }
 
-Int4Weight import(const std::string& p) {
+QuantWeight import(const std::string& p) {
   if (p == "awq") return import_awq(at("awq.qweight"), at("awq.qzeros"), at("awq.scales"), p);
   return import_gptq(at(p + ".qweight"), at(p + ".qzeros"), at(p + ".scales"), at(p + ".g_idx"), true, p);
 }
@@ -45,7 +45,7 @@ TEST(QuantFormats, DequantizesToTheWritersWeight) {
   for (const std::string p : {"awq", "gptq", "gptq_sym"}) {
     SCOPED_TRACE(p);
     const Tensor& want = at(p + ".expect");
-    const Int4Weight w = import(p);
+    const QuantWeight w = import(p);
     EXPECT_EQ(w.group, 64);
     Tensor got = poisoned(want.shape());
     ops::dequantize_weight(got, w.q, w.scale, w.zero, w.group);
@@ -60,7 +60,7 @@ TEST(QuantFormats, MatmulOnTheImportEqualsMatmulOnTheWeight) {
   Tensor x = Tensor::empty({3, C}, DType::f32), want = Tensor::empty({3, OC}, DType::f32);
   for (int64_t i = 0; i < x.numel(); i++) x.data<float>()[i] = rng.normal();
   ops::matmul_forward(want, x, want_w, Tensor());
-  const Int4Weight w = import("awq");
+  const QuantWeight w = import("awq");
   Tensor got = poisoned({3, OC});
   ops::matmul_q_forward(got, x, w.q, w.scale, w.zero, w.group, Tensor());
   expect_bits_equal(got, want);

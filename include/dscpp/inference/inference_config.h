@@ -41,10 +41,25 @@ struct InferenceDscppConfig {            // dscpp: our keys, which FastGen has n
   int64_t peer_all_reduce_max_bytes = 512 << 10;
 };
 
+// Weight-only quantization of the model's linears when it loads (Note [Quantized weight layout] in
+// kernels/quant_ops.h; the engine side in inference/quantization.h): DeepSpeed inference's `quant` section where its
+// keys fit, dscpp.quantization for what DeepSpeed has no key for.
+struct WeightQuantConfig {
+  bool enabled = false;      // quant.enabled and quant.weight.enabled (true once the section is given, as DeepSpeed's)
+  int64_t num_bits = 8;      // quant.weight.num_bits: 8 (symmetric per output channel) or 4 (asymmetric per group)
+  bool qkv = true;           // quant.qkv.enabled: the fused QKV projection too
+  int64_t group_size = 128;  // dscpp.quantization.group_size: int4's columns per scale and zero point
+  bool lm_head = false;      // dscpp.quantization.lm_head: the lm head too (vLLM and torchao keep it 16-bit)
+
+  int64_t group() const { return num_bits == 4 ? group_size : 0; }  // quant_ops' `group`: 0 for int8
+  std::string name() const;  // "none", "int8", "int4 g128"
+};
+
 struct InferenceConfig {
   int64_t tp_size = 1;                   // tensor_parallel (alias tp).tp_size: ranks that split the model
   StateManagerConfig state_manager;
   InferenceDscppConfig dscpp;
+  WeightQuantConfig quant;               // quant.*, dscpp.quantization.*
 
   static InferenceConfig parse(const nlohmann::json& j);           // throws ConfigError
   static InferenceConfig from_string(const std::string& text);     // JSON, comments allowed, duplicate keys refused

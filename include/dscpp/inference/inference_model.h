@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/inference/inference_config.h"  // WeightQuantConfig
 #include "dscpp/inference/kv_cache.h"
 #include "dscpp/inference/ragged_batch.h"
 #include "dscpp/kernels/rope_params.h"
@@ -52,6 +53,15 @@ struct InferenceModelConfig {
   void validate() const;  // throws dscpp::Error naming the field
 };
 
+// A linear's weight w[OUT, IN] stored in 8 or 4 bits (Note [Quantized weight layout], kernels/quant_ops.h).
+struct QuantWeight {
+  Tensor q;           // i8 [OUT, IN] (int8) or [OUT, IN/2] (int4, two weights a byte)
+  Tensor scale;       // f32 [OUT] (int8) or [OUT, IN/G]
+  Tensor zero;        // i8 [OUT, IN/G] (int4 only)
+  int64_t group = 0;  // 0: int8; else int4 with groups of G columns
+  bool defined() const { return q.defined(); }
+};
+
 struct LayerWeights {
   Tensor norm1_w, norm1_b;  // [C]; biases undefined where the model has none
   Tensor qkv_w, qkv_b;      // [(H + 2 Hkv) D, C], [(H + 2 Hkv) D]
@@ -59,6 +69,8 @@ struct LayerWeights {
   Tensor norm2_w, norm2_b;  // [C]
   Tensor up_w, up_b;        // [2F, C] gate | up (SwiGLU) or [F, C] (GELU), [F]
   Tensor down_w, down_b;    // [C, F], [C]
+  // A quantized linear holds its weight here and leaves the *_w above undefined (biases stay 16-bit).
+  QuantWeight qkv_q, o_q, up_q, down_q;
 };
 
 // Note [Tensor-parallel shards]
@@ -90,8 +102,12 @@ struct InferenceModel {
   std::vector<LayerWeights> layers;
   Tensor norm_f_w, norm_f_b;  // [C]
   Tensor lm_head;             // [V, C]; the same storage as embed when tied
+  QuantWeight lm_head_q;      // a quantized lm head (then lm_head is undefined, or the embedding when tied)
+  WeightQuantConfig quant;    // how the linears are stored (enabled false: all dense)
 
-  std::vector<std::pair<std::string, Tensor>> named_tensors() const;  // "layers.3.qkv_w", ...: tests, byte counts
+  // "layers.3.qkv_w", ...; a quantized weight as "layers.3.qkv_w.q", ".scale", ".zero": tests, byte counts, and
+  // the tensor names of a quantized folder (inference/quantization.h).
+  std::vector<std::pair<std::string, Tensor>> named_tensors() const;
 };
 
 struct LoadOptions {
@@ -103,6 +119,9 @@ struct LoadOptions {
   uint64_t seed = 0;        // dummy weights (a shard draws its own: rank r's differ from a tp 1 model's)
   ProcessGroup* tp_group = nullptr;  // tensor parallelism: load this rank's shard (Note [Tensor-parallel shards])
   bool progress = true;     // a progress line on stderr for loads of 1 GiB or more
+  // Quantize the linears as they load (the config's quant section). A folder written by `dscpp quantize` loads
+  // quantized without it; giving it anyway must then match the folder's.
+  WeightQuantConfig quant;
 };
 
 // The model types a policy exists for, and the one parsing step: config.json's JSON -> our config (refusals name
@@ -127,7 +146,8 @@ KVCacheShape kv_cache_shape(const InferenceModelConfig& cfg, int64_t n_blocks, i
 
 // The ragged forward: every new token of `batch` through the model, its K/V appended to `cache` at its position
 // (through the batch's block table), attention over its sequence's cached tokens. Returns f32 logits [n_seqs, V],
-// row s for sequence s's last new token.
-Tensor forward(const InferenceModel& model, const RaggedBatch& batch, KVCache& cache);
+// row s for sequence s's last new token; with all_tokens, [n_tokens, V], a row for every new token (a prompt's
+// log-probabilities: perplexity, OpenAI's echo with logprobs).
+Tensor forward(const InferenceModel& model, const RaggedBatch& batch, KVCache& cache, bool all_tokens = false);
 
 }  // namespace dscpp::inference

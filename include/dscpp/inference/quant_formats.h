@@ -9,25 +9,38 @@
 //   qweight i32 [C/8, OC]: eight input rows a word, nibble j holding row 8k + j; qzeros i32 [C/G, OC/8], nibble j
 //   holding output column 8k + j, storing zero - 1 in the "gptq" format (so a stored 15 is a zero point of 16, which
 //   our kernels take as it is) and the zero itself in "gptq_v2"; scales f16 [C/G, OC]; g_idx i32 [C].
+// config.json's quantization_config says which (quant_method, bits 4, group_size, and AWQ's version "gemm" /
+// GPTQ's desc_act false); the engine loads such a folder as int4 with no flag, like one of ours.
 // Both mean w[o, c] = (q[o, c] - zero[c / G, o]) * scale[c / G, o]: the same arithmetic as ours once transposed, so the
 // import is exact (a repack, no rounding). GPTQ's act-order (desc_act: g_idx not c / G) would need the inputs
 // permuted at run time: refused, by the tensor's name.
 #pragma once
 #include <string>
 
-#include "dscpp/core/tensor.h"
+#include <nlohmann/json.hpp>
+
+#include "dscpp/inference/inference_model.h"
 
 namespace dscpp::inference {
 
-// Our int4 layout of an [OC, C] weight on the host: q i8 [OC, C/2], scale f32 [OC, C/G], zero i8 [OC, C/G].
-struct Int4Weight {
-  Tensor q, scale, zero;
-  int64_t group = 0;
-};
+class WeightSource;  // src/inference/model/weight_source.h
 
-// `name` (the linear's tensor prefix, e.g. model.layers.0.self_attn.q_proj) names the errors.
-Int4Weight import_awq(const Tensor& qweight, const Tensor& qzeros, const Tensor& scales, const std::string& name);
-Int4Weight import_gptq(const Tensor& qweight, const Tensor& qzeros, const Tensor& scales, const Tensor& g_idx,
+enum class Int4Format { none, awq, gptq, gptq_v2 };
+
+// config.json's quantization_config as one of these formats (none: absent or another method), its group size in
+// `group`; an AWQ / GPTQ config this import cannot take (not 4 bits, AWQ's GEMV layout, act-order) is refused by
+// key and value (dir names the folder).
+Int4Format int4_format(const nlohmann::json& config, const std::string& dir, int64_t& group);
+
+// Fills m (allocated for int4 linears in groups of `group`) from an AWQ / GPTQ folder of the Llama family: the
+// q/k/v, o, gate/up and down projections imported and fused as the engine holds them, everything else read as
+// the policy would.
+void load_int4_checkpoint(WeightSource& src, InferenceModel& m, Int4Format format, int64_t group);
+
+// Our int4 layout of an [OC, C] weight on the host (QuantWeight with group G): q i8 [OC, C/2], scale f32 [OC, C/G],
+// zero i8 [OC, C/G]. `name` (the linear's tensor prefix, e.g. model.layers.0.self_attn.q_proj) names the errors.
+QuantWeight import_awq(const Tensor& qweight, const Tensor& qzeros, const Tensor& scales, const std::string& name);
+QuantWeight import_gptq(const Tensor& qweight, const Tensor& qzeros, const Tensor& scales, const Tensor& g_idx,
                        bool zeros_minus_one, const std::string& name);
 
 }  // namespace dscpp::inference

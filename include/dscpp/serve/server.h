@@ -34,10 +34,10 @@ struct ServedModel {
 // Whether this build has HTTP (cpp-httplib was found); when not, serve() throws saying how to install it.
 bool http_available();
 
-// Blocks SIGTERM and SIGINT in the calling thread and every thread it starts afterwards, so that serve() can wait
-// for them on one thread. Call it before anything starts threads (loading a model on a GPU does: the CUDA runtime's
-// own): a stop signal delivered to a thread that does not block it ends the process mid-stream.
-void block_stop_signals();
+// From now on SIGTERM and SIGINT no longer end the process: serve() hears them and shuts down cleanly (requests in
+// flight finish). Call it before a long model load, so that a stop signal then is kept for serve() rather than
+// killing the process; serve() calls it too.
+void catch_stop_signals();
 
 // Serves until SIGTERM / SIGINT; returns 0 after a clean shutdown. Throws dscpp::Error when it cannot listen.
 int serve(inference::InferenceEngine& engine, const ServedModel& model, const ServerOptions& options, std::ostream& log);

@@ -3,7 +3,9 @@
 //   h = norm1(x); qkv = h Wqkv^T (+ b); RoPE on q, k at each token's own position; K, V -> cache slots;
 //   x = x + (paged causal attention over the sequence's cached positions) Wo^T; x = x + mlp(norm2(x))
 // then only each sequence's last token goes through the final norm and the lm head: the engine samples from one row
-// per sequence, and the [N, V] logits of a long prompt chunk would be most of the forward's memory.
+// per sequence, and the [N, V] logits of a long prompt chunk would be most of the forward's memory (every token
+// when asked: a prompt's log-probabilities). A linear whose weight is quantized runs matmul_q_forward instead of
+// matmul_forward on the same inputs; a dense model takes exactly the calls it always did.
 // Every step is an op of the kernels layer (CPU reference + CUDA contract), so the CUDA path is these same calls.
 #include <algorithm>
 
@@ -12,6 +14,7 @@
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
 #include "dscpp/kernels/parallel_ops.h"
+#include "dscpp/kernels/quant_ops.h"
 #include "inference/model/forward_inputs.h"
 #include "inference/model/tensor_parallel.h"
 
@@ -24,6 +27,13 @@ void norm_forward(const InferenceModelConfig& c, const Tensor& out, const Tensor
   const int64_t N = inp.size(0);
   if (c.norm == NormKind::rmsnorm) return ops::rmsnorm_forward(out, rstd.narrow0(0, N), inp, w, c.norm_eps);
   ops::layernorm_forward(out, mean.narrow0(0, N), rstd.narrow0(0, N), inp, w, b, c.norm_eps);
+}
+
+// out (=) inp @ W^T + b (+ residual), W the dense weight or its quantized form.
+void linear_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const QuantWeight& q, const Tensor& b,
+                    const Tensor& residual = Tensor()) {
+  if (q.defined()) return ops::matmul_q_forward(out, inp, q.q, q.scale, q.zero, q.group, b, residual);
+  ops::matmul_forward(out, inp, w, b, residual);
 }
 
 constexpr int64_t kAlign = 256;
@@ -104,7 +114,7 @@ ForwardInputs ForwardInputs::views(const Tensor& packed, const InputLayout& L) {
 }
 
 void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache, const Tensor& logits,
-                ForwardWorkspace* ws) {
+                ForwardWorkspace* ws, bool all_tokens) {
   const InferenceModelConfig& c = m.cfg;
   const KVCacheShape& ks = cache.shape();
   const int64_t N = in.tokens.numel(), S = in.last.numel(), C = c.hidden, H = c.n_head, Hkv = c.n_kv_head,
@@ -135,33 +145,42 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
     const LayerWeights& w = m.layers[size_t(l)];
     const Tensor layer_cache = cache.data().view_at(cache.offset(l, 0, 0, 0), {ks.n_blocks, bs, 2, Hkv, D});
     norm_forward(c, h, x, w.norm1_w, w.norm1_b, mean, rstd);
-    ops::matmul_forward(qkv, h, w.qkv_w, w.qkv_b);
+    linear_forward(qkv, h, w.qkv_w, w.qkv_q, w.qkv_b);
     if (!c.learned_positions) ops::rope_forward(qkv, in.pos, H, Hkv, D, c.rope);
     ops::kv_cache_append(layer_cache, qkv, in.slots, H, Hkv, D);
     ops::paged_attention_forward(att, qkv, layer_cache, in.table, in.seq_start, in.pos, H, Hkv, D);
-    ops::matmul_forward(x1, att, w.o_w, first ? w.o_b : Tensor(), first ? x : Tensor());  // x1 = x + attention
+    linear_forward(x1, att, w.o_w, w.o_q, first ? w.o_b : Tensor(), first ? x : Tensor());  // x1 = x + attention
     tp_sum(m.tp, x1);
     norm_forward(c, h, x1, w.norm2_w, w.norm2_b, mean, rstd);
-    if (c.mlp == MlpKind::gelu) {
+    if (c.mlp == MlpKind::gelu && !w.up_q.defined()) {
       ops::matmul_bias_gelu_forward(mid, pre, h, w.up_w, w.up_b);
     } else {
-      ops::matmul_forward(pre, h, w.up_w, w.up_b);
-      ops::swiglu_forward(mid, pre);
+      linear_forward(pre, h, w.up_w, w.up_q, w.up_b);
+      c.mlp == MlpKind::gelu ? ops::gelu_forward(mid, pre) : ops::swiglu_forward(mid, pre);
     }
-    ops::matmul_forward(x, mid, w.down_w, first ? w.down_b : Tensor(), first ? x1 : Tensor());  // x = x1 + mlp
+    linear_forward(x, mid, w.down_w, w.down_q, first ? w.down_b : Tensor(), first ? x1 : Tensor());  // x = x1 + mlp
     tp_sum(m.tp, x);
+  }
+  // out[R, V] (=) xf @ lm_head^T; a shard's [R, vocab_rows] gathered from every rank.
+  auto lm_head = [&](const Tensor& out, const Tensor& xf) {
+    if (m.tp.size == 1) return linear_forward(out, xf, m.lm_head, m.lm_head_q, Tensor());
+    const int64_t R = xf.size(0);
+    const Tensor part = empty({R, m.tp.vocab_rows}, DType::f32);
+    linear_forward(part, xf, m.lm_head, m.lm_head_q, Tensor());
+    tp_gather_logits(m.tp, part, empty({m.tp.size * R * m.tp.vocab_rows}, DType::f32), out);
+  };
+  if (all_tokens) {
+    norm_forward(c, h, x, m.norm_f_w, m.norm_f_b, mean, rstd);
+    return lm_head(logits, h);
   }
   // The last new token of each sequence (embedding_forward is a row gather: out[s] = x[last[s]]).
   Tensor xl = empty({S, C}, act), xf = empty({S, C}, act);
   ops::embedding_forward(xl, in.last, x);
   norm_forward(c, xf, xl, m.norm_f_w, m.norm_f_b, mean, rstd);
-  if (m.tp.size == 1) return ops::matmul_forward(logits, xf, m.lm_head, Tensor());
-  const Tensor part = empty({S, m.tp.vocab_rows}, DType::f32);
-  ops::matmul_forward(part, xf, m.lm_head, Tensor());
-  tp_gather_logits(m.tp, part, empty({m.tp.size * S * m.tp.vocab_rows}, DType::f32), logits);
+  lm_head(logits, xf);
 }
 
-Tensor forward(const InferenceModel& m, const RaggedBatch& batch, KVCache& cache) {
+Tensor forward(const InferenceModel& m, const RaggedBatch& batch, KVCache& cache, bool all_tokens) {
   const InferenceModelConfig& c = m.cfg;
   const KVCacheShape& ks = cache.shape();
   DSCPP_CHECK(ks.n_layer == c.n_layer && ks.n_kv_head == c.n_kv_head && ks.head_dim == c.head_dim,
@@ -175,8 +194,8 @@ Tensor forward(const InferenceModel& m, const RaggedBatch& batch, KVCache& cache
   Tensor packed = Tensor::empty({L.total}, DType::i32);
   pack_inputs(batch, ks.block_size, L, packed.data<int32_t>());
   if (!m.device.is_cpu()) packed = packed.to(m.device);
-  Tensor logits = Tensor::empty({batch.n_seqs(), c.vocab}, DType::f32, m.device);
-  forward_on(m, ForwardInputs::views(packed, L), cache, logits);
+  Tensor logits = Tensor::empty({all_tokens ? batch.n_tokens() : batch.n_seqs(), c.vocab}, DType::f32, m.device);
+  forward_on(m, ForwardInputs::views(packed, L), cache, logits, nullptr, all_tokens);
   return logits;
 }
 

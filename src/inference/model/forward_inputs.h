@@ -54,9 +54,10 @@ class ForwardWorkspace {
 };
 
 // The layers, the final norm and the lm head on inputs already on the device: logits[S, V] (=) f32, row s for
-// sequence s's last token. Only kernels: nothing here waits for the device or copies from the host, so it can be
-// captured in a CUDA graph. Intermediates come from `ws` when given (reset first), else from the allocator.
+// sequence s's last token (all_tokens: logits[N, V], a row per token). Only kernels: nothing here waits for the
+// device or copies from the host, so it can be captured in a CUDA graph. Intermediates come from `ws` when given
+// (reset first), else from the allocator.
 void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache, const Tensor& logits,
-                ForwardWorkspace* ws = nullptr);
+                ForwardWorkspace* ws = nullptr, bool all_tokens = false);
 
 }  // namespace dscpp::inference

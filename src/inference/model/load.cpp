@@ -1,10 +1,13 @@
 // load_inference_model: config.json -> policy -> weights (memory-mapped safetensors, or dummy) -> target dtype and
 // device. The weights are assembled on the host in f32 (fused QKV / gate-up rows filled in place from the mapping),
-// then moved once.
+// quantized there when asked (the bytes `dscpp quantize` would write), then moved once. A quantized folder of ours
+// (Note [Quantized folder]) is read by tensor name instead of through the policy.
 #include <filesystem>
 #include <map>
 
 #include "dscpp/checkpoint/hf_interop.h"
+#include "dscpp/inference/quant_formats.h"
+#include "dscpp/inference/quantization.h"
 #include "dscpp/models/model.h"
 #include "inference/model/weight_source.h"
 #include "inference/model/tensor_parallel.h"
@@ -21,16 +24,42 @@ InferenceModel place(InferenceModel m, const LoadOptions& opts) {
   auto move = [&](Tensor& t) {
     if (t.defined()) t = (opts.dtype == DType::f32 ? t : t.to(opts.dtype)).to(opts.device);
   };
-  move(m.embed), move(m.pos_embed), move(m.norm_f_w), move(m.norm_f_b);
-  for (LayerWeights& w : m.layers)
+  auto move_q = [&](QuantWeight& q) {  // the quantized parts keep their dtypes
+    for (Tensor* t : {&q.q, &q.scale, &q.zero})
+      if (t->defined()) *t = t->to(opts.device);
+  };
+  move(m.embed), move(m.pos_embed), move(m.norm_f_w), move(m.norm_f_b), move_q(m.lm_head_q);
+  for (LayerWeights& w : m.layers) {
     for (Tensor* t : {&w.norm1_w, &w.norm1_b, &w.qkv_w, &w.qkv_b, &w.o_w, &w.o_b, &w.norm2_w, &w.norm2_b, &w.up_w,
                       &w.up_b, &w.down_w, &w.down_b})
       move(*t);
-  m.lm_head = m.cfg.tie_embeddings ? m.embed : m.lm_head;
+    for (QuantWeight* q : {&w.qkv_q, &w.o_q, &w.up_q, &w.down_q}) move_q(*q);
+  }
+  if (m.lm_head.defined()) m.lm_head = m.cfg.tie_embeddings ? m.embed : m.lm_head;
   if (!m.cfg.tie_embeddings) move(m.lm_head);
   m.dtype = opts.dtype;
   m.device = opts.device;
   return m;
+}
+
+// What the weights are stored as: the folder's own quantization, or else the options'. Asking a quantized folder for
+// another quantization is refused (re-quantizing quantized weights would compound the rounding).
+WeightQuantConfig resolve_quant(const WeightQuantConfig& folder, const WeightQuantConfig& asked,
+                                const std::string& dir) {
+  if (!folder.enabled) return asked;
+  const bool same = !asked.enabled || (asked.num_bits == folder.num_bits && asked.group() == folder.group() &&
+                                       asked.qkv == folder.qkv && asked.lm_head == folder.lm_head);
+  DSCPP_CHECK(same, dir, " holds weights already quantized (", folder.name(), ", config.json's quantization_config); "
+              "the quant config / --quantization asks for ", asked.name(), ": leave it out, or quantize the 16-bit "
+              "original instead");
+  return folder;
+}
+
+// Quantized weights are not split across ranks yet (their groups and scales would have to follow the shards).
+void refuse_quantized_shards(const TpShard& tp, const WeightQuantConfig& quant, const std::string& what) {
+  DSCPP_CHECK(tp.size == 1 || !quant.enabled, "tensor_parallel.tp_size = ", tp.size, " with ", quant.name(),
+              " weights (", what, "; the quant keys, --quantization or a quantized folder): quantized weights are "
+              "not split across ranks; use tp_size 1, or 16-bit weights");
 }
 
 }  // namespace
@@ -44,14 +73,26 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
   const InferenceModelConfig full = inference_config_from_hf(j, opts.max_context);
   const TpShard tp = tp_shard(opts.tp_group, full.vocab);
   const InferenceModelConfig cfg = shard_config(full, tp);
+  const WeightQuantConfig stored = folder_quantization(j, dir), quant = resolve_quant(stored, opts.quant, dir);
+  refuse_quantized_shards(tp, quant, dir);
   if (opts.load_format == "dummy") {
-    InferenceModel m = allocate_weights(cfg, opts.dtype, opts.device, tp);
+    InferenceModel m = allocate_weights(cfg, opts.dtype, opts.device, {}, tp);
     fill_dummy_weights(m, opts.seed + uint64_t(tp.rank) * 0x9E3779B97F4A7C15ull);
+    quantize_weights(m, quant);
     return m;
   }
-  InferenceModel m = allocate_weights(cfg, DType::f32, Device::cpu(), tp);
   WeightSource src(dir, cfg.model_type, opts.progress);
+  if (stored.enabled) {
+    InferenceModel m = allocate_weights(cfg, DType::f32, Device::cpu(), stored);
+    int64_t group = 0;
+    const Int4Format imported = int4_format(j, dir, group);
+    if (imported == Int4Format::none) read_named_tensors(src, m);
+    else load_int4_checkpoint(src, m, imported, group);  // Note [Imported int4 formats]
+    return place(std::move(m), opts);
+  }
+  InferenceModel m = allocate_weights(cfg, DType::f32, Device::cpu(), {}, tp);
   find_policy(cfg.model_type).load(src, m);
+  quantize_weights(m, quant);
   return place(std::move(m), opts);
 }
 
@@ -61,7 +102,8 @@ InferenceModel inference_model_from(const Model& model, const LoadOptions& opts)
   const ModelConfig& mc = model.config();
   const InferenceModelConfig full = inference_config_from_hf(mc.to_hf_json(), opts.max_context);
   const TpShard tp = tp_shard(opts.tp_group, full.vocab);
-  InferenceModel m = allocate_weights(shard_config(full, tp), DType::f32, Device::cpu(), tp);
+  refuse_quantized_shards(tp, opts.quant, "the trained " + mc.arch + " model");
+  InferenceModel m = allocate_weights(shard_config(full, tp), DType::f32, Device::cpu(), {}, tp);
   // The parameters under their Hugging Face names, in its layout (what export_hf_model would write), so the
   // policy that reads a folder reads them too.
   std::map<std::string, Tensor> named;
@@ -75,6 +117,7 @@ InferenceModel inference_model_from(const Model& model, const LoadOptions& opts)
   }
   WeightSource src(std::move(named), "the trained " + mc.arch + " model", full.model_type);
   find_policy(full.model_type).load(src, m);
+  quantize_weights(m, opts.quant);
   return place(std::move(m), opts);
 }
 

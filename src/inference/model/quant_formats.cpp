@@ -1,9 +1,13 @@
 // Note [Imported int4 formats] (quant_formats.h): AWQ and GPTQ int4 linears repacked into quant_ops.h's layout.
 #include "dscpp/inference/quant_formats.h"
 
+#include <cctype>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "dscpp/core/check.h"
+#include "inference/model/weight_source.h"
 
 namespace dscpp::inference {
 namespace {
@@ -32,8 +36,8 @@ Tensor scales_f32(const Tensor& scales, int64_t C, int64_t OC, const std::string
 
 // Our tensors for [OC, C] in groups of G, filled by zero_of(g, o) and q_of(o, c), scale[o, g] = s[g, o].
 template <typename Z, typename Q>
-Int4Weight repack(const Tensor& s, int64_t OC, int64_t C, int64_t G, Z zero_of, Q q_of) {
-  Int4Weight w;
+QuantWeight repack(const Tensor& s, int64_t OC, int64_t C, int64_t G, Z zero_of, Q q_of) {
+  QuantWeight w;
   w.group = G;
   const int64_t groups = C / G;
   w.q = Tensor::empty({OC, C / 2}, DType::i8), w.scale = Tensor::empty({OC, groups}, DType::f32);
@@ -52,7 +56,7 @@ Int4Weight repack(const Tensor& s, int64_t OC, int64_t C, int64_t G, Z zero_of, 
 
 }  // namespace
 
-Int4Weight import_awq(const Tensor& qweight, const Tensor& qzeros, const Tensor& scales, const std::string& name) {
+QuantWeight import_awq(const Tensor& qweight, const Tensor& qzeros, const Tensor& scales, const std::string& name) {
   DSCPP_CHECK(qweight.defined() && qweight.dim() == 2, name, ".qweight: missing or not 2-D");
   const int64_t C = qweight.size(0), OC = qweight.size(1) * 8;
   int64_t G = 0;
@@ -69,7 +73,7 @@ Int4Weight import_awq(const Tensor& qweight, const Tensor& qzeros, const Tensor&
       [&](int64_t o, int64_t c) { return nibble(qw[c * (OC / 8) + o / 8], awq_nibble[o % 8]); });
 }
 
-Int4Weight import_gptq(const Tensor& qweight, const Tensor& qzeros, const Tensor& scales, const Tensor& g_idx,
+QuantWeight import_gptq(const Tensor& qweight, const Tensor& qzeros, const Tensor& scales, const Tensor& g_idx,
                        bool zeros_minus_one, const std::string& name) {
   DSCPP_CHECK(qweight.defined() && qweight.dim() == 2, name, ".qweight: missing or not 2-D");
   const int64_t C = qweight.size(0) * 8, OC = qweight.size(1);
@@ -91,6 +95,104 @@ Int4Weight import_gptq(const Tensor& qweight, const Tensor& qzeros, const Tensor
   return repack(
       s, OC, C, G, [&](int64_t g, int64_t o) { return uint8_t(nibble(qz[g * (OC / 8) + o / 8], int(o % 8)) + plus); },
       [&](int64_t o, int64_t c) { return nibble(qw[(c / 8) * OC + o], int(c % 8)); });
+}
+
+Int4Format int4_format(const nlohmann::json& config, const std::string& dir, int64_t& group) {
+  if (!config.contains("quantization_config") || !config.at("quantization_config").is_object()) return Int4Format::none;
+  const nlohmann::json& j = config.at("quantization_config");
+  const std::string method = j.value("quant_method", std::string()), where = dir + "/config.json: quantization_config";
+  if (method != "awq" && method != "gptq") return Int4Format::none;
+  const int64_t bits = j.value("bits", j.value("w_bit", int64_t(0)));
+  DSCPP_CHECK(bits == 4, where, ".bits ", bits, ": only 4-bit ", method, " checkpoints are read");
+  group = j.value("group_size", j.value("q_group_size", int64_t(0)));
+  DSCPP_CHECK(group >= 2 && group % 2 == 0, where, ".group_size ", group, " is not a positive even number (-1, one "
+              "group per row, is not supported)");
+  if (method == "awq") {
+    std::string version = j.value("version", std::string("gemm"));
+    for (char& ch : version) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    DSCPP_CHECK(version == "gemm", where, ".version '", version, "': only AWQ's GEMM layout is read");
+    DSCPP_CHECK(j.value("zero_point", true), where, ".zero_point false: only AWQ with zero points is read");
+    return Int4Format::awq;
+  }
+  DSCPP_CHECK(!j.value("desc_act", false), where, ".desc_act true (act-order) is not supported: its inputs would "
+              "need permuting at run time");
+  const std::string fmt = j.value("checkpoint_format", std::string("gptq"));
+  DSCPP_CHECK(fmt == "gptq" || fmt == "gptq_v2", where, ".checkpoint_format '", fmt, "' is not gptq or gptq_v2");
+  return fmt == "gptq" ? Int4Format::gptq : Int4Format::gptq_v2;
+}
+
+namespace {
+
+// The linear `name` ([OC, C]) of an AWQ / GPTQ folder in our layout.
+QuantWeight read_linear(WeightSource& src, const std::string& name, int64_t OC, int64_t C, int64_t G,
+                        Int4Format f) {
+  DSCPP_CHECK(OC % 8 == 0 && C % G == 0, name, ": [", OC, ", ", C, "] does not pack in words of 8 and groups of ",
+              G);
+  Tensor qz = Tensor::empty({C / G, OC / 8}, DType::i32), sc = Tensor::empty({C / G, OC}, DType::f32);
+  src.read(name + ".qzeros", qz);
+  src.read(name + ".scales", sc);
+  if (f == Int4Format::awq) {
+    Tensor qw = Tensor::empty({C, OC / 8}, DType::i32);
+    src.read(name + ".qweight", qw);
+    return import_awq(qw, qz, sc, name);
+  }
+  Tensor qw = Tensor::empty({C / 8, OC}, DType::i32), g_idx;
+  src.read(name + ".qweight", qw);
+  if (src.has(name + ".g_idx")) {
+    g_idx = Tensor::empty({C}, DType::i32);
+    src.read(name + ".g_idx", g_idx);
+  }
+  return import_gptq(qw, qz, sc, g_idx, f == Int4Format::gptq, name);
+}
+
+// The parts stacked along the output rows (the engine's fused q/k/v and gate/up): each tensor's bytes appended.
+QuantWeight stack_rows(const std::vector<QuantWeight>& parts) {
+  auto cat = [&](Tensor QuantWeight::*field) {
+    int64_t rows = 0;
+    for (const QuantWeight& p : parts) rows += (p.*field).size(0);
+    const Tensor& first = parts[0].*field;
+    Tensor out = Tensor::empty({rows, first.size(1)}, first.dtype());
+    size_t at = 0;
+    for (const QuantWeight& p : parts) {
+      std::memcpy(static_cast<char*>(out.raw()) + at, (p.*field).raw(), (p.*field).nbytes());
+      at += (p.*field).nbytes();
+    }
+    return out;
+  };
+  QuantWeight w;
+  w.q = cat(&QuantWeight::q), w.scale = cat(&QuantWeight::scale), w.zero = cat(&QuantWeight::zero);
+  w.group = parts[0].group;
+  return w;
+}
+
+}  // namespace
+
+void load_int4_checkpoint(WeightSource& src, InferenceModel& m, Int4Format f, int64_t G) {
+  const InferenceModelConfig& c = m.cfg;
+  DSCPP_CHECK(c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2", "model_type '",
+              c.model_type, "': AWQ / GPTQ checkpoints are read for the Llama family (llama, mistral, qwen2)");
+  const int64_t qd = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim, C = c.hidden;
+  src.read("model.embed_tokens.weight", m.embed);
+  for (int64_t i = 0; i < c.n_layer; i++) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    LayerWeights& w = m.layers[size_t(i)];
+    src.read(p + "input_layernorm.weight", w.norm1_w);
+    w.qkv_q = stack_rows({read_linear(src, p + "self_attn.q_proj", qd, C, G, f),
+                          read_linear(src, p + "self_attn.k_proj", kvd, C, G, f),
+                          read_linear(src, p + "self_attn.v_proj", kvd, C, G, f)});
+    if (c.qkv_bias) {
+      src.read(p + "self_attn.q_proj.bias", w.qkv_b.narrow0(0, qd));
+      src.read(p + "self_attn.k_proj.bias", w.qkv_b.narrow0(qd, kvd));
+      src.read(p + "self_attn.v_proj.bias", w.qkv_b.narrow0(qd + kvd, kvd));
+    }
+    w.o_q = read_linear(src, p + "self_attn.o_proj", C, qd, G, f);
+    src.read(p + "post_attention_layernorm.weight", w.norm2_w);
+    w.up_q = stack_rows({read_linear(src, p + "mlp.gate_proj", c.ffn, C, G, f),
+                         read_linear(src, p + "mlp.up_proj", c.ffn, C, G, f)});
+    w.down_q = read_linear(src, p + "mlp.down_proj", C, c.ffn, G, f);
+  }
+  src.read("model.norm.weight", m.norm_f_w);
+  if (!c.tie_embeddings) src.read("lm_head.weight", m.lm_head);
 }
 
 }  // namespace dscpp::inference

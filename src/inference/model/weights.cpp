@@ -26,7 +26,45 @@ void InferenceModelConfig::validate() const {
   DSCPP_CHECK(norm_eps > 0 && std::isfinite(norm_eps), "inference model (", model_type, "): norm_eps must be positive");
 }
 
-InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Device device, const TpShard& tp) {
+void check_quant_group(int64_t in, const WeightQuantConfig& quant, const std::string& name) {
+  const int64_t g = quant.group();
+  DSCPP_CHECK(g == 0 || in % g == 0, "dscpp.quantization.group_size ", g, ": must divide the input width of every "
+              "quantized linear, and ", name, " has ", in, " inputs");
+}
+
+QuantWeight allocate_quant_weight(int64_t out, int64_t in, const WeightQuantConfig& quant, Device device,
+                                  const std::string& name) {
+  check_quant_group(in, quant, name);
+  QuantWeight q;
+  q.group = quant.group();
+  if (q.group == 0) {
+    q.q = Tensor::empty({out, in}, DType::i8, device);
+    q.scale = Tensor::empty({out}, DType::f32, device);
+    return q;
+  }
+  q.q = Tensor::empty({out, in / 2}, DType::i8, device);
+  q.scale = Tensor::empty({out, in / q.group}, DType::f32, device);
+  q.zero = Tensor::empty({out, in / q.group}, DType::i8, device);
+  return q;
+}
+
+std::vector<LinearSlot> quantized_linears(InferenceModel& m, const WeightQuantConfig& quant) {
+  std::vector<LinearSlot> out;
+  if (!quant.enabled) return out;
+  for (size_t l = 0; l < m.layers.size(); l++) {
+    LayerWeights& w = m.layers[l];
+    const std::string p = "layers." + std::to_string(l) + ".";
+    if (quant.qkv) out.push_back({p + "qkv_w", &w.qkv_w, &w.qkv_q});
+    out.push_back({p + "o_w", &w.o_w, &w.o_q});
+    out.push_back({p + "up_w", &w.up_w, &w.up_q});
+    out.push_back({p + "down_w", &w.down_w, &w.down_q});
+  }
+  if (quant.lm_head) out.push_back({"lm_head", &m.lm_head, &m.lm_head_q});
+  return out;
+}
+
+InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Device device,
+                                const WeightQuantConfig& quant, const TpShard& tp) {
   c.validate();
   const int64_t vocab_rows = tp.size > 1 ? tp.vocab_rows : c.vocab;
   const int64_t C = c.hidden;
@@ -53,6 +91,11 @@ InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Devi
   }
   m.norm_f_w = vec(C, true), m.norm_f_b = vec(C, ln);
   m.lm_head = c.tie_embeddings ? m.embed : mat(vocab_rows, C);
+  for (const LinearSlot& s : quantized_linears(m, quant)) {
+    *s.q = allocate_quant_weight(s.w->size(0), s.w->size(1), quant, device, s.name);
+    *s.w = Tensor();
+  }
+  m.quant = quant;
   return m;
 }
 
@@ -60,6 +103,11 @@ std::vector<std::pair<std::string, Tensor>> InferenceModel::named_tensors() cons
   std::vector<std::pair<std::string, Tensor>> out;
   auto add = [&](const std::string& n, const Tensor& t) {
     if (t.defined()) out.emplace_back(n, t);
+  };
+  auto add_q = [&](const std::string& n, const QuantWeight& q) {
+    add(n + ".q", q.q);
+    add(n + ".scale", q.scale);
+    add(n + ".zero", q.zero);
   };
   add("embed", embed);
   add("pos_embed", pos_embed);
@@ -71,10 +119,14 @@ std::vector<std::pair<std::string, Tensor>> InferenceModel::named_tensors() cons
                                {"norm2_w", w.norm2_w}, {"norm2_b", w.norm2_b}, {"up_w", w.up_w}, {"up_b", w.up_b},
                                {"down_w", w.down_w}, {"down_b", w.down_b}})
       add(p + n, t);
+    for (const auto& [n, q] : {std::pair<const char*, const QuantWeight&>{"qkv_w", w.qkv_q}, {"o_w", w.o_q},
+                               {"up_w", w.up_q}, {"down_w", w.down_q}})
+      add_q(p + n, q);
   }
   add("norm_f_w", norm_f_w);
   add("norm_f_b", norm_f_b);
   if (!cfg.tie_embeddings) add("lm_head", lm_head);
+  add_q("lm_head", lm_head_q);
   return out;
 }
 
