@@ -52,7 +52,9 @@ const bench::Flags kFlags{"allreduce_bench",
 
 Args parse(int argc, char** argv) {
   Args a;
-  const auto on_switch = [&](const std::string& k) { (k == "copies" ? a.copies : k == "peer" ? a.peer : a.graph) = true; };
+  const auto on_switch = [&](const std::string& k) {
+    (k == "copies" ? a.copies : k == "peer" ? a.peer : a.graph) = true;
+  };
   kFlags.parse(argc, argv, {"copies", "peer", "graph"}, on_switch, [&](const std::string& k, const std::string& v) {
     if (k == "min-mib") a.min_mib = kFlags.to_int(k, v, 1);
     else if (k == "min-kib") a.min_kib = kFlags.to_int(k, v, 1);

@@ -61,6 +61,21 @@ std::string export_tiny(const std::string& arch, int rank) {
   return dir;
 }
 
+// This process as rank `rank` of 2 over Gloo, with its copy of the tiny model's folder and options loading its shard.
+struct TpRank {
+  std::string dir;
+  std::unique_ptr<ProcessGroup> pg;
+  LoadOptions lo;
+};
+TpRank join_two(const std::string& arch, int rank, int port,
+                std::chrono::milliseconds timeout = std::chrono::milliseconds(kTimeout)) {
+  TpRank r;
+  r.dir = export_tiny(arch, rank);
+  r.pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, timeout);
+  r.lo.tp_group = r.pg.get();
+  return r;
+}
+
 InferenceConfig small_config(int64_t tp) {
   InferenceConfig c;
   c.tp_size = tp;
@@ -83,13 +98,10 @@ std::vector<int32_t> tokens_of(int64_t n, int32_t salt) {
 void on_two_ranks(const std::string& arch,
                   const std::function<void(InferenceEngine& tp2, InferenceEngine& tp1)>& lead) {
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
-    const std::string dir = export_tiny(arch, rank);
-    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
-    LoadOptions lo;
-    lo.tp_group = pg.get();
-    InferenceEngine tp2(load_inference_model(dir, lo), small_config(2));
+    const TpRank r = join_two(arch, rank, port);
+    InferenceEngine tp2(load_inference_model(r.dir, r.lo), small_config(2));
     if (rank == 1) return tp2.follow();
-    InferenceEngine tp1(load_inference_model(dir), small_config(1));
+    InferenceEngine tp1(load_inference_model(r.dir), small_config(1));
     lead(tp2, tp1);
   }));
 }
@@ -181,11 +193,8 @@ TEST_P(TensorParallel, GreedyGenerationEqualsOneRank) { on_two_ranks(GetParam(),
 TEST_P(TensorParallel, EachRankHoldsItsShard) {
   const std::string arch = GetParam();
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
-    const std::string dir = export_tiny(arch, rank);
-    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
-    LoadOptions lo;
-    lo.tp_group = pg.get();
-    const InferenceModel full = load_inference_model(dir), shard = load_inference_model(dir, lo);
+    const TpRank r = join_two(arch, rank, port);
+    const InferenceModel full = load_inference_model(r.dir), shard = load_inference_model(r.dir, r.lo);
     const InferenceModelConfig& f = full.cfg;
     const int64_t H = f.n_head / 2, Hkv = f.n_kv_head / 2, D = f.head_dim, F = f.ffn / 2, C = f.hidden;
     EXPECT_EQ(shard.cfg.n_head, H);
@@ -287,31 +296,25 @@ TEST(TensorParallelRules, ConfigAndModelMustAgreeOnTpSize) {
 
 TEST(TensorParallelRules, RanksWithDifferentConfigsStopAtStartUpNamingTheKey) {
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
-    const std::string dir = export_tiny("llama", rank);
-    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
-    LoadOptions lo;
-    lo.tp_group = pg.get();
+    const TpRank r = join_two("llama", rank, port);
     InferenceConfig c = small_config(2);
     if (rank == 1) c.dscpp.kv_block_size = 16;
     try {
-      InferenceEngine e(load_inference_model(dir, lo), c);
+      InferenceEngine e(load_inference_model(r.dir, r.lo), c);
       ADD_FAILURE() << "rank " << rank << ": the engine started";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("dscpp.kv_block_size"), std::string::npos) << e.what();
     }
-    test::leave_together(*pg);
+    test::leave_together(*r.pg);
   }));
 }
 
 TEST(TensorParallelRules, QuantizedWeightsAreNotSplit) {
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
-    const std::string dir = export_tiny("llama", rank);
-    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
-    LoadOptions lo;
-    lo.tp_group = pg.get();
-    lo.quant.enabled = true;
+    TpRank r = join_two("llama", rank, port);
+    r.lo.quant.enabled = true;
     try {
-      load_inference_model(dir, lo);
+      load_inference_model(r.dir, r.lo);
       ADD_FAILURE() << "int8 weights split over 2 ranks";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("tensor_parallel.tp_size = 2 with int8"), std::string::npos) << e.what();
@@ -323,11 +326,8 @@ TEST(TensorParallelRules, QuantizedWeightsAreNotSplit) {
 // next step from timing out, and the next request runs (Note [Tensor-parallel steps]).
 TEST(TensorParallelSteps, AnIdleLeaderKeepsItsFollowers) {
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
-    const std::string dir = export_tiny("llama", rank);
-    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(2));
-    LoadOptions lo;
-    lo.tp_group = pg.get();
-    InferenceEngine e(load_inference_model(dir, lo), small_config(2));
+    const TpRank r = join_two("llama", rank, port, std::chrono::seconds(2));
+    InferenceEngine e(load_inference_model(r.dir, r.lo), small_config(2));
     if (rank == 1) return e.follow();
     const Tensor before = e.put({1}, {tokens_of(5, 1)});
     std::this_thread::sleep_for(std::chrono::milliseconds(3500));
@@ -339,11 +339,8 @@ TEST(TensorParallelSteps, AnIdleLeaderKeepsItsFollowers) {
 // Rank 1 dies after start-up: rank 0's request fails with an error that names it (through the store), no hang.
 TEST(TensorParallelFailure, DeadFollowerFailsTheRequestNamingIt) {
   const auto results = run_ranks(2, [&](int rank, int port) {
-    const std::string dir = export_tiny("gpt2", rank);
-    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
-    LoadOptions lo;
-    lo.tp_group = pg.get();
-    InferenceEngine e(load_inference_model(dir, lo), small_config(2));
+    const TpRank r = join_two("gpt2", rank, port);
+    InferenceEngine e(load_inference_model(r.dir, r.lo), small_config(2));
     if (rank == 1) ::_exit(3);  // as a crash: no goodbye to the store, no destructors
     GenerationRequest g;
     g.request.uid = 1;
