@@ -1,9 +1,15 @@
 // Training throughput of our engine on one GPU: GPT-2 124M (vocab padded to 50304), GPT-2 350M and Llama ~1B on
 // random tokens, bf16 with f32 master weights, AdamW, gradient clipping 1.0 (the settings of bench/train_torch.py).
-//   train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024] [--steps 10] [--warmup 3]
+//   train_bench [--models gpt2,gpt2-medium,llama-1b,bench/models/llama-3.1-8b.json] [--batch 32] [--seq 1024]
+//               [--steps 10] [--warmup 3]
 //               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--attention auto|cudnn|own] [--nvtx-step]
+//               [--gas 1] [--zero-stage 0..3] [--offload none|cpu] [--offload-ratio 1] [--delayed-update]
+//               [--offload-threads N] [--checkpointing]
 // Prints one line per model, tab-separated and prefixed "RESULT" (bench/run_train_bench.sh collects them):
 //   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
+// B = sequences per optimizer step (--batch x --gas); impl names the variant: dscpp-<dtype>[-z<stage>][-gas<n>]
+// [-offload[<ratio>][-dpu]][-ckpt]. With --offload cpu (zero_optimization.offload_optimizer, Note [Optimizer offload])
+// stderr also gets, per timed step, the host optimizer's time and how long training waited for it.
 // tokens/s = B*T / median step time (forward + backward + step, synchronised) over --steps steps after --warmup;
 // MFU = tokens/s * ModelConfig::train_flops_per_token(T) / 989.4e12 (H100 SXM dense bf16), and the same against
 // the measured GEMM ceiling --gemm-tflops. Peak memory: the CUDA allocator's peak live bytes (PyTorch's
@@ -14,6 +20,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,17 +48,30 @@ struct Args {
   std::string dtype = "bf16";
   std::string attention = "auto";  // the config's dscpp.attention
   bool nvtx_step = false;
+  int64_t gas = 1, zero_stage = 0;
+  std::string offload = "none";   // zero_optimization.offload_optimizer.device
+  double offload_ratio = 1.0;
+  bool delayed_update = false, checkpointing = false;
+  int64_t offload_threads = 0;    // dscpp.offload.threads; 0: the engine's default
 };
 
 const bench::Flags kFlags{"train_bench",
                           "train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024]\n"
                           "                   [--steps 10] [--warmup 3] [--gemm-tflops 678] [--dtype bf16|fp16|f32]\n"
-                          "                   [--attention auto|cudnn|own] [--nvtx-step]\n"};
+                          "                   [--attention auto|cudnn|own] [--nvtx-step] [--gas 1] [--zero-stage 0]\n"
+                          "                   [--offload none|cpu] [--offload-ratio 1] [--delayed-update]\n"
+                          "                   [--offload-threads N]\n"
+                          "                   [--checkpointing]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
-  auto on_switch = [&](const std::string&) { a.nvtx_step = true; };  // the only switch
-  kFlags.parse(argc, argv, {"nvtx-step"}, on_switch, [&](const std::string& k, const std::string& v) {
+  auto on_switch = [&](const std::string& k) {
+    if (k == "nvtx-step") a.nvtx_step = true;
+    if (k == "delayed-update") a.delayed_update = true;
+    if (k == "checkpointing") a.checkpointing = true;
+  };
+  kFlags.parse(argc, argv, {"nvtx-step", "delayed-update", "checkpointing"}, on_switch,
+               [&](const std::string& k, const std::string& v) {
     if (k == "models") a.models = bench::Flags::list(v);
     else if (k == "batch") a.batch = kFlags.to_int(k, v, 1);
     else if (k == "seq") a.seq = kFlags.to_int(k, v, 1);
@@ -59,16 +80,28 @@ Args parse(int argc, char** argv) {
     else if (k == "gemm-tflops") a.gemm_tflops = std::atof(v.c_str());
     else if (k == "dtype") a.dtype = v;
     else if (k == "attention") a.attention = v;
+    else if (k == "gas") a.gas = kFlags.to_int(k, v, 1);
+    else if (k == "zero-stage") a.zero_stage = kFlags.to_int(k, v, 0);
+    else if (k == "offload") a.offload = v;
+    else if (k == "offload-ratio") a.offload_ratio = std::atof(v.c_str());
+    else if (k == "offload-threads") a.offload_threads = kFlags.to_int(k, v, 1);
     else kFlags.fail("unknown option --" + k);
   });
+  if (a.zero_stage > 3) kFlags.fail("--zero-stage must be 0..3");
+  if (a.offload != "none" && a.offload != "cpu") kFlags.fail("--offload must be none or cpu");
+  if (a.offload == "cpu" && a.zero_stage == 0) kFlags.fail("--offload cpu needs --zero-stage 1, 2 or 3");
+  if (a.delayed_update && a.offload != "cpu") kFlags.fail("--delayed-update needs --offload cpu");
   if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "f32") kFlags.fail("--dtype must be bf16, fp16 or f32");
   if (a.attention != "auto" && a.attention != "cudnn" && a.attention != "own")
     kFlags.fail("--attention must be auto, cudnn or own");
   return a;
 }
 
+// A preset name, or a Hugging Face config.json (bench/models/llama-3.1-8b.json: the 8B shape).
 ModelConfig bench_model(const std::string& name, int64_t T) {
-  ModelConfig c = ModelConfig::preset(name);
+  const bool file = name.size() > 5 && name.substr(name.size() - 5) == ".json";
+  ModelConfig c = file ? ModelConfig::from_hf_json(nlohmann::json::parse(std::ifstream(name)), /*shapes_only=*/true)
+                       : ModelConfig::preset(name);
   if (c.arch == "gpt2") c.vocab_size = 50304;  // padded to a multiple of 128, as llm.c and the torch script
   c.max_seq_len = std::max(c.max_seq_len, T);
   return c;
@@ -78,12 +111,37 @@ DeepSpeedConfig bench_config(const Args& a) {
   std::string prec = a.dtype == "bf16"   ? R"(, "bf16": {"enabled": true})"
                      : a.dtype == "fp16" ? R"(, "fp16": {"enabled": true, "initial_scale_power": 12})"
                                          : "";
+  std::string zero = R"(, "zero_optimization": {"stage": )" + std::to_string(a.zero_stage);
+  if (a.offload != "none")
+    zero += R"(, "offload_optimizer": {"device": ")" + a.offload + R"(", "ratio": )" + std::to_string(a.offload_ratio) + "}";
+  zero += "}";
+  const std::string ckpt = a.checkpointing ? R"(, "activation_checkpointing": {"number_checkpoints": 1000})" : "";
   return DeepSpeedConfig::from_string(
       R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.batch) +
-      R"(, "gradient_accumulation_steps": 1,
+      R"(, "gradient_accumulation_steps": )" + std::to_string(a.gas) + R"(,
           "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8,
                                                     "weight_decay": 0.1}},
-          "gradient_clipping": 1.0, "dscpp": {"attention": ")" + a.attention + "\"}" + prec + "}");
+          "gradient_clipping": 1.0, "dscpp": {"attention": ")" + a.attention + R"(", "offload": {"delayed_update": )" +
+      (a.delayed_update ? "true" : "false") +
+      (a.offload_threads ? R"(, "threads": )" + std::to_string(a.offload_threads) : std::string()) + "}}" + prec +
+      zero + ckpt + "}");
+}
+
+std::string impl_name(const Args& a) {
+  std::string s = "dscpp-" + a.dtype;
+  if (a.zero_stage) s += "-z" + std::to_string(a.zero_stage);
+  if (a.gas > 1) s += "-gas" + std::to_string(a.gas);
+  if (a.offload != "none") {
+    s += "-offload";
+    if (a.offload_ratio < 1.0) {
+      char r[32];
+      std::snprintf(r, sizeof r, "%g", a.offload_ratio);
+      s += r;
+    }
+    if (a.delayed_update) s += "-dpu";
+  }
+  if (a.checkpointing) s += "-ckpt";
+  return s;
 }
 
 bool is_oom(const std::string& what) {
@@ -94,8 +152,8 @@ bool is_oom(const std::string& what) {
 
 void print_row(const std::string& model, const Args& a, const std::string& tps, const std::string& ms,
                const std::string& mfu, const std::string& mfu_gemm, const std::string& mem) {
-  std::printf("RESULT\tdscpp-%s\t%s\t%lld\t%lld\t%s\t%s\t%s\t%s\t%s\n", a.dtype.c_str(), model.c_str(),
-              (long long)a.batch, (long long)a.seq, tps.c_str(), ms.c_str(), mfu.c_str(), mfu_gemm.c_str(),
+  std::printf("RESULT\t%s\t%s\t%lld\t%lld\t%s\t%s\t%s\t%s\t%s\n", impl_name(a).c_str(), model.c_str(),
+              (long long)(a.batch * a.gas), (long long)a.seq, tps.c_str(), ms.c_str(), mfu.c_str(), mfu_gemm.c_str(),
               mem.c_str());
   std::fflush(stdout);
 }
@@ -114,7 +172,9 @@ void bench_one(const std::string& name, const Args& a) {
     const DeepSpeedConfig cfg = bench_config(a);
     auto model = make_model(mc, {model_dtype(cfg), Device::cuda(0)});
     model->init_weights(1234);
-    auto engine = initialize(std::move(model), cfg);
+    EngineOptions eo;
+    eo.log = &std::cerr;  // the model-state report: device and (offload) host bytes
+    auto engine = initialize(std::move(model), cfg, eo);
 
     Tensor x = Tensor::empty({a.batch, a.seq}, DType::i32), y = Tensor::empty({a.batch, a.seq}, DType::i32);
     Rng rng(42);
@@ -131,19 +191,24 @@ void bench_one(const std::string& name, const Args& a) {
       const bool marked = a.nvtx_step && s == a.warmup;
       auto t0 = std::chrono::steady_clock::now();
       if (marked) nvtx.begin("dscpp_step");
-      engine->forward(x, y);
-      engine->backward();
-      engine->step();
+      for (int64_t m = 0; m < a.gas; m++) {  // the same micro-batch each time: the data does not change the timing
+        engine->forward(x, y);
+        engine->backward();
+        engine->step();
+      }
       cuda_synchronize(0);
       if (marked) nvtx.end("dscpp_step");
       double dt = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (s >= a.warmup) ms.push_back(dt);
-      std::fprintf(stderr, "  %s step %lld: %.1f ms, loss %.4f\n", name.c_str(), (long long)s, dt,
-                   engine->last_loss());
+      const StepTimes st = engine->take_step_times();
+      std::fprintf(stderr, "  %s step %lld: %.1f ms, loss %.4f", name.c_str(), (long long)s, dt, engine->last_loss());
+      if (a.offload != "none")  // Note [Optimizer offload]: the host step runs beside the next forward
+        std::fprintf(stderr, " | host optimizer %.1f ms, waited for %.1f ms", st.offload_step_ms, st.offload_wait_ms);
+      std::fprintf(stderr, "\n");
     }
     std::sort(ms.begin(), ms.end());
     const double med = ms[ms.size() / 2];
-    const double tps = double(a.batch * a.seq) / (med / 1e3);
+    const double tps = double(a.batch * a.gas * a.seq) / (med / 1e3);
     const double flops = tps * mc.train_flops_per_token(a.seq);
     const double peak = double(dev_alloc.stats().peak_bytes) / double(1ull << 30);
     print_row(name, a, fmt(tps, 0), fmt(med, 1), fmt(100.0 * flops / kPeakBf16Flops, 1),
@@ -167,9 +232,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "train_bench: no CUDA device (or a CPU-only build); nothing to measure\n");
     return 1;
   }
-  std::fprintf(stderr, "train_bench on %s: B=%lld T=%lld %s, %lld warm-up + %lld timed steps\n",
-               cuda_device_name(0).c_str(), (long long)a.batch, (long long)a.seq, a.dtype.c_str(),
-               (long long)a.warmup, (long long)a.steps);
+  std::fprintf(stderr, "train_bench on %s: B=%lld x gas %lld, T=%lld %s (%s), %lld warm-up + %lld timed steps\n",
+               cuda_device_name(0).c_str(), (long long)a.batch, (long long)a.gas, (long long)a.seq, a.dtype.c_str(),
+               impl_name(a).c_str(), (long long)a.warmup, (long long)a.steps);
   for (const std::string& m : a.models) bench_one(m, a);
   return 0;
 }

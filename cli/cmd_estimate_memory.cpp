@@ -1,7 +1,7 @@
 // dscpp estimate-memory: model-state memory of a model under ZeRO, without building it. Prints DeepSpeed's estimates
-// (estimate_zero{2,3}_model_states_mem_needs_all_cold, every offload option) and our engine's per-GPU bytes per stage;
-// given a micro-batch, also the activations and ZeRO's buffers, and the total per GPU (Note [Activation estimate],
-// Note [ZeRO buffer estimate]).
+// (estimate_zero{2,3}_model_states_mem_needs_all_cold, every offload option) and our engine's per-GPU bytes per stage,
+// without and with offload_optimizer (GPU and host bytes, Note [Our model-state bytes]); given a micro-batch, also
+// the activations and ZeRO's buffers, and the total per GPU (Note [Activation estimate], Note [ZeRO buffer estimate]).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -86,9 +86,12 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
               "(micro-batch x seq x vocab) %s GiB\n",
               format_gib(act.peak_bytes).c_str(), act.peak_at.c_str(), format_gib(act.end_of_forward).c_str(),
               format_gib(w.micro_batch * w.seq_len * cfg.vocab_size * pb).c_str());
-  std::printf("| stage | model states | ZeRO-3 gathered params | gradient windows | peak GiB | at |%s\n",
+  const auto& oo = ds.zero_optimization.offload_optimizer;
+  const double offload = oo && oo->enabled() ? oo->ratio : 0.0;  // the config's offload_optimizer (stages 1-3)
+  std::printf("| stage | model states | ZeRO-3 gathered params | gradient windows | peak GiB | at |%s%s\n",
+              offload > 0 ? " host GiB (offload_optimizer) |" : "",
               o.gpu_memory_gib > 0 ? " fits? | largest micro-batch that fits |" : "");
-  std::printf("|---|---:|---:|---:|---:|---|%s\n", o.gpu_memory_gib > 0 ? "---|---:|" : "");
+  std::printf("|---|---:|---:|---:|---:|---|%s%s\n", offload > 0 ? "---:|" : "", o.gpu_memory_gib > 0 ? "---|---:|" : "");
   for (int stage = 0; stage <= 3; stage++) {
     TrainingMemorySetup ts;
     ts.stage = stage;
@@ -97,6 +100,7 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
     if (!ts.zero.overlap_comm_given) ts.zero.overlap_comm = stage == 3;  // DeepSpeed's None
     ts.fp32_master = half;
     ts.gradient_accumulation_steps = std::max<int64_t>(1, ds.gradient_accumulation_steps);
+    ts.offload_ratio = stage >= 1 ? offload : 0.0;
     const TrainingMemoryEstimate e = estimate_training_memory(cfg, w, ts);
     std::string fits;
     if (o.gpu_memory_gib > 0) {
@@ -106,9 +110,10 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
       std::snprintf(b, sizeof b, " %s (%+.1f GiB) | %lld |", left >= 0 ? "yes" : "no", left, (long long)most);
       fits = b;
     }
-    std::printf("| %d | %s | %s | %s | %s | %s |%s\n", stage, format_gib(e.states.total()).c_str(),
+    const std::string host = offload > 0 ? " " + format_gib(e.states.host) + " |" : "";
+    std::printf("| %d | %s | %s | %s | %s | %s |%s%s\n", stage, format_gib(e.states.total()).c_str(),
                 format_gib(e.gathered_params * pb).c_str(), format_gib(e.grad_windows * 4).c_str(),
-                format_gib(e.peak_bytes).c_str(), e.peak_at.c_str(), fits.c_str());
+                format_gib(e.peak_bytes).c_str(), e.peak_at.c_str(), host.c_str(), fits.c_str());
   }
   std::printf("Peak: model states + activations + ZeRO's buffers at their common high-water mark (gathered "
               "params and gradient windows: each one's own peak; %s). Not included: the allocator's cache and "
@@ -147,6 +152,12 @@ int run_estimate(const EstimateOptions& o) {
   std::printf("(Note [Our model-state bytes] in zero_estimate.h; flat buffer = total params, alignment padding "
               "ignored)\n");
   std::fputs(format_model_state_table(n.total, W, 2, 4, true, 2).c_str(), stdout);
+  std::printf("\n== DeepSpeed.cpp engine: with offload_optimizer=cpu, per GPU and host memory per rank ==\n");
+  std::printf("(the GPU keeps bf16 params and f32 grads; the host holds the f32 master and AdamW's two states, 12 "
+              "bytes per param, and copy slots for gradients and bf16 params, <= 384 MiB with buffer_count 4; "
+              "dscpp.offload.delayed_update adds 6 bytes per param. DeepSpeed's offload rows above count 16-bit "
+              "gradients that leave the GPU: at stage 2 gpu 2P, cpu P x max(4G, 16) x 1.5 per node)\n");
+  std::fputs(format_model_state_table(n.total, W, 2, 4, true, 2, 1.0).c_str(), stdout);
   if (o.micro_batch == 0 && o.deepspeed_config.empty()) {
     std::printf("Not included: activations, communication buckets, the ZeRO-3 gather buffer, allocator cache, CUDA "
                 "context (give --micro_batch for those).\n");

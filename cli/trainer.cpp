@@ -305,6 +305,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   mem_s.fp32_master = mopts.dtype != DType::f32;
   mem_s.optimizer_states = int(engine->optimizer().state_tensors().size());
   mem_s.gradient_accumulation_steps = gas;
+  if (const auto& oo = cfg.zero_optimization.offload_optimizer; oo && oo->enabled()) mem_s.offload_ratio = oo->ratio;
   const TrainingMemoryEstimate predicted = estimate_training_memory(mcfg, mem_w, mem_s);
   if (!quiet) {
     log << "memory per rank, predicted: peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
@@ -362,13 +363,19 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
         StepTimes st = engine->take_step_times();
         std::snprintf(line, sizeof line, "  time per optimizer step: forward %.1f ms | backward %.1f ms | step %.1f ms",
                       st.forward_ms / double(st.steps), st.backward_ms / double(st.steps), st.step_ms / double(st.steps));
-        log << line << std::endl;
+        log << line;
+        if (st.offload_step_ms > 0) {  // Note [Optimizer offload]: the host step runs beside the next forward
+          std::snprintf(line, sizeof line, " | host optimizer %.1f ms, waited for %.1f ms",
+                        st.offload_step_ms / double(st.steps), st.offload_wait_ms / double(st.steps));
+          log << line;
+        }
+        log << std::endl;
       }
       window_seconds = 0;
       window_tokens = 0;
     }
     if (o.eval_every && step % o.eval_every == 0 && step != o.steps) {
-      float vl = evaluate(m, val, o.eval_batches, val_B, T);
+      float vl = evaluate(engine->model(), val, o.eval_batches, val_B, T);  // the parameters brought up to date
       if (!quiet) log << "step " << step << " | val loss " << vl << std::endl;
     }
     if (o.save_every && step % o.save_every == 0 && step != o.steps) save();
@@ -380,7 +387,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   res.predicted_peak_bytes = predicted.peak_bytes;
   res.peak_rss_bytes = peak_rss_bytes();
   res.global_steps = engine->global_steps();
-  res.final_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
+  res.final_val_loss = evaluate(engine->model(), val, o.eval_batches, val_B, T);
   save();
   engine->wait_for_checkpoint();  // an asynchronous save must be committed before we report it
   if (!quiet) {

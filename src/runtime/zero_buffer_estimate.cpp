@@ -150,7 +150,7 @@ TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const Ac
   for (int64_t u : units) flat += u;
   TrainingMemoryEstimate e;
   e.states = zero_model_state_bytes(flat, sharded ? s.stage : 0, s.world_size, int(dtype_size(w.act)), 4,
-                                    s.fp32_master, s.optimizer_states);
+                                    s.fp32_master, s.optimizer_states, s.offload_ratio);
   e.activations = estimate_activation_memory(cfg, w);
   // The coordinator records the sequence of unit uses in the first micro-step and follows it afterwards: so do we.
   std::vector<int> seq;

@@ -203,32 +203,45 @@ ModelParamCounts model_param_counts(const ModelConfig& cfg) {
 }
 
 ModelStateBytes zero_model_state_bytes(int64_t flat_numel, int stage, int world_size, int param_bytes,
-                                       int grad_bytes, bool fp32_master, int optimizer_states) {
+                                       int grad_bytes, bool fp32_master, int optimizer_states, double offload_ratio) {
   DSCPP_CHECK(flat_numel >= 0, "model-state bytes: flat_numel must be >= 0, got ", flat_numel);
   DSCPP_CHECK(stage >= 0 && stage <= 3, "model-state bytes: ZeRO stage must be 0..3, got ", stage);
   DSCPP_CHECK(world_size >= 1, "model-state bytes: world_size must be >= 1, got ", world_size);
   DSCPP_CHECK(param_bytes > 0 && grad_bytes > 0, "model-state bytes: element sizes must be positive, got ",
               param_bytes, " and ", grad_bytes);
   DSCPP_CHECK(optimizer_states >= 0, "model-state bytes: optimizer_states must be >= 0, got ", optimizer_states);
+  DSCPP_CHECK(offload_ratio >= 0.0 && offload_ratio <= 1.0, "model-state bytes: offload ratio must be in [0, 1], got ",
+              offload_ratio);
   const int64_t shard = (flat_numel + world_size - 1) / world_size;
   ModelStateBytes b;
   b.params = (stage >= 3 ? shard : flat_numel) * param_bytes;
   b.grads = (stage >= 2 ? shard : flat_numel) * grad_bytes;
-  b.optimizer = (stage >= 1 ? shard : flat_numel) * 4 * ((fp32_master ? 1 : 0) + optimizer_states);
+  const int64_t owned = stage >= 1 ? shard : flat_numel;
+  const int64_t host = int64_t(offload_ratio * double(owned));  // Note [Our model-state bytes]
+  b.optimizer = (owned - host) * 4 * ((fp32_master ? 1 : 0) + optimizer_states);
+  b.host = host * (4 + 4 * optimizer_states);
   return b;
 }
 
 std::string format_model_state_table(int64_t flat_numel, int world_size, int param_bytes, int grad_bytes,
-                                     bool fp32_master, int optimizer_states) {
-  std::string s = "  stage |  params GiB |   grads GiB | optimizer GiB |   total GiB | bytes/param\n";
+                                     bool fp32_master, int optimizer_states, double offload_ratio) {
+  const bool off = offload_ratio > 0.0;
+  std::string s = std::string("  stage |  params GiB |   grads GiB | optimizer GiB |   total GiB | bytes/param") +
+                  (off ? " | host GiB | host bytes/param\n" : "\n");
   char buf[256];
-  for (int stage = 0; stage <= 3; stage++) {
-    const ModelStateBytes b =
-        zero_model_state_bytes(flat_numel, stage, world_size, param_bytes, grad_bytes, fp32_master, optimizer_states);
-    std::snprintf(buf, sizeof buf, "  %5d | %11s | %11s | %13s | %11s | %11.2f\n", stage, format_gib(b.params).c_str(),
+  for (int stage = off ? 1 : 0; stage <= 3; stage++) {
+    const ModelStateBytes b = zero_model_state_bytes(flat_numel, stage, world_size, param_bytes, grad_bytes,
+                                                     fp32_master, optimizer_states, offload_ratio);
+    const double per = flat_numel > 0 ? 1.0 / double(flat_numel) : 0.0;
+    std::snprintf(buf, sizeof buf, "  %5d | %11s | %11s | %13s | %11s | %11.2f", stage, format_gib(b.params).c_str(),
                   format_gib(b.grads).c_str(), format_gib(b.optimizer).c_str(), format_gib(b.total()).c_str(),
-                  flat_numel > 0 ? double(b.total()) / double(flat_numel) : 0.0);
+                  double(b.total()) * per);
     s += buf;
+    if (off) {
+      std::snprintf(buf, sizeof buf, " | %8s | %16.2f", format_gib(b.host).c_str(), double(b.host) * per);
+      s += buf;
+    }
+    s += "\n";
   }
   return s;
 }

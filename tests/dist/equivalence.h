@@ -71,6 +71,9 @@ struct DistCase {
   bool gather16 = false;          // stage3_gather_16bit_weights_on_model_save
   int64_t n_layer = 0;            // 0: the tiny model's
   int64_t prefetch = 50000000, persistence = 100000, reuse = 1000000000, max_live = 1000000000;  // stage 3
+  double offload = 0;             // zero_optimization.offload_optimizer: device "cpu" with this ratio (0: none)
+  int64_t offload_buffers = 4;    // and this buffer_count
+  bool delayed_update = false;    // dscpp.offload.delayed_update
 
   bool gpu() const { return backend == "nccl"; }
   std::string name() const {  // a gtest parameter name
@@ -87,6 +90,9 @@ struct DistCase {
     if (sharded_init) o << "_shardedinit";
     if (n_layer) o << "_L" << n_layer;
     if (stage == 3 && reuse == 0) o << "_noreuse";
+    if (offload > 0) o << "_offload" << int(offload * 100);
+    if (offload > 0 && offload_buffers != 4) o << "_buffers" << offload_buffers;
+    if (delayed_update) o << "_dpu";
     return o.str();
   }
 };
@@ -138,7 +144,11 @@ inline std::string config_json(const DistCase& c) {
   j << R"(, "dscpp": {"fused_head": )" << (c.fused_head ? "true" : "false") << R"(, "copy_engine": {"enabled": )"
     << (c.copy_engine ? "true" : "false");
   if (c.arena_mib) j << R"(, "arena_mib": )" << *c.arena_mib;
+  j << R"(}, "offload": {"delayed_update": )" << (c.delayed_update ? "true" : "false");
   j << R"(}}, "zero_optimization": {"stage": )" << c.stage;
+  if (c.offload > 0)
+    j << R"(, "offload_optimizer": {"device": "cpu", "ratio": )" << c.offload << R"(, "buffer_count": )"
+      << c.offload_buffers << "}";
   if (c.overlap) j << R"(, "overlap_comm": )" << (*c.overlap ? "true" : "false");
   j << R"(, "reduce_bucket_size": )" << c.bucket << R"(, "stage3_prefetch_bucket_size": )" << c.prefetch
     << R"(, "stage3_param_persistence_threshold": )" << c.persistence << R"(, "stage3_max_reuse_distance": )"
@@ -192,8 +202,8 @@ inline std::vector<float> named_params(Engine& e) {  // a collective at stage 3
 inline std::pair<std::vector<float>, std::vector<bool>> named_owned_grads(Engine& e) {
   const ParamSet& ps = e.model().params();
   Tensor flat = Tensor::zeros({ps.flat_numel()}, DType::f32), owned = Tensor::zeros({ps.flat_numel()}, DType::f32);
-  for (size_t k = 0; k < e.optimizer().owned().size(); k++) {
-    const FlatRange r = e.optimizer().owned()[k];
+  for (size_t k = 0; k < e.owned_ranges().size(); k++) {
+    const FlatRange r = e.owned_ranges()[k];
     Tensor dst = flat.slice(r.begin, r.size());
     dst.copy_from(e.owned_grads(k).to(Device::cpu()));
     owned.slice(r.begin, r.size()).fill(1.0f);
@@ -272,6 +282,8 @@ inline DistCase reference_case(DistCase c) {
   c.arena_mib.reset();
   c.fused_head = false;
   c.sharded_init = false;
+  c.offload = 0;
+  c.delayed_update = false;
   return c;
 }
 

@@ -172,6 +172,26 @@ TEST(ZeroEstimate, OurModelStateBytesPerStage) {
   EXPECT_NE(t.find("|        9.00\n"), std::string::npos) << t;  // stage 3 over 2 ranks
 }
 
+// Note [Our model-state bytes] with offload_optimizer: the device keeps (1 - r) of the optimizer, the host per
+// offloaded element the master and the states.
+TEST(ZeroEstimate, OffloadedModelStateBytes) {
+  const int64_t N = 64000 + 48;
+  const ModelStateBytes all = zero_model_state_bytes(N, 2, 2, 2, 4, true, 2, 1.0);
+  EXPECT_EQ(all.params, 2 * N);
+  EXPECT_EQ(all.grads, 4 * N / 2);
+  EXPECT_EQ(all.optimizer, 0);
+  EXPECT_EQ(all.host, 12 * N / 2);  // 4 + 8
+  const ModelStateBytes half = zero_model_state_bytes(N, 3, 4, 2, 4, true, 2, 0.5);
+  EXPECT_EQ(half.optimizer, 12 * (N / 4 - N / 8));
+  EXPECT_EQ(half.host, 12 * (N / 8));
+  EXPECT_EQ(zero_model_state_bytes(N, 1, 1, 4, 4, false, 1, 1.0).host, 8 * N);  // f32: still a host master
+  EXPECT_EQ(zero_model_state_bytes(N, 1, 1, 2, 4, true, 2).host, 0);
+  EXPECT_THROW(zero_model_state_bytes(N, 1, 1, 2, 4, true, 2, 1.5), Error);
+  const std::string t = format_model_state_table(N, 2, 2, 4, true, 2, 1.0);
+  EXPECT_EQ(t.find("\n      0 |"), std::string::npos) << t;  // stages 1-3 only
+  EXPECT_NE(t.find("|             6.00\n"), std::string::npos) << t;  // host bytes per param over 2 ranks
+}
+
 namespace {
 // Largest module (HF module = parameter name without its last component, block index -> "*") and largest unit
 // (embeddings before the first block, each block, final after the last) of a materialized model.

@@ -108,15 +108,16 @@ struct FlopsProfilerConfig {             // "flops_profiler" (profiling/config.p
   std::optional<std::string> output_file;  // write the report there instead of stdout (null = stdout)
 };
 
-struct OffloadOptimizerConfig {          // "zero_optimization.offload_optimizer"
-  std::string device = "none";           // "none", "cpu", "nvme" (doc says "cpu"; code "none")
-  std::optional<std::string> nvme_path;  // folder for nvme swap files
-  int64_t buffer_count = 4;              // swap buffers
-  bool pin_memory = false;               // page-locked host buffers
-  bool pipeline_read = false;            // overlap swap-in with the step
-  bool pipeline_write = false;           // overlap swap-out with the step
-  bool fast_init = false;                // skip initialising swap files
-  double ratio = 1.0;                    // share offloaded, in [0, 1]; < 1 needs stage 3
+struct OffloadOptimizerConfig {          // "zero_optimization.offload_optimizer" (Note [Optimizer offload])
+  std::string device = "none";           // "none" or "cpu" ("nvme" is refused: not implemented); doc says "cpu"
+  std::optional<std::string> nvme_path;  // folder for nvme swap files (nvme only)
+  int64_t buffer_count = 4;              // swap buffers (nvme only)
+  bool pin_memory = true;                // page-locked host buffers (DeepSpeed >= 0.19.6's default; false before)
+  bool pipeline_read = false;            // overlap swap-in with the step (nvme only)
+  bool pipeline_write = false;           // overlap swap-out with the step (nvme only)
+  bool fast_init = false;                // skip initialising swap files (nvme only)
+  double ratio = 1.0;                    // share of each rank's states stepped on the CPU, in [0, 1] (Twin-Flow)
+  bool enabled() const { return device != "none" && ratio > 0.0; }
 };
 
 struct OffloadParamConfig {              // "zero_optimization.offload_param" (stage 3 only)
@@ -142,10 +143,20 @@ struct CopyEngineConfig {                // "dscpp.copy_engine": reductions and 
   std::optional<int64_t> arena_mib;      // symmetric-memory arena for them; unset = sized from the model
 };
 
+struct DscppOffloadConfig {              // "dscpp.offload": ZeRO-Offload's options of ours
+  // The ZeRO-Offload paper's one-step delayed parameter update: the CPU steps with step n's gradients while the GPU
+  // runs step n + 1 on the parameters before that update (needs offload_optimizer.device "cpu").
+  bool delayed_update = false;
+  // OpenMP threads of the host step; unset = OpenMP's default less one (at least 1), leaving a core to the training
+  // thread, which launches the next forward's kernels while the host steps.
+  std::optional<int64_t> threads;
+};
+
 struct DscppConfig {                     // "dscpp"
   std::string attention = "auto";        // "auto" | "cudnn" | "own": which kernels run attention on CUDA
   bool fused_head = false;               // lm head and loss backward inside forward, in chunks of logits
   CopyEngineConfig copy_engine;
+  DscppOffloadConfig offload;
 };
 
 }  // namespace dscpp

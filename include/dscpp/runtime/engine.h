@@ -41,10 +41,13 @@
 
 namespace dscpp {
 
-class GradSync;  // src/runtime/dp/grad_sync.h
+class GradSync;          // src/runtime/dp/grad_sync.h
+class OptimizerOffload;  // src/runtime/offload/optimizer_offload.h
 
 struct StepTimes {  // wall_clock_breakdown: milliseconds summed since the last report
   double forward_ms = 0, backward_ms = 0, step_ms = 0;
+  // offload_optimizer: the host step's time on its worker thread, and the time training waited for it
+  double offload_step_ms = 0, offload_wait_ms = 0;
   int64_t micro_steps = 0, steps = 0;
 };
 
@@ -107,15 +110,21 @@ class Engine {
   double loss_scale() const { return scaler_.loss_scale(); }  // multiplies the loss in backward (1 unless fp16)
   const LossScaler& loss_scaler() const { return scaler_; }
   bool last_step_skipped() const { return last_skipped_; }   // the last boundary overflowed and was skipped
-  const Tensor& master_params() const { return master_; }    // f32 masters of the owned ranges (mixed only)
+  // f32 masters of the owned ranges (mixed only), wherever they live (with offload_optimizer: host memory, a merged
+  // copy under Twin-Flow)
+  Tensor master_params() const;
   const ZeroPartition& zero_partition() const { return zp_; }
   const ZeroParamCoordinator* zero_params() const { return zparams_.get(); }  // stage 3 across ranks, else null
   const GradSync* grad_sync() const { return grad_sync_.get(); }  // across ranks, else null
+  // zero_optimization.offload_optimizer (Note [Optimizer offload]), else null
+  const OptimizerOffload* offload() const { return offload_.get(); }
+  const std::vector<FlatRange>& owned_ranges() const { return owned_; }  // this rank's, in shard order
   // Stage 1/2: units whose post-step all-gather the next forward has not waited for yet (Note [Deferred parameter
   // gathers]); 0 otherwise.
   int64_t pending_param_gathers() const;
   int zero_stage() const { return cfg_.zero_optimization.stage; }
-  // Rank's f32 gradients of its k-th owned range (after backward at a boundary: averaged across ranks).
+  // Rank's f32 gradients of its k-th owned range (owned_ranges(); after backward at a boundary: averaged across
+  // ranks), on the model's device.
   Tensor owned_grads(size_t k) const;
   Tensor owned_params(size_t k) const;  // the model-dtype parameters of the k-th owned range (stage 3: the shard)
   ModelStateBytes model_state_bytes() const;              // what this rank allocated
@@ -129,11 +138,13 @@ class Engine {
   // last_loss() averaged over the data-parallel ranks: a collective (every rank calls it at the same steps).
   float global_last_loss();
 
-  Model& model() {  // the parameters are current (stage 1/2: the step's all-gathers are waited for)
-    finish_param_gathers();
+  Model& model() {  // the parameters are current (the offloaded update and stage 1/2's all-gathers have landed)
+    finish_updates();
     return *model_;
   }
-  Optimizer& optimizer() { return *optimizer_; }
+  // The optimizer (with offload_optimizer: the one over the host share, which names the type, counts the steps and
+  // holds the hyper-parameters; its states are a part of the shard's under Twin-Flow).
+  Optimizer& optimizer();
   LRScheduler& lr_scheduler() { return scheduler_; }
   const DeepSpeedConfig& config() const { return cfg_; }
   Rng& rng() { return rng_; }
@@ -166,7 +177,13 @@ class Engine {
 
   void init_data_parallel(const EngineOptions& options);
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, gradient sync, stage-3 shards
+  void init_offload();  // Note [Optimizer offload]: after init_zero
+  Tensor unit_params(size_t unit) const;  // this rank's chunk of a unit's parameters (the whole unit unsharded)
+  Tensor unit_grads(size_t unit) const;   // and of its f32 gradients
+  nlohmann::json optimizer_meta();        // the optimizer's state_json over every owned range
+  std::vector<std::pair<std::string, Tensor>> optimizer_states() const;  // over the whole shard
   bool boundary_step();      // clip, overflow check, optimizer step; false when skipped
+  void optimizer_step(float lr, float grad_scale);  // the device optimizer over the owned ranges
   // The sum of squares of the averaged gradients over all ranks, read once (Note [Norm on the device]).
   double global_grad_sum_squares();
   float backward_scale() const;  // the dloss model backward gets: loss scale (fp16/bf16) / gradient accumulation
@@ -177,7 +194,10 @@ class Engine {
   // for all of them (finish_param_gathers).
   void gather_updated_params();
   void wait_param_gather(int unit);
+  // In unit order: up to unit `last` (waiting for offloaded updates), then those whose offloaded update is queued.
+  void launch_param_gathers(int last);
   void finish_param_gathers();
+  void finish_updates();  // the offloaded update applied (Note [Optimizer offload]), then finish_param_gathers()
 
   std::unique_ptr<Model> model_;
   DeepSpeedConfig cfg_;
@@ -186,19 +206,22 @@ class Engine {
   // it, so it is destroyed after them).
   std::unique_ptr<ProcessGroup> copy_group_;
   ZeroPartition zp_;
+  std::vector<FlatRange> owned_;            // zp_.owned()
   std::vector<int64_t> owned_offset_;       // where owned range k starts in the shard layout
   std::unique_ptr<GradSync> grad_sync_;     // with dp_
   std::unique_ptr<ZeroParamCoordinator> zparams_; // stage 3
   Tensor grad_partition_;                   // stages 2/3: f32 [shard_numel]
   Tensor param_shard_;                      // stage 3: model dtype [shard_numel]
   std::vector<WorkPtr> param_gathers_;      // stage 1/2: per unit, the all-gather still pending since the step
+  size_t next_gather_ = 0;                  // stage 1/2: units from here on have not launched their gather yet
   std::unique_ptr<AsyncCheckpointer> async_ckpt_;
   double last_save_stall_s_ = 0.0;
   bool mixed_ = false;
   LossScaler scaler_;
   Tensor master_;  // f32 [optimizer owned_numel] (MemoryCategory::optimizer); undefined in f32 mode
   bool last_skipped_ = false;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<Optimizer> optimizer_;   // null with offload_optimizer (offload_ owns the optimizers)
+  std::unique_ptr<OptimizerOffload> offload_;
   LRScheduler scheduler_;
   Rng rng_;
   int64_t micro_steps_ = 0, global_steps_ = 0, global_samples_ = 0, skipped_steps_ = 0;

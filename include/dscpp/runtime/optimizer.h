@@ -22,6 +22,10 @@
 
 namespace dscpp {
 
+// Where an optimizer keeps its state buffers: on the parameters' device, or in host memory (page-locked or not) for
+// ZeRO-Offload (Note [Optimizer offload], runtime/offload/optimizer_offload.h), which steps them on the CPU.
+enum class StateMemory { device, host, pinned_host };
+
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -52,14 +56,16 @@ class Optimizer {
   void load_state(const nlohmann::json& meta, const std::vector<std::pair<std::string, Tensor>>& tensors);
   // OneCycle's momentum cycling sets (beta1, beta2). Adam only; SGD throws.
   virtual void set_betas(double beta1, double beta2);
+  StateMemory state_memory() const { return memory_; }
 
  protected:
-  Optimizer(const ParamSet& params, std::vector<FlatRange> owned);
+  Optimizer(const ParamSet& params, std::vector<FlatRange> owned, StateMemory memory);
   // Updates [begin, end) with one weight-decay setting; p/g (and lowp, when defined) are the range's tensors, state
   // offset = begin - owned.
   virtual void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
                               float lr, float grad_scale, bool decay) = 0;
-  Tensor new_state() const;  // zeroed f32 buffer of owned_numel(), counted under MemoryCategory::optimizer
+  // Zeroed f32 buffer of owned_numel() in state_memory(), counted under MemoryCategory::optimizer.
+  Tensor new_state() const;
   int64_t state_offset(int64_t flat) const;  // index of owned flat element `flat` in the state buffers
   nlohmann::json owned_json() const;         // [[begin, end], ...]
 
@@ -68,6 +74,7 @@ class Optimizer {
     bool decay;
   };
   const ParamSet& params_;
+  StateMemory memory_;
   std::vector<FlatRange> owned_;
   std::vector<int64_t> owned_offset_;  // where each owned range starts in the state buffers
   int64_t owned_numel_ = 0;
@@ -82,8 +89,8 @@ class Optimizer {
 // the whole flat buffer. `params` must be materialized and must outlive the optimizer.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const ParamSet& params, int64_t begin = 0,
                                           int64_t end = -1);
-// The same over several owned ranges (ascending, disjoint): a ZeRO shard.
+// The same over several owned ranges (ascending, disjoint): a ZeRO shard, its states in `memory`.
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const ParamSet& params,
-                                          std::vector<FlatRange> owned);
+                                          std::vector<FlatRange> owned, StateMemory memory = StateMemory::device);
 
 }  // namespace dscpp

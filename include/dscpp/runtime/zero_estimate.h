@@ -11,6 +11,16 @@
 // stage 0 with bf16 + AdamW costs 2 + 4 + 4 + 8 = 18 bytes per parameter, not DeepSpeed's 16 (it keeps 16-bit
 // gradients, 2 + 2 + 4 + 8); pure f32 + AdamW costs 4 + 4 + 8 = 16. These are steady-state buffers: the transient
 // gather buffer of a ZeRO-3 unit and the reduction buckets are not counted.
+// With offload_optimizer (Note [Optimizer offload], a share r of the optimizer's shard S on the host; r = 1 unless
+// Twin-Flow's ratio says otherwise) the device keeps (1 - r) of the optimizer bytes, and host memory holds, per
+// offloaded element, the f32 master (4, also for an f32 model: the host steps its own copy) and the optimizer states
+// (4 each):
+//   host = r * S * (4 + 4 * optimizer_states)        (AdamW: 12 bytes per offloaded parameter)
+// plus the copy slots, not counted here: offload_optimizer.buffer_count slots of at most 2^24 elements for the
+// gradients (4 bytes) and the 16-bit parameters (param_bytes < 4), 384 MiB at most with bf16 and the default 4;
+// with dscpp.offload.delayed_update whole-shard buffers instead (4 + param_bytes per offloaded element). The device
+// keeps its 16-bit parameters and f32 gradients (6 bytes per parameter in one process), where DeepSpeed's ZeRO-2
+// estimator counts 2 (its gradients are 16-bit and leave the device) and 16 per parameter on the host.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -90,14 +100,18 @@ struct ModelStateBytes {
   int64_t params = 0;     // model-dtype parameters this rank keeps resident
   int64_t grads = 0;      // gradients (ours: f32)
   int64_t optimizer = 0;  // f32 master weights (mixed precision) + optimizer state buffers
+  int64_t host = 0;       // offload_optimizer: masters and states in host memory (not in total(): the device's)
   int64_t total() const { return params + grads + optimizer; }
 };
-// stage 0..3; world_size >= 1; optimizer_states: f32 buffers per element (AdamW 2, SGD with momentum 1, SGD 0).
+// stage 0..3; world_size >= 1; optimizer_states: f32 buffers per element (AdamW 2, SGD with momentum 1, SGD 0);
+// offload_ratio: the share of the optimizer offloaded (0 = none; stages 1-3).
 ModelStateBytes zero_model_state_bytes(int64_t flat_numel, int stage, int world_size, int param_bytes,
-                                       int grad_bytes, bool fp32_master, int optimizer_states);
-// A table of stages 0..3 for those settings: per-rank params, grads, optimizer and total, in GiB (2 decimals).
+                                       int grad_bytes, bool fp32_master, int optimizer_states,
+                                       double offload_ratio = 0.0);
+// A table of stages 0..3 for those settings: per-rank params, grads, optimizer and total, in GiB (2 decimals); with
+// offload_ratio > 0, stages 1-3 with the optimizer offloaded and a column of host GiB.
 std::string format_model_state_table(int64_t flat_numel, int world_size, int param_bytes, int grad_bytes,
-                                     bool fp32_master, int optimizer_states);
+                                     bool fp32_master, int optimizer_states, double offload_ratio = 0.0);
 
 // ---- Training memory per rank (Note [ZeRO buffer estimate], runtime/zero_buffer_estimate.cpp) ----------------------
 // Model states, plus one high-water mark over a micro-step of the activations (Note [Activation estimate]) and
@@ -111,6 +125,7 @@ struct TrainingMemorySetup {
   bool fp32_master = true;            // mixed precision (bf16/fp16 parameters)
   int optimizer_states = 2;           // f32 buffers per element: AdamW 2, SGD with momentum 1
   int64_t gradient_accumulation_steps = 1;
+  double offload_ratio = 0.0;         // offload_optimizer: the share offloaded (stages 1-3; 0 = none)
 };
 struct TrainingMemoryEstimate {
   ModelStateBytes states;

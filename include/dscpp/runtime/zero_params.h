@@ -26,6 +26,7 @@
 // limit on the CPU), and one too small for the largest unit's ops is not made: all its ops use the main group.
 // Making an arena is a collective, so every rank must come to the same answer: the same GPU model and config.
 #pragma once
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -51,6 +52,9 @@ class ZeroParamCoordinator {
   void before(int unit, Model::UnitPass pass);
   void after(int unit, Model::UnitPass pass);
   void begin_micro_step();   // a forward starts: the recorded sequence restarts
+  // Runs before any gather reads unit's shard: the optimizer offload waits there for the unit's update to land
+  // (Note [Optimizer offload], runtime/offload/optimizer_offload.h).
+  void set_shard_hook(std::function<void(int unit)> hook) { shard_hook_ = std::move(hook); }
   // Note [Gathers at the step]: the optimizer has updated unit's shard. A unit the recorded sequence starts with
   // (the first one and those its prefetch would launch) is gathered again at once, beside the optimizer's updates of
   // the later units, instead of at the start of the next forward, where nothing hides it.
@@ -102,6 +106,7 @@ class ZeroParamCoordinator {
   ProcessGroup* side_ = nullptr;
   TensorArena arena_;
   int64_t gathers_ = 0, by_copies_ = 0, at_step_ = 0;
+  std::function<void(int)> shard_hook_;
 };
 
 }  // namespace dscpp

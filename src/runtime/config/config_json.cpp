@@ -188,7 +188,8 @@ json DeepSpeedConfig::to_json() const {
   j["seed"] = seed;
   j["dscpp"] = {{"attention", dscpp.attention}, {"fused_head", dscpp.fused_head},
                 {"copy_engine", {{"enabled", dscpp.copy_engine.enabled},
-                                 {"arena_mib", opt(dscpp.copy_engine.arena_mib)}}}};
+                                 {"arena_mib", opt(dscpp.copy_engine.arena_mib)}}},
+                {"offload", {{"delayed_update", dscpp.offload.delayed_update}, {"threads", opt(dscpp.offload.threads)}}}};
   return j;
 }
 

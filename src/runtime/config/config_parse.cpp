@@ -151,6 +151,12 @@ static void parse_dscpp(const json& j, DscppConfig& d) {
     cr.get("arena_mib", d.copy_engine.arena_mib, 0, int64_t(1) << 30);
     cr.finish();
   }
+  if (const json* o = r.raw("offload")) {
+    SectionReader orr(*o, "dscpp.offload");
+    orr.get("delayed_update", d.offload.delayed_update);
+    orr.get("threads", d.offload.threads, 1, 4096);
+    orr.finish();
+  }
   r.finish();
 }
 
@@ -215,6 +221,10 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
   if (c.dscpp.copy_engine.enabled && c.zero_optimization.stage == 1)
     throw ConfigError("dscpp.copy_engine.enabled", "dscpp.copy_engine.enabled: ZeRO stage 1 reduces in place at the "
                       "boundary with NCCL's kernels; copy engines serve stages 0, 2 and 3");
+  if (c.dscpp.offload.delayed_update &&
+      !(c.zero_optimization.offload_optimizer && c.zero_optimization.offload_optimizer->enabled()))
+    throw ConfigError("dscpp.offload.delayed_update", "dscpp.offload.delayed_update: the delayed parameter update "
+                      "steps offloaded optimizer states; it needs zero_optimization.offload_optimizer.device \"cpu\"");
   if (c.fp16.enabled && c.fp16.fp16_master_weights_and_grads && c.zero_optimization.stage != 2)
     throw ConfigError("fp16.fp16_master_weights_and_grads",
                       "Fp16_master_weights_and_grads is only supported with ZeRO Stage 2 for now.");

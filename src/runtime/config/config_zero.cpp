@@ -40,7 +40,12 @@ static OffloadOptimizerConfig parse_offload_optimizer(const json& j) {
   r.get("super_offload", super_offload);
   r.get("cpuadam_cores_perc", cpuadam_cores_perc, 0.0, 1.0);
   r.finish();
-  if (o.device == "nvme" && !o.nvme_path) fail(r.path("nvme_path"), nullptr, "required when device is \"nvme\"");
+  if (o.device == "nvme")
+    fail(r.path("device"), o.device, "NVMe offload of optimizer states is not supported by DeepSpeed.cpp yet; "
+         "use \"cpu\" (pinned host memory) or \"none\"");
+  if (o.device == "cpu" && o.buffer_count < 1)  // Note [Optimizer offload]
+    fail(r.path("buffer_count"), o.buffer_count, "must be >= 1 with device \"cpu\": gradients and updated "
+         "parameters are copied through this many page-locked slots");
   return o;
 }
 
@@ -183,16 +188,16 @@ void parse_zero(const json& root, ZeroConfig& z, std::vector<std::string>* warni
   }
   r.finish();
 
-  auto offload_note = [&](const char* key, const std::string& device, const char* what) {
-    if (device != "none")
-      warn(warnings, "zero_optimization." + std::string(key) + ".device = \"" + device + "\": offload is not " +
-                     "implemented by DeepSpeed.cpp yet; " + what + " stay on the training device");
-  };
-  if (z.offload_optimizer) offload_note("offload_optimizer", z.offload_optimizer->device, "optimizer states");
-  if (z.offload_param) offload_note("offload_param", z.offload_param->device, "parameters");
-  if (z.offload_optimizer && z.offload_optimizer->ratio < 1.0 && z.stage != 3)
-    fail("zero_optimization.offload_optimizer.ratio", z.offload_optimizer->ratio,
-         "Partial offloading only supported for ZeRO Stage 3.");
+  if (z.offload_param && z.offload_param->device != "none")
+    warn(warnings, "zero_optimization.offload_param.device = \"" + z.offload_param->device + "\": offload is not "
+                   "implemented by DeepSpeed.cpp yet; parameters stay on the training device");
+  // ZeRO-Offload steps each rank's partition of the optimizer states (Note [Optimizer offload]); stage 0 has none.
+  // DeepSpeed allows ratio < 1 (Twin-Flow) at stage 3 only; our partitions are flat shards at every stage, so it
+  // serves stages 1-3.
+  if (z.offload_optimizer && z.offload_optimizer->device != "none" && z.stage == 0)
+    fail("zero_optimization.offload_optimizer.device", z.offload_optimizer->device,
+         "offloading the optimizer needs zero_optimization.stage 1, 2 or 3 (ZeRO-Offload steps each rank's "
+         "partition of the optimizer states on the CPU), got stage 0");
 }
 
 }  // namespace dscpp::config_detail

@@ -45,14 +45,9 @@ GradSync::GradSync(ProcessGroup& pg, ParamSet& ps, const ZeroPartition& zp, int6
       overlap_(overlap_comm),
       comm_dtype_(comm_dtype),
       partition_(std::move(partition)),
-      plan_(stage_ == 0 ? plan_grad_buckets(ps, bucket_size) : zp.units()) {
+      plan_(stage_ == 0 ? plan_grad_buckets(ps, bucket_size) : zp.units()),
+      ready_(ps, plan_) {
   DSCPP_CHECK(stage_ == 0 || zp.units() == ps.units(), "GradSync: the ZeRO partition does not match the model");
-  ranges_of_param_.resize(size_t(ps.size()));
-  for (int i = 0; i < ps.size(); i++) {
-    const ParamInfo& p = ps.info(i);
-    for (size_t k = 0; k < plan_.size(); k++)
-      if (plan_[k].begin < p.offset + p.numel && p.offset < plan_[k].end) ranges_of_param_[size_t(i)].push_back(k);
-  }
   if (stage_ >= 2) {
     DSCPP_CHECK(!ps.flat_grads().defined(), "ZeRO stage ", stage_, ": the model must not keep a flat gradient buffer");
     DSCPP_CHECK(partition_.defined() && partition_.numel() == zp.shard_numel() && partition_.dtype() == DType::f32,
@@ -112,27 +107,16 @@ void GradSync::provide_window(int unit) {
 void GradSync::begin_backward(bool boundary) {
   DSCPP_CHECK(!active_, "GradSync: backward started twice without end_backward");
   active_ = stage_ >= 2 || boundary;
+  boundary_ = boundary;
   if (!active_) return;
-  pending_.assign(plan_.size(), 0);
-  for (const auto& ks : ranges_of_param_)
-    for (size_t k : ks) pending_[k]++;
-  param_ready_.assign(size_t(ps_.size()), false);
+  ready_.reset();
   launched_.assign(plan_.size(), false);
   early_ = 0;
 }
 
 void GradSync::grads_ready(int64_t begin, int64_t end) {
   if (!active_ || !(overlap_ || stage_ >= 2)) return;
-  std::vector<size_t> ready;
-  for (int i = 0; i < ps_.size(); i++) {  // a few hundred parameters at most: a scan is cheaper than an index
-    const ParamInfo& p = ps_.info(i);
-    if (param_ready_[size_t(i)] || p.offset < begin || p.offset + p.numel > end) continue;
-    param_ready_[size_t(i)] = true;
-    for (size_t k : ranges_of_param_[size_t(i)])
-      if (--pending_[k] == 0) ready.push_back(k);
-  }
-  std::sort(ready.rbegin(), ready.rend());  // highest offset first
-  for (size_t k : ready) {
+  for (size_t k : ready_.mark_final(begin, end)) {
     launch(k);
     early_++;
   }
@@ -195,6 +179,7 @@ void GradSync::retire_oldest() {
     const Tensor o = f.out.dtype() == f.dst.dtype() ? f.out : f.out.to(f.dst.dtype());
     ops::residual_forward(f.dst, f.dst, o);
   }
+  if (boundary_ && final_hook_) final_hook_(f.range);
   if (stage_ >= 2) {  // the compute stream now waits for the reduction: the window may be reused
     live_ -= plan_[f.range].size();
     const Tensor w = ps_.grad_window(int(f.range));

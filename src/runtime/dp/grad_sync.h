@@ -59,6 +59,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -66,6 +67,7 @@
 #include "dscpp/core/tensor_arena.h"
 #include "dscpp/nn/params.h"
 #include "dscpp/nn/zero_partition.h"
+#include "runtime/dp/ready_ranges.h"
 
 namespace dscpp {
 
@@ -91,6 +93,9 @@ class GradSync {
   void use_copy_engines(ProcessGroup& copies, std::optional<int64_t> arena_mib);
 
   void begin_backward(bool boundary);            // before the model's backward
+  // Called as each range retires in a boundary backward, with the range's index: rank r's part of its averaged
+  // gradients is final where the step reads it (queued on the current stream). Stages 1-3 (ranges are units).
+  void set_final_hook(std::function<void(size_t range)> hook) { final_hook_ = std::move(hook); }
   void grads_ready(int64_t begin, int64_t end);  // the model's grad-ready hook
   void end_backward();                           // launches what is left and retires everything
   // After the optimizer step (or a skipped one): the next reduction of each stage-2/3 unit writes its chunk instead
@@ -127,11 +132,11 @@ class GradSync {
   DType comm_dtype_;
   Tensor partition_;
   std::vector<FlatRange> plan_;
-  std::vector<std::vector<size_t>> ranges_of_param_;  // param id -> the ranges it overlaps
-  std::vector<int> pending_;                          // range -> parameters not final yet in this backward
-  std::vector<bool> param_ready_, launched_, accumulated_;  // accumulated_: the chunk holds this step's sum already
+  ReadyRanges ready_;
+  std::vector<bool> launched_, accumulated_;  // accumulated_: the chunk holds this step's sum already
   std::deque<InFlight> in_flight_;
-  bool active_ = false;
+  bool active_ = false, boundary_ = false;
+  std::function<void(size_t)> final_hook_;
   int64_t early_ = 0, reductions_ = 0, by_copies_ = 0, live_ = 0, window_peak_ = 0;
   ProcessGroup* copies_ = nullptr;
   TensorArena arena_;

@@ -25,6 +25,7 @@
 #include "dscpp/profiler/memory_report.h"
 #include "dscpp/profiler/trace.h"
 #include "runtime/dp/grad_sync.h"
+#include "runtime/offload/optimizer_offload.h"
 #include "runtime/optim/grad_clip.h"
 
 namespace dscpp {
@@ -82,7 +83,8 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   model_->set_kernel_policy(KernelPolicy{parse_attention_backend(cfg_.dscpp.attention)});
   init_data_parallel(options);
   init_zero(options.init_seed);
-  if (mixed_) refresh_master();
+  init_offload();
+  refresh_master();
   const auto& ac = cfg_.activation_checkpointing;
   if (ac.number_checkpoints)
     model_->set_checkpoint_policy(checkpoint_every(model_->config().n_layer, *ac.number_checkpoints));
@@ -211,7 +213,13 @@ void Engine::backward() {
   auto t0 = Clock::now();
   if (profiling_) prof_->set_phase(Phase::backward);
   ProfileRange r(prof_.get(), "backward");
-  if (grad_sync_) grad_sync_->begin_backward(is_gradient_accumulation_boundary());
+  const bool boundary = is_gradient_accumulation_boundary();
+  if (offload_) {  // Note [Optimizer offload]: the last host step may still be reading the gradients
+    const bool zero = offload_->reads_device_grads();
+    offload_->before_backward(boundary);
+    if (zero) model_->params().zero_grads();  // the step left it to here
+  }
+  if (grad_sync_) grad_sync_->begin_backward(boundary);
   model_->backward(backward_scale());
   // At the boundary (stages 2-3: every micro-batch) the gradients are now averaged over the ranks.
   if (grad_sync_) grad_sync_->end_backward();
@@ -230,7 +238,8 @@ void Engine::step() {
       last_skipped_ = !applied;
       if (applied) scheduler_.step();
       else skipped_steps_++;
-      model_->params().zero_grads();  // stage 0/1's flat buffer
+      // Stage 0/1's flat buffer; the offloaded host step reads it until the next backward, which zeroes it then.
+      if (!(offload_ && offload_->reads_device_grads())) model_->params().zero_grads();
       if (grad_sync_) grad_sync_->new_step();
       global_steps_++;
       global_samples_ += cfg_.train_batch_size;
@@ -243,13 +252,16 @@ void Engine::step() {
 }
 
 void Engine::set_scheduled_betas() {
-  if (auto betas = scheduler_.betas_at(scheduler_.last_batch_iteration()); betas && optimizer_->name()[0] == 'a')
-    optimizer_->set_betas((*betas)[0], (*betas)[1]);
+  auto betas = scheduler_.betas_at(scheduler_.last_batch_iteration());
+  if (!betas || optimizer().name()[0] != 'a') return;
+  if (offload_) offload_->set_betas((*betas)[0], (*betas)[1]);
+  else optimizer_->set_betas((*betas)[0], (*betas)[1]);
 }
 
 bool Engine::boundary_step() {
   queue_loss_readback();  // Note [Loss without a sync]: the norm's read-back below brings it along
   finish_param_gathers();  // stage 1/2: a forward waited for them already, unless the model skipped a unit
+  if (offload_) offload_->end_grads();
   const double scale = scaler_.loss_scale();  // the scale these gradients carry (1 unless fp16)
   const double sumsq = global_grad_sum_squares();
   // The losses, copied before the norm and read after its read-back. fp16 may overflow in forward: its gradients then
@@ -279,9 +291,22 @@ bool Engine::boundary_step() {
     grad_scale = cfg_.gradient_clipping > 0.0 ? clip_coefficient(last_grad_norm_, cfg_.gradient_clipping) : 1.0;
   }
   set_scheduled_betas();
-  optimizer_->begin_step();
   const float lr = float(scheduler_.get_lr());
-  const auto& owned = optimizer_->owned();
+  if (offload_) {  // Note [Optimizer offload]: returns while the host steps its share
+    offload_->step(lr, float(grad_scale));
+    for (size_t k = 0; zparams_ && k < owned_.size(); k++)
+      if (offload_->on_device_only(k)) zparams_->shard_updated(int(k));
+  }
+  optimizer_step(lr, float(grad_scale));
+  if (zp_.sharded() && zp_.stage() <= 2) gather_updated_params();
+  if (zparams_) zparams_->shards_changed();
+  return true;
+}
+
+void Engine::optimizer_step(float lr, float grad_scale) {
+  if (!optimizer_) return;
+  optimizer_->begin_step();
+  const auto& owned = owned_;
   for (size_t k = 0; k < owned.size(); k++) {
     const FlatRange r = owned[k];
     // Mixed precision: the update also writes the 16-bit parameters (f32 master -> the parameter dtype). A mixed
@@ -290,22 +315,24 @@ bool Engine::boundary_step() {
       Tensor p = owned_params(k);
       Tensor m = mixed_ ? master_.slice(owned_offset_[k], r.size()) : p;
       const bool lowp = mixed_ && p.dtype() != DType::f32;
-      optimizer_->update_range(r.begin, r.end, m, owned_grads(k), lr, float(grad_scale), lowp ? p : Tensor());
+      optimizer_->update_range(r.begin, r.end, m, owned_grads(k), lr, grad_scale, lowp ? p : Tensor());
       if (mixed_ && !lowp) p.copy_from(m);
     }
     if (zparams_) zparams_->shard_updated(int(k));  // owned range k is unit k's chunk (Note [Gathers at the step])
   }
-  if (zp_.sharded() && zp_.stage() <= 2) gather_updated_params();
-  if (zparams_) zparams_->shards_changed();
-  return true;
 }
 
 void Engine::refresh_master() {
+  if (offload_) return offload_->refresh_masters();
+  if (!mixed_) return;
   MemoryCategoryScope scope(MemoryCategory::optimizer);
   if (!master_.defined()) master_ = Tensor::empty({optimizer_->owned_numel()}, DType::f32, model_->params().device());
-  for (size_t k = 0; k < optimizer_->owned().size(); k++)
-    master_.slice(owned_offset_[k], optimizer_->owned()[k].size()).copy_from(owned_params(k));
+  for (size_t k = 0; k < owned_.size(); k++) master_.slice(owned_offset_[k], owned_[k].size()).copy_from(owned_params(k));
 }
+
+Tensor Engine::master_params() const { return offload_ && mixed_ ? offload_->masters() : master_; }
+
+Optimizer& Engine::optimizer() { return offload_ ? offload_->optimizer() : *optimizer_; }
 
 // Note [Norm on the device]: the squares are summed into one f32 scalar on the device, summed over the ranks there
 // when the gradients are partitioned, and read once, after the losses' copy (Note [Loss without a sync]). Reading
@@ -319,7 +346,7 @@ double Engine::global_grad_sum_squares() {
   }
   norm_sq_.zero();
   if (grad_partition_.defined()) ops::add_sum_squares(norm_sq_, grad_partition_);  // stage 2/3 (padding is 0)
-  else for (size_t k = 0; k < optimizer_->owned().size(); k++) ops::add_sum_squares(norm_sq_, owned_grads(k));
+  else for (size_t k = 0; k < owned_.size(); k++) ops::add_sum_squares(norm_sq_, owned_grads(k));
   if (zp_.sharded()) dp_->all_reduce(norm_sq_, ReduceOp::sum)->wait();  // inf/nan on any rank reaches every rank
   if (dev.is_cpu()) return norm_sq_.data<float>()[0];
   copy_async(norm_host_, norm_sq_);
@@ -330,6 +357,10 @@ double Engine::global_grad_sum_squares() {
 StepTimes Engine::take_step_times() {
   StepTimes t = times_;
   times_ = {};
+  if (offload_) {
+    t.offload_step_ms = offload_->take_host_step_ms();
+    t.offload_wait_ms = offload_->take_wait_ms();
+  }
   return t;
 }
 

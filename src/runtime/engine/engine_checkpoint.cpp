@@ -20,6 +20,7 @@
 #include "dscpp/checkpoint/universal.h"
 #include "dscpp/runtime/engine.h"
 #include "runtime/dp/grad_sync.h"
+#include "runtime/offload/optimizer_offload.h"
 
 namespace dscpp {
 
@@ -69,7 +70,7 @@ void Engine::wait_for_checkpoint() {
 
 void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const nlohmann::json& client_state,
                              int keep_last, const std::string& extra_file, const std::string& extra_file_name) {
-  finish_param_gathers();  // stage 1/2: the parameters written are the gathered ones
+  finish_updates();  // the parameters written are the updated (offload) and gathered (stage 1/2) ones
   if (tag.empty()) tag = "global_step" + std::to_string(global_steps_);
   const auto t0 = std::chrono::steady_clock::now();
   SavePlan plan;
@@ -90,20 +91,21 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
     }
     plan.files.push_back(PlanFile::tensors_file(kModelFile, params, {{"format", "dscpp"}, {"arch", model_->config().arch}}));
   }
-  NamedTensors optim = optimizer_->state_tensors();
+  // The states wherever they live (Note [Optimizer offload]: host memory), under the same names either way.
+  NamedTensors optim = optimizer_states();
+  const std::string optimizer_name = optimizer().name();
   if (!zp_.sharded()) {
-    if (mixed_) optim.emplace_back(kMasterName, master_);
-    if (rank0) plan.files.push_back(PlanFile::tensors_file(kOptimFile, optim, {{"optimizer", optimizer_->name()}}));
+    if (mixed_) optim.emplace_back(kMasterName, master_params());
+    if (rank0) plan.files.push_back(PlanFile::tensors_file(kOptimFile, optim, {{"optimizer", optimizer_name}}));
   } else {
-    Tensor fp32 = master_;
+    Tensor fp32 = master_params();
     if (!mixed_) {  // pure f32: the parameters are the fp32 state; gather this rank's owned ranges into one shard
-      fp32 = Tensor::empty({optimizer_->owned_numel()}, DType::f32, ps.device());
-      for (size_t k = 0; k < optimizer_->owned().size(); k++)
-        fp32.slice(owned_offset_[k], optimizer_->owned()[k].size()).copy_from(owned_params(k));
+      fp32 = Tensor::empty({zp_.shard_numel()}, DType::f32, ps.device());
+      for (size_t k = 0; k < owned_.size(); k++) fp32.slice(owned_offset_[k], owned_[k].size()).copy_from(owned_params(k));
     }
     optim.insert(optim.begin(), {"fp32", fp32});
     plan.files.push_back(PlanFile::tensors_file("zero/rank_" + std::to_string(dp_rank()) + ".safetensors", optim,
-                                                {{"optimizer", optimizer_->name()}}));
+                                                {{"optimizer", optimizer_name}}));
   }
   if (rank0) {
     RngState rs = rng_.state();
@@ -113,7 +115,7 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
         {"micro_steps", micro_steps_},
         {"skipped_steps", skipped_steps_},
         {"lr_scheduler", scheduler_.state_json()},
-        {"optimizer", optimizer_->state_json()},
+        {"optimizer", optimizer_meta()},
         {"precision", dtype_name(model_dtype(cfg_))},
         {"loss_scaler", scaler_.state_json()},
         {"rng", {{"seed", rs.seed}, {"offset", rs.offset}, {"used", rs.used}}},
@@ -146,7 +148,7 @@ ModelConfig read_checkpoint_model_config(const std::string& load_dir, const std:
 
 nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::string& tag) {
   wait_for_checkpoint();  // a save in flight must finish before its files are read
-  finish_param_gathers();  // and a stage-1/2 gather before the parameters are overwritten
+  finish_updates();  // and an offloaded update or a stage-1/2 gather before the parameters are overwritten
   std::string t = tag;
   if (t.empty() && cfg_.checkpoint.load_universal) t = read_latest_universal_tag(load_dir);
   CheckpointReader r(load_dir, t);  // verifies the manifest, sizes and checksums first
@@ -158,9 +160,9 @@ nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::s
     checkpoint_fail(CheckpointErrorKind::mismatch, where, ": model config mismatch: checkpoint has ",
                     saved.to_hf_json().dump(), ", this run has ", model_->config().to_hf_json().dump());
   const nlohmann::json& om = st.at("optimizer");
-  if (om.value("type", std::string()) != optimizer_->name())
+  if (om.value("type", std::string()) != optimizer().name())
     checkpoint_fail(CheckpointErrorKind::mismatch, where, ": optimizer mismatch: checkpoint has '",
-                    om.value("type", std::string("?")), "', this run uses '", optimizer_->name(), "'");
+                    om.value("type", std::string("?")), "', this run uses '", optimizer().name(), "'");
   ParamSet& ps = model_->params();
   FlatLayout layout;
   for (const ParamInfo& p : ps.infos()) layout.push_back({p.name, p.offset, p.numel});
@@ -174,13 +176,14 @@ nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::s
   const Tensor weights = fp32->second;
   states.erase(fp32);
   nlohmann::json meta = om;
-  meta["owned"] = optimizer_->state_json().at("owned");  // read_owned_states mapped the checkpoint onto our ranges
-  optimizer_->load_state(meta, std::vector<std::pair<std::string, Tensor>>(states.begin(), states.end()));
+  meta["owned"] = optimizer_meta().at("owned");  // read_owned_states mapped the checkpoint onto our ranges
+  const std::vector<std::pair<std::string, Tensor>> named(states.begin(), states.end());
+  if (offload_) offload_->load(meta, named, weights);  // masters too
+  else optimizer_->load_state(meta, named);
   // Parameters from the fp32 weights (the 16-bit parameters are the masters' cast after every step).
   const Tensor w = weights.to(ps.device());
-  if (mixed_) master_.copy_from(w);
-  for (size_t k = 0; k < optimizer_->owned().size(); k++)
-    owned_params(k).copy_from(w.slice(owned_offset_[k], optimizer_->owned()[k].size()));
+  if (mixed_ && !offload_) master_.copy_from(w);
+  for (size_t k = 0; k < owned_.size(); k++) owned_params(k).copy_from(w.slice(owned_offset_[k], owned_[k].size()));
   if (zp_.sharded() && zp_.stage() <= 2) gather_updated_params();
   if (zparams_) zparams_->shards_changed();
   if (mixed_ && st.contains("loss_scaler")) scaler_.load_state(st.at("loss_scaler"));

@@ -5,6 +5,7 @@
 
 #include "dscpp/runtime/engine.h"
 #include "runtime/dp/grad_sync.h"
+#include "runtime/offload/optimizer_offload.h"
 
 namespace dscpp {
 
@@ -21,11 +22,13 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
                 "without its parameter buffer (ModelOptions::materialize_params false), which only ZeRO stage 3 "
                 "across ranks with EngineOptions::init_seed can initialise (this run: stage ", z.stage, ", ",
                 dp_world_size(), " rank(s))");
-  const std::vector<FlatRange> owned = zp_.owned();
+  owned_ = zp_.owned();
+  const std::vector<FlatRange>& owned = owned_;
   owned_offset_.clear();
   int64_t off = 0;
   for (const FlatRange& r : owned) owned_offset_.push_back(off), off += r.size();
-  optimizer_ = make_optimizer(resolved_optimizer(cfg_), ps, owned);
+  const auto& offload = z.offload_optimizer;
+  if (!(offload && offload->enabled())) optimizer_ = make_optimizer(resolved_optimizer(cfg_), ps, owned);
   DSCPP_CHECK(zp_.sharded() || ps.flat_grads().defined(), "zero_optimization.stage ", z.stage, " on ",
               dp_world_size(), " rank(s) keeps the full gradient buffer: build the model with "
               "ModelOptions::allocate_grads = true");
@@ -49,6 +52,7 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
   if (!zp_.sharded()) return;
   if (zp_.stage() <= 2) {  // Note [Deferred parameter gathers]
     param_gathers_.assign(zp_.units().size(), nullptr);
+    next_gather_ = zp_.units().size();
     Model::UnitHooks hooks;
     hooks.before = [this](int u, Model::UnitPass) { wait_param_gather(u); };
     model_->set_unit_hooks(std::move(hooks));
@@ -75,13 +79,13 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
 }
 
 Tensor Engine::owned_params(size_t k) const {
-  const FlatRange r = optimizer_->owned().at(k);
+  const FlatRange r = owned_.at(k);
   if (param_shard_.defined()) return param_shard_.slice(owned_offset_[k], r.size());
   return model_->params().flat_params().slice(r.begin, r.size());
 }
 
 Tensor Engine::owned_grads(size_t k) const {
-  const FlatRange r = optimizer_->owned().at(k);
+  const FlatRange r = owned_.at(k);
   if (grad_partition_.defined()) return grad_partition_.slice(owned_offset_[k], r.size());
   return model_->params().flat_grads().slice(r.begin, r.size());
 }
@@ -91,10 +95,23 @@ Tensor Engine::owned_grads(size_t k) const {
 // bf16, ~4.5 ms of a 204 ms step). The gathers are launched in unit order instead, and the next forward waits for
 // each unit's just before its first use (the model's unit hook), so unit u+1's gather runs beside unit u's forward.
 // Whatever else reads the parameters (checkpoints, the model() accessor, the next step) waits for all of them.
+// With offload_optimizer a unit's chunk is updated on the host and copied back while the next forward runs (Note
+// [Optimizer offload]): the forward's hook for unit u launches the gathers up to u, each once its chunk's copy is
+// queued, and then those of the following units whose copies are queued already, so the gathers follow the host
+// step unit by unit. They are launched from the forward's hooks only, where no other collective comes between them:
+// every rank issues the same collectives in the same order, whichever host step happens to be done when.
 void Engine::gather_updated_params() {
-  ParamSet& ps = model_->params();
   finish_param_gathers();
-  for (size_t u = 0; u < zp_.units().size(); u++) {
+  next_gather_ = 0;
+  if (!offload_) launch_param_gathers(int(zp_.units().size()) - 1);
+}
+
+void Engine::launch_param_gathers(int last) {
+  ParamSet& ps = model_->params();
+  for (; next_gather_ < zp_.units().size(); next_gather_++) {
+    const size_t u = next_gather_;
+    if (int(u) > last && !(offload_ && offload_->unit_ready(u))) return;
+    if (offload_) offload_->wait_unit(u);  // the all-gather reads this rank's chunk after its update has landed
     const FlatRange unit = zp_.units()[u], mine = zp_.owned_in(u, zp_.rank());
     Tensor out = ps.flat_params().slice(unit.begin, unit.size());
     param_gathers_[u] = dp_->all_gather(out, ps.flat_params().slice(mine.begin, mine.size()));  // in place
@@ -102,6 +119,7 @@ void Engine::gather_updated_params() {
 }
 
 void Engine::wait_param_gather(int unit) {
+  if (size_t(unit) >= next_gather_ && size_t(unit) < param_gathers_.size()) launch_param_gathers(unit);
   if (size_t(unit) >= param_gathers_.size() || !param_gathers_[size_t(unit)]) return;
   WorkPtr w = std::move(param_gathers_[size_t(unit)]);
   param_gathers_[size_t(unit)] = nullptr;
@@ -116,8 +134,13 @@ void Engine::finish_param_gathers() {
   for (size_t u = 0; u < param_gathers_.size(); u++) wait_param_gather(int(u));
 }
 
-Tensor Engine::gather_full_params() {
+void Engine::finish_updates() {
+  if (offload_) offload_->finish();
   finish_param_gathers();
+}
+
+Tensor Engine::gather_full_params() {
+  finish_updates();
   const ParamSet& ps = model_->params();
   if (!zparams_) return ps.flat_params().to(Device::cpu());
   Tensor full = Tensor::empty({ps.flat_numel()}, ps.dtype(), ps.device());
@@ -131,7 +154,13 @@ ModelStateBytes Engine::model_state_bytes() const {
   b.params = param_shard_.defined() ? param_shard_.nbytes() : ps.flat_params().nbytes();
   b.grads = grad_partition_.defined() ? grad_partition_.nbytes() : ps.flat_grads().nbytes();
   b.optimizer = master_.defined() ? master_.nbytes() : 0;
-  for (const auto& [name, t] : optimizer_->state_tensors()) b.optimizer += t.nbytes();
+  if (optimizer_)
+    for (const auto& [name, t] : optimizer_->state_tensors()) b.optimizer += t.nbytes();
+  if (offload_) {
+    const OffloadBytes o = offload_->bytes();
+    b.optimizer += o.device;
+    b.host = o.host_states;
+  }
   return b;
 }
 
@@ -139,8 +168,9 @@ ModelStateBytes Engine::theoretical_model_state_bytes() const {
   // Psi = parameters (padding excluded) over the ranks (Note [Our model-state bytes], runtime/zero_estimate.h).
   const ParamSet& ps = model_->params();
   const int stage = zp_.sharded() ? zp_.stage() : 0;
+  const int states = int((offload_ ? offload_->optimizer() : *optimizer_).state_tensors().size());
   return zero_model_state_bytes(ps.num_parameters(), stage, dp_world_size(), int(dtype_size(ps.dtype())), 4, mixed_,
-                                int(optimizer_->state_tensors().size()));
+                                states, offload_ ? offload_->ratio() : 0.0);
 }
 
 std::string Engine::model_state_report() const {
@@ -152,6 +182,14 @@ std::string Engine::model_state_report() const {
     << (dp_world_size() > 1 ? "s" : "") << "): allocated params " << gib(a.params) << " GiB, grads " << gib(a.grads)
     << " GiB, optimizer " << gib(a.optimizer) << " GiB, total " << gib(a.total()) << " GiB; theoretical "
     << gib(t.params) << " / " << gib(t.grads) << " / " << gib(t.optimizer) << " / " << gib(t.total()) << " GiB";
+  if (offload_) {  // Note [Optimizer offload]
+    const OffloadBytes h = offload_->bytes();
+    const bool pinned = cfg_.zero_optimization.offload_optimizer->pin_memory && model_->params().device().is_cuda();
+    o << "; offload_optimizer (ratio " << offload_->ratio() << ") in " << (pinned ? "pinned " : "")
+      << "host memory: masters and states " << gib(h.host_states)
+      << " GiB (theoretical " << gib(t.host) << " GiB), copy slots for gradients " << gib(h.host_grads)
+      << " GiB and parameters " << gib(h.host_staging) << " GiB, total " << gib(h.host()) << " GiB";
+  }
   // Note [Copy-engine reductions], Note [Copy-engine ZeRO]: registered buffers beyond the model states.
   int64_t copies = grad_sync_ ? grad_sync_->arena().nbytes() : 0;
   if (zparams_) copies += zparams_->arena().nbytes();

@@ -4,8 +4,8 @@
 namespace dscpp {
 
 AdamOptimizer::AdamOptimizer(const AdamConfig& cfg, bool adamw_name, const ParamSet& params,
-                             std::vector<FlatRange> owned)
-    : Optimizer(params, std::move(owned)), cfg_(cfg), adamw_name_(adamw_name) {
+                             std::vector<FlatRange> owned, StateMemory memory)
+    : Optimizer(params, std::move(owned), memory), cfg_(cfg), adamw_name_(adamw_name) {
   if (adamw_name) cfg_.adam_w_mode = true;  // "adamw" is always decoupled (DeepSpeed engine rule)
   exp_avg_ = new_state();
   exp_avg_sq_ = new_state();

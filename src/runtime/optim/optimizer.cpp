@@ -4,10 +4,12 @@
 #include <algorithm>
 
 #include "dscpp/core/allocator.h"
+#include "dscpp/core/cuda.h"  // empty_pinned
 
 namespace dscpp {
 
-Optimizer::Optimizer(const ParamSet& params, std::vector<FlatRange> owned) : params_(params), owned_(std::move(owned)) {
+Optimizer::Optimizer(const ParamSet& params, std::vector<FlatRange> owned, StateMemory memory)
+    : params_(params), memory_(memory), owned_(std::move(owned)) {
   DSCPP_CHECK(params.materialized(), "optimizer: the ParamSet must be materialized first");
   // Mark each element's decay flag by parameter, then cut each owned range where the flag changes. Padding has none.
   std::vector<std::pair<int64_t, int64_t>> decayed;  // [offset, offset + numel) of decayed params
@@ -43,7 +45,11 @@ Optimizer::Optimizer(const ParamSet& params, std::vector<FlatRange> owned) : par
 
 Tensor Optimizer::new_state() const {
   MemoryCategoryScope scope(MemoryCategory::optimizer);
-  return Tensor::zeros({owned_numel_}, DType::f32, params_.device());
+  if (memory_ == StateMemory::device) return Tensor::zeros({owned_numel_}, DType::f32, params_.device());
+  Tensor t = memory_ == StateMemory::pinned_host ? empty_pinned({owned_numel_}, DType::f32)
+                                                 : Tensor::empty({owned_numel_}, DType::f32);
+  t.zero();
+  return t;
 }
 
 int64_t Optimizer::state_offset(int64_t flat) const {

@@ -8,7 +8,8 @@ namespace dscpp {
 // Adam / AdamW with DeepSpeed FusedAdam semantics (adam_w_mode: decoupled decay; else L2 into the gradient).
 class AdamOptimizer final : public Optimizer {
  public:
-  AdamOptimizer(const AdamConfig& cfg, bool adamw_name, const ParamSet& params, std::vector<FlatRange> owned);
+  AdamOptimizer(const AdamConfig& cfg, bool adamw_name, const ParamSet& params, std::vector<FlatRange> owned,
+                StateMemory memory);
   const char* name() const override { return adamw_name_ ? "adamw" : "adam"; }
   void zero_state() override;
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
@@ -26,7 +27,7 @@ class AdamOptimizer final : public Optimizer {
 // torch.optim.SGD with momentum, dampening, nesterov and L2 weight decay.
 class SgdOptimizer final : public Optimizer {
  public:
-  SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, std::vector<FlatRange> owned);
+  SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, std::vector<FlatRange> owned, StateMemory memory);
   const char* name() const override { return "sgd"; }
   void zero_state() override;
   std::vector<std::pair<std::string, Tensor>> state_tensors() const override;

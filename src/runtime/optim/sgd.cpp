@@ -3,8 +3,9 @@
 
 namespace dscpp {
 
-SgdOptimizer::SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, std::vector<FlatRange> owned)
-    : Optimizer(params, std::move(owned)), cfg_(cfg) {
+SgdOptimizer::SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, std::vector<FlatRange> owned,
+                           StateMemory memory)
+    : Optimizer(params, std::move(owned), memory), cfg_(cfg) {
   if (cfg_.momentum != 0.0) momentum_ = new_state();
 }
 
@@ -46,9 +47,10 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const Para
 }
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const ParamSet& params,
-                                          std::vector<FlatRange> owned) {
-  if (cfg.is_adam()) return std::make_unique<AdamOptimizer>(cfg.adam, cfg.type == "adamw", params, std::move(owned));
-  if (cfg.type == "sgd") return std::make_unique<SgdOptimizer>(cfg.sgd, params, std::move(owned));
+                                          std::vector<FlatRange> owned, StateMemory memory) {
+  if (cfg.is_adam())
+    return std::make_unique<AdamOptimizer>(cfg.adam, cfg.type == "adamw", params, std::move(owned), memory);
+  if (cfg.type == "sgd") return std::make_unique<SgdOptimizer>(cfg.sgd, params, std::move(owned), memory);
   DSCPP_FAIL("make_optimizer: no optimizer of type '", cfg.type, "' (config has no \"optimizer\" section?)");
 }
 

@@ -72,6 +72,7 @@ void ZeroParamCoordinator::launch_gather(int u) {
     live_ += s.window.numel();
     peak_live_ = std::max(peak_live_, live_);
   }
+  if (shard_hook_) shard_hook_(u);
   Tensor in = shard_.slice(zp_.shard_offset(size_t(u)), zp_.chunk(size_t(u)));
   if (s.in_arena) {
     s.work = side_->all_gather(s.window, in);

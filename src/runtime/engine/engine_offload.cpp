@@ -1,0 +1,59 @@
+// The engine's optimizer offload (Note [Optimizer offload], runtime/offload/optimizer_offload.h): set-up, where each
+// unit's gradients and parameters are on the device, and the optimizer's states over the whole shard wherever they
+// live, for checkpoints.
+#include "dscpp/runtime/engine.h"
+#include "runtime/dp/grad_sync.h"
+#include "runtime/offload/optimizer_offload.h"
+
+namespace dscpp {
+
+void Engine::init_offload() {
+  const auto& oo = cfg_.zero_optimization.offload_optimizer;
+  if (!oo || !oo->enabled()) return;
+  DSCPP_CHECK(cfg_.zero_optimization.stage >= 1, "zero_optimization.offload_optimizer needs ZeRO stage 1, 2 or 3");
+  OptimizerOffload::ChunkFn params = [this](size_t u) { return unit_params(u); };
+  OptimizerOffload::ChunkFn grads = [this](size_t u) { return unit_grads(u); };
+  offload_ = std::make_unique<OptimizerOffload>(resolved_optimizer(cfg_), *oo, cfg_.dscpp.offload, model_->params(),
+                                                zp_, mixed_, /*track_grads=*/!grad_sync_, params, grads);
+  OptimizerOffload* o = offload_.get();
+  if (o->delayed() && grad_sync_) {  // gradients leave in backward (Note [Optimizer offload])
+    grad_sync_->set_final_hook([o](size_t unit) { o->grads_final(unit); });
+  } else if (o->delayed()) {
+    model_->set_grad_ready_hook([this, o](int64_t b, int64_t e) {
+      if (is_gradient_accumulation_boundary()) o->grads_ready(b, e);
+    });
+  }
+  if (zparams_) {
+    zparams_->set_shard_hook([o](int unit) { o->wait_unit(size_t(unit)); });
+  } else if (!zp_.sharded()) {  // stages 1-2 across ranks wait in wait_param_gather
+    Model::UnitHooks hooks;
+    hooks.before = [o](int unit, Model::UnitPass) { o->wait_unit(size_t(unit)); };
+    model_->set_unit_hooks(std::move(hooks));
+  }
+}
+
+Tensor Engine::unit_params(size_t unit) const {
+  if (zp_.sharded()) return owned_params(unit);  // owned range u is unit u's chunk
+  const FlatRange r = zp_.units().at(unit);
+  return model_->params().flat_params().slice(r.begin, r.size());
+}
+
+Tensor Engine::unit_grads(size_t unit) const {
+  if (zp_.sharded()) return owned_grads(unit);
+  const FlatRange r = zp_.units().at(unit);
+  return model_->params().flat_grads().slice(r.begin, r.size());
+}
+
+nlohmann::json Engine::optimizer_meta() {
+  nlohmann::json j = optimizer().state_json();
+  nlohmann::json owned = nlohmann::json::array();
+  for (const FlatRange& r : owned_) owned.push_back({r.begin, r.end});
+  j["owned"] = owned;  // the host optimizer's own ranges are pieces of these
+  return j;
+}
+
+std::vector<std::pair<std::string, Tensor>> Engine::optimizer_states() const {
+  return offload_ ? offload_->state_tensors() : optimizer_->state_tensors();
+}
+
+}  // namespace dscpp
