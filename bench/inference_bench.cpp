@@ -2,9 +2,13 @@
 // bench/inference_torch.py, Hugging Face generate, and prints one table):
 //   inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda] [--dtype bf16]
 //                   [--weights dense|int8|int4] [--group 128]
-//                   [--batch 1,32] [--prompt 32] [--new 128] [--warmup 1] [--offline N]
+//                   [--batch 1,32] [--prompt 32] [--new 128] [--warmup 1] [--offline N] [--tensor-parallel-size T]
 // --weights int8 / int4 quantizes the linears as the model loads (the engine's quant keys; --group: int4's group);
 // the model column then reads "<name>-int8" / "<name>-int4".
+// --tensor-parallel-size T: the model split over T ranks started by `dscpp launch --nproc_per_node T -- inference_bench
+// ...` (one per GPU, Note [Tensor-parallel shards]); rank 0 measures and prints, the model's name gets "-tpT".
+// --peer-all-reduce-max-bytes N: dscpp.peer_all_reduce_max_bytes (0: every all-reduce on NCCL; the name then ends in
+// "-nccl").
 // DIR holds a Hugging Face config.json (and, with safetensors, the weights); dummy weights need no files. Each batch
 // size runs B requests of --prompt random tokens, greedy, each generating exactly --new tokens (no stop ids), once
 // to warm up and then timed. Prints, tab-separated:
@@ -29,6 +33,8 @@
 #include <string>
 #include <vector>
 
+#include "dscpp/comm/dist_env.h"
+#include "dscpp/comm/process_group.h"
 #include "dscpp/core/allocator.h"
 #include "dscpp/core/crash_handler.h"
 #include "dscpp/core/cuda.h"
@@ -45,14 +51,16 @@ struct Args {
   std::string model, load_format = "dummy", device = "cuda", dtype = "bf16", weights = "dense";
   int64_t group = 128;
   std::vector<int64_t> batches{1, 32};
-  int64_t prompt = 32, new_tokens = 128, warmup = 1, offline = 0;
+  int64_t prompt = 32, new_tokens = 128, warmup = 1, offline = 0, tp = 1;
+  int64_t peer_bytes = InferenceDscppConfig{}.peer_all_reduce_max_bytes;
 };
 
 const bench::Flags kFlags{"inference_bench",
                           "inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda|cpu]\n"
                           "                       [--dtype bf16|f16|f32] [--weights dense|int8|int4] [--group 128]\n"
                           "                       [--batch 1,32] [--prompt 32] [--new 128]\n"
-                          "                       [--warmup 1] [--offline N]\n"};
+                          "                       [--warmup 1] [--offline N] [--tensor-parallel-size T]\n"
+                          "                       [--peer-all-reduce-max-bytes N]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -70,6 +78,8 @@ Args parse(int argc, char** argv) {
     else if (k == "new") a.new_tokens = kFlags.to_int(k, v, 1);
     else if (k == "warmup") a.warmup = kFlags.to_int(k, v, 0);
     else if (k == "offline") a.offline = kFlags.to_int(k, v, 1);
+    else if (k == "tensor-parallel-size") a.tp = kFlags.to_int(k, v, 1);
+    else if (k == "peer-all-reduce-max-bytes") a.peer_bytes = kFlags.to_int(k, v, 0);
     else kFlags.fail("unknown flag --" + k);
   });
   if (a.model.empty()) kFlags.fail("--model DIR is required");
@@ -95,12 +105,21 @@ std::vector<GenerationRequest> requests(int64_t n, int64_t prompt, int64_t new_t
   return reqs;
 }
 
-std::unique_ptr<InferenceEngine> start(const Args& a, const LoadOptions& lo, const InferenceConfig& cfg,
+// An engine on every rank; on ranks 1.. it follows rank 0's forwards until rank 0 drops its engine, and the result
+// is null (Note [Tensor-parallel steps]).
+std::unique_ptr<InferenceEngine> start(const Args& a, const LoadOptions& lo, InferenceConfig cfg,
                                        const std::string& name) {
   if (lo.device.is_cuda()) allocator_for(lo.device).reset_peak();  // the previous engine is gone
+  const bool lead = !lo.tp_group || lo.tp_group->rank() == 0;
+  cfg.tp_size = a.tp;
+  cfg.dscpp.peer_all_reduce_max_bytes = a.peer_bytes;
   const auto t0 = Clock::now();
-  auto e = std::make_unique<InferenceEngine>(load_inference_model(a.model, lo), cfg, &std::cerr);
+  auto e = std::make_unique<InferenceEngine>(load_inference_model(a.model, lo), cfg, lead ? &std::cerr : nullptr);
   if (lo.device.is_cuda()) cuda_synchronize();
+  if (!lead) {
+    e->follow();
+    return nullptr;
+  }
   std::printf("STARTUP\tdscpp\t%s\t%.2f\n", name.c_str(), since(t0));
   return e;
 }
@@ -113,6 +132,7 @@ void offline(const Args& a, const LoadOptions& lo, const std::string& name) {
   InferenceConfig cfg;
   cfg.state_manager.max_context = ((a.prompt + a.new_tokens + 63) / 64) * 64;
   auto e = start(a, lo, cfg, name);
+  if (!e) return;
   const int64_t V = e->model().cfg.vocab;
   for (int64_t round = 0; round <= std::min<int64_t>(a.warmup, 1); round++) {
     // The warm-up round is a small one: it only has to touch every kernel shape once.
@@ -136,15 +156,27 @@ void offline(const Args& a, const LoadOptions& lo, const std::string& name) {
 int main(int argc, char** argv) {
   install_crash_handler();
   const Args a = parse(argc, argv);
+  std::unique_ptr<ProcessGroup> tp;  // the ranks of `dscpp launch`, one per GPU
+  if (a.tp > 1) {
+    const DistEnv env = read_dist_env();
+    if (env.world_size != a.tp) kFlags.fail("--tensor-parallel-size " + std::to_string(a.tp) + " needs " +
+                                            std::to_string(a.tp) + " ranks (dscpp launch --nproc_per_node " +
+                                            std::to_string(a.tp) + " -- inference_bench ...), got WORLD_SIZE " +
+                                            std::to_string(env.world_size));
+    tp = init_process_group(a.device == "cuda" ? "nccl" : "gloo");
+  }
   LoadOptions lo;
   lo.load_format = a.load_format;
-  lo.device = a.device == "cuda" ? Device::cuda() : Device::cpu();
+  lo.device = a.device == "cuda" ? Device::cuda(tp ? read_dist_env().local_rank % cuda_device_count() : 0)
+                                 : Device::cpu();
   lo.dtype = dtype_from_name(a.dtype);
+  lo.tp_group = tp.get();
   lo.quant.enabled = a.weights != "dense";
   lo.quant.num_bits = a.weights == "int4" ? 4 : 8;
   lo.quant.group_size = a.group;
   const std::string name = std::filesystem::path(a.model).filename().string() +
-                           (lo.quant.enabled ? "-" + a.weights : std::string());
+                           (lo.quant.enabled ? "-" + a.weights : std::string()) +
+                           (a.tp > 1 ? "-tp" + std::to_string(a.tp) + (a.peer_bytes == 0 ? "-nccl" : "") : "");
   if (a.offline > 0) {
     offline(a, lo, name);
     return 0;
@@ -159,6 +191,7 @@ int main(int argc, char** argv) {
     cfg.state_manager.memory_config.mode = "allocate";
     cfg.state_manager.memory_config.size = B * (cfg.state_manager.max_context / cfg.dscpp.kv_block_size);
     auto e = start(a, lo, cfg, name);
+    if (!e) continue;
     const int64_t V = e->model().cfg.vocab;
     double secs = 0, first = 0;
     GenerationStats st;

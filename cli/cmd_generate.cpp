@@ -44,11 +44,16 @@ std::vector<std::string> read_prompts(const GenerateOptions& o) {
 }
 
 int run_generate(const GenerateOptions& o) {
-  LoadedModel loaded = load_model_source(o.source);
+  const TensorParallelJob tp = join_tensor_parallel(o.source);
+  LoadedModel loaded = load_model_source(o.source, tp.group.get());
   const Tokenizer& tok = loaded.tok;
   const std::vector<std::string> prompts = read_prompts(o);
   const inference::InferenceConfig cfg = engine_config(o.source, loaded.model, int64_t(prompts.size()));
-  inference::InferenceEngine engine(std::move(loaded.model), cfg, &std::cerr);
+  inference::InferenceEngine engine(std::move(loaded.model), cfg, tp.leader() ? &std::cerr : nullptr);
+  if (!tp.leader()) {  // Note [Tensor-parallel steps]: rank 0 generates and prints
+    engine.follow();
+    return 0;
+  }
 
   std::vector<inference::GenerationRequest> reqs;
   for (size_t i = 0; i < prompts.size(); i++) {
@@ -108,7 +113,8 @@ Command register_generate(CLI::App& app) {
       "  dscpp generate --prompt \"The meaning of life\"\n"
       "  dscpp generate --checkpoint runs/default/checkpoints --greedy --max-tokens 50\n"
       "  dscpp generate --temperature 1.0 --top-p 0.9 --seed 7 -n 3\n"
-      "  dscpp generate --hf path/to/Llama-3.2-1B --prompt \"The capital of France is\" --greedy");
+      "  dscpp generate --hf path/to/Llama-3.2-1B --prompt \"The capital of France is\" --greedy\n"
+      "  dscpp launch --nproc_per_node 2 generate --hf path/to/Llama-3.1-8B --device cuda --tensor-parallel-size 2");
   add_model_source_options(c.app, o->source);
   c.app->add_option("--prompt,-p", o->prompt, "Prompt text")->capture_default_str();
   c.app->add_option("--max-tokens", o->max_tokens, "New tokens to generate")->capture_default_str()

@@ -42,7 +42,9 @@ Command register_launch(CLI::App& app) {
   sub->add_option("--num_nodes", o.num_nodes, "Use the first N hosts of the hostfile")->check(whole(1, INT32_MAX));
   sub->add_option("--num_gpus,--num_accelerators", o.num_gpus, "Use slots [0, G) on each host")
       ->check(whole(1, INT32_MAX));
-  sub->add_option("--nproc", o.nproc, "Run N CPU ranks on this machine (no hostfile)")->check(whole(1, INT32_MAX));
+  sub->add_option("--nproc,--nproc_per_node", o.nproc, "Run N ranks on this machine (no hostfile; torchrun's "
+                  "--nproc_per_node): CPU processes, CUDA_VISIBLE_DEVICES untouched (a GPU command takes device "
+                  "LOCAL_RANK)")->check(whole(1, INT32_MAX));
   sub->add_flag("--cpu", o.cpu, "Ranks are CPU processes: hostfile slots are rank counts, CUDA_VISIBLE_DEVICES untouched");
   sub->add_option("--master_addr", o.master_addr, "Rendezvous host (default 127.0.0.1 on one node, else the first host)");
   sub->add_option("--master_port", o.master_port, "Rendezvous port (default 29500, or a free one when a job on this "

@@ -6,8 +6,12 @@
 #include <iostream>
 #include <map>
 
+#include "cli/rules.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/universal.h"
+#include "dscpp/comm/dist_env.h"
+#include "dscpp/comm/process_group.h"
+#include "dscpp/core/cuda.h"
 #include "dscpp/models/model.h"
 #include "dscpp/runtime/engine.h"  // read_checkpoint_model_config
 
@@ -52,6 +56,9 @@ void add_model_source_options(CLI::App* app, ModelSource& o) {
                   "channel) or int4 (groups of dscpp.quantization.group_size), or none; sets the config's "
                   "quant.enabled and quant.weight.num_bits (a folder from `dscpp quantize` needs no flag)")
       ->check(CLI::IsMember({"none", "int8", "int4"}));
+  app->add_option("--tensor-parallel-size", o.tp_size, "Ranks that split the model (tensor_parallel.tp_size), one "
+                  "per GPU, started by dscpp launch; overrides --config's (default: --config's, else 1)")
+      ->check(whole(1, 4096));
 }
 
 inference::WeightQuantConfig quant_config(const ModelSource& o) {
@@ -64,9 +71,30 @@ inference::WeightQuantConfig quant_config(const ModelSource& o) {
   return q;
 }
 
-LoadedModel load_model_source(const ModelSource& o) {
+int64_t tensor_parallel_size(const ModelSource& o) {
+  if (o.tp_size > 0) return o.tp_size;
+  return o.config.empty() ? 1 : inference::InferenceConfig::from_file(o.config).tp_size;
+}
+
+int TensorParallelJob::rank() const { return group ? group->rank() : 0; }
+
+TensorParallelJob join_tensor_parallel(const ModelSource& o) {
+  TensorParallelJob job;
+  const int64_t tp = tensor_parallel_size(o);
+  if (tp == 1) return job;
+  const DistEnv env = read_dist_env();
+  DSCPP_CHECK(env.world_size == tp, "tensor_parallel.tp_size = ", tp, " needs a job of ", tp, " ranks, one per ",
+              o.device == "cuda" ? "GPU" : "process", " (dscpp launch --nproc_per_node ", tp, " <command> ...), but "
+              "this process is one of WORLD_SIZE ", env.world_size, env.source == "none" ? " (not launched)" : "");
+  job.group = init_process_group(o.device == "cuda" ? "nccl" : "gloo");
+  return job;
+}
+
+LoadedModel load_model_source(const ModelSource& o, ProcessGroup* tp_group) {
   inference::LoadOptions lo;
-  lo.device = o.device == "cuda" ? Device::cuda() : Device::cpu();
+  lo.tp_group = tp_group;
+  const int local = tp_group ? read_dist_env().local_rank % std::max(1, cuda_device_count()) : 0;
+  lo.device = o.device == "cuda" ? Device::cuda(local) : Device::cpu();
   lo.dtype = o.dtype.empty() ? (lo.device.is_cuda() ? DType::bf16 : DType::f32) : dtype_from_name(o.dtype);
   lo.load_format = o.load_format;
   lo.quant = quant_config(o);
@@ -94,8 +122,10 @@ LoadedModel load_model_source(const ModelSource& o) {
 
 inference::InferenceConfig engine_config(const ModelSource& o, const inference::InferenceModel& m,
                                          int64_t max_sequences) {
-  if (!o.config.empty()) return inference::InferenceConfig::from_file(o.config);
   inference::InferenceConfig c;
+  if (!o.config.empty()) c = inference::InferenceConfig::from_file(o.config);
+  c.tp_size = tensor_parallel_size(o);
+  if (!o.config.empty()) return c;
   c.state_manager.max_context = std::min(c.state_manager.max_context, m.cfg.max_context);
   if (m.device.is_cpu()) {
     const int64_t per_seq = (c.state_manager.max_context + c.dscpp.kv_block_size - 1) / c.dscpp.kv_block_size;

@@ -2,8 +2,10 @@
 // (--checkpoint, --tag), loaded for the inference engine with its tokenizer, and the engine's config.
 #pragma once
 #include <CLI/CLI.hpp>
+#include <memory>
 #include <string>
 
+#include "dscpp/comm/process_group.h"
 #include "dscpp/data/tokenizer.h"
 #include "dscpp/inference/engine.h"
 
@@ -18,17 +20,32 @@ struct ModelSource {
   std::string dtype;   // "" = f32 on the CPU, bf16 on CUDA
   std::string load_format = "safetensors";
   std::string quantization;  // none, int8 or int4: sets the config's quant keys ("" = as the config says)
+  int64_t tp_size = 0;       // --tensor-parallel-size (0: not given)
 };
 
-// --checkpoint, --tag, --hf, --config, --device, --dtype, --load-format, --quantization.
+// --checkpoint, --tag, --hf, --config, --device, --dtype, --load-format, --quantization, --tensor-parallel-size.
 void add_model_source_options(CLI::App* app, ModelSource& s);
+
+// The tensor-parallel size asked for: --tensor-parallel-size, else tensor_parallel.tp_size of --config, else 1.
+int64_t tensor_parallel_size(const ModelSource& s);
+
+// This process's place in a tensor-parallel job: for tp_size > 1, the process group of the ranks `dscpp launch`
+// started (gloo on the CPU, nccl on GPUs; WORLD_SIZE must be tp_size), rank 0 the one that schedules, samples and
+// prints (Note [Tensor-parallel steps]).
+struct TensorParallelJob {
+  std::unique_ptr<ProcessGroup> group;  // null for one rank
+  int rank() const;
+  bool leader() const { return rank() == 0; }
+};
+TensorParallelJob join_tensor_parallel(const ModelSource& s);
 
 struct LoadedModel {
   inference::InferenceModel model;
   Tokenizer tok;
   std::string dir;  // the Hugging Face folder ("" for a checkpoint): chat template, generation_config.json
 };
-LoadedModel load_model_source(const ModelSource& s);
+// tp_group: load this rank's shard, on the GPU of its LOCAL_RANK.
+LoadedModel load_model_source(const ModelSource& s, ProcessGroup* tp_group = nullptr);
 
 // The weight quantization to load with: --config's quant keys, with --quantization over them.
 inference::WeightQuantConfig quant_config(const ModelSource& s);

@@ -33,6 +33,7 @@
 #include "dscpp/kernels/attention_backend.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
+#include "dscpp/kernels/parallel_ops.h"
 #include "dscpp/kernels/quant_ops.h"
 #include "dscpp/kernels/sampling_ops.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -168,6 +169,10 @@ void add_embedding() {
       add("embedding_forward", t, sh).in("table", {s.V, s.C}, t).ints("ids", {s.N}, 0, int(s.V))
           .out("out", {s.N, s.C}, t).exact()
           .run([](const Args& a) { ops::embedding_forward(a["out"], a["ids"], a["table"]); });
+      // The middle shard of three: ids below, inside and above its rows.
+      add("embedding_shard_forward", t, sh).in("table", {s.V, s.C}, t).ints("ids", {s.N}, 0, int(3 * s.V))
+          .out("out", {s.N, s.C}, t).exact()
+          .run([V = s.V](const Args& a) { ops::embedding_shard_forward(a["out"], a["ids"], a["table"], V); });
       for (DType g : param_dtypes(t))
         add("embedding_backward", t, sh + " dtable=" + dt_name(g)).in("dout", {s.N, s.C}, t)
             .ints("ids", {s.N}, 0, int(s.V)).acc("dtable", {s.V, s.C}, g, s.N)

@@ -97,14 +97,37 @@ WorkPtr ProcessGroup::reduce_scatter(Tensor& out, const Tensor& in, ReduceOp op)
   return do_reduce_scatter(out, in, op);
 }
 
+static void check_all_gather(const std::string& group, int size, const Tensor& out, const Tensor& in) {
+  DSCPP_CHECK(in.dtype() == out.dtype(), "all_gather: dtypes differ (in ", dtype_name(in.dtype()), ", out ",
+              dtype_name(out.dtype()), ")");
+  DSCPP_CHECK(out.numel() == in.numel() * size, "all_gather on group '", group, "': out has ", out.numel(),
+              " elements, expected in's ", in.numel(), " x ", size, " ranks");
+}
+
 WorkPtr ProcessGroup::all_gather(Tensor& out, const Tensor& in) {
   check_tensor("all_gather", out);
   check_tensor("all_gather", in);
-  DSCPP_CHECK(in.dtype() == out.dtype(), "all_gather: dtypes differ (in ", dtype_name(in.dtype()), ", out ",
-              dtype_name(out.dtype()), ")");
-  DSCPP_CHECK(out.numel() == in.numel() * size_, "all_gather on group '", name_, "': out has ", out.numel(),
-              " elements, expected in's ", in.numel(), " x ", size_, " ranks");
+  check_all_gather(name_, size_, out, in);
   return do_all_gather(out, in);
+}
+
+void ProcessGroup::all_reduce_on_stream(Tensor& t, ReduceOp op) {
+  check_tensor("all_reduce_on_stream", t);
+  DSCPP_CHECK(op != ReduceOp::avg || dtype_is_float(t.dtype()), "all_reduce_on_stream avg needs a float dtype, got ",
+              dtype_name(t.dtype()));
+  do_all_reduce_on_stream(t, op);
+}
+
+void ProcessGroup::all_gather_on_stream(Tensor& out, const Tensor& in) {
+  check_tensor("all_gather_on_stream", out);
+  check_tensor("all_gather_on_stream", in);
+  check_all_gather(name_, size_, out, in);
+  do_all_gather_on_stream(out, in);
+}
+
+void ProcessGroup::watch_stream(const char* what) {
+  DSCPP_CHECK(broken_.empty(), what, " on group '", name_, "': the group is broken by an earlier failure: ", broken_);
+  do_watch_stream(what);
 }
 
 WorkPtr ProcessGroup::all_to_all(Tensor& out, const Tensor& in) {

@@ -99,6 +99,7 @@ static void parse_dscpp(const json& j, InferenceDscppConfig& d, WeightQuantConfi
   r.get("kv_block_size", d.kv_block_size, 1, max_context);
   r.get("prefix_caching", d.prefix_caching);
   r.get("cuda_graph_max_batch", d.cuda_graph_max_batch, 0, 4096);
+  r.get("peer_all_reduce_max_bytes", d.peer_all_reduce_max_bytes, 0, int64_t(1) << 30);
   if (const json* qj = r.raw("quantization")) {
     SectionReader qr(*qj, r.path("quantization"));
     // Whether the group divides each linear's input is checked against the model when it loads.
@@ -108,6 +109,9 @@ static void parse_dscpp(const json& j, InferenceDscppConfig& d, WeightQuantConfi
     qr.finish();
   }
   r.finish();
+  if (d.peer_all_reduce_max_bytes % 16 != 0)
+    fail(r.path("peer_all_reduce_max_bytes"), d.peer_all_reduce_max_bytes, "must be a multiple of 16 (the kernel "
+         "moves 16-byte vectors)");
   // Block offsets become shifts and masks in the kernels.
   if ((d.kv_block_size & (d.kv_block_size - 1)) != 0)
     fail(r.path("kv_block_size"), d.kv_block_size, "must be a power of two");
@@ -119,10 +123,8 @@ InferenceConfig InferenceConfig::parse(const json& root) {
   const char* tp_name = "tensor_parallel";
   if (const json* tp = section(top, tp_name, "tp")) {
     SectionReader r(*tp, tp_name);
-    r.get("tp_size", c.tp_size, 1);
+    r.get("tp_size", c.tp_size, 1, 4096);  // whether the model's heads divide is checked at load (check_tp_size)
     r.finish();
-    if (c.tp_size != 1)
-      fail(r.path("tp_size"), c.tp_size, "tensor parallelism is not implemented by the inference engine yet (use 1)");
   }
   const char* sm_name = "state_manager";
   if (const json* sm = section(top, sm_name, "manager")) parse_state_manager(*sm, sm_name, c.state_manager);
@@ -171,6 +173,7 @@ json InferenceConfig::to_json() const {
             {"offload", s.offload}}},
           {"dscpp", {{"kv_block_size", dscpp.kv_block_size}, {"prefix_caching", dscpp.prefix_caching},
                     {"cuda_graph_max_batch", dscpp.cuda_graph_max_batch},
+                    {"peer_all_reduce_max_bytes", dscpp.peer_all_reduce_max_bytes},
                     {"quantization", {{"group_size", quant.group_size}, {"lm_head", quant.lm_head}}}}}};
 }
 

@@ -12,10 +12,12 @@
 #include <string>
 #include <utility>
 
+#include "dscpp/kernels/parallel_ops.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_adam.h"
 #ifdef DSCPP_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/parallel_ops_cuda.h"
 #define CUDA_DISPATCH(op, fn, ...) return ::dscpp::cuda::fn(__VA_ARGS__)
 #else
 #define CUDA_DISPATCH(op, fn, ...) no_cuda(op)
@@ -108,18 +110,32 @@ void need_indices(const char* op, const char* name, const int32_t* idx, int64_t 
 }  // namespace
 
 // ---- embedding ----
-void embedding_forward(const Tensor& out, const Tensor& ids, const Tensor& table) {
-  const char* op = "embedding_forward";
+namespace {
+// out[N, C] looked up in table[V, C] by ids[N]: the checks of both lookups. True on CUDA.
+bool check_lookup(const char* op, const Tensor& out, const Tensor& ids, const Tensor& table) {
   const bool cuda = on_cuda(op, {{"out", out}, {"ids", ids}, {"table", table}});
   need_dtype(op, {"ids", ids}, DType::i32);
   const DType t = need_act(op, {"table", table}, cuda);
   need_dtype(op, {"out", out}, t);
   if (table.dim() != 2) fail(op, "table has shape ", shape_str(table.shape()), ", expected [V, C]");
+  need_rows(op, {"out", out}, ids.numel(), table.size(1));
+  return cuda;
+}
+}  // namespace
+
+void embedding_forward(const Tensor& out, const Tensor& ids, const Tensor& table) {
+  const char* op = "embedding_forward";
+  if (check_lookup(op, out, ids, table)) CUDA_DISPATCH(op, embedding_forward, out, ids, table);
   const int64_t V = table.size(0), C = table.size(1), N = ids.numel();
-  need_rows(op, {"out", out}, N, C);
-  if (cuda) CUDA_DISPATCH(op, embedding_forward, out, ids, table);
   need_indices(op, "ids", ids.data<int32_t>(), N, 0, V);
   cpu::embedding_forward(out.data<float>(), ids.data<int32_t>(), table.data<float>(), N, C);
+}
+
+void embedding_shard_forward(const Tensor& out, const Tensor& ids, const Tensor& table, int64_t first) {
+  const char* op = "embedding_shard_forward";
+  if (check_lookup(op, out, ids, table)) CUDA_DISPATCH(op, embedding_shard_forward, out, ids, table, first);
+  cpu::embedding_shard_forward(out.data<float>(), ids.data<int32_t>(), table.data<float>(), ids.numel(),
+                               table.size(1), table.size(0), first);
 }
 
 void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {

@@ -86,6 +86,7 @@ int supervise(const std::vector<ProcSpec>& procs, const LaunchOptions& o, const 
   so.err_fd = io.err_fd;
   so.exit_on_stdin_eof = o.exit_on_stdin_eof;
   so.forward_signals = io.forward_signals;
+  so.clean_stop_is_success = io.clean_stop_is_success;
   RunResult r = run_supervised(procs, so);
   if (r.exit_code != 0) say(io.err_fd, "[launcher] job failed: " + r.reason);
   return r.exit_code;

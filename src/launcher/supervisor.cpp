@@ -310,7 +310,9 @@ RunResult run_supervised(const std::vector<ProcSpec>& procs, const SuperviseOpti
     k.err.close_stream();
     if (k.stdin_w >= 0) close(k.stdin_w);
   }
-  if (res.failed < 0 && launcher_sig) {
+  bool all_clean = true;
+  for (const auto& k : kids) all_clean &= WIFEXITED(k.status) && WEXITSTATUS(k.status) == 0;
+  if (res.failed < 0 && launcher_sig && !(opts.clean_stop_is_success && all_clean && !killed)) {
     res.exit_code = 128 + launcher_sig;
     res.reason = std::string("stopped by signal ") + std::to_string(launcher_sig) + " (" + strsignal(launcher_sig) + ")";
   }

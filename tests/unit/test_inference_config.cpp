@@ -73,7 +73,8 @@ TEST(InferenceConfig, DeepSpeedValidators) {
                {"\"reserv\"", "must be one of", "did you mean 'reserve'"});
   expect_error(R"({"state_manager": {"offload": true}})", "state_manager.offload", {"not implemented"});
   expect_error(R"({"manager": {"max_context": -1}})", "manager.max_context", {"= -1", ">= 1"});  // the name given
-  expect_error(R"({"tensor_parallel": {"tp_size": 2}})", "tensor_parallel.tp_size", {"= 2", "not implemented"});
+  expect_error(R"({"tensor_parallel": {"tp_size": 0}})", "tensor_parallel.tp_size", {"= 0", ">= 1"});
+  EXPECT_EQ(InferenceConfig::from_string(R"({"tp": {"tp_size": 2}})").tp_size, 2);  // the model's split: at load
   expect_error(R"({"quantization": {"quantization_mode": "wf6af16"}})", "quantization.quantization_mode",
                {"wf6af16", "not implemented"});
 }
@@ -84,6 +85,10 @@ TEST(InferenceConfig, OurKeys) {
                "dscpp.kv_block_size", {"= 256", "<= 128"});
   expect_error(R"({"dscpp": {"prefix_caching": 1}})", "dscpp.prefix_caching", {"expected true or false"});
   expect_error(R"({"dscpp": {"cuda_graph_max_batch": -1}})", "dscpp.cuda_graph_max_batch", {"= -1", ">= 0"});
+  expect_error(R"({"dscpp": {"peer_all_reduce_max_bytes": 1000}})", "dscpp.peer_all_reduce_max_bytes",
+               {"= 1000", "multiple of 16"});
+  EXPECT_EQ(InferenceConfig::from_string(R"({"dscpp": {"peer_all_reduce_max_bytes": 0}})")
+                .dscpp.peer_all_reduce_max_bytes, 0);
 }
 
 // DeepSpeed inference's quant section (v1's QuantizationConfig) where it fits, dscpp.quantization for the rest.

@@ -440,10 +440,10 @@ std::string slurp_fd(int fd) {
   return s;
 }
 
-Captured run_launch(LaunchOptions o, bool forward_signals = false) {
+Captured run_launch(LaunchOptions o, bool forward_signals = false, bool clean_stop_is_success = false) {
   FILE* out = tmpfile();
   FILE* err = tmpfile();
-  LaunchIO io{fileno(out), fileno(err), forward_signals};
+  LaunchIO io{fileno(out), fileno(err), forward_signals, clean_stop_is_success};
   Captured c;
   try {
     c.code = launch(o, io);
@@ -643,6 +643,25 @@ TEST(Launch, SignalToLauncherIsForwarded) {
   EXPECT_NE(c.err.find("got signal 15"), std::string::npos) << c.err;
   EXPECT_TRUE(process_gone(read_pid(d.path / "pid0")));
   EXPECT_TRUE(process_gone(read_pid(d.path / "pid1")));
+}
+
+// A server's launcher (clean_stop_is_success): ranks that exit 0 on the forwarded SIGTERM are a clean stop, exit 0;
+// a rank that dies of it is not.
+TEST(Launch, CleanStopAfterSignalIsSuccessWhenAsked) {
+  for (bool drains : {true, false}) {
+    TempDir d;
+    const std::string trap = drains ? "trap 'exit 0' TERM; " : "";
+    LaunchOptions o = cpu_ranks(2, trap + "echo $$ > " + d.path.string() + "/pid$RANK; sleep 1000 & wait");
+    std::thread killer([&] {
+      for (int i = 0; i < 6000 && !(fs::exists(d.path / "pid0") && fs::exists(d.path / "pid1")); i++)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      kill(getpid(), SIGTERM);
+    });
+    Captured c = run_launch(o, /*forward_signals=*/true, /*clean_stop_is_success=*/true);
+    killer.join();
+    EXPECT_EQ(c.code, drains ? 0 : 128 + SIGTERM) << "drains " << drains << ": " << c.err;
+  }
 }
 
 // The dscpp binary itself: argument parsing (`--`, a bare subcommand), and stdin EOF for remote node launchers.

@@ -93,6 +93,19 @@ class ProcessGroup {
   // freed (Note [Symmetric memory]). gloo: ordinary CPU memory.
   Tensor alloc_symmetric(int64_t numel, DType dtype);
   WorkPtr broadcast(Tensor& t, int root);  // root is a rank of this group
+
+  // Note [Collectives in CUDA graphs]
+  // The ops above each make a Work with events the watchdog polls, and a CUDA graph cannot hold that (an event last
+  // recorded under capture cannot be queried). These two run on the caller's current stream instead and return
+  // nothing: the result is ready for whatever that stream runs next, and a graph may capture them (the
+  // tensor-parallel decode step does). gloo: the op, waited for. nccl: an op enqueued outside a capture is watched
+  // like any other (its timeout, an abort); a graph's are not until it is replayed and watch_stream called.
+  void all_reduce_on_stream(Tensor& t, ReduceOp op = ReduceOp::sum);
+  void all_gather_on_stream(Tensor& out, const Tensor& in);
+  // nccl: the watchdog watches the work queued so far on the current stream as one op of this group named `what`
+  // (a replayed graph's collectives): a dead peer (the store's abort key) or the timeout aborts the communicator, so
+  // a later synchronisation fails instead of hanging. Not during a capture. gloo: nothing.
+  void watch_stream(const char* what);
   WorkPtr barrier();
   WorkPtr send(const Tensor& t, int dst);  // matched in order with dst's recv(…, src = this rank)
   WorkPtr recv(Tensor& t, int src);
@@ -131,6 +144,9 @@ class ProcessGroup {
   virtual WorkPtr do_reduce_scatter_by_copies(Tensor& out, const Tensor& in, Tensor& scratch, ReduceOp op);
   virtual Tensor do_alloc_symmetric(int64_t numel, DType dtype) = 0;
   virtual WorkPtr do_broadcast(Tensor& t, int root) = 0;
+  virtual void do_all_reduce_on_stream(Tensor& t, ReduceOp op) { do_all_reduce(t, op)->wait(); }
+  virtual void do_all_gather_on_stream(Tensor& out, const Tensor& in) { do_all_gather(out, in)->wait(); }
+  virtual void do_watch_stream(const char*) {}
   virtual WorkPtr do_barrier() = 0;
   virtual WorkPtr do_send(const Tensor& t, int dst) = 0;
   virtual WorkPtr do_recv(Tensor& t, int src) = 0;

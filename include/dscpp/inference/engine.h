@@ -9,6 +9,9 @@
 //     e.generate({{{/*uid*/1, prompt, /*max_new_tokens*/64, stop_ids}, sampling}}, on_token);
 //   or one step at a time, requests joining and leaving between steps (a server's loop; generate is this loop):
 //     e.submit(request); while (!e.idle()) e.step(on_token); ... e.cancel(uid);
+//   Tensor parallelism (a model loaded with LoadOptions::tp_group): rank 0's engine is used as above; every other
+//   rank calls e.follow(), which runs rank 0's forwards on its shard until rank 0's engine is destroyed
+//   (Note [Tensor-parallel steps], src/inference/model/step_channel.h).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -24,6 +27,10 @@
 #include "dscpp/inference/request.h"
 #include "dscpp/inference/sampler.h"
 #include "dscpp/inference/scheduling.h"
+
+namespace dscpp {
+class PeerAllReduce;
+}
 
 namespace dscpp::inference {
 
@@ -58,9 +65,11 @@ class InferenceEngine {
   // Sizes the KV cache by state_manager.memory_config (Note [KV cache size]): "reserve" takes the memory free after
   // the weights, less memory_config.size bytes; "allocate" takes memory_config.size blocks. Refuses with the numbers
   // when one max_context sequence cannot fit. On a GPU it then captures the decode CUDA graphs
-  // (dscpp.cuda_graph_max_batch). Prints the cache's size and the capture's time to `log` when given.
+  // (dscpp.cuda_graph_max_batch). Prints the cache's size and the capture's time to `log` when given. A
+  // tensor-parallel shard's engine is made on every rank of its group (a collective): the ranks check that they
+  // agree (config, model; Note [Start-up agreement]) and take the smallest KV cache of any rank.
   InferenceEngine(InferenceModel model, const InferenceConfig& config, std::ostream* log = nullptr);
-  ~InferenceEngine();
+  ~InferenceEngine();  // rank 0 of a tensor-parallel model stops the followers
   InferenceEngine(const InferenceEngine&) = delete;
   InferenceEngine& operator=(const InferenceEngine&) = delete;
 
@@ -92,6 +101,9 @@ class InferenceEngine {
   int64_t n_waiting() const;
   const GenerationStats& totals() const;  // every step since start-up
 
+  // Ranks 1.. of a tensor-parallel model: runs rank 0's forwards until it stops.
+  void follow();
+
   const InferenceModel& model() const { return model_; }
   const InferenceConfig& config() const { return config_; }
   int64_t kv_blocks() const { return cache_.shape().n_blocks; }
@@ -110,6 +122,7 @@ class InferenceEngine {
 
   InferenceModel model_;
   InferenceConfig config_;
+  std::unique_ptr<PeerAllReduce> peer_;  // tensor parallelism on GPUs; before the runner, whose graphs use it
   std::unique_ptr<ModelRunner> runner_;  // before the cache: its buffers are not the cache's to take
   KVCache cache_;
   std::unique_ptr<StateManager> state_;

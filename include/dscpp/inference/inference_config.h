@@ -36,6 +36,9 @@ struct InferenceDscppConfig {            // dscpp: our keys, which FastGen has n
   // Decode steps of up to this many sequences replay a CUDA graph (one per batch-size bucket, captured at start-up);
   // 0: every forward launches its kernels one by one. vLLM's default capture limit.
   int64_t cuda_graph_max_batch = 256;
+  // Tensor parallelism on GPUs: all-reduces of at most this many bytes run on our one-shot / two-shot kernel over
+  // peer memory (comm/peer_all_reduce.h; a decode step's, bf16 [B, hidden]), larger ones on NCCL; 0: NCCL always.
+  int64_t peer_all_reduce_max_bytes = 512 << 10;
 };
 
 // Weight-only quantization of the model's linears when it loads (Note [Quantized weight layout] in
@@ -53,7 +56,7 @@ struct WeightQuantConfig {
 };
 
 struct InferenceConfig {
-  int64_t tp_size = 1;                   // tensor_parallel (alias tp).tp_size: 1 only for now
+  int64_t tp_size = 1;                   // tensor_parallel (alias tp).tp_size: ranks that split the model
   StateManagerConfig state_manager;
   InferenceDscppConfig dscpp;
   WeightQuantConfig quant;               // quant.*, dscpp.quantization.*

@@ -26,6 +26,8 @@
 
 namespace dscpp {
 class Model;
+class PeerAllReduce;
+class ProcessGroup;
 }
 
 namespace dscpp::inference {
@@ -71,8 +73,28 @@ struct LayerWeights {
   QuantWeight qkv_q, o_q, up_q, down_q;
 };
 
+// Note [Tensor-parallel shards]
+// AutoTP's split (FastGen's sharding helpers): rank r of tp holds
+//   - attention by KV-head groups: KV heads [r Hkv/tp, (r+1) Hkv/tp) and the query heads of their groups, so its
+//     fused qkv rows are its q heads | its k heads | its v heads, and o_proj's matching input columns;
+//   - the MLP by columns: the rows (output features) [r F/tp, (r+1) F/tp) of gate and up, down_proj's matching
+//     input columns;
+//   - the embedding and the lm head by vocabulary: rows [r Vs, (r+1) Vs), Vs = ceil(V / tp), zero past V;
+//   - the rest whole: norms, learned positions, the biases of o_proj and down_proj (added by rank 0 alone).
+// A shard's cfg counts its own heads (n_head, n_kv_head) and FFN columns (ffn); hidden and vocab stay the model's.
+// The forward sums the partial outputs of the embedding, o_proj and down_proj with all-reduces on the forward's
+// stream (a decode graph captures them) and all-gathers the logits, so every rank ends a step with the same
+// residual stream and the same [S, V] logits. tp must divide n_kv_head and ffn (check_tp_size).
+struct TpShard {
+  ProcessGroup* group = nullptr;  // the ranks of the model (null: one rank); outlives the model
+  PeerAllReduce* peer = nullptr;  // small all-reduces over GPU peer memory, when the engine made one (else NCCL)
+  int rank = 0, size = 1;
+  int64_t vocab_begin = 0, vocab_rows = 0;  // this rank's rows of the vocabulary: [begin, begin + rows)
+};
+
 struct InferenceModel {
   InferenceModelConfig cfg;
+  TpShard tp;
   DType dtype = DType::f32;
   Device device = Device::cpu();
   Tensor embed;      // [V, C]
@@ -94,7 +116,8 @@ struct LoadOptions {
   Device device = Device::cpu();
   int64_t max_context = 0;  // the engine's max_context (0: the model's): checked against the model's positions
                             // and a sliding window (which must cover it)
-  uint64_t seed = 0;        // dummy weights
+  uint64_t seed = 0;        // dummy weights (a shard draws its own: rank r's differ from a tp 1 model's)
+  ProcessGroup* tp_group = nullptr;  // tensor parallelism: load this rank's shard (Note [Tensor-parallel shards])
   bool progress = true;     // a progress line on stderr for loads of 1 GiB or more
   // Quantize the linears as they load (the config's quant section). A folder written by `dscpp quantize` loads
   // quantized without it; giving it anyway must then match the folder's.
@@ -113,6 +136,10 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
 // A model trained here (a checkpoint of ours loaded into the training Model), mapped by the policy its Hugging Face
 // export would meet, without writing the files.
 InferenceModel inference_model_from(const Model& model, const LoadOptions& opts = {});
+
+// Throws dscpp::Error naming tensor_parallel.tp_size, its value and the rule unless tp_size divides the model's
+// KV heads and FFN width.
+void check_tp_size(const InferenceModelConfig& cfg, int64_t tp_size);
 
 // The KV cache a model needs: its layers, kv heads and head dim, with n_blocks of block_size tokens.
 KVCacheShape kv_cache_shape(const InferenceModelConfig& cfg, int64_t n_blocks, int64_t block_size);

@@ -13,6 +13,7 @@ namespace dscpp::launcher {
 struct LaunchIO {
   int out_fd = 1, err_fd = 2;  // ranks' output lines; launcher messages and dry-run commands go to err_fd/out_fd
   bool forward_signals = true;
+  bool clean_stop_is_success = false;  // SuperviseOptions'
 };
 
 int launch(const LaunchOptions& o, const LaunchIO& io = {});

@@ -29,6 +29,9 @@ struct SuperviseOptions {
   int out_fd = 1, err_fd = 2;      // children's stdout/stderr lines; launcher messages go to err_fd
   bool exit_on_stdin_eof = false;  // our stdin closing (the ssh that started us went away) stops the children
   bool forward_signals = true;     // install SIGINT/SIGTERM/SIGHUP handlers for the duration of the run
+  // A forwarded stop signal after which every child exits 0 is a clean stop (exit code 0): children that drain
+  // their work on SIGTERM, as a server's ranks. Otherwise the launcher's exit code says it was signalled.
+  bool clean_stop_is_success = false;
 };
 
 struct RunResult {

@@ -321,6 +321,12 @@ class NcclProcessGroup : public ProcessGroup {
     if (prof_token >= 0) prof->comm_gpu_end(prof_token, stream_, {op, int64_t(bytes), 0, 0, name_});
     DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&work->end_, timed ? 0 : cudaEventDisableTiming));
     DSCPP_CUDA_CHECK(cudaEventRecord(work->end_, stream_));
+    track(work);
+    return work;
+  }
+
+  // nccl_mu_ held: the watchdog follows `work` from now on.
+  void track(const std::shared_ptr<NcclWork>& work) {
     bool was_idle;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -330,7 +336,35 @@ class NcclProcessGroup : public ProcessGroup {
     // Only an idle watchdog (sleeping 500 ms) needs waking; a busy one polls every 2 ms anyway, and waking it on
     // every launch made it query CUDA beside each launch of a stream of small collectives.
     if (was_idle) cv_.notify_all();
-    return work;
+  }
+
+  // Note [Collectives in CUDA graphs] (comm/process_group.h): the NCCL call on the caller's stream, no events of
+  // ours inside a capture; outside one, an end event recorded after it lets the watchdog follow it.
+  template <typename Call>
+  void on_stream(const char* op, size_t bytes, Call call) {
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    DSCPP_CHECK(!aborted_, op, " on group '", name_, "': the communicator was aborted: ", abort_error_);
+    cuda::DeviceGuard guard(device_);
+    const cudaStream_t s = cuda::current_stream(device_);
+    const uint64_t seq = next_op_seq();
+    ncclResult_t r = call(s);
+    if (r == ncclInProgress) settle(op);
+    else check(r, op);
+    if (!capturing(s)) follow_stream(op, seq, bytes, s);
+  }
+  static bool capturing(cudaStream_t s) {
+    cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+    DSCPP_CUDA_CHECK(cudaStreamIsCapturing(s, &st));
+    return st != cudaStreamCaptureStatusNone;
+  }
+  // nccl_mu_ held: a Work ending at the current point of stream s, for the watchdog.
+  void follow_stream(const std::string& op, uint64_t seq, size_t bytes, cudaStream_t s) {
+    auto work = std::make_shared<NcclWork>(this, op, bytes, device_, std::vector<Tensor>{});
+    work->seq_ = seq;
+    work->launch_stream_ = s;
+    DSCPP_CUDA_CHECK(cudaEventCreateWithFlags(&work->end_, cudaEventDisableTiming));
+    DSCPP_CUDA_CHECK(cudaEventRecord(work->end_, s));
+    track(work);
   }
 
   WorkPtr do_all_reduce(Tensor& t, ReduceOp op) override {
@@ -406,6 +440,25 @@ class NcclProcessGroup : public ProcessGroup {
     return launch("broadcast", t.nbytes(), {t}, [&](cudaStream_t s) {
       return ncclBroadcast(t.raw(), t.raw(), size_t(t.numel()), nccl_dtype(t.dtype()), root, comm_, s);
     });
+  }
+  void do_all_reduce_on_stream(Tensor& t, ReduceOp op) override {
+    on_stream("all_reduce_on_stream", t.nbytes(), [&](cudaStream_t s) {
+      return ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), nccl_dtype(t.dtype()), nccl_op(op), comm_, s);
+    });
+  }
+  void do_all_gather_on_stream(Tensor& out, const Tensor& in) override {
+    need_symmetric("all_gather_on_stream", {&out, &in});
+    on_stream("all_gather_on_stream", out.nbytes(), [&](cudaStream_t s) {
+      return ncclAllGather(in.raw(), out.raw(), size_t(in.numel()), nccl_dtype(in.dtype()), comm_, s);
+    });
+  }
+  void do_watch_stream(const char* what) override {
+    std::lock_guard<std::mutex> lock(nccl_mu_);
+    DSCPP_CHECK(!aborted_, what, " on group '", name_, "': the communicator was aborted: ", abort_error_);
+    cuda::DeviceGuard guard(device_);
+    const cudaStream_t s = cuda::current_stream(device_);
+    DSCPP_CHECK(!capturing(s), what, " on group '", name_, "': watch_stream during a CUDA graph capture");
+    follow_stream(what, 0, 0, s);
   }
   WorkPtr do_barrier() override {  // a one-element all-reduce, as PyTorch's NCCL barrier
     return launch("barrier", 0, {}, [&](cudaStream_t s) {

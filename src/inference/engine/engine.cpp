@@ -4,9 +4,13 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <climits>
+#include <functional>
 #include <iomanip>
 #include <map>
 
+#include "dscpp/comm/peer_all_reduce.h"
+#include "dscpp/comm/process_group.h"
 #include "dscpp/core/check.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/device_memory.h"
@@ -29,12 +33,23 @@ int64_t free_bytes_for_cache(Device d) {
   return int64_t(sysconf(_SC_AVPHYS_PAGES)) * int64_t(sysconf(_SC_PAGESIZE));
 }
 
+// FastGen's rule: every tensor-parallel rank gets the fewest blocks any rank can hold, so the blocks rank 0's state
+// manager hands out exist everywhere.
+int64_t fewest_over_ranks(const TpShard& tp, int64_t n, Device d) {
+  if (tp.size == 1) return n;
+  Tensor t = Tensor::empty({1}, DType::i32);
+  t.data<int32_t>()[0] = int32_t(std::min<int64_t>(n, INT32_MAX));
+  Tensor x = d.is_cuda() ? t.to(d) : t;
+  tp.group->all_reduce(x, ReduceOp::min)->wait();
+  return (d.is_cuda() ? x.to(Device::cpu()) : x).data<int32_t>()[0];
+}
+
 KVCache make_cache(const InferenceModel& m, const InferenceConfig& c, std::ostream* log) {
   const int64_t bs = c.dscpp.kv_block_size;
   const int64_t per_block = kv_cache_shape(m.cfg, 1, bs).bytes_per_block(m.dtype);
   const bool reserve = c.state_manager.memory_config.mode == "reserve";
-  const int64_t n_blocks =
-      kv_cache_blocks(c.state_manager, bs, per_block, reserve ? free_bytes_for_cache(m.device) : 0);
+  const int64_t n_blocks = fewest_over_ranks(
+      m.tp, kv_cache_blocks(c.state_manager, bs, per_block, reserve ? free_bytes_for_cache(m.device) : 0), m.device);
   if (log)
     *log << "KV cache: " << n_blocks << " blocks of " << bs << " tokens = " << n_blocks * bs << " tokens ("
          << std::fixed << std::setprecision(2) << double(n_blocks * per_block) / double(1 << 30) << " GiB, "
@@ -119,11 +134,56 @@ RunnerLimits runner_limits(const InferenceConfig& c) {
           c.dscpp.cuda_graph_max_batch};
 }
 
-const InferenceModel& checked(const InferenceModel& m, const InferenceConfig& c) {
+// What every rank of a tensor-parallel model must agree on (Note [Start-up agreement]): the engine's config key by
+// key and the model's shape, dtype and device type.
+Settings tp_settings(const InferenceModel& m, const InferenceConfig& c) {
+  Settings s;
+  const std::function<void(const std::string&, const nlohmann::json&)> flatten = [&](const std::string& k,
+                                                                                   const nlohmann::json& v) {
+    if (!v.is_object()) {
+      s.emplace_back(k, v.dump());
+      return;
+    }
+    for (const auto& [key, sub] : v.items()) flatten(k.empty() ? key : k + "." + key, sub);
+  };
+  flatten("", c.to_json());
+  const InferenceModelConfig& f = m.cfg;
+  for (const auto& [k, v] : std::initializer_list<std::pair<const char*, int64_t>>{
+           {"n_layer", f.n_layer}, {"n_head", f.n_head * m.tp.size}, {"n_kv_head", f.n_kv_head * m.tp.size},
+           {"head_dim", f.head_dim}, {"hidden", f.hidden}, {"ffn", f.ffn * m.tp.size}, {"vocab", f.vocab},
+           {"max_context", f.max_context}})
+    s.emplace_back(std::string("model.") + k, std::to_string(v));
+  s.emplace_back("model.model_type", f.model_type);
+  s.emplace_back("model.dtype", dtype_name(m.dtype));
+  s.emplace_back("model.device", m.device.is_cuda() ? "cuda" : "cpu");
+  return s;
+}
+
+InferenceModel& checked(InferenceModel& m, const InferenceConfig& c) {
   DSCPP_CHECK(c.state_manager.max_context <= m.cfg.max_context || m.cfg.max_context == 0,
               "state_manager.max_context = ", c.state_manager.max_context, " exceeds the model's ", m.cfg.max_context,
               " positions: lower it to at most ", m.cfg.max_context);
+  DSCPP_CHECK(c.tp_size == m.tp.size, "tensor_parallel.tp_size = ", c.tp_size, " but the model was loaded as ",
+              m.tp.size == 1 ? "a whole (no tensor-parallel group)" : "a shard of " + std::to_string(m.tp.size),
+              ": load it with a group of tp_size ranks (LoadOptions::tp_group)");
+  if (m.tp.size > 1) check_same_settings(*m.tp.group, *m.tp.group->store(), tp_settings(m, c));
   return m;
+}
+
+// A tensor-parallel model's small all-reduces over GPU peer memory, when every rank can map the others' (a
+// collective, after the start-up agreement); m's shard then uses it.
+std::unique_ptr<PeerAllReduce> peer_all_reduce(InferenceModel& m, const InferenceConfig& c, std::ostream* log) {
+  const int64_t bytes = c.dscpp.peer_all_reduce_max_bytes;
+  if (m.tp.size == 1 || !m.device.is_cuda() || bytes == 0) return nullptr;
+  std::string why;
+  std::unique_ptr<PeerAllReduce> p = PeerAllReduce::create(*m.tp.group, bytes, &why);
+  m.tp.peer = p.get();
+  if (log)
+    *log << "tensor parallelism over " << m.tp.size << " GPUs: "
+         << (p ? "all-reduces of up to " + std::to_string(bytes) + " bytes over peer memory, larger ones on NCCL"
+               : "every all-reduce on NCCL (peer memory: " + why + ")")
+         << std::endl;
+  return p;
 }
 
 }  // namespace
@@ -131,19 +191,36 @@ const InferenceModel& checked(const InferenceModel& m, const InferenceConfig& c)
 InferenceEngine::InferenceEngine(InferenceModel model, const InferenceConfig& config, std::ostream* log)
     : model_(std::move(model)),
       config_(config),
-      runner_(std::make_unique<ModelRunner>(checked(model_, config_), runner_limits(config_))),
+      peer_(peer_all_reduce(checked(model_, config_), config_, log)),
+      runner_(std::make_unique<ModelRunner>(model_, runner_limits(config_))),
       cache_(make_cache(model_, config_, log)) {
   state_ = std::make_unique<StateManager>(config_.state_manager, int32_t(cache_.shape().n_blocks),
                                           config_.dscpp.kv_block_size, config_.dscpp.prefix_caching);
   serving_ = std::make_unique<Serving>(*runner_, cache_, *state_);
   const double s = runner_->capture_graphs(cache_);
+  runner_->open_steps();
   if (log && !runner_->graph_buckets().empty())
     *log << "CUDA graphs: " << runner_->graph_buckets().size() << " decode batch sizes (1 to "
          << runner_->graph_buckets().back() << " sequences, " << runner_->graph_nodes() << " kernels) captured in "
          << std::fixed << std::setprecision(2) << s << " s" << std::endl;
 }
 
-InferenceEngine::~InferenceEngine() = default;
+InferenceEngine::~InferenceEngine() {
+  // Rank 0's end is the followers' (Note [Tensor-parallel steps]). An engine dropped by an exception sends nothing:
+  // the group's abort stops them. A stop that fails finds the group broken, the followers failing already.
+  if (std::uncaught_exceptions() > 0) return;
+  try {
+    runner_->stop_followers();
+  } catch (const std::exception&) {
+  }
+}
+
+void InferenceEngine::follow() {
+  DSCPP_CHECK(model_.tp.rank > 0, "InferenceEngine::follow: rank 0 of a tensor-parallel model (or a whole model) "
+              "leads; only ranks 1.. follow");
+  while (runner_->follow(cache_)) {
+  }
+}
 
 void InferenceEngine::check_tokens(const std::vector<int64_t>& uids,
                                    const std::vector<std::vector<int32_t>>& tokens) const {

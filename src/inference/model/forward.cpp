@@ -13,8 +13,10 @@
 #include "dscpp/inference/inference_model.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
+#include "dscpp/kernels/parallel_ops.h"
 #include "dscpp/kernels/quant_ops.h"
 #include "inference/model/forward_inputs.h"
+#include "inference/model/tensor_parallel.h"
 
 namespace dscpp::inference {
 namespace {
@@ -39,18 +41,20 @@ int64_t aligned(int64_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; 
 
 }  // namespace
 
-int64_t ForwardWorkspace::bytes_for(const InferenceModelConfig& c, DType act, int64_t N, int64_t S) {
+int64_t ForwardWorkspace::bytes_for(const InferenceModelConfig& c, DType act, int64_t N, int64_t S,
+                                    const TpShard& tp) {
   const int64_t e = int64_t(dtype_size(act)), rows = std::max(N, S);
   int64_t b = 0;
   for (int64_t cols : {c.hidden, c.hidden, c.hidden, c.qkv_rows(), c.n_head * c.head_dim, c.hidden, c.up_rows(),
                        c.ffn})  // x, positions, h, qkv, att, x1, pre, mid
     b += aligned(N * cols * e);
+  if (tp.size > 1) b += aligned(S * tp.vocab_rows * 4) + aligned(tp.size * S * tp.vocab_rows * 4);  // logits parts
   return b + 2 * aligned(rows * 4) + 2 * aligned(S * c.hidden * e);  // norm statistics; xl, xf
 }
 
 ForwardWorkspace::ForwardWorkspace(const InferenceModelConfig& c, DType act, Device d, int64_t max_tokens,
-                                   int64_t max_seqs)
-    : buf_(Tensor::empty({bytes_for(c, act, max_tokens, max_seqs)}, DType::i8, d)) {}
+                                   int64_t max_seqs, const TpShard& tp)
+    : buf_(Tensor::empty({bytes_for(c, act, max_tokens, max_seqs, tp)}, DType::i8, d)) {}
 
 Tensor ForwardWorkspace::take(const Shape& shape, DType t) {
   const int64_t bytes = shape_numel(shape) * int64_t(dtype_size(t));
@@ -122,7 +126,13 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
   const int64_t rows = std::max(N, S);
   const Tensor mean = empty({rows}, DType::f32), rstd = empty({rows}, DType::f32);
   Tensor x = empty({N, C}, act);
-  ops::embedding_forward(x, in.tokens, m.embed);
+  if (m.tp.size > 1) {  // Note [Tensor-parallel shards]: each rank's vocabulary rows, summed
+    ops::embedding_shard_forward(x, in.tokens, m.embed, m.tp.vocab_begin);
+    tp_sum(m.tp, x);
+  } else {
+    ops::embedding_forward(x, in.tokens, m.embed);
+  }
+  const bool first = m.tp.rank == 0;  // adds the residual and the row-parallel biases, once
   if (c.learned_positions) {
     Tensor p = empty({N, C}, act);
     ops::embedding_forward(p, in.pos, m.pos_embed);
@@ -139,7 +149,8 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
     if (!c.learned_positions) ops::rope_forward(qkv, in.pos, H, Hkv, D, c.rope);
     ops::kv_cache_append(layer_cache, qkv, in.slots, H, Hkv, D);
     ops::paged_attention_forward(att, qkv, layer_cache, in.table, in.seq_start, in.pos, H, Hkv, D);
-    linear_forward(x1, att, w.o_w, w.o_q, w.o_b, x);  // x1 = x + attention
+    linear_forward(x1, att, w.o_w, w.o_q, first ? w.o_b : Tensor(), first ? x : Tensor());  // x1 = x + attention
+    tp_sum(m.tp, x1);
     norm_forward(c, h, x1, w.norm2_w, w.norm2_b, mean, rstd);
     if (c.mlp == MlpKind::gelu && !w.up_q.defined()) {
       ops::matmul_bias_gelu_forward(mid, pre, h, w.up_w, w.up_b);
@@ -147,17 +158,26 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
       linear_forward(pre, h, w.up_w, w.up_q, w.up_b);
       c.mlp == MlpKind::gelu ? ops::gelu_forward(mid, pre) : ops::swiglu_forward(mid, pre);
     }
-    linear_forward(x, mid, w.down_w, w.down_q, w.down_b, x1);  // x = x1 + mlp
+    linear_forward(x, mid, w.down_w, w.down_q, first ? w.down_b : Tensor(), first ? x1 : Tensor());  // x = x1 + mlp
+    tp_sum(m.tp, x);
   }
+  // out[R, V] (=) xf @ lm_head^T; a shard's [R, vocab_rows] gathered from every rank.
+  auto lm_head = [&](const Tensor& out, const Tensor& xf) {
+    if (m.tp.size == 1) return linear_forward(out, xf, m.lm_head, m.lm_head_q, Tensor());
+    const int64_t R = xf.size(0);
+    const Tensor part = empty({R, m.tp.vocab_rows}, DType::f32);
+    linear_forward(part, xf, m.lm_head, m.lm_head_q, Tensor());
+    tp_gather_logits(m.tp, part, empty({m.tp.size * R * m.tp.vocab_rows}, DType::f32), out);
+  };
   if (all_tokens) {
     norm_forward(c, h, x, m.norm_f_w, m.norm_f_b, mean, rstd);
-    return linear_forward(logits, h, m.lm_head, m.lm_head_q, Tensor());
+    return lm_head(logits, h);
   }
   // The last new token of each sequence (embedding_forward is a row gather: out[s] = x[last[s]]).
   Tensor xl = empty({S, C}, act), xf = empty({S, C}, act);
   ops::embedding_forward(xl, in.last, x);
   norm_forward(c, xf, xl, m.norm_f_w, m.norm_f_b, mean, rstd);
-  linear_forward(logits, xf, m.lm_head, m.lm_head_q, Tensor());
+  lm_head(logits, xf);
 }
 
 Tensor forward(const InferenceModel& m, const RaggedBatch& batch, KVCache& cache, bool all_tokens) {

@@ -41,8 +41,9 @@ struct ForwardInputs {
 class ForwardWorkspace {
  public:
   ForwardWorkspace() = default;
-  ForwardWorkspace(const InferenceModelConfig& c, DType act, Device d, int64_t max_tokens, int64_t max_seqs);
-  static int64_t bytes_for(const InferenceModelConfig& c, DType act, int64_t N, int64_t S);
+  ForwardWorkspace(const InferenceModelConfig& c, DType act, Device d, int64_t max_tokens, int64_t max_seqs,
+                   const TpShard& tp = {});
+  static int64_t bytes_for(const InferenceModelConfig& c, DType act, int64_t N, int64_t S, const TpShard& tp = {});
   Tensor take(const Shape& shape, DType t);  // the next slice (256-byte aligned); throws when the buffer is short
   void reset() { used_ = 0; }
   int64_t capacity() const { return buf_.defined() ? buf_.numel() : 0; }

@@ -10,6 +10,7 @@
 #include "dscpp/inference/quantization.h"
 #include "dscpp/models/model.h"
 #include "inference/model/weight_source.h"
+#include "inference/model/tensor_parallel.h"
 #include "inference/model/weights.h"
 #include "inference/policies/policy.h"
 
@@ -54,6 +55,13 @@ WeightQuantConfig resolve_quant(const WeightQuantConfig& folder, const WeightQua
   return folder;
 }
 
+// Quantized weights are not split across ranks yet (their groups and scales would have to follow the shards).
+void refuse_quantized_shards(const TpShard& tp, const WeightQuantConfig& quant, const std::string& what) {
+  DSCPP_CHECK(tp.size == 1 || !quant.enabled, "tensor_parallel.tp_size = ", tp.size, " with ", quant.name(),
+              " weights (", what, "; the quant keys, --quantization or a quantized folder): quantized weights are "
+              "not split across ranks; use tp_size 1, or 16-bit weights");
+}
+
 }  // namespace
 
 InferenceModel load_inference_model(const std::string& dir, const LoadOptions& opts) {
@@ -62,11 +70,14 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
   DSCPP_CHECK(opts.dtype == DType::f32 || opts.device.is_cuda(), "inference dtype ", dtype_name(opts.dtype),
               " needs a CUDA device (the CPU path is f32)");
   const nlohmann::json j = read_json_file((std::filesystem::path(dir) / "config.json").string());
-  const InferenceModelConfig cfg = inference_config_from_hf(j, opts.max_context);
+  const InferenceModelConfig full = inference_config_from_hf(j, opts.max_context);
+  const TpShard tp = tp_shard(opts.tp_group, full.vocab);
+  const InferenceModelConfig cfg = shard_config(full, tp);
   const WeightQuantConfig stored = folder_quantization(j, dir), quant = resolve_quant(stored, opts.quant, dir);
+  refuse_quantized_shards(tp, quant, dir);
   if (opts.load_format == "dummy") {
-    InferenceModel m = allocate_weights(cfg, opts.dtype, opts.device);
-    fill_dummy_weights(m, opts.seed);
+    InferenceModel m = allocate_weights(cfg, opts.dtype, opts.device, {}, tp);
+    fill_dummy_weights(m, opts.seed + uint64_t(tp.rank) * 0x9E3779B97F4A7C15ull);
     quantize_weights(m, quant);
     return m;
   }
@@ -79,7 +90,7 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
     else load_int4_checkpoint(src, m, imported, group);  // Note [Imported int4 formats]
     return place(std::move(m), opts);
   }
-  InferenceModel m = allocate_weights(cfg);
+  InferenceModel m = allocate_weights(cfg, DType::f32, Device::cpu(), {}, tp);
   find_policy(cfg.model_type).load(src, m);
   quantize_weights(m, quant);
   return place(std::move(m), opts);
@@ -89,8 +100,10 @@ InferenceModel inference_model_from(const Model& model, const LoadOptions& opts)
   DSCPP_CHECK(opts.dtype == DType::f32 || opts.device.is_cuda(), "inference dtype ", dtype_name(opts.dtype),
               " needs a CUDA device (the CPU path is f32)");
   const ModelConfig& mc = model.config();
-  const InferenceModelConfig cfg = inference_config_from_hf(mc.to_hf_json(), opts.max_context);
-  InferenceModel m = allocate_weights(cfg);
+  const InferenceModelConfig full = inference_config_from_hf(mc.to_hf_json(), opts.max_context);
+  const TpShard tp = tp_shard(opts.tp_group, full.vocab);
+  refuse_quantized_shards(tp, opts.quant, "the trained " + mc.arch + " model");
+  InferenceModel m = allocate_weights(shard_config(full, tp), DType::f32, Device::cpu(), {}, tp);
   // The parameters under their Hugging Face names, in its layout (what export_hf_model would write), so the
   // policy that reads a folder reads them too.
   std::map<std::string, Tensor> named;
@@ -102,8 +115,8 @@ InferenceModel inference_model_from(const Model& model, const LoadOptions& opts)
     if (!t.device().is_cpu()) t = t.to(Device::cpu());
     named.emplace(name, hf_is_transposed(mc.arch, name) ? transpose_2d(t) : t);
   }
-  WeightSource src(std::move(named), "the trained " + mc.arch + " model", cfg.model_type);
-  find_policy(cfg.model_type).load(src, m);
+  WeightSource src(std::move(named), "the trained " + mc.arch + " model", full.model_type);
+  find_policy(full.model_type).load(src, m);
   quantize_weights(m, opts.quant);
   return place(std::move(m), opts);
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "dscpp/comm/process_group.h"
 #include "dscpp/core/check.h"
 #include "dscpp/core/cuda.h"
 #include "inference/model/forward_inputs.h"
@@ -38,7 +39,7 @@ ModelRunner::ModelRunner(const InferenceModel& m, const RunnerLimits& lim) : m_(
     packed_ = Tensor::empty({total}, DType::i32, m.device);
   }
   logits_ = Tensor::empty({lim.max_seqs, m.cfg.vocab}, DType::f32, m.device);
-  ws_ = ForwardWorkspace(m.cfg, m.dtype, m.device, lim.max_tokens, lim.max_seqs);
+  ws_ = ForwardWorkspace(m.cfg, m.dtype, m.device, lim.max_tokens, lim.max_seqs, m.tp);
 }
 
 double ModelRunner::capture_graphs(KVCache& cache) {
@@ -85,13 +86,54 @@ Tensor ModelRunner::forward(const RaggedBatch& batch, KVCache& cache) {
                               : InputLayout::of(N, S, table_width(batch, bs));
   pack_inputs(batch, bs, L, staging_.data<int32_t>());
   if (m_.device.is_cuda()) copy_async(packed_.slice(0, L.total), staging_.slice(0, L.total));
-  if (graph) {
-    graphs_.at(*bucket).replay();
+  const int64_t b = graph ? *bucket : 0;
+  std::unique_lock<std::mutex> step;
+  if (steps_)
+    step = steps_->send({StepHeader::forward, int32_t(L.N), int32_t(L.S), int32_t(L.width), int32_t(b),
+                         int32_t(L.total)},
+                        packed_);
+  try {
+    run(L, b, cache, logits);
+  } catch (const std::exception& e) {
+    // The followers are in this forward's collectives, which rank 0 will not finish: the job cannot go on.
+    if (steps_) m_.tp.group->abort(std::string("rank 0's forward failed: ") + e.what());
+    throw;
+  }
+  return logits;
+}
+
+void ModelRunner::run(const InputLayout& L, int64_t bucket, KVCache& cache, const Tensor& logits) {
+  if (bucket > 0) {
+    graphs_.at(bucket).replay();
     replays_++;
+    // Note [Collectives in CUDA graphs]: the replay's collectives are watched like the eager ones.
+    if (m_.tp.size > 1) m_.tp.group->watch_stream("decode graph replay");
   } else {
     forward_on(m_, ForwardInputs::views(packed_, L), cache, logits, &ws_);
   }
-  return logits;
+}
+
+void ModelRunner::open_steps() {
+  if (m_.tp.size > 1) steps_ = std::make_unique<StepChannel>(*m_.tp.group, m_.device);
+}
+
+bool ModelRunner::follow(KVCache& cache) {
+  DSCPP_CHECK(steps_ && !steps_->leader(), "ModelRunner::follow: only ranks 1.. of a tensor-parallel model follow");
+  // Waiting for the next header also waits for this rank's last forward (the broadcast is queued after it), so
+  // packed_ is free to receive the next step's inputs.
+  const StepHeader h = steps_->receive(packed_);
+  if (h.kind == StepHeader::stop) return false;
+  const InputLayout L = InputLayout::of(h.N, h.S, h.width);
+  DSCPP_CHECK(L.total == h.n_inputs && h.N <= lim_.max_tokens && h.S <= lim_.max_seqs &&
+                  h.width <= lim_.max_blocks_per_seq && (h.bucket == 0 || graphs_.count(h.bucket)),
+              "tensor-parallel step from rank 0: ", h.N, " tokens of ", h.S, " sequences (", h.width,
+              " blocks each, graph ", h.bucket, ") do not fit this rank's runner; the ranks run different configs");
+  run(L, h.bucket, cache, logits_.narrow0(0, h.S));
+  return true;
+}
+
+void ModelRunner::stop_followers() {
+  if (steps_ && steps_->leader()) steps_->send_stop();
 }
 
 }  // namespace dscpp::inference

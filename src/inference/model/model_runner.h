@@ -7,9 +7,13 @@
 //
 // The caller reads each forward's logits (which waits for the device) before the next forward: the staging buffer
 // and the logits rows are reused.
+//
+// A tensor-parallel model's runners meet through a StepChannel (Note [Tensor-parallel steps]): rank 0's forward
+// sends each step to the other ranks, which run it in follow().
 #pragma once
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "dscpp/core/cuda_graph.h"
@@ -18,6 +22,7 @@
 #include "dscpp/inference/kv_cache.h"
 #include "dscpp/inference/ragged_batch.h"
 #include "inference/model/forward_inputs.h"
+#include "inference/model/step_channel.h"
 
 namespace dscpp::inference {
 
@@ -37,14 +42,23 @@ class ModelRunner {
   double capture_graphs(KVCache& cache);
 
   // f32 logits [S, V] on the model's device, row s for sequence s's last token: a view of the runner's rows,
-  // valid until the next forward.
+  // valid until the next forward. Tensor parallelism: rank 0 only, after open_steps.
   Tensor forward(const RaggedBatch& batch, KVCache& cache);
+
+  // Tensor parallelism, after capture_graphs: opens the channel of every rank's runner (a collective). Then rank 0
+  // forwards and at the end stops the others, which follow: one forward of rank 0's per call, false once stopped.
+  void open_steps();
+  bool follow(KVCache& cache);
+  void stop_followers();
 
   const std::vector<int64_t>& graph_buckets() const { return buckets_; }
   int64_t graph_nodes() const;         // kernels recorded over all graphs
   int64_t graph_replays() const { return replays_; }
 
  private:
+  // Runs the packed inputs of layout L: the graph of `bucket`, or eagerly (bucket 0).
+  void run(const InputLayout& L, int64_t bucket, KVCache& cache, const Tensor& logits);
+
   const InferenceModel& m_;
   RunnerLimits lim_;
   Tensor staging_;  // i32, pinned host memory on CUDA
@@ -55,6 +69,7 @@ class ModelRunner {
   std::map<int64_t, CudaGraph> graphs_;  // by bucket
   const void* graph_cache_ = nullptr;    // the KV cache the graphs were captured over
   int64_t replays_ = 0;
+  std::unique_ptr<StepChannel> steps_;
 };
 
 }  // namespace dscpp::inference

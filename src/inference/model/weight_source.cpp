@@ -11,6 +11,7 @@
 
 #include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/core/check.h"
+#include "dscpp/core/copy_2d.h"
 
 namespace dscpp::inference {
 
@@ -74,15 +75,12 @@ const WeightSource::Where* WeightSource::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
-void WeightSource::read(const std::string& name, const Tensor& dst, bool transpose) {
+void WeightSource::read(const std::string& name, const Tensor& dst, bool transpose, Slice slice) {
   DSCPP_CHECK(dst.device().is_cpu(), "WeightSource::read: destination of '", name, "' must be a CPU tensor");
   if (!memory_.empty()) {
     auto it = memory_.find(name);
     DSCPP_CHECK(it != memory_.end(), "model_type ", policy_, ": tensor '", name, "' is missing from ", dir_);
-    const Shape want = transpose && dst.dim() == 2 ? Shape{dst.size(1), dst.size(0)} : dst.shape();
-    DSCPP_CHECK(it->second.shape() == want, "model_type ", policy_, ": tensor '", name, "' of ", dir_, " has shape ",
-                shape_str(it->second.shape()), ", expected ", shape_str(want));
-    Tensor(dst).copy_from(transpose ? transpose_2d(it->second) : it->second);
+    copy(dst, it->second, transpose, slice, "tensor '" + name + "' of " + dir_);
     return;
   }
   const Where* w = find(name);
@@ -95,19 +93,49 @@ void WeightSource::read(const std::string& name, const Tensor& dst, bool transpo
     DSCPP_FAIL("model_type ", policy_, ": tensor '", name, "' is missing from ", dir_, " (files: ", files, ")");
   }
   const SafetensorsEntry& e = *w->entry;
-  const Shape want = transpose && dst.dim() == 2 ? Shape{dst.size(1), dst.size(0)} : dst.shape();
-  DSCPP_CHECK(e.shape == want, "model_type ", policy_, ": tensor '", e.name, "' in ", w->file->file.path(),
-              " has shape ", shape_str(e.shape), ", expected ", shape_str(want));
   const char* bytes = w->file->base + w->file->file.data_start() + e.begin;
   const Tensor src = Tensor::wrap(const_cast<char*>(bytes), e.shape, e.dtype);  // read only
-  Tensor(dst).copy_from(transpose ? transpose_2d(src) : src);
-  done_ += e.end - e.begin;
+  done_ += copy(dst, src, transpose, slice, "tensor '" + e.name + "' in " + w->file->file.path());
   const int tenth = total_ ? int(10 * done_ / total_) : 10;
   if (progress_ && total_ >= (uint64_t(1) << 30) && tenth > reported_) {
     reported_ = tenth;
     std::fprintf(stderr, "loading %s: %d%% (%.2f of %.2f GB)\n", dir_.c_str(), 10 * tenth, double(done_) / 1e9,
                  double(total_) / 1e9);
   }
+}
+
+uint64_t WeightSource::copy(const Tensor& dst, const Tensor& src, bool transpose, Slice slice,
+                            const std::string& what) const {
+  const bool t2 = transpose && dst.dim() == 2;
+  const Shape want = t2 ? Shape{dst.size(1), dst.size(0)} : dst.shape();  // dst in the source's orientation
+  if (slice.dim < 0) {
+    DSCPP_CHECK(src.shape() == want, "model_type ", policy_, ": ", what, " has shape ", shape_str(src.shape()),
+                ", expected ", shape_str(want));
+    Tensor(dst).copy_from(t2 ? transpose_2d(src) : src);
+    return src.nbytes();
+  }
+  DSCPP_CHECK(slice.dim < dst.dim(), "WeightSource: a slice along dim ", slice.dim, " of a ", dst.dim(), "-d tensor");
+  const int d = t2 ? 1 - slice.dim : slice.dim;  // the sliced dim of the source
+  bool fits = src.dim() == int(want.size()) && slice.begin >= 0 && slice.begin < (src.dim() > d ? src.size(d) : 0);
+  for (int i = 0; fits && i < src.dim(); i++) fits = i == d || src.size(i) == want[size_t(i)];
+  DSCPP_CHECK(fits, "model_type ", policy_, ": ", what, " has shape ", shape_str(src.shape()), ", expected ",
+              shape_str(want), " but for dim ", d, ", of which this rank takes [", slice.begin, ", ",
+              slice.begin + want[size_t(d)], ")");
+  // The source's block: all of it but [begin, begin + n) along d, clipped at its end.
+  const int64_t n = std::min(want[size_t(d)], src.size(d) - slice.begin);
+  Tensor block;
+  if (d == 0) {
+    block = src.narrow0(slice.begin, n);
+  } else {  // columns of a matrix: a strided copy
+    block = Tensor::empty({src.size(0), n}, src.dtype());
+    copy_2d_async(block, n, src.view_at(slice.begin, {src.numel() - slice.begin}), src.size(1), src.size(0), n);
+  }
+  if (t2) block = transpose_2d(block);
+  const bool short_rows = n < want[size_t(d)];
+  DSCPP_CHECK(!short_rows || slice.dim == 0, "model_type ", policy_, ": ", what, " ends before this rank's columns");
+  if (short_rows) Tensor(dst).zero();
+  Tensor(slice.dim == 0 ? dst.narrow0(0, n) : dst).copy_from(block);
+  return block.nbytes();
 }
 
 }  // namespace dscpp::inference

@@ -12,6 +12,16 @@
 
 namespace dscpp::inference {
 
+// The part of a Hugging Face tensor a destination takes (a tensor-parallel shard, Note [Tensor-parallel shards]):
+// along `dim` of the destination (after any transpose), `begin` onwards, as many as the destination has. Past the
+// tensor's end the destination is zeroed (the last shard of a vocabulary padded to a multiple of the ranks).
+struct Slice {
+  int dim = -1;  // -1: the whole tensor
+  int64_t begin = 0;
+};
+inline Slice rows_from(int64_t begin) { return {0, begin}; }
+inline Slice cols_from(int64_t begin) { return {1, begin}; }
+
 class WeightSource {
  public:
   // policy: the model_type reading it (named in errors); progress: a line on stderr as the bytes read pass each 10%,
@@ -24,10 +34,11 @@ class WeightSource {
   WeightSource(const WeightSource&) = delete;
   WeightSource& operator=(const WeightSource&) = delete;
 
-  // dst (=) the HF tensor `name` (transposed when `transpose`: HF stores dst's transpose), converted to dst's dtype.
-  // dst must be a CPU tensor (a row range of a fused weight is fine). A name with a "transformer." / "model."
-  // prefix also matches the tensor without it (checkpoints saved from the base model).
-  void read(const std::string& name, const Tensor& dst, bool transpose = false);
+  // dst (=) the HF tensor `name` (transposed when `transpose`: HF stores dst's transpose), or its `slice`, converted
+  // to dst's dtype. dst must be a CPU tensor (a row range of a fused weight is fine). A name with a "transformer." /
+  // "model." prefix also matches the tensor without it (checkpoints saved from the base model). Only the slice's
+  // bytes of a file are read.
+  void read(const std::string& name, const Tensor& dst, bool transpose = false, Slice slice = {});
   bool has(const std::string& name) const { return find(name) != nullptr; }
 
  private:
@@ -37,6 +48,9 @@ class WeightSource {
     const SafetensorsEntry* entry;
   };
   const Where* find(const std::string& name) const;
+  // dst (=) src or its slice (checked against dst's shape; `what` names the tensor and its file in errors); returns
+  // the bytes of src read.
+  uint64_t copy(const Tensor& dst, const Tensor& src, bool transpose, Slice slice, const std::string& what) const;
 
   std::string dir_, policy_;
   std::vector<std::unique_ptr<Mapped>> files_;

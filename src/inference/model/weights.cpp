@@ -64,8 +64,9 @@ std::vector<LinearSlot> quantized_linears(InferenceModel& m, const WeightQuantCo
 }
 
 InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Device device,
-                                const WeightQuantConfig& quant) {
+                                const WeightQuantConfig& quant, const TpShard& tp) {
   c.validate();
+  const int64_t vocab_rows = tp.size > 1 ? tp.vocab_rows : c.vocab;
   const int64_t C = c.hidden;
   auto mat = [&](int64_t r, int64_t k) { return Tensor::empty({r, k}, dtype, device); };
   auto vec = [&](int64_t n, bool present) { return present ? Tensor::empty({n}, dtype, device) : Tensor(); };
@@ -74,7 +75,9 @@ InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Devi
   m.cfg = c;
   m.dtype = dtype;
   m.device = device;
-  m.embed = mat(c.vocab, C);
+  m.tp = tp;
+  m.tp.vocab_rows = vocab_rows;
+  m.embed = mat(vocab_rows, C);
   if (c.learned_positions) m.pos_embed = mat(c.max_context, C);
   for (int64_t l = 0; l < c.n_layer; l++) {
     LayerWeights w;
@@ -87,7 +90,7 @@ InferenceModel allocate_weights(const InferenceModelConfig& c, DType dtype, Devi
     m.layers.push_back(w);
   }
   m.norm_f_w = vec(C, true), m.norm_f_b = vec(C, ln);
-  m.lm_head = c.tie_embeddings ? m.embed : mat(c.vocab, C);
+  m.lm_head = c.tie_embeddings ? m.embed : mat(vocab_rows, C);
   for (const LinearSlot& s : quantized_linears(m, quant)) {
     *s.q = allocate_quant_weight(s.w->size(0), s.w->size(1), quant, device, s.name);
     *s.w = Tensor();

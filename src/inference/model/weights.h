@@ -6,9 +6,11 @@ namespace dscpp::inference {
 
 // Every tensor of cfg's model in `dtype` on `device` (f32 on the CPU: what the policies fill from safetensors),
 // contents undefined; biases only where cfg has them; lm_head is embed when tied. The linears `quant` selects are
-// allocated quantized instead (QuantWeight on `device`, the dense weight left undefined).
+// allocated quantized instead (QuantWeight on `device`, the dense weight left undefined). A tensor-parallel shard
+// passes its config (shard_config) and `tp`, whose vocabulary rows the embedding and lm head get.
 InferenceModel allocate_weights(const InferenceModelConfig& cfg, DType dtype = DType::f32,
-                                Device device = Device::cpu(), const WeightQuantConfig& quant = {});
+                                Device device = Device::cpu(), const WeightQuantConfig& quant = {},
+                                const TpShard& tp = {});
 
 // A linear of m that `quant` selects (none when it is disabled): its name in named_tensors ("layers.3.qkv_w",
 // "lm_head") and its two forms. Order: layer by layer, qkv, o, up, down; then the lm head.

@@ -58,28 +58,33 @@ void refuse_sliding_window(const nlohmann::json& j, const std::string& type, int
 
 void load_llama_family(WeightSource& src, InferenceModel& m) {
   const InferenceModelConfig& c = m.cfg;
-  const int64_t qd = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim;
-  src.read("model.embed_tokens.weight", m.embed);
+  // This rank's rows and columns (Note [Tensor-parallel shards]): c counts its own heads and FFN columns.
+  const int64_t qd = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim, r = m.tp.rank;
+  read_vocab_rows(src, "model.embed_tokens.weight", m, m.embed);
   for (int64_t i = 0; i < c.n_layer; i++) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     LayerWeights& w = m.layers[size_t(i)];
     src.read(p + "input_layernorm.weight", w.norm1_w);
-    src.read(p + "self_attn.q_proj.weight", w.qkv_w.narrow0(0, qd));
-    src.read(p + "self_attn.k_proj.weight", w.qkv_w.narrow0(qd, kvd));
-    src.read(p + "self_attn.v_proj.weight", w.qkv_w.narrow0(qd + kvd, kvd));
+    src.read(p + "self_attn.q_proj.weight", w.qkv_w.narrow0(0, qd), false, rows_from(r * qd));
+    src.read(p + "self_attn.k_proj.weight", w.qkv_w.narrow0(qd, kvd), false, rows_from(r * kvd));
+    src.read(p + "self_attn.v_proj.weight", w.qkv_w.narrow0(qd + kvd, kvd), false, rows_from(r * kvd));
     if (c.qkv_bias) {
-      src.read(p + "self_attn.q_proj.bias", w.qkv_b.narrow0(0, qd));
-      src.read(p + "self_attn.k_proj.bias", w.qkv_b.narrow0(qd, kvd));
-      src.read(p + "self_attn.v_proj.bias", w.qkv_b.narrow0(qd + kvd, kvd));
+      src.read(p + "self_attn.q_proj.bias", w.qkv_b.narrow0(0, qd), false, rows_from(r * qd));
+      src.read(p + "self_attn.k_proj.bias", w.qkv_b.narrow0(qd, kvd), false, rows_from(r * kvd));
+      src.read(p + "self_attn.v_proj.bias", w.qkv_b.narrow0(qd + kvd, kvd), false, rows_from(r * kvd));
     }
-    src.read(p + "self_attn.o_proj.weight", w.o_w);
+    src.read(p + "self_attn.o_proj.weight", w.o_w, false, cols_from(r * qd));
     src.read(p + "post_attention_layernorm.weight", w.norm2_w);
-    src.read(p + "mlp.gate_proj.weight", w.up_w.narrow0(0, c.ffn));
-    src.read(p + "mlp.up_proj.weight", w.up_w.narrow0(c.ffn, c.ffn));
-    src.read(p + "mlp.down_proj.weight", w.down_w);
+    src.read(p + "mlp.gate_proj.weight", w.up_w.narrow0(0, c.ffn), false, rows_from(r * c.ffn));
+    src.read(p + "mlp.up_proj.weight", w.up_w.narrow0(c.ffn, c.ffn), false, rows_from(r * c.ffn));
+    src.read(p + "mlp.down_proj.weight", w.down_w, false, cols_from(r * c.ffn));
   }
   src.read("model.norm.weight", m.norm_f_w);
-  if (!c.tie_embeddings) src.read("lm_head.weight", m.lm_head);
+  if (!c.tie_embeddings) read_vocab_rows(src, "lm_head.weight", m, m.lm_head);
+}
+
+void read_vocab_rows(WeightSource& src, const std::string& name, const InferenceModel& m, const Tensor& t) {
+  src.read(name, t.narrow0(0, m.tp.vocab_rows), false, rows_from(m.tp.vocab_begin));
 }
 
 }  // namespace dscpp::inference

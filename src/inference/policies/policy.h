@@ -34,6 +34,9 @@ InferenceModelConfig llama_family_config(const nlohmann::json& j, const std::str
 // The Llama family's tensors: model.embed_tokens, model.layers.<i>.{input_layernorm, self_attn.{q,k,v,o}_proj,
 // post_attention_layernorm, mlp.{gate,up,down}_proj}, model.norm, lm_head; q/k/v biases when cfg.qkv_bias.
 void load_llama_family(WeightSource& src, InferenceModel& m);
+// t's rows of this rank's vocabulary (the embedding, an untied lm head) from the HF tensor `name`: all of it on one
+// rank (Note [Tensor-parallel shards]).
+void read_vocab_rows(WeightSource& src, const std::string& name, const InferenceModel& m, const Tensor& t);
 // A sliding-window attention model whose window is narrower than the context it would serve: refused by name.
 void refuse_sliding_window(const nlohmann::json& j, const std::string& type, int64_t max_context);
 

@@ -13,6 +13,9 @@ namespace dscpp::cpu {
 
 // embedding.cpp
 void embedding_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C);  // out[N,C] (=)
+// out[N,C] (=) table[ids - first] for ids in [first, first + V), else 0
+void embedding_shard_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C, int64_t V,
+                             int64_t first);
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C);  // dtable[V,C] (+=)
 
 // matmul.cpp. Weight in nn.Linear layout w[OC,C].

@@ -8,31 +8,35 @@
 // blocks, which is enough for language-model batches.
 //
 // Dtypes: table/out T (f32, bf16, f16); dout T with dtable f32 (f32 gradient accumulation) or T. ids i32.
+#include <cmath>
+
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/parallel_ops_cuda.h"
 
 namespace dscpp::cuda {
 namespace {
 
 constexpr int kBlock = 128;
 
-// out[n, c..c+V) = table[ids[n], c..c+V). Rows with an id outside [0, Vocab) are written as NaN so the error is
-// visible (the CPU path range-checks ids; reading them here would cost a device sync).
+// out[n, c..c+V) = table[ids[n] - first, c..c+V). Rows whose id falls outside the table are `outside`: NaN for
+// embedding_forward, so that the error is visible (the CPU path range-checks ids; reading them here would cost a
+// device sync), 0 for a vocabulary shard (embedding_shard_forward).
 template <typename T, int V>
 __global__ void embedding_fwd_kernel(T* out, const int32_t* ids, const T* table, int64_t N, int64_t C,
-                                     int64_t vocab) {
+                                     int64_t vocab, int64_t first, float outside) {
   const int64_t total = N * C, stride = int64_t(gridDim.x) * blockDim.x * V;
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; i < total; i += stride) {
     const int64_t n = i / C, c = i - n * C;
-    const int32_t id = ids[n];
+    const int64_t id = int64_t(ids[n]) - first;
     float v[V];
     if (id >= 0 && id < vocab) {
-      load_f<T, V>(table + int64_t(id) * C + c, v);
+      load_f<T, V>(table + id * C + c, v);
     } else {
 #pragma unroll
-      for (int k = 0; k < V; k++) v[k] = __int_as_float(0x7fc00000);
+      for (int k = 0; k < V; k++) v[k] = outside;
     }
     store_f<T, V>(out + i, v);
   }
@@ -75,14 +79,17 @@ __global__ void embedding_bwd_kernel(G* dtable, const T* dout, const int32_t* so
 
 // ---- raw launchers ----
 // out[N,C] = table[ids[N], :]; table[vocab, C]
+// With `first` / `outside`: out[N,C] = table[ids - first] where in [0, vocab), else `outside`.
 template <typename T>
 void launch_embedding_forward(T* out, const int32_t* ids, const T* table, int64_t N, int64_t C, int64_t vocab,
-                              cudaStream_t s) {
+                              cudaStream_t s, int64_t first = 0, float outside = NAN) {
   constexpr int V = 16 / sizeof(T);
   if (C % V == 0 && all_aligned16(out, table))
-    embedding_fwd_kernel<T, V><<<grid_for(N * C / V, kBlock), kBlock, 0, s>>>(out, ids, table, N, C, vocab);
+    embedding_fwd_kernel<T, V><<<grid_for(N * C / V, kBlock), kBlock, 0, s>>>(out, ids, table, N, C, vocab, first,
+                                                                             outside);
   else
-    embedding_fwd_kernel<T, 1><<<grid_for(N * C, kBlock), kBlock, 0, s>>>(out, ids, table, N, C, vocab);
+    embedding_fwd_kernel<T, 1><<<grid_for(N * C, kBlock), kBlock, 0, s>>>(out, ids, table, N, C, vocab, first,
+                                                                         outside);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
@@ -129,6 +136,16 @@ void embedding_forward(const Tensor& out, const Tensor& ids, const Tensor& table
   dispatch_float("embedding_forward", table.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     launch_embedding_forward<T>(ptr<T>(out), ptr<int32_t>(ids), ptr<T>(table), N, C, vocab, L.stream);
+  });
+}
+
+void embedding_shard_forward(const Tensor& out, const Tensor& ids, const Tensor& table, int64_t first) {
+  const int64_t vocab = table.size(0), C = table.size(1), N = ids.numel();
+  if (N == 0 || C == 0) return;
+  OpLaunch L(out);
+  dispatch_float("embedding_shard_forward", table.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    launch_embedding_forward<T>(ptr<T>(out), ptr<int32_t>(ids), ptr<T>(table), N, C, vocab, L.stream, first, 0.0f);
   });
 }
 
