@@ -9,21 +9,8 @@
 #   offline ours, offline throughput on the Llama-3.1-8B shape: 2,000 requests of 256 + 256 tokens
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(build ops tests bench bench8 offline)
-want() { for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
-t0=$(date +%s)
-el() { echo "[+$(( $(date +%s) - t0 ))s] $*"; }
-if want build; then
-  OUT=$OUT bash scripts/gpu/check.sh build | grep -E "build:|FAIL|error" | head -20
-  el built
-fi
-[ -d .carry/root/usr/lib ] && export LD_LIBRARY_PATH=$PWD/.carry/root/usr/lib:${LD_LIBRARY_PATH:-}
-cudnn_lib=$(grep -E "^CUDNN_LIBRARY:" build-gpu/CMakeCache.txt 2>/dev/null | cut -d= -f2)
-[ -f "$cudnn_lib" ] && export LD_LIBRARY_PATH=$(dirname "$cudnn_lib"):$LD_LIBRARY_PATH
+default_steps=(build ops tests bench bench8 offline)
+source "$(dirname "$0")/stages.sh"
 if want ops; then
   timeout 400 ./build-gpu/tests/test_ops >"$OUT/test_ops.log" 2>&1
   echo "test_ops rc=$?"; grep -E "paged|kv_cache|sample|penalt|logprob|cases passed|FAIL" "$OUT/test_ops.log" | tail -12

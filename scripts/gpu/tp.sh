@@ -9,21 +9,8 @@
 #   allreduce  NCCL on the compute stream against our peer all-reduce, 4 KiB - 1 MiB, bf16, in CUDA graphs and not
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(build tests bench allreduce)
-want() { for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
-t0=$(date +%s)
-el() { echo "[+$(( $(date +%s) - t0 ))s] $*"; }
-if want build; then
-  OUT=$OUT bash scripts/gpu/check.sh build | grep -E "build:|FAIL|error" | head -20
-  el built
-fi
-[ -d .carry/root/usr/lib ] && export LD_LIBRARY_PATH=$PWD/.carry/root/usr/lib:${LD_LIBRARY_PATH:-}
-cudnn_lib=$(grep -E "^CUDNN_LIBRARY:" build-gpu/CMakeCache.txt 2>/dev/null | cut -d= -f2)
-[ -f "$cudnn_lib" ] && export LD_LIBRARY_PATH=$(dirname "$cudnn_lib"):$LD_LIBRARY_PATH
+default_steps=(build tests bench allreduce)
+source "$(dirname "$0")/stages.sh"
 if want tests; then
   for t in test_inference_tp test_peer_all_reduce; do
     timeout 200 ./build-gpu/tests/$t > "$OUT/$t.log" 2>&1
