@@ -38,7 +38,7 @@ struct InferenceDscppConfig {            // dscpp: our keys, which FastGen has n
   int64_t cuda_graph_max_batch = 256;
   // Tensor parallelism on GPUs: all-reduces of at most this many bytes run on our one-shot / two-shot kernel over
   // peer memory (comm/peer_all_reduce.h; a decode step's, bf16 [B, hidden]), larger ones on NCCL; 0: NCCL always.
-  int64_t peer_all_reduce_max_bytes = 512 << 10;
+  int64_t peer_all_reduce_max_bytes = 1 << 20;
 };
 
 // Weight-only quantization of the model's linears when it loads (Note [Quantized weight layout] in
