@@ -6,7 +6,9 @@
 #include <climits>
 #include <cstdio>
 
+#include "cli/autotune_cli.h"
 #include "cli/commands.h"
+#include "cli/paths.h"
 #include "cli/rules.h"
 #include "dscpp/core/check.h"
 #include "dscpp/launcher/launch.h"
@@ -15,18 +17,28 @@ namespace dscpp::cli {
 
 namespace {
 
-std::string self_exe() {
-  char buf[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  DSCPP_CHECK(n > 0, "cannot read /proc/self/exe");
-  return std::string(buf, (size_t)n);
-}
-
 struct LaunchCli {
   launcher::LaunchOptions o;
   std::string runner = "ssh";
   std::vector<std::string> program;
+  std::string autotuning;  // "tune" | "run": hand the job to `dscpp autotune`
 };
+
+// DeepSpeed's `deepspeed --autotuning tune|run`: the launcher's resources become the autotuner's pool and trial size.
+int launch_autotuning(const LaunchCli& cli) {
+  const launcher::LaunchOptions& l = cli.o;
+  AutotuneOptions a;
+  a.run_after = cli.autotuning == "run";
+  a.hostfile = l.hostfile;
+  a.include = l.include;
+  a.exclude = l.exclude;
+  a.num_nodes = l.num_nodes;
+  a.num_gpus = l.num_gpus;
+  if (l.nproc > 0) a.nproc = a.slots = l.nproc;  // CPU ranks: one trial at a time on them
+  a.kill_grace_s = l.kill_grace_s;
+  a.program = cli.program;
+  return run_autotune(a);
+}
 
 }  // namespace
 
@@ -63,6 +75,9 @@ Command register_launch(CLI::App& app) {
   sub->add_option("--enable_each_rank_log", o.each_rank_log_dir, "Write rank r's output to DIR/<time>_rank<r>.log");
   sub->add_flag("--exit_on_stdin_eof", o.exit_on_stdin_eof, "Stop when stdin closes (set on remote nodes)");
   sub->add_flag("--dry-run,--dry_run", o.dry_run, "Print the commands instead of running them");
+  sub->add_option("--autotuning", cli->autotuning, "Autotune the train command instead of running it (tune), then "
+                  "train with the best config (run): DeepSpeed's flag; `dscpp autotune --help` for the rest")
+      ->check(CLI::IsMember({"tune", "run"}));
   sub->add_option("--kill_grace", o.kill_grace_s, "Seconds between SIGTERM and SIGKILL when stopping ranks")
       ->capture_default_str()->check(number(0));
   // Everything from the first positional word (or after --) is the program and its arguments, options included.
@@ -70,6 +85,7 @@ Command register_launch(CLI::App& app) {
   sub->positionals_at_end();
   CLI::App* parent = &app;
   auto run = [sub, cli, parent]() -> int {
+    if (!cli->autotuning.empty()) return launch_autotuning(*cli);
     launcher::LaunchOptions opts = cli->o;
     opts.runner = launcher::parse_runner(cli->runner);
     opts.program = cli->program;

@@ -30,11 +30,12 @@ Command register_estimate_memory(CLI::App& app);
 Command register_serve(CLI::App& app);
 Command register_quantize(CLI::App& app);
 Command register_perplexity(CLI::App& app);
+Command register_autotune(CLI::App& app);
 
 inline Commands register_all(CLI::App& app) {
   return {register_train(app), register_generate(app), register_tokenize(app), register_launch(app),
           register_profile(app), register_ckpt(app), register_estimate_memory(app), register_serve(app),
-          register_quantize(app), register_perplexity(app)};
+          register_quantize(app), register_perplexity(app), register_autotune(app)};
 }
 
 }  // namespace dscpp::cli

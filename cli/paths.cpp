@@ -1,5 +1,8 @@
 #include "cli/paths.h"
 
+#include <unistd.h>
+
+#include <climits>
 #include <filesystem>
 
 #include "dscpp/core/check.h"
@@ -18,6 +21,13 @@ fs::path identity(const std::string& p) {
   return c;
 }
 }  // namespace
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  DSCPP_CHECK(n > 0, "cannot read /proc/self/exe");
+  return std::string(buf, size_t(n));
+}
 
 bool is_within(const std::string& path, const std::string& dir) {
   const fs::path rel = identity(path).lexically_relative(identity(dir));

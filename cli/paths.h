@@ -6,6 +6,9 @@
 
 namespace dscpp::cli {
 
+// The absolute path of the running dscpp executable (/proc/self/exe): what `dscpp launch` and `dscpp autotune` start.
+std::string self_exe();
+
 // `path` is `dir` or lies below it.
 bool is_within(const std::string& path, const std::string& dir);
 

@@ -1,11 +1,13 @@
 #include "cli/trainer.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
 #include <iomanip>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <ostream>
@@ -22,7 +24,7 @@
 #include "dscpp/kernels/attention_backend.h"
 #include "dscpp/inference/sampler.h"
 #include "dscpp/runtime/engine.h"
-#include "dscpp/runtime/zero_estimate.h"
+#include "dscpp/runtime/training_memory.h"
 
 namespace fs = std::filesystem;
 
@@ -128,7 +130,28 @@ void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const 
                "--device cpu");
   DSCPP_CHECK(o.seq_len <= mcfg.max_seq_len, "--seq-len ", o.seq_len, " exceeds the model's context length ",
               mcfg.max_seq_len);
+  if (cfg.autotuning.enabled && o.steps < cfg.autotuning.end_profile_step)
+    throw ConfigError("autotuning.end_profile_step", "autotuning.end_profile_step = " +
+                      std::to_string(cfg.autotuning.end_profile_step) + " needs --steps >= it (got " +
+                      std::to_string(o.steps) + "): the run ends at that step with its metrics");
   mcfg.validate();
+}
+
+// Tests only: DSCPP_TRAIN_FAULT makes a run crash (abort), hang, or fail as out of memory at its first step, as a
+// real one might; the autotuner's trial tests set it for chosen trials (Note [Trial faults],
+// src/autotune/trial_runner.cpp).
+void inject_train_fault() {
+  const char* f = std::getenv("DSCPP_TRAIN_FAULT");
+  if (!f || !*f) return;
+  const std::string what = f;
+  if (what == "crash") {
+    std::fprintf(stderr, "DSCPP_TRAIN_FAULT=crash: aborting\n");
+    std::abort();
+  }
+  if (what == "hang")
+    for (;;) pause();
+  if (what == "oom") DSCPP_FAIL("CUDA out of memory on cuda:0: asked for 1073741824 bytes (DSCPP_TRAIN_FAULT=oom)");
+  DSCPP_FAIL("DSCPP_TRAIN_FAULT=", what, ": expected crash, hang or oom");
 }
 
 float evaluate(Model& model, DataLoader& val, int64_t batches, int64_t B, int64_t T) {
@@ -144,6 +167,12 @@ float evaluate(Model& model, DataLoader& val, int64_t batches, int64_t B, int64_
 }
 
 }  // namespace
+
+ModelConfig train_model_config(const TrainOptions& o) {
+  if (!o.init_from.empty()) return read_hf_config(o.init_from);
+  if (fs::exists(o.model)) return ModelConfig::from_hf_json(nlohmann::json::parse(read_file(o.model)));
+  return ModelConfig::preset(o.model);
+}
 
 TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   TrainResult res;
@@ -161,9 +190,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (!quiet)
     for (const auto& w : warnings) log << "warning: " << w << std::endl;
   if (o.seed) cfg.seed = o.seed;
-  ModelConfig mcfg = !o.init_from.empty() ? read_hf_config(o.init_from)
-                    : fs::exists(o.model)  ? ModelConfig::from_hf_json(nlohmann::json::parse(read_file(o.model)))
-                                           : ModelConfig::preset(o.model);
+  ModelConfig mcfg = train_model_config(o);
   check_before_work(o, cfg, mcfg);
 
   const std::string ckpt_dir = (fs::path(o.out_dir) / "checkpoints").string();
@@ -297,16 +324,9 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   }
   // Note [ZeRO buffer estimate]: what this run's step should peak at, told before it starts, and set beside the
   // measured peak at the end.
-  ActivationWorkload mem_w{B, T, mopts.dtype, m.checkpoint_policy(), mopts.device.is_cuda(), engine->fused_head()};
-  TrainingMemorySetup mem_s;
-  mem_s.stage = cfg.zero_optimization.stage;
-  mem_s.world_size = world;
-  mem_s.zero = cfg.zero_optimization;
-  mem_s.fp32_master = mopts.dtype != DType::f32;
-  mem_s.optimizer_states = int(engine->optimizer().state_tensors().size());
-  mem_s.gradient_accumulation_steps = gas;
-  if (const auto& oo = cfg.zero_optimization.offload_optimizer; oo && oo->enabled()) mem_s.offload_ratio = oo->ratio;
-  const TrainingMemoryEstimate predicted = estimate_training_memory(mcfg, mem_w, mem_s);
+  TrainingMemoryInputs mem = training_memory_inputs(mcfg, cfg, T, mopts.device.is_cuda());
+  mem.workload.checkpoint = m.checkpoint_policy();  // --activation-checkpointing too
+  const TrainingMemoryEstimate predicted = estimate_training_memory(mcfg, mem.workload, mem.setup);
   if (!quiet) {
     log << "memory per rank, predicted: peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
         << fmt_bytes(predicted.states.total()) << " + activations and ZeRO buffers "
@@ -319,8 +339,11 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
              "train_micro_batch_size_per_gpu, raise zero_optimization.stage, or set "
              "activation_checkpointing.number_checkpoints (dscpp estimate-memory compares the options)" << std::endl;
   }
-  res.first_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
-  if (!quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;
+  const bool trial = cfg.autotuning.enabled;  // an autotuning trial: it ends at end_profile_step, no evaluation
+  if (!trial) {
+    res.first_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
+    if (!quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;
+  }
 
   Allocator& device_alloc = allocator_for(mopts.device);
   device_alloc.reset_peak();
@@ -330,7 +353,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   double train_seconds = 0, window_seconds = 0;
   int64_t window_tokens = 0;
   auto run_start = Clock::now();
-  while (engine->global_steps() < o.steps) {
+  inject_train_fault();
+  while (engine->global_steps() < o.steps && !engine->autotuning_finished()) {
     auto t0 = Clock::now();
     for (int64_t micro = 0; micro < gas; micro++) {
       train.next_batch(x, y);
@@ -387,6 +411,15 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   res.predicted_peak_bytes = predicted.peak_bytes;
   res.peak_rss_bytes = peak_rss_bytes();
   res.global_steps = engine->global_steps();
+  if (engine->autotuning_finished()) {  // Note [Autotuning metrics]: the trial ends here
+    if (!quiet)
+      log << "autotuning: steps " << cfg.autotuning.start_profile_step << ".." << cfg.autotuning.end_profile_step
+          << " timed, metrics written to " << cfg.autotuning.metric_path.value_or("stdout")
+          << "; the trial ends here (peak tensor memory " << fmt_bytes(res.peak_tensor_bytes) << ", predicted "
+          << fmt_bytes(predicted.peak_bytes) << ")" << std::endl;
+    if (pg) pg->barrier()->wait();
+    return res;
+  }
   res.final_val_loss = evaluate(engine->model(), val, o.eval_batches, val_B, T);
   save();
   engine->wait_for_checkpoint();  // an asynchronous save must be committed before we report it

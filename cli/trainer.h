@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "dscpp/models/model.h"
+
 namespace dscpp {
 
 struct TrainOptions {
@@ -50,6 +52,10 @@ struct TrainResult {
 
 // The built-in DeepSpeed config for `dscpp train` with no --config (AdamW, WarmupCosineLR over `steps`, clipping).
 std::string train_default_config(int64_t steps);
+
+// The model --init-from, --model (a preset or a config.json) names; its vocabulary is the tokenizer's once the data
+// is prepared (unless --init-from).
+ModelConfig train_model_config(const TrainOptions& opts);
 
 TrainResult run_training(const TrainOptions& opts, std::ostream& log);
 

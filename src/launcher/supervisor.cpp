@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <cstring>
 
 #include "dscpp/core/check.h"
+#include "dscpp/launcher/process.h"
 #include "dscpp/launcher/supervisor.h"
 
 namespace dscpp::launcher {
@@ -106,28 +106,10 @@ struct Child {
   Stream out, err;
 };
 
-std::string describe(int status) {
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  int sig = WTERMSIG(status);
-  return "was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
-}
 
-int exit_code_of(int status) { return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status); }
-
-std::vector<char*> c_strings(std::vector<std::string>& v) {
-  std::vector<char*> out;
-  for (auto& s : v) out.push_back(s.data());
-  out.push_back(nullptr);
-  return out;
-}
-
-// Forks and execs one child; fds it needs are made here and the parent's copies of the child ends are closed.
+// Starts one child; fds it needs are made here and the parent's copies of the child ends are closed.
 void spawn(const ProcSpec& spec, Child& c, int out_fd, int err_fd) {
   DSCPP_CHECK(!spec.argv.empty(), "launch: empty command for ", spec.label);
-  std::vector<std::string> argv = spec.argv, envs;
-  for (auto& [k, v] : spec.env) envs.push_back(k + "=" + v);
-  std::vector<char*> argv_c = c_strings(argv), env_c = c_strings(envs);
-
   int in_fd = -1, in_w = -1, o[2] = {-1, -1}, e[2] = {-1, -1}, log_fd = -1;
   if (spec.stdin_pipe) {
     int p[2];
@@ -143,33 +125,7 @@ void spawn(const ProcSpec& spec, Child& c, int out_fd, int err_fd) {
   } else {
     DSCPP_CHECK(pipe2(o, O_CLOEXEC) == 0 && pipe2(e, O_CLOEXEC) == 0, "pipe2: ", std::strerror(errno));
   }
-  const pid_t parent = getpid();
-  pid_t pid = fork();
-  DSCPP_CHECK(pid >= 0, "fork for ", spec.label, ": ", std::strerror(errno));
-  if (pid == 0) {  // child: only async-signal-safe calls until exec
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(137);  // the launcher died before the prctl took effect
-    struct sigaction dfl{};
-    dfl.sa_handler = SIG_DFL;
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGPIPE}) sigaction(sig, &dfl, nullptr);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    dup2(in_fd, 0);
-    dup2(log_fd >= 0 ? log_fd : o[1], 1);
-    dup2(log_fd >= 0 ? log_fd : e[1], 2);
-    execvpe(argv_c[0], argv_c.data(), env_c.data());
-    const char* msg = "dscpp launch: cannot execute ";
-    (void)!write(2, msg, std::strlen(msg));
-    (void)!write(2, argv_c[0], std::strlen(argv_c[0]));
-    const char* why = std::strerror(errno);
-    (void)!write(2, ": ", 2);
-    (void)!write(2, why, std::strlen(why));
-    (void)!write(2, "\n", 1);
-    _exit(127);
-  }
-  setpgid(pid, pid);  // also from the parent, so a kill(-pid) right after fork cannot miss the group
+  const pid_t pid = spawn_process(spec.argv, spec.env, in_fd, log_fd >= 0 ? log_fd : o[1], log_fd >= 0 ? log_fd : e[1]);
   close(in_fd);
   if (log_fd >= 0) close(log_fd);
   if (o[1] >= 0) close(o[1]);
@@ -277,8 +233,8 @@ RunResult run_supervised(const std::vector<ProcSpec>& procs, const SuperviseOpti
       const bool failed = !(WIFEXITED(k.status) && WEXITSTATUS(k.status) == 0);
       if (failed && !stopping) {
         res.failed = (int)i;
-        res.exit_code = exit_code_of(k.status);
-        res.reason = procs[i].label + " (pid " + std::to_string(k.pid) + ") " + describe(k.status);
+        res.exit_code = exit_code_of_status(k.status);
+        res.reason = procs[i].label + " (pid " + std::to_string(k.pid) + ") " + describe_exit_status(k.status);
         int others = 0;
         for (auto& o : kids) others += o.alive;
         message(res.reason + "; stopping the other " + std::to_string(others) + " process(es)");

@@ -16,6 +16,7 @@
 #include "dscpp/comm/comms_logger.h"
 #include "dscpp/core/check.h"
 #include "dscpp/core/dtype.h"
+#include "dscpp/runtime/autotuning_config.h"
 #include "dscpp/runtime/config_sections.h"
 
 namespace dscpp {
@@ -89,6 +90,7 @@ struct DeepSpeedConfig {
   DType communication_dtype() const;     // f32, bf16 or f16
   uint64_t seed = 1234;                  // our extension: seed of every RNG (DeepSpeed takes it from the script)
   DscppConfig dscpp;                     // our extension: the engine's own keys (kernels, copy engines)
+  AutotuningConfig autotuning;           // DeepSpeed's autotuning section (runtime/autotuning_config.h)
 
   // dp_world_size resolves the batch-size triple. Warnings (unknown top-level keys, deprecated keys) are appended
   // to *warnings when given. Throws ConfigError.

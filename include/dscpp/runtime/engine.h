@@ -149,6 +149,9 @@ class Engine {
   const DeepSpeedConfig& config() const { return cfg_; }
   Rng& rng() { return rng_; }
   StepTimes take_step_times();                   // returns and resets the wall-clock breakdown
+  // autotuning.enabled (an autotuning trial, Note [Autotuning metrics]): true once the step end_profile_step is
+  // done and its metrics are written; the training loop stops there.
+  bool autotuning_finished() const { return autotune_done_; }
 
   // Profiling (flops_profiler section): the optimizer step whose global_steps() equals profile_step (counted from 0
   // like DeepSpeed's) runs with the profiler active: ranges "forward" / "backward" / "step" around the engine calls
@@ -233,6 +236,11 @@ class Engine {
   int64_t loss_count_ = 0;
   float last_loss_ = 0.0f;
   StepTimes times_;
+
+  void autotuning_after_step();     // Note [Autotuning metrics]: at the boundary, after global_steps_ += 1
+  std::chrono::steady_clock::time_point autotune_t0_;
+  int64_t autotune_tokens_ = 0, autotune_seq_ = 0;  // this rank's tokens since start_profile_step, and T
+  bool autotune_done_ = false;
 
   void profile_begin_micro_step();  // starts the profiled step at its first micro-batch
   void profile_finish_step();       // at the profiled step's boundary: report, trace, deactivate

@@ -132,6 +132,23 @@ static json zero_json(const ZeroConfig& z) {
   return j;
 }
 
+static json autotuning_json(const AutotuningConfig& a) {
+  const AutotuningModelInfo& m = a.model_info;
+  return {{"enabled", a.enabled}, {"fast", a.fast}, {"results_dir", a.results_dir}, {"exps_dir", a.exps_dir},
+          {"overwrite", a.overwrite}, {"start_profile_step", a.start_profile_step},
+          {"end_profile_step", a.end_profile_step}, {"metric_path", opt(a.metric_path)}, {"metric", a.metric},
+          {"tuner_type", a.tuner_type}, {"tuner_early_stopping", a.tuner_early_stopping},
+          {"tuner_num_trials", a.tuner_num_trials},
+          {"arg_mappings", a.arg_mappings.empty() ? json(nullptr) : json(a.arg_mappings)},
+          {"max_train_batch_size", opt(a.max_train_batch_size)}, {"min_train_batch_size", a.min_train_batch_size},
+          {"max_train_micro_batch_size_per_gpu", a.max_train_micro_batch_size_per_gpu},
+          {"min_train_micro_batch_size_per_gpu", a.min_train_micro_batch_size_per_gpu},
+          {"num_tuning_micro_batch_sizes", a.num_tuning_micro_batch_sizes}, {"mp_size", a.mp_size},
+          {"model_info_path", opt(a.model_info_path)},
+          {"model_info", {{"profile", m.profile}, {"num_params", opt(m.num_params)},
+                          {"hidden_size", opt(m.hidden_size)}, {"num_layers", opt(m.num_layers)}}}};
+}
+
 json DeepSpeedConfig::to_json() const {
   json j;
   j["train_batch_size"] = train_batch_size;
@@ -190,6 +207,7 @@ json DeepSpeedConfig::to_json() const {
                 {"copy_engine", {{"enabled", dscpp.copy_engine.enabled},
                                  {"arena_mib", opt(dscpp.copy_engine.arena_mib)}}},
                 {"offload", {{"delayed_update", dscpp.offload.delayed_update}, {"threads", opt(dscpp.offload.threads)}}}};
+  j["autotuning"] = autotuning_json(autotuning);
   return j;
 }
 

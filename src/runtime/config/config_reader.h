@@ -7,10 +7,12 @@
 
 namespace dscpp::config_detail {
 
-// One parser per section (config_optim.cpp, config_zero.cpp, config_batch.cpp). `warnings` may be null.
+// One parser per section (config_optim.cpp, config_zero.cpp, config_batch.cpp,
+// config_autotuning.cpp). `warnings` may be null.
 void parse_optimizer(const json& j, OptimizerConfig& out);
 void parse_scheduler(const json& j, SchedulerConfig& out, std::vector<std::string>* warnings);
 void parse_zero(const json& root, ZeroConfig& out, std::vector<std::string>* warnings);
+void parse_autotuning(const json& j, AutotuningConfig& out);
 void resolve_batch_sizes(const json& root, int dp_world_size, DeepSpeedConfig& out);
 void warn(std::vector<std::string>* warnings, const std::string& msg);
 

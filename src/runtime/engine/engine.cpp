@@ -170,6 +170,8 @@ Loss Engine::forward(const Tensor& tokens, const Tensor& targets) {
     prof_->set_phase(Phase::forward);
   }
   auto t0 = Clock::now();
+  autotune_tokens_ += tokens.numel();
+  autotune_seq_ = tokens.size(1);
   Loss loss;
   if (zparams_) zparams_->begin_micro_step();
   if (fused_head()) model_->fuse_head_into_next_forward(backward_scale());  // Note [Fused head]
@@ -249,6 +251,7 @@ void Engine::step() {
   micro_steps_++;
   times_.step_ms += ms_since(t0);
   if (finish_profile) profile_finish_step();
+  if (cfg_.autotuning.enabled && micro_steps_ % cfg_.gradient_accumulation_steps == 0) autotuning_after_step();
 }
 
 void Engine::set_scheduled_betas() {
