@@ -14,6 +14,7 @@
 #include "cli/rules.h"
 #include "cli/train_args.h"
 #include "dscpp/autotune/autotuner.h"
+#include "dscpp/autotune/micro_batch.h"
 #include "dscpp/autotune/report.h"
 #include "dscpp/autotune/space.h"
 #include "dscpp/core/cuda.h"
@@ -122,6 +123,8 @@ int run_autotune(const AutotuneOptions& o) {
   const Pool pool = trial_pool(o, cuda);
   autotune::ResourceManager rm(pool.hosts, pool.nodes, pool.slots_per_node);
   const int world = rm.ranks_per_trial();
+  autotune::split_user_config(user);  // the config's lists and batch keys, checked before any work
+  autotune::batch_rules(user, at, world);
 
   // The model and the data the trials share: the tokenizer fixes the vocabulary; the trials read the prepared
   // shards rather than each building the cache.

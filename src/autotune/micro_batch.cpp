@@ -58,7 +58,8 @@ BatchRules batch_rules(const nlohmann::json& user, const AutotuningConfig& at, i
   } else if (const auto gas = positive_int(user, "gradient_accumulation_steps")) {
     r.gas = *gas;
   }
-  positive_int(user, "train_micro_batch_size_per_gpu");  // checked only: the search sets it
+  if (auto m = user.find("train_micro_batch_size_per_gpu"); m != user.end() && !m->is_array())
+    positive_int(user, "train_micro_batch_size_per_gpu");  // checked only: the search sets it (a list: space.h)
   if (r.allowed_list().empty())
     throw ConfigError("autotuning.max_train_micro_batch_size_per_gpu",
                       "autotuning: no micro-batch from " + std::to_string(r.min_mbs) + " to " +

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <fstream>
 #include <ostream>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -101,8 +102,11 @@ std::string last_lines(const std::string& path, int n) {
   std::ifstream f(path);
   std::deque<std::string> lines;
   std::string line;
+  // A frame of the crash handler's backtrace ("/path/dscpp(+0x1b6782)[0x558ac98b9782]") says less than the lines
+  // before the backtrace: skip frames.
+  static const std::regex frame(R"(^\S*\([^)]*\)\[0x[0-9a-f]+\]\s*$)");
   while (std::getline(f, line)) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (line.find_first_not_of(" \t\r") == std::string::npos || std::regex_match(line, frame)) continue;
     lines.push_back(line);
     if (int(lines.size()) > n) lines.pop_front();
   }

@@ -79,7 +79,7 @@ std::vector<std::string> launch_words(const TrialCommand& cmd, const Reservation
 // A command line a shell reads back as these words.
 std::string shell_join(const std::vector<std::string>& argv);
 
-// The last n non-empty lines of a text file, joined with " | " ("" when it is missing or empty).
+// The last n non-empty lines of a text file that are not backtrace frames, joined with " | " ("" when none).
 std::string last_lines(const std::string& path, int n);
 
 }  // namespace dscpp::autotune
