@@ -5,7 +5,9 @@ The order is DSCPP_LAYERS in CMakeLists.txt, bottom to top, with the application
 of layer L (src/L/, include/dscpp/L/, cli/) may include only headers of L or of layers below it, and
 src/L/CMakeLists.txt may link only libraries of layers below L. A private header (src/L/) is L's own: public headers
 and other layers may not include it, except core's CUDA runtime (src/core/cuda/), which the CUDA code of every layer
-shares. Every folder under src/ must be a layer of the list.
+shares. Every folder under src/ must be a layer of the list. Some layers' places are fixed whatever else moves
+(PLACES): autotune, which plans runs with the runtime's config and estimates and starts them through the launcher,
+sits above both.
 
 usage: scripts/check_layers.py [--root DIR]   (standard library only; CTest runs it as check_layers)
 """
@@ -19,6 +21,7 @@ LINK = re.compile(r'\bdscpp_(\w+)')
 SOURCES = {'.h', '.hpp', '.cpp', '.cu', '.cuh'}
 APP = 'cli'
 SHARED_PRIVATE = 'src/core/cuda/'  # private headers other layers may include
+PLACES = {'autotune': ('runtime', 'launcher')}  # a layer -> the layers it must sit above, where both exist
 
 
 def layer_order(root):
@@ -53,6 +56,10 @@ def check(root):
     order = layer_order(root)
     rank = {layer: i for i, layer in enumerate(order)}
     errors = []
+    for layer, below in PLACES.items():
+        for b in below:
+            if layer in rank and b in rank and rank[b] > rank[layer]:
+                errors.append(f'CMakeLists.txt: DSCPP_LAYERS puts {layer} below {b}; it must sit above {b}')
     for d in sorted((root / 'src').iterdir()):
         if d.is_dir() and d.name not in rank:
             errors.append(f'{d.relative_to(root)}: folder is not a layer (add it to DSCPP_LAYERS in CMakeLists.txt)')

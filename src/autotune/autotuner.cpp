@@ -367,7 +367,7 @@ struct Autotuner::Impl {
       for (size_t i = 0; i < res.records.size(); i++)
         if (res.records[i].exp.stage == stage && score_of(i) && (!sr.best || *score_of(i) > *score_of(*sr.best)))
           sr.best = i;
-      if (sr.status.empty()) sr.status = "tuned";
+      if (sr.status.empty() || (sr.status == "equivalent" && sr.best)) sr.status = "tuned";
       res.stages.push_back(sr);
     }
     for (size_t i = 0; i < res.records.size(); i++)

@@ -71,6 +71,15 @@ class CheckLayers(unittest.TestCase):
         _, errors = self.run_on({"src/extra/x.cpp": "\n"})
         self.assertEqual(errors, ["src/extra: folder is not a layer (add it to DSCPP_LAYERS in CMakeLists.txt)"])
 
+    def test_autotune_sits_above_runtime_and_launcher(self):
+        layers = {"src/launcher/CMakeLists.txt": "dscpp_layer(launcher DEPS core)\n",
+                  "src/autotune/CMakeLists.txt": "dscpp_layer(autotune DEPS core)\n"}
+        _, errors = self.run_on({**layers, "CMakeLists.txt": "set(DSCPP_LAYERS core nn runtime launcher autotune)\n"})
+        self.assertEqual(errors, [])
+        _, errors = self.run_on({**layers, "CMakeLists.txt": "set(DSCPP_LAYERS core nn autotune runtime launcher)\n"})
+        self.assertEqual(errors, ["CMakeLists.txt: DSCPP_LAYERS puts autotune below runtime; it must sit above runtime",
+                                  "CMakeLists.txt: DSCPP_LAYERS puts autotune below launcher; it must sit above launcher"])
+
 
 if __name__ == "__main__":
     unittest.main()
