@@ -10,6 +10,7 @@
 
 #include "cli/autotune_cli.h"
 #include "cli/commands.h"
+#include "cli/text.h"
 #include "cli/paths.h"
 #include "cli/rules.h"
 #include "cli/train_args.h"
@@ -94,14 +95,6 @@ void check_model_info(const AutotuningConfig& at, const ModelConfig& m) {
   if (info.num_layers && *info.num_layers != m.n_layer) warn("num_layers", *info.num_layers, m.n_layer);
 }
 
-std::string grouped(int64_t v) {
-  std::string s = std::to_string(v), out;
-  for (size_t i = 0; i < s.size(); i++) {
-    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
-    out += s[i];
-  }
-  return out;
-}
 
 }  // namespace
 

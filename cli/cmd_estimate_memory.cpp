@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "cli/commands.h"
+#include "cli/text.h"
 #include "cli/rules.h"
 #include "dscpp/core/check.h"
 #include "dscpp/models/activation_memory.h"
@@ -47,15 +48,6 @@ ModelConfig load_hf_config(const std::string& path) {
   return ModelConfig::from_hf_json(nlohmann::json::parse(f), /*shapes_only=*/true);
 }
 
-// 124439808 -> "124,439,808"
-std::string grouped(int64_t v) {
-  std::string s = std::to_string(v), out;
-  for (size_t i = 0; i < s.size(); i++) {
-    if (i > 0 && (s.size() - i) % 3 == 0) out += ',';
-    out += s[i];
-  }
-  return out;
-}
 
 // Model states + activations + ZeRO's buffers per GPU, for each stage (Note [Activation estimate]).
 void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int W) {
