@@ -158,8 +158,7 @@ void run_dbias_timing() {
 // Decode linears of the Llama-3.1-8B shape at 1, 4 and 8 rows, bf16 weights against int8 (per channel) and int4
 // (group 128) weights through matmul_q_forward, each with a cold L2: microseconds per linear and GB/s of weight
 // bytes (plus scales and zero points) read, and the sum over one token's 32 layers and lm head; on the CUDA-core
-// GEMV (Note [Decode GEMV], N <= 4) and on the tensor-core one (Note [Decode GEMV on tensor cores]) with its loads
-// in registers or in flight through cp.async (Note [Decode GEMV, loads in flight]).
+// GEMV (Note [Decode GEMV], N <= 4) and on the tensor-core one (Note [Decode GEMV on tensor cores]).
 void run_decode_timing() {
   struct Lin {
     int64_t C, OC;
@@ -185,13 +184,11 @@ void run_decode_timing() {
   }
   std::printf("\ndecode linears (us: qkv o gate_up down lm_head | per token | GB/s of gate_up, lm_head)\n");
   for (int64_t N : {1, 4, 8})
-    for (int variant = 0; variant < 3; variant++) {  // CUDA cores; tensor cores, loads in registers; in cp.async
-      const bool tc = variant > 0;
+    for (bool tc : {false, true}) {
       if (!tc && N > 4) continue;
       dscpp::cuda::set_gemv_tensor_cores(tc);
-      dscpp::cuda::set_gemv_async(variant == 2);
       for (int k = 0; k < 3; k++) {
-        std::printf("N=%lld %-5s %s |", (long long)N, variant == 0 ? "cuda" : variant == 1 ? "mma" : "async",
+        std::printf("N=%lld %-4s %s |", (long long)N, tc ? "mma" : "cuda",
                     k == 0 ? "bf16" : k == 1 ? "int8" : "int4");
         double tot = 0, gbs[2] = {0, 0};
         for (size_t i = 0; i < ws.size(); i++) {
@@ -217,7 +214,6 @@ void run_decode_timing() {
       }
     }
   dscpp::cuda::set_gemv_tensor_cores(true);
-  dscpp::cuda::set_gemv_async(true);
 }
 
 }  // namespace

@@ -41,9 +41,6 @@
 #include "dscpp/inference/engine.h"
 
 #include "bench_flags.h"
-#ifdef DSCPP_BENCH_GEMV_AB
-#include "kernels/cuda/gemv.h"
-#endif
 
 using namespace dscpp;
 using namespace dscpp::inference;
@@ -56,7 +53,6 @@ struct Args {
   std::vector<int64_t> batches{1, 32};
   int64_t prompt = 32, new_tokens = 128, warmup = 1, offline = 0, tp = 1;
   int64_t peer_bytes = InferenceDscppConfig{}.peer_all_reduce_max_bytes;
-  std::string gemv = "async";  // the decode GEMV's loads: "async" (cp.async) or "registers" (A/B only)
 };
 
 const bench::Flags kFlags{"inference_bench",
@@ -64,7 +60,7 @@ const bench::Flags kFlags{"inference_bench",
                           "                       [--dtype bf16|f16|f32] [--weights dense|int8|int4] [--group 128]\n"
                           "                       [--batch 1,32] [--prompt 32] [--new 128]\n"
                           "                       [--warmup 1] [--offline N] [--tensor-parallel-size T]\n"
-                          "                       [--peer-all-reduce-max-bytes N] [--gemv async|registers]\n"};
+                          "                       [--peer-all-reduce-max-bytes N]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -84,18 +80,11 @@ Args parse(int argc, char** argv) {
     else if (k == "offline") a.offline = kFlags.to_int(k, v, 1);
     else if (k == "tensor-parallel-size") a.tp = kFlags.to_int(k, v, 1);
     else if (k == "peer-all-reduce-max-bytes") a.peer_bytes = kFlags.to_int(k, v, 0);
-    else if (k == "gemv") a.gemv = v;
     else kFlags.fail("unknown flag --" + k);
   });
   if (a.model.empty()) kFlags.fail("--model DIR is required");
   if (a.weights != "dense" && a.weights != "int8" && a.weights != "int4")
     kFlags.fail("--weights must be dense, int8 or int4, got '" + a.weights + "'");
-  if (a.gemv != "async" && a.gemv != "registers") kFlags.fail("--gemv must be async or registers, got '" + a.gemv + "'");
-#ifdef DSCPP_BENCH_GEMV_AB
-  dscpp::cuda::set_gemv_async(a.gemv == "async");
-#else
-  if (a.gemv != "async") kFlags.fail("--gemv registers needs a CUDA build");
-#endif
   return a;
 }
 
@@ -187,8 +176,7 @@ int main(int argc, char** argv) {
   lo.quant.group_size = a.group;
   const std::string name = std::filesystem::path(a.model).filename().string() +
                            (lo.quant.enabled ? "-" + a.weights : std::string()) +
-                           (a.tp > 1 ? "-tp" + std::to_string(a.tp) + (a.peer_bytes == 0 ? "-nccl" : "") : "") +
-                           (a.gemv != "async" ? "-gemv-" + a.gemv : "");
+                           (a.tp > 1 ? "-tp" + std::to_string(a.tp) + (a.peer_bytes == 0 ? "-nccl" : "") : "");
   if (a.offline > 0) {
     offline(a, lo, name);
     return 0;

@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# On a GPU machine: the decode GEMV's A/B (loads in cp.async against loads in registers, Note [Decode GEMV, loads in
-# flight]) in one call (< 600 s). Stages (default: all):
+# On a GPU machine: where a batch-1 decode step's GPU time goes, in one call (< 600 s). Stages (default: all):
 #   build    a fresh sm_90a build (scripts/gpu/check.sh build)
-#   ops      the op harness on the ops the GEMV and cp.async serve (matmul, quantized matmul, attention)
-#   gemm     gemm_bench decode: the Llama-3.1-8B shape's decode linears, CUDA cores / registers / cp.async
-#   e2e      inference_bench batch 1 and 8, Llama-3.1-8B and 3.2-1B shapes, bf16 / int8 / int4, both GEMVs
-#   profile  one 8B batch-1 run per weight type under the CUPTI tracer: GPU time per kernel and per token
-#   train    dscpp train on GPT-2 124M's shape, its built-in config (bf16 on cuda) against the same config in f32
-#            (needs a text file: TRAIN_TEXT, default gpu-data/fortunes.txt)
+#   ops      the op harness on the decode path's ops (matmul, quantized matmul, paged attention)
+#   gemm     gemm_bench decode: the Llama-3.1-8B shape's decode linears, CUDA-core and tensor-core GEMVs
+#   e2e      inference_bench batch 1 and 8 on the Llama-3.1-8B shape (E2E_WEIGHTS, default dense int4)
+#   profile  one 8B batch-1 run per weight type under the CUPTI tracer (bench/cupti_trace.cpp): GPU time per kernel
+#            and per token (the tracer itself slows each kernel; compare shares, not absolute times)
+#   ncu      Nsight Compute on one layer's int4 GEMVs (qkv, o, gate_up, down) in the 8B decode graph: DRAM
+#            throughput, issue activity, occupancy and the warp stall reasons
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
-default_steps=(build ops gemm e2e profile train)
+default_steps=(build ops gemm e2e profile ncu)
 source "$(dirname "$0")/stages.sh"
 models=$(mktemp -d)
-for m in llama-3.1-8b llama-3.2-1b; do mkdir -p "$models/$m" && cp "bench/models/$m.json" "$models/$m/config.json"; done
-ib() { ./build-gpu/bench/inference_bench --prompt 32 --new 128 "$@"; }
+mkdir -p "$models/llama-3.1-8b" && cp bench/models/llama-3.1-8b.json "$models/llama-3.1-8b/config.json"
+ib=(./build-gpu/bench/inference_bench --model "$models/llama-3.1-8b" --prompt 32 --new 128)
 if want ops; then
-  for op in matmul_forward matmul_q_forward attention_forward attention_backward; do
+  for op in matmul_forward matmul_q_forward paged_attention_forward; do
     timeout 200 ./build-gpu/tests/test_ops --op $op > "$OUT/test_ops_$op.log" 2>&1
     echo "test_ops --op $op rc=$?: $(grep -E 'passed' "$OUT/test_ops_$op.log" | tail -1)"
     grep -E "FAIL" "$OUT/test_ops_$op.log" | head -5
@@ -25,50 +25,39 @@ if want ops; then
 fi
 if want gemm; then
   timeout 200 ./build-gpu/bench/gemm_bench decode > "$OUT/gemm_decode.log" 2>&1
-  echo "gemm_bench decode rc=$?"; grep -A30 "^decode linears" "$OUT/gemm_decode.log"
+  echo "gemm_bench decode rc=$?"; grep -A20 "^decode linears" "$OUT/gemm_decode.log"
   el gemm
 fi
 if want e2e; then
-  for m in llama-3.1-8b llama-3.2-1b; do
-    for w in dense int8 int4; do
-      for g in async registers; do
-        timeout 120 ib --model "$models/$m" --weights $w --batch 1,8 --gemv $g > "$OUT/e2e-$m-$w-$g.out" \
-          2> "$OUT/e2e-$m-$w-$g.err" || echo "inference_bench $m $w $g rc=$?"
-        grep -vE "^#|^$" "$OUT/e2e-$m-$w-$g.out" | grep -v "^impl" | sed "s/^/$g /"
-      done
-    done
+  for w in ${E2E_WEIGHTS:-dense int4}; do
+    timeout 120 "${ib[@]}" --weights $w --batch 1,8 > "$OUT/e2e-$w.out" 2> "$OUT/e2e-$w.err" ||
+      echo "inference_bench $w rc=$?"
+    grep -E "^RESULT" "$OUT/e2e-$w.out"
   done
   el e2e
 fi
 if want profile; then
-  trace=build-gpu/bench/libdscpp_cupti_trace.so
+  trace=$PWD/build-gpu/bench/libdscpp_cupti_trace.so
   for w in dense int4; do
-    CUDA_INJECTION64_PATH=$trace DSCPP_CUPTI_OUT=$OUT/decode-$w.csv timeout 120 ib --model "$models/llama-3.1-8b" \
-      --weights $w --batch 1 --warmup 0 > "$OUT/profile-$w.out" 2>&1
-    echo "== 8B batch 1 $w: GPU time per token (128 decode steps; the last half of the trace)"
-    python3 scripts/gpu/kernel_sum.py "$OUT/decode-$w.csv" --frac 0.5 --steps 64 --top 14
+    CUDA_INJECTION64_PATH=$trace DSCPP_CUPTI_OUT=$OUT/decode-$w.csv timeout 120 "${ib[@]}" --weights $w --batch 1 \
+      --warmup 0 > "$OUT/profile-$w.out" 2>&1
+    echo "== 8B batch 1 $w: GPU time per token (decode steps of the trace's last half)"
+    python3 scripts/gpu/kernel_sum.py "$OUT/decode-$w.csv" --frac 0.5 --steps 64 --top 10
+    rm -f "$OUT/decode-$w.csv"
   done
   el profile
 fi
-if want train; then
-  text=${TRAIN_TEXT:-gpu-data/fortunes.txt}
-  ./build-gpu/dscpp train --help >/dev/null 2>&1
-  f32cfg=$(mktemp --suffix=.json)
-  # The built-in config without bf16: what `dscpp train --device cuda` ran before it turned bf16 on.
-  ./build-gpu/dscpp train --device cuda --model gpt2 --data "$text" --seq-len 512 --steps 60 --eval-every 0 \
-    --samples 0 --out "$OUT/train-bf16" > "$OUT/train-bf16.log" 2>&1
-  echo "train built-in (bf16) rc=$?: $(grep -E '^step +60' "$OUT/train-bf16.log")"
-  python3 - "$f32cfg" <<'PY'
-import json, sys
-json.dump({"train_micro_batch_size_per_gpu": 16, "gradient_accumulation_steps": 1,
-           "optimizer": {"type": "AdamW", "params": {"lr": 2e-3, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1}},
-           "scheduler": {"type": "WarmupCosineLR", "params": {"warmup_num_steps": 13, "total_num_steps": 60,
-                                                             "warmup_min_ratio": 0.0, "cos_min_ratio": 0.1}},
-           "gradient_clipping": 1.0, "steps_per_print": 10}, open(sys.argv[1], "w"))
-PY
-  ./build-gpu/dscpp train --device cuda --model gpt2 --data "$text" --seq-len 512 --steps 60 --eval-every 0 \
-    --samples 0 --config "$f32cfg" --out "$OUT/train-f32" > "$OUT/train-f32.log" 2>&1
-  echo "train f32 config rc=$?: $(grep -E '^step +60' "$OUT/train-f32.log")"
-  rm -rf "$OUT"/train-*/checkpoints "$OUT"/train-*/data
-  el train
+if want ncu; then
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  if [ -z "$ncu" ]; then echo "ncu: not found"; else
+    # Skip prefill and a few hundred decode GEMVs; then one layer's four, twice.
+    timeout 300 "$ncu" --kernel-name-base demangled --kernel-name regex:gemv_mma --launch-skip 2000 --launch-count 8 --cache-control none \
+      --clock-control none --section SpeedOfLight --section Occupancy --section SchedulerStats \
+      --section WarpStateStats --section MemoryWorkloadAnalysis \
+      "${ib[@]}" --weights int4 --batch 1 --warmup 0 > "$OUT/ncu.txt" 2>&1
+    echo "ncu rc=$?"
+    grep -E "gemv_mma|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Theoretical Occupancy|Issue Slots Busy|No Eligible|Active Warps Per Scheduler|Eligible Warps|Warp Cycles Per Issued|Registers Per|Block Limit" "$OUT/ncu.txt" | head -120
+    grep -iE "stall|scoreboard" "$OUT/ncu.txt" | head -20
+  fi
+  el ncu
 fi

@@ -39,7 +39,6 @@ bool launch_t(const GemvArgs& g, cudaStream_t s) {
 }
 
 bool tensor_cores = true;
-bool async_loads = true;
 
 }  // namespace
 
@@ -47,13 +46,9 @@ void set_gemv_tensor_cores(bool on) { tensor_cores = on; }
 
 bool gemv_tensor_cores() { return tensor_cores; }
 
-void set_gemv_async(bool on) { async_loads = on; }
-
-bool gemv_async() { return async_loads; }
-
 bool try_gemv(const GemvArgs& g, cudaStream_t s) {
   if (g.M < 1 || g.C > INT32_MAX || g.OC <= 0 || !all_aligned16(g.inp, g.weight)) return false;
-  if (tensor_cores && g.in_t == DType::bf16 && (g.M >= 2 || async_loads) && g.M <= gemv_mma::kMaxM && g.C % gemv_mma::kMacroCols<16> == 0)
+  if (tensor_cores && g.in_t == DType::bf16 && g.M >= 2 && g.M <= gemv_mma::kMaxM && g.C % gemv_mma::kMacroCols<16> == 0)
     return gemv_mma::launch<16>(g.out, g.out_t, static_cast<const __nv_bfloat16*>(g.inp),
                                 {g.weight, nullptr, nullptr, 0}, g.bias, g.bias_t, g.residual, g.M, g.OC, g.C,
                                 s);

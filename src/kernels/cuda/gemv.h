@@ -29,9 +29,5 @@ bool try_gemv(const GemvArgs& g, cudaStream_t s);
 // ones (gemv_mma.cuh).
 void set_gemv_tensor_cores(bool on);
 bool gemv_tensor_cores();
-// Benchmark A/B only: false runs the tensor-core GEMV with its loads in registers (gemv_mma::kernel) instead of in
-// flight through cp.async (gemv_mma::kernel_async), and bf16 at one row on the CUDA cores.
-void set_gemv_async(bool on);
-bool gemv_async();
 
 }  // namespace dscpp::cuda

@@ -24,8 +24,6 @@
 // consecutive macro steps) were within 5% of each other; docs/PERF.md has the table.
 #pragma once
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cp_async.cuh"
-#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mma.cuh"
 
 namespace dscpp::cuda::gemv_mma {
@@ -181,127 +179,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   out[at] = from_f<O>(sum);
 }
 
-// The same product with the weight stream in flight through cp.async instead of registers (Note [Decode GEMV,
-// loads in flight]): each lane copies exactly the bytes it will multiply (its 16 bytes of rows g and g + 8, and its
-// K inputs of row g) into its own shared-memory slots, P macro steps ahead, so no lane waits on another and a small
-// matrix has every byte requested at the kernel's start. A warp takes macro steps warp, warp + 4, ...; int4 scales
-// and zero points of the CTA's 16 rows are staged once, after the first copies are under way.
-template <int BITS>
-__host__ __device__ constexpr int stage_bytes(int M) {
-  return 2 * 32 * 16 + (kCols<BITS> / 8) * 4 * M * 16;  // [2 rows][32 lanes] weights, [XV][4M lanes] inputs
-}
-
-template <int BITS, typename O, typename B, int P>
-__global__ void __launch_bounds__(kWarps * 32)
-    kernel_async(O* __restrict__ out, const __nv_bfloat16* __restrict__ inp, const Weights w,
-                 const B* __restrict__ bias, const O* residual, int M, int64_t OC, int C) {
-  constexpr int K = kCols<BITS>, MC = 4 * K, S = K / 4, XV = K / 8;
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ float red[kWarps][kMaxM][kRows];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int64_t r0 = int64_t(blockIdx.x) * kRows + g, r1 = r0 + 8;
-  const int64_t c0 = r0 < OC ? r0 : 0, c1 = r1 < OC ? r1 : 0;  // rows past OC read row 0 and are not written
-  const int64_t row_bytes = int64_t(C) * BITS / 8;
-  const uint8_t* q0 = static_cast<const uint8_t*>(w.q) + c0 * row_bytes + t * 16;
-  const uint8_t* q1 = static_cast<const uint8_t*>(w.q) + c1 * row_bytes + t * 16;
-  const bool has_x = g < M;
-  const int xl = lane;  // lanes with has_x are 0 .. 4M - 1
-  const __nv_bfloat16* xp = inp + int64_t(has_x ? g : 0) * C + t * K;
-  const int sb = stage_bytes<BITS>(M), macros = C / MC;
-  uint8_t* ring = smem + warp * P * sb;
-  const int mine = macros > warp ? (macros - warp + kWarps - 1) / kWarps : 0;
-  auto issue = [&](int i) {  // this warp's i-th macro step into slot i % P; always one group, maybe empty
-    if (i < mine) {
-      const int64_t m = warp + int64_t(kWarps) * i;
-      uint8_t* st = ring + (i % P) * sb;
-      cp_async16(st + lane * 16, q0 + m * 64);
-      cp_async16(st + 512 + lane * 16, q1 + m * 64);
-      if (has_x) {
-#pragma unroll
-        for (int v = 0; v < XV; v++) cp_async16(st + 1024 + (v * 4 * M + xl) * 16, xp + m * MC + 8 * v);
-      }
-    }
-    cp_async_commit();
-  };
-#pragma unroll
-  for (int i = 0; i < P; i++) issue(i);
-  const int groups = BITS == 4 ? C / w.G : 0;
-  float* sc_s = reinterpret_cast<float*>(smem + kWarps * P * sb);
-  uint8_t* z_s = reinterpret_cast<uint8_t*>(sc_s + kRows * groups);
-  if constexpr (BITS == 4) {
-    for (int k = threadIdx.x; k < kRows * groups; k += kWarps * 32) {
-      const int64_t row = int64_t(blockIdx.x) * kRows + k / groups;
-      const int64_t at = (row < OC ? row : 0) * groups + k % groups;
-      sc_s[k] = w.scale[at], z_s[k] = w.zero[at];
-    }
-    __syncthreads();
-  }
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int i = 0; i < mine; i++) {
-    cp_async_wait<P - 1>();
-    const uint8_t* st = ring + (i % P) * sb;
-    const uint4 wr0 = *reinterpret_cast<const uint4*>(st + lane * 16);
-    const uint4 wr1 = *reinterpret_cast<const uint4*>(st + 512 + lane * 16);
-    uint4 xr[XV];
-#pragma unroll
-    for (int v = 0; v < XV; v++)
-      xr[v] = has_x ? *reinterpret_cast<const uint4*>(st + 1024 + (v * 4 * M + xl) * 16) : make_uint4(0, 0, 0, 0);
-    uint32_t zc0 = 0, zc1 = 0;
-    float sc0 = 1.0f, sc1 = 1.0f;
-    if constexpr (BITS == 4) {
-      const int gi = int(int64_t(warp + kWarps * i) * MC / w.G);
-      sc0 = sc_s[g * groups + gi], sc1 = sc_s[(g + 8) * groups + gi];
-      zc0 = (0x4300u | z_s[g * groups + gi]) * 0x10001u;  // 128 + zero in bf16, twice
-      zc1 = (0x4300u | z_s[(g + 8) * groups + gi]) * 0x10001u;
-    }
-    const uint32_t* xw = reinterpret_cast<const uint32_t*>(xr);
-    float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    float* into = BITS == 4 ? part : acc;
-#pragma unroll
-    for (int s = 0; s < S; s++) {
-      const uint32_t a[4] = {a_pair<BITS>(wr0, s, 0, zc0), a_pair<BITS>(wr1, s, 0, zc1), a_pair<BITS>(wr0, s, 1, zc0),
-                             a_pair<BITS>(wr1, s, 1, zc1)};
-      mma16816<__nv_bfloat16>(*reinterpret_cast<float(*)[4]>(into), a, b_pair<BITS>(xw, s, 0), b_pair<BITS>(xw, s, 1));
-    }
-    if constexpr (BITS == 4) {
-      acc[0] = fmaf(part[0], sc0, acc[0]), acc[1] = fmaf(part[1], sc0, acc[1]);
-      acc[2] = fmaf(part[2], sc1, acc[2]), acc[3] = fmaf(part[3], sc1, acc[3]);
-    }
-    issue(i + P);  // after the slot's values were consumed above
-  }
-  if constexpr (BITS == 8) {
-    const float s0 = w.scale[c0], s1 = w.scale[c1];
-    acc[0] *= s0, acc[1] *= s0, acc[2] *= s1, acc[3] *= s1;
-  }
-  red[warp][2 * t][g] = acc[0], red[warp][2 * t + 1][g] = acc[1];
-  red[warp][2 * t][g + 8] = acc[2], red[warp][2 * t + 1][g + 8] = acc[3];
-  __syncthreads();
-  if (threadIdx.x >= kMaxM * kRows) return;
-  const int n = threadIdx.x / kRows, rr = threadIdx.x % kRows;
-  const int64_t row = int64_t(blockIdx.x) * kRows + rr;
-  if (n >= M || row >= OC) return;
-  float sum = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kWarps; k++) sum += red[k][n][rr];
-  const int64_t at = int64_t(n) * OC + row;
-  if (bias) sum += to_f(bias[row]);
-  if (residual) sum += to_f(residual[at]);
-  out[at] = from_f<O>(sum);
-}
-
-template <int BITS, typename O, typename B, int P>
-void launch_async(unsigned grid, cudaStream_t s, O* out, const __nv_bfloat16* inp, const Weights& w, const B* bias,
-                  const O* residual, int64_t M, int64_t OC, int64_t C) {
-  static const bool opted = [] {  // above 48 KB of dynamic shared memory a kernel must opt in, once
-    DSCPP_CUDA_CHECK(cudaFuncSetAttribute(kernel_async<BITS, O, B, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          160 * 1024));
-    return true;
-  }();
-  (void)opted;
-  const size_t smem = size_t(kWarps) * P * stage_bytes<BITS>(int(M)) + (BITS == 4 ? size_t(kRows) * (C / w.G) * 5 : 0);
-  kernel_async<BITS, O, B, P><<<grid, kWarps * 32, smem, s>>>(out, inp, w, bias, residual, int(M), OC, int(C));
-}
-
 // The columns one macro step of a row covers: C must be a multiple (and, for int4, the group too).
 template <int BITS>
 constexpr int kMacroCols = 4 * kCols<BITS>;
@@ -321,19 +198,9 @@ bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, 
   auto go = [&](auto* o, auto* b) {
     using O = std::remove_pointer_t<decltype(o)>;
     using B = std::remove_pointer_t<decltype(b)>;
-    if (!gemv_async()) {
-      kernel<BITS, O, B, kUnroll<BITS>><<<grid, kWarps * 32, 0, s>>>(static_cast<O*>(out), inp, w,
-                                                                     static_cast<const B*>(bias),
-                                                                     static_cast<const O*>(residual), int(M), OC,
-                                                                     int(C));
-      return;
-    }
-    // Eight macro steps in flight per warp where 48 KB of slots hold them, else four.
-    const bool deep = kWarps * 8 * stage_bytes<BITS>(int(M)) <= 48 * 1024;
-    deep ? launch_async<BITS, O, B, 8>(grid, s, static_cast<O*>(out), inp, w, static_cast<const B*>(bias),
-                                       static_cast<const O*>(residual), M, OC, C)
-         : launch_async<BITS, O, B, 4>(grid, s, static_cast<O*>(out), inp, w, static_cast<const B*>(bias),
-                                       static_cast<const O*>(residual), M, OC, C);
+    kernel<BITS, O, B, kUnroll<BITS>><<<grid, kWarps * 32, 0, s>>>(static_cast<O*>(out), inp, w,
+                                                                   static_cast<const B*>(bias),
+                                                                   static_cast<const O*>(residual), int(M), OC, int(C));
   };
   const bool bias_f32 = bias && bias_t == DType::f32;
   if (out_t == DType::f32) bias_f32 ? go((float*)nullptr, (float*)nullptr) : go((float*)nullptr, (__nv_bfloat16*)nullptr);
