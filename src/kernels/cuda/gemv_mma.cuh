@@ -23,8 +23,6 @@
 // 8 rows: cuBLASLt's 6.85 to 6.54). Variants swept (loads in flight 2-8 macro steps, 4 or 8 warps, interleaved or
 // consecutive macro steps) were within 5% of each other; docs/PERF.md has the table.
 #pragma once
-#include <algorithm>
-
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -98,10 +96,9 @@ __device__ __forceinline__ uint32_t b_pair(const uint32_t* xw, int s, int h) {
 template <int BITS, typename O, typename B, int U>
 __global__ void __launch_bounds__(kWarps * 32)
     kernel(O* __restrict__ out, const __nv_bfloat16* __restrict__ inp, const Weights w, const B* __restrict__ bias,
-           const O* residual, int M, int64_t OC, int C, float* __restrict__ partials, unsigned* counters) {
+           const O* residual, int M, int64_t OC, int C) {
   constexpr int K = kCols<BITS>, MC = 4 * K, S = K / 4, XV = K / 8;  // XV: 16-byte loads of inputs per macro step
   __shared__ float red[kWarps][kMaxM][kRows];
-  __shared__ bool last;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t r0 = int64_t(blockIdx.x) * kRows + g, r1 = r0 + 8;
   const int64_t c0 = r0 < OC ? r0 : 0, c1 = r1 < OC ? r1 : 0;  // rows past OC read row 0 and are not written
@@ -112,9 +109,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   const __nv_bfloat16* xp = inp + int64_t(has_x ? g : 0) * C + t * K;
   const int64_t groups = BITS == 4 ? C / w.G : 0;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  // This CTA's share of the macro steps (Note [Decode GEMV, split K]): all of them unless the grid splits C.
-  const int splits = gridDim.y, chunk = (C / MC + splits - 1) / splits;
-  const int m_begin = int(blockIdx.y) * chunk, macros = min(C / MC, m_begin + chunk);
+  const int macros = C / MC;
   uint4 wr[U][2];
   float sc[U][2];
   uint32_t zc[U][2] = {};
@@ -134,7 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   };
-  for (int m0 = m_begin + warp * U; m0 < macros; m0 += kWarps * U) {
+  for (int m0 = warp * U; m0 < macros; m0 += kWarps * U) {
     load_weights(m0);
     uint4 xr[U][XV];
 #pragma unroll
@@ -171,27 +166,14 @@ __global__ void __launch_bounds__(kWarps * 32)
   red[warp][2 * t][g] = acc[0], red[warp][2 * t + 1][g] = acc[1];
   red[warp][2 * t][g + 8] = acc[2], red[warp][2 * t + 1][g + 8] = acc[3];
   __syncthreads();
-  static_assert(kMaxM * kRows == kWarps * 32, "one thread per (input row, output row) of the CTA");
+  if (threadIdx.x >= kMaxM * kRows) return;
   const int n = threadIdx.x / kRows, rr = threadIdx.x % kRows;
   const int64_t row = int64_t(blockIdx.x) * kRows + rr;
-  const bool mine = n < M && row < OC;
+  if (n >= M || row >= OC) return;
   float sum = 0.0f;
 #pragma unroll
   for (int k = 0; k < kWarps; k++) sum += red[k][n][rr];
   const int64_t at = int64_t(n) * OC + row;
-  if (splits > 1) {  // the last CTA of the row block to finish sums the splits in split order
-    if (mine) partials[int64_t(blockIdx.y) * M * OC + at] = sum;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&counters[blockIdx.x], 1u) == unsigned(splits - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0;  // ready for the next GEMV on this stream
-    sum = 0.0f;
-    for (int sp = 0; sp < splits; sp++) sum += __ldcg(partials + int64_t(sp) * M * OC + at);
-  }
-  if (!mine) return;
   if (bias) sum += to_f(bias[row]);
   if (residual) sum += to_f(residual[at]);
   out[at] = from_f<O>(sum);
@@ -207,49 +189,18 @@ constexpr int kUnroll = BITS == 4 ? 2 : 4;
 
 // Launches for out bf16 or f32, bias bf16, f32 or none (residual: out's dtype, may be null or out); false, having
 // done nothing, for other dtypes.
-// Note [Decode GEMV, split K]
-// A CTA owns 16 output rows, so a matrix with few rows (Llama-3.1-8B's q/k/v 6144, o and down 4096) has a grid of
-// 256-384 CTAs: two or three per SM, at most 12 warps where the registers allow 20, and the DRAM ran at 26-35% of
-// its peak under them (Nsight Compute, in the decode graph; gate_up's 1,792 CTAs reached 58%). Such a grid splits
-// C over gridDim.y CTAs per row block, up to about kSplitCtas CTAs: each writes its f32 sums to a workspace, and
-// the last of a row block to finish (an atomic count per row block, reset by that CTA for the next GEMV on the
-// stream) adds the splits in split order and runs the epilogue, so a shape gives the same bits on every run. The
-// counts live in a __device__ array per translation unit: the decode GEMVs of a device run on one stream at a
-// time, which the count needs.
-constexpr int kSplitCtas = 640;   // about five CTAs (the register limit) on each of an H100's 132 SMs
-constexpr int kMaxSplits = 4;
-constexpr int kSplitRowBlocks = 1024;  // row blocks that may split (the counters)
-static __device__ unsigned split_counters[kSplitRowBlocks];
-
-template <int BITS>
-int splits_for(int64_t OC, int64_t C) {
-  const int64_t blocks = ceil_div(OC, kRows), rounds = C / (4 * kCols<BITS>) / (kWarps * kUnroll<BITS>);
-  if (blocks >= kSplitCtas || blocks > kSplitRowBlocks) return 1;
-  return int(std::max<int64_t>(1, std::min<int64_t>({ceil_div(kSplitCtas, blocks), rounds, kMaxSplits})));
-}
-
 template <int BITS>
 bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, const void* bias, DType bias_t,
             const void* residual, int64_t M, int64_t OC, int64_t C, cudaStream_t s) {
   if (out_t != DType::f32 && out_t != DType::bf16) return false;
   if (bias && bias_t != DType::f32 && bias_t != DType::bf16) return false;
-  const int splits = splits_for<BITS>(OC, C);
-  const dim3 grid(unsigned(ceil_div(OC, kRows)), unsigned(splits));
-  Tensor part;  // stream-ordered (Note [Current stream]): back to the caching allocator after the launch
-  unsigned* counters = nullptr;
-  if (splits > 1) {
-    int dev = 0;
-    DSCPP_CUDA_CHECK(cudaGetDevice(&dev));
-    part = Tensor::empty({splits * M * OC}, DType::f32, Device::cuda(dev));
-    DSCPP_CUDA_CHECK(cudaGetSymbolAddress(reinterpret_cast<void**>(&counters), split_counters));
-  }
+  const unsigned grid = unsigned(ceil_div(OC, kRows));
   auto go = [&](auto* o, auto* b) {
     using O = std::remove_pointer_t<decltype(o)>;
     using B = std::remove_pointer_t<decltype(b)>;
     kernel<BITS, O, B, kUnroll<BITS>><<<grid, kWarps * 32, 0, s>>>(static_cast<O*>(out), inp, w,
                                                                    static_cast<const B*>(bias),
-                                                                   static_cast<const O*>(residual), int(M), OC, int(C),
-                                                                   splits > 1 ? ptr<float>(part) : nullptr, counters);
+                                                                   static_cast<const O*>(residual), int(M), OC, int(C));
   };
   const bool bias_f32 = bias && bias_t == DType::f32;
   if (out_t == DType::f32) bias_f32 ? go((float*)nullptr, (float*)nullptr) : go((float*)nullptr, (__nv_bfloat16*)nullptr);
