@@ -14,7 +14,7 @@
 namespace dscpp {
 
 struct TrainOptions {
-  std::string config_path;            // DeepSpeed JSON config; "" = the built-in default (train_default_config)
+  std::string config_path;            // DeepSpeed JSON config; "" = the built-in default (train_default_config: bf16 on cuda)
   std::string model = "gpt2-tiny";    // a preset name, or a path to a Hugging Face config.json
   std::string init_from;              // a Hugging Face model folder (config.json + safetensors) to fine-tune
   std::vector<std::string> data;      // *.bin token shards or text files; empty = the built-in corpus
@@ -51,7 +51,7 @@ struct TrainResult {
 };
 
 // The built-in DeepSpeed config for `dscpp train` with no --config (AdamW, WarmupCosineLR over `steps`, clipping).
-std::string train_default_config(int64_t steps);
+std::string train_default_config(int64_t steps, const std::string& device);
 
 // The model --init-from, --model (a preset or a config.json) names; its vocabulary is the tokenizer's once the data
 // is prepared (unless --init-from).
