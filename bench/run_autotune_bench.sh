@@ -12,7 +12,8 @@
 #           nothing) x activation checkpointing [off, every block] x dscpp.fused_head [false, true]
 #   2 GPUs: zero_optimization.stage [0, 1, 2, 3] x overlap_comm [true, false] x activation checkpointing [off, every
 #           block] x dscpp.fused_head [false, true]
-#   each point at the micro-batches the search picks under the memory estimate (num_tuning_micro_batch_sizes 3).
+#   each point at the micro-batches the search picks under the memory estimate (num_tuning_micro_batch_sizes 3);
+#   each trial times steps 4-8 (start_profile_step 3, end_profile_step 8).
 # Logs and every trial's folder: $LOGDIR (default a new folder under /tmp).
 set -u
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -66,6 +67,7 @@ config() {
  "activation_checkpointing": {"number_checkpoints": [null, $L]},
  "dscpp": {"fused_head": [false, true], "attention": "auto"},
  "autotuning": {"enabled": true, "fast": false, "tuner_type": "$tuner", "tuner_early_stopping": $early,
+                "start_profile_step": 3, "end_profile_step": 8,
                 "tuner_num_trials": 1000, "num_tuning_micro_batch_sizes": 3,
                 "results_dir": "$LOGDIR/${m}_${g}gpu_${tuner}", "exps_dir": "$LOGDIR/${m}_${g}gpu_${tuner}_exps"}}
 EOF

@@ -95,10 +95,8 @@ struct Autotuner::Impl {
 
   Fit fit(int stage, const Choice& c) const {
     Fit f;
-    std::string error;
     auto fits = [&](int64_t m) {
       const Planned p = plan(stage, c, m, "", {});
-      if (!p.error.empty()) error = p.error;
       return p.error.empty() && p.exp.predicted_peak <= in.memory_limit;
     };
     f.mbs = largest_fitting(rules, fits);
@@ -130,7 +128,7 @@ struct Autotuner::Impl {
 
   // Records the batch, running what has not run yet (at once, on the slots); each one's score, nullopt when it
   // failed or did not run. Records come in the batch's order.
-  std::vector<std::optional<double>> run(const std::vector<Planned>& batch, std::vector<size_t>* record_ids = nullptr) {
+  std::vector<std::optional<double>> run(const std::vector<Planned>& batch) {
     std::vector<Experiment> to_run;
     std::vector<int> slot(batch.size(), -1);  // index into to_run
     std::map<std::string, size_t> pending;    // canonical config -> its batch position
@@ -168,7 +166,6 @@ struct Autotuner::Impl {
         r.note = "the same run as " + res.records[*same].exp.name + " (Note [Inert keys])";
       }
       const size_t id = add(r);
-      if (record_ids) record_ids->push_back(id);
       if (r.state == Record::State::ran || r.state == Record::State::pruned) seen[p.canon] = id;
       scores.push_back(same ? score_of(*same) : score_of(id));
     }
