@@ -25,6 +25,10 @@ using dscpp::test::DistCase;
 using dscpp::test::dist_case;
 namespace fs = std::filesystem;
 
+// A build without liburing and libaio refuses device "nvme" (the config test checks how).
+#define SKIP_WITHOUT_AIO() \
+  if (!aio_missing_libraries().empty()) GTEST_SKIP() << aio_missing_libraries()
+
 namespace {
 
 fs::path temp_root() {
@@ -147,6 +151,7 @@ void train_step(Engine& e, const DistCase& c, int rank, int64_t s) {
 
 // Runs fn on the case's ranks: in this process for one rank (no Gloo needed), forked over Gloo for more.
 bool run_case(const DistCase& c, const std::function<void(ProcessGroup*, int)>& fn, std::string* why) {
+  if (!aio_missing_libraries().empty()) return *why = aio_missing_libraries(), false;
   if (c.world == 1) {
     fn(nullptr, 0);
     return true;
@@ -180,6 +185,10 @@ const std::string kNvme = R"("zero_optimization": {"stage": 3, "offload_optimize
 }  // namespace
 
 TEST(OffloadNvmeConfig, DeepSpeedKeysDefaultsAndRules) {
+  if (!aio_missing_libraries().empty()) {  // a build without liburing and libaio refuses "nvme", naming them
+    expect_config_error(kNvme + "}}", "zero_optimization.offload_optimizer.device", {"liburing", "libaio"});
+    GTEST_SKIP() << aio_missing_libraries();
+  }
   std::vector<std::string> w;
   const DeepSpeedConfig c = parse(kNvme + "}}", &w);
   EXPECT_TRUE(w.empty()) << w[0];
@@ -275,6 +284,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, OffloadNvmeExact, ::testing::ValuesIn(exact_case
 
 // Both I/O backends carry the same run (auto already took io_uring where it runs).
 TEST(OffloadNvme, EachBackendGivesTheSameRun) {
+  SKIP_WITHOUT_AIO();
   for (const std::string backend : {"io_uring", "libaio"}) {
     try {
       AioHandle probe(AioConfig{}, backend);
@@ -294,6 +304,7 @@ TEST(OffloadNvme, EachBackendGivesTheSameRun) {
 
 // fast_init: the states start as the reserved files' zeros instead of written zeros; the run is the same.
 TEST(OffloadNvme, FastInitGivesTheSameRun) {
+  SKIP_WITHOUT_AIO();
   const DistCase c = nvme_case(1, 3, "gpt2", [](DistCase& x) { x.pipeline_read = true, x.sub_group = 2000; });
   std::string j = dscpp::test::config_json(c);
   const std::string at = R"("pipeline_write": false)";
@@ -311,6 +322,7 @@ TEST(OffloadNvme, FastInitGivesTheSameRun) {
 // Checkpoints hold the same tensors as without offload: the shard files are byte-identical, a resume continues bit
 // for bit either way between NVMe and not, and a universal tag of an NVMe run loads into one NVMe process.
 TEST(OffloadNvme, CheckpointsAreTheSameAsWithoutOffload) {
+  SKIP_WITHOUT_AIO();
   for (const DistCase& c : {nvme_case(1, 2, "llama", [](DistCase& x) { x.precision = "fp16", x.pipeline_read = true; }),
                             nvme_case(2, 3, "gpt2", [](DistCase& x) { x.pipeline_write = true, x.offload = 0.5; })}) {
     SCOPED_TRACE(c.name());
@@ -357,6 +369,7 @@ TEST(OffloadNvme, CheckpointsAreTheSameAsWithoutOffload) {
 // A killed run's files are removed at start; the report and the probe; a disk too small is refused before training
 // with the bytes needed and free; a slow one is a warning with its numbers.
 TEST(OffloadNvme, StartUpCleansChecksAndProbesTheDisk) {
+  SKIP_WITHOUT_AIO();
   DistCase c = nvme_case(1, 2, "gpt2");
   const fs::path stale = swap_folder(c, 0) / "0_99.tensor.swp";
   fs::create_directories(stale.parent_path());
@@ -400,6 +413,7 @@ TEST(OffloadNvme, StartUpCleansChecksAndProbesTheDisk) {
 // naming the swap file, and a save after it is refused, so no checkpoint of half-updated states exists. The parent
 // then resumes from the last good tag and gets the plain run's parameters.
 TEST(OffloadNvme, AFullDiskFailsClearlyAndLeavesNoCorruptCheckpoint) {
+  SKIP_WITHOUT_AIO();
   const DistCase c = nvme_case(1, 2, "gpt2", [](DistCase& x) { x.sub_group = 3000; });
   const fs::path dir = temp_root() / "full_disk_ckpt";
   fs::remove_all(dir);
@@ -478,6 +492,7 @@ std::vector<DistCase> nccl_cases() {
 class OffloadNvmeNccl : public ::testing::TestWithParam<DistCase> {};
 
 TEST_P(OffloadNvmeNccl, MatchesOneProcessWithoutOffload) {
+  SKIP_WITHOUT_AIO();
   std::string why;
   if (!dscpp::test::can_run(GetParam(), &why)) GTEST_SKIP() << why;
   dscpp::test::run_equivalence(GetParam());
