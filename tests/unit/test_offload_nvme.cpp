@@ -12,9 +12,10 @@
 
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 
+#include "checkpoint_fixtures.h"
 #include "dist/equivalence.h"
+#include "offload_fixtures.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/universal.h"
 #include "dscpp/swap/aio_handle.h"
@@ -23,6 +24,10 @@
 using namespace dscpp;
 using dscpp::test::DistCase;
 using dscpp::test::dist_case;
+using dscpp::test::error_of;
+using dscpp::test::expect_bits;
+using dscpp::test::floats;
+using dscpp::test::train_step;
 namespace fs = std::filesystem;
 
 // A build without liburing and libaio refuses device "nvme" (the config test checks how).
@@ -56,33 +61,7 @@ DistCase plain(DistCase c) {
   return c;
 }
 
-void expect_bits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  size_t differ = 0, first = 0;
-  for (size_t i = 0; i < got.size(); i++)
-    if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0 && differ++ == 0) first = i;
-  EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << got.size() << " differ; first at " << first << ": "
-                        << got[first] << " against " << want[first];
-}
-
-std::vector<float> floats(const Tensor& t) {
-  Tensor h = t.to(Device::cpu());
-  return {h.data<float>(), h.data<float>() + h.numel()};
-}
-
-std::string read_bytes(const fs::path& p) {
-  std::ifstream f(p, std::ios::binary);
-  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
+std::string read_bytes(const fs::path& p) { return test_fixtures::slurp(p.string()); }
 
 fs::path swap_folder(const DistCase& c, int rank) {
   return fs::path(c.nvme_path) / ("zero_stage_" + std::to_string(c.stage)) / "optimizer" / ("rank" + std::to_string(rank));
@@ -136,17 +115,6 @@ std::vector<DistCase> exact_cases() {
   v.push_back(nvme_case(2, 3, "llama", [](DistCase& c) { c.pipeline_read = c.pipeline_write = true, c.sub_group = 500; }));
   v.push_back(nvme_case(2, 3, "gpt2", [](DistCase& c) { c.precision = "fp16", c.pipeline_write = true, c.gas = 1; }));
   return v;
-}
-
-// One step of c on this rank (its gas micro-batches of step `s`).
-void train_step(Engine& e, const DistCase& c, int rank, int64_t s) {
-  Tensor x = Tensor::empty({dscpp::test::batch(c), dscpp::test::seq(c)}, DType::i32), y = x.clone();
-  for (int64_t m = 0; m < c.gas; m++) {
-    dscpp::test::micro_batch(c, s, rank * c.gas + m, x, y);
-    e.forward(x, y);
-    e.backward();
-    e.step();
-  }
 }
 
 // Runs fn on the case's ranks: in this process for one rank (no Gloo needed), forked over Gloo for more.
@@ -417,9 +385,7 @@ TEST(OffloadNvme, AFullDiskFailsClearlyAndLeavesNoCorruptCheckpoint) {
   const DistCase c = nvme_case(1, 2, "gpt2", [](DistCase& x) { x.sub_group = 3000; });
   const fs::path dir = temp_root() / "full_disk_ckpt";
   fs::remove_all(dir);
-  std::fflush(stdout);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  const int status = dscpp::test::child_exit_code([&] {
     int code = 0;
     auto check = [&](bool ok, int fail_code, const std::string& what) {
       if (!ok && !code) code = fail_code, std::fprintf(stderr, "child: %s\n", what.c_str());
@@ -457,13 +423,9 @@ TEST(OffloadNvme, AFullDiskFailsClearlyAndLeavesNoCorruptCheckpoint) {
       std::fprintf(stderr, "child: unexpected %s\n", x.what());
       code = 8;
     }
-    std::fflush(stderr);
-    _exit(code);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 0) << "the child's line above says what went wrong";
+    return code;
+  });
+  ASSERT_EQ(status, 0) << "the child's line above says what went wrong";
   // The last good tag resumes exactly: three steps, then two more, as the plain run.
   auto e = dscpp::test::make_engine(c, nullptr);
   e->load_checkpoint(dir.string());

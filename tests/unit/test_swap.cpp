@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -14,9 +13,11 @@
 
 #include "dscpp/swap/aio_handle.h"
 #include "dscpp/swap/disk_check.h"
+#include "test_helpers.h"
 
 using namespace dscpp;
 namespace fs = std::filesystem;
+using dscpp::test::error_of;
 
 namespace {
 
@@ -56,15 +57,6 @@ int64_t first_wrong(const Tensor& t, int64_t n, uint32_t seed, int64_t first = 0
   for (int64_t i = 0; i < n; i++)
     if (uint32_t(t.data<int32_t>()[i]) != pattern(i + first, seed)) return i;
   return -1;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace
@@ -157,9 +149,7 @@ TEST_P(Backends, DiskErrorsFailTheOperationWithWhereAndWhy) {
   std::string why;
   if (!handle_or_skip(GetParam(), {}, &why)) GTEST_SKIP() << GetParam() << " cannot run here: " << why;
   TempDir dir;
-  std::fflush(stdout);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
+  const int status = dscpp::test::child_exit_code([&] {
     int code = 0;
     try {
       ::signal(SIGXFSZ, SIG_IGN);  // the limit's signal would kill us; its EFBIG is what we want
@@ -182,13 +172,9 @@ TEST_P(Backends, DiskErrorsFailTheOperationWithWhereAndWhy) {
       std::fprintf(stderr, "child: %s\n", e.what());
       code = 5;
     }
-    std::fflush(stderr);
-    _exit(code);
-  }
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: the write's error, 4: the reservation's, 5: unexpected (stderr above)";
+    return code;
+  });
+  EXPECT_EQ(status, 0) << "3: the write's error, 4: the reservation's, 5: unexpected (stderr above)";
 }
 
 INSTANTIATE_TEST_SUITE_P(Aio, Backends, ::testing::Values("io_uring", "libaio"),
