@@ -8,8 +8,8 @@
 //      --file-mib as the NVMe offload makes them (one file per tensor of a sub-group), --in-flight of them queued at
 //      once (6: two Adam sub-groups of 3 tensors, pipeline_read or pipeline_write), until --gib are moved.
 // Each pass writes the bytes (fdatasync included), then reads them back and checks what it read last; files are
-// reserved first and removed after. Prints the best of --repeat for each row and its share of the raw loop's rate, as a table;
-// bench/run_aio_bench.sh adds fio's rates when fio is installed.
+// reserved first and removed after. Prints the best of --repeat for each row and its share of the raw loop's rate,
+// as a table; bench/run_aio_bench.sh adds fio's rates when fio is installed.
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -129,7 +129,8 @@ Rates swap_pass(const std::string& dir, int64_t bytes, int64_t file_bytes, int i
 int main(int argc, char** argv) {
   const bench::Flags flags{"aio_bench",
                            "aio_bench [--dir DIR] [--gib 4] [--file-mib 256] [--in-flight 6] "
-                           "[--backends io_uring,libaio] [--configs 1048576:8:1,1048576:32:4,8388608:32:4] [--repeat 3]\n"};
+                           "[--backends io_uring,libaio] [--configs 1048576:8:1,1048576:32:4,8388608:32:4] "
+                           "[--repeat 3]\n"};
   std::string dir = "/tmp";
   if (const char* t = std::getenv("TMPDIR")) dir = t;
   int64_t gib = 4, file_mib = 256, in_flight = 6, repeat = 3;

@@ -29,7 +29,8 @@ bin="$build/aio_bench"
 made=0
 [ -d "$dir" ] || { mkdir -p "$dir" && made=1; }
 [ "$made" = 1 ] && trap 'rm -rf "$dir"' EXIT
-echo "== $(uname -r); $(df -h "$dir" | tail -1 | awk '{print $1 " (" $2 ", " $4 " free)"}'); $(findmnt -no FSTYPE -T "$dir" 2>/dev/null)"
+disk=$(df -h "$dir" | tail -1 | awk '{print $1 " (" $2 ", " $4 " free)"}')
+echo "== kernel $(uname -r); $disk; $(findmnt -no FSTYPE -T "$dir" 2>/dev/null)"
 "$bin" --dir "$dir" --gib "$gib" "${extra[@]}"
 status=$?
 
@@ -41,8 +42,10 @@ fi
 fio_rate() {  # rw engine
   fio --name=seq --filename="$dir/fio.tensor.swp" --size="${gib}G" --rw="$1" --bs=1M --iodepth=32 --direct=1 \
       --ioengine="$2" --numjobs=1 --output-format=json 2>/dev/null |
-    python3 -c 'import json, sys; j = json.load(sys.stdin)["jobs"][0]; d = j["write" if j["write"]["bw_bytes"] else "read"]; print("%.2f" % (d["bw_bytes"] / 1e9))' 2>/dev/null ||
-    echo "n/a"
+    python3 -c '
+import json, sys
+job = json.load(sys.stdin)["jobs"][0]
+print("%.2f" % (max(job["write"]["bw_bytes"], job["read"]["bw_bytes"]) / 1e9))' 2>/dev/null || echo "n/a"
 }
 for engine in libaio io_uring; do
   w=$(fio_rate write "$engine")

@@ -16,6 +16,7 @@
 #include "checkpoint_fixtures.h"
 #include "dist/equivalence.h"
 #include "offload_fixtures.h"
+#include "swap_fixtures.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/universal.h"
 #include "dscpp/swap/aio_handle.h"
@@ -30,9 +31,10 @@ using dscpp::test::floats;
 using dscpp::test::train_step;
 namespace fs = std::filesystem;
 
-// A build without liburing and libaio refuses device "nvme" (the config test checks how).
+// A build without liburing and libaio refuses device "nvme" (the config test checks how); a temporary folder that
+// refuses O_DIRECT cannot stand in for NVMe.
 #define SKIP_WITHOUT_AIO() \
-  if (!aio_missing_libraries().empty()) GTEST_SKIP() << aio_missing_libraries()
+  if (const std::string why = dscpp::test::swap_unavailable(temp_root().string()); !why.empty()) GTEST_SKIP() << why
 
 namespace {
 
@@ -42,7 +44,8 @@ fs::path temp_root() {
 }
 
 // A case with its optimizer on "NVMe" under its own folder.
-DistCase nvme_case(int world, int stage, const std::string& arch, const std::function<void(DistCase&)>& more = nullptr) {
+DistCase nvme_case(int world, int stage, const std::string& arch,
+                   const std::function<void(DistCase&)>& more = nullptr) {
   return dist_case(world, stage, arch, [&](DistCase& c) {
     c.optimizer = "adamw";
     c.offload = 1.0;
@@ -64,7 +67,8 @@ DistCase plain(DistCase c) {
 std::string read_bytes(const fs::path& p) { return test_fixtures::slurp(p.string()); }
 
 fs::path swap_folder(const DistCase& c, int rank) {
-  return fs::path(c.nvme_path) / ("zero_stage_" + std::to_string(c.stage)) / "optimizer" / ("rank" + std::to_string(rank));
+  return fs::path(c.nvme_path) / ("zero_stage_" + std::to_string(c.stage)) / "optimizer" /
+         ("rank" + std::to_string(rank));
 }
 
 // What a case's engine must hold on "NVMe": DeepSpeed's folder and file names, the states' bytes on disk, nothing of
@@ -105,21 +109,25 @@ std::vector<DistCase> exact_cases() {
   v.push_back(nvme_case(1, 1, "gpt2"));
   v.push_back(nvme_case(1, 2, "llama", [](DistCase& c) { c.pipeline_read = true; }));
   v.push_back(nvme_case(1, 3, "gpt2", [](DistCase& c) { c.pipeline_write = true; }));
-  v.push_back(nvme_case(1, 3, "llama", [](DistCase& c) { c.pipeline_read = c.pipeline_write = true, c.offload = 0.5; }));
+  v.push_back(nvme_case(1, 3, "llama", [](DistCase& c) {
+    c.pipeline_read = c.pipeline_write = true, c.offload = 0.5;
+  }));
   v.push_back(nvme_case(1, 2, "gpt2", [](DistCase& c) {
     c.precision = "fp16", c.pipeline_read = c.pipeline_write = true, c.sub_group = 700;
   }));
   v.push_back(nvme_case(1, 1, "llama", [](DistCase& c) { c.optimizer = "sgd", c.pipeline_read = true; }));
   v.push_back(nvme_case(2, 1, "llama"));
   v.push_back(nvme_case(2, 2, "gpt2", [](DistCase& c) { c.pipeline_read = c.pipeline_write = true, c.offload = 0.6; }));
-  v.push_back(nvme_case(2, 3, "llama", [](DistCase& c) { c.pipeline_read = c.pipeline_write = true, c.sub_group = 500; }));
+  v.push_back(nvme_case(2, 3, "llama", [](DistCase& c) {
+    c.pipeline_read = c.pipeline_write = true, c.sub_group = 500;
+  }));
   v.push_back(nvme_case(2, 3, "gpt2", [](DistCase& c) { c.precision = "fp16", c.pipeline_write = true, c.gas = 1; }));
   return v;
 }
 
 // Runs fn on the case's ranks: in this process for one rank (no Gloo needed), forked over Gloo for more.
 bool run_case(const DistCase& c, const std::function<void(ProcessGroup*, int)>& fn, std::string* why) {
-  if (!aio_missing_libraries().empty()) return *why = aio_missing_libraries(), false;
+  if (*why = dscpp::test::swap_unavailable(temp_root().string()); !why->empty()) return false;
   if (c.world == 1) {
     fn(nullptr, 0);
     return true;
@@ -208,8 +216,8 @@ TEST(OffloadNvmeConfig, DeepSpeedKeysDefaultsAndRules) {
                       {"= 4", "the next being read", "the last being written", "at least 9"});
   EXPECT_NO_THROW(parse(kNvme + R"(, "buffer_count": 2, "pipeline_read": true}},
       "optimizer": {"type": "sgd", "params": {"lr": 0.1}})"));  // SGD without momentum keeps no state
-  expect_config_error(kNvme + "}}, \"dscpp\": {\"offload\": {\"delayed_update\": true}}", "dscpp.offload.delayed_update",
-                      {"\"cpu\", not \"nvme\""});
+  expect_config_error(kNvme + "}}, \"dscpp\": {\"offload\": {\"delayed_update\": true}}",
+                      "dscpp.offload.delayed_update", {"\"cpu\", not \"nvme\""});
   expect_config_error(kNvme + "}, \"sub_group_size\": 0}", "zero_optimization.sub_group_size", {"0", ">= 1", "nvme"});
   expect_config_error(R"("zero_optimization": {"offload_optimizer": {"device": "nvme", "nvme_path": "/x"}})",
                       "zero_optimization.offload_optimizer.device", {"stage 1, 2 or 3"});
@@ -240,7 +248,8 @@ TEST_P(OffloadNvmeExact, EqualsTheSameRunWithoutOffload) {
       expect_bits(got, want.params, what + ": parameters after 4 steps");
       EXPECT_NE(got, init) << what << ": nothing trained";
       EXPECT_EQ(e->optimizer().step_count(), r->optimizer().step_count());
-      if (c.precision == "fp16") expect_bits(floats(e->master_params()), floats(r->master_params()), what + ": masters");
+      if (c.precision == "fp16")
+        expect_bits(floats(e->master_params()), floats(r->master_params()), what + ": masters");
     }
     EXPECT_FALSE(fs::exists(swap_folder(c, rank))) << "the swap folder is removed at a clean exit";
   }, &why);
@@ -294,7 +303,8 @@ TEST(OffloadNvme, CheckpointsAreTheSameAsWithoutOffload) {
   for (const DistCase& c : {nvme_case(1, 2, "llama", [](DistCase& x) { x.precision = "fp16", x.pipeline_read = true; }),
                             nvme_case(2, 3, "gpt2", [](DistCase& x) { x.pipeline_write = true, x.offload = 0.5; })}) {
     SCOPED_TRACE(c.name());
-    const fs::path off_dir = temp_root() / ("ckpt_" + c.name() + "_off"), plain_dir = temp_root() / ("ckpt_" + c.name() + "_plain");
+    const fs::path off_dir = temp_root() / ("ckpt_" + c.name() + "_off");
+    const fs::path plain_dir = temp_root() / ("ckpt_" + c.name() + "_plain");
     std::string why;
     const bool ran = run_case(c, [&](ProcessGroup* pg, int rank) {
       auto e = dscpp::test::make_engine(c, pg), r = dscpp::test::make_engine(plain(c), pg);
@@ -302,8 +312,10 @@ TEST(OffloadNvme, CheckpointsAreTheSameAsWithoutOffload) {
       e->save_checkpoint(off_dir.string());
       r->save_checkpoint(plain_dir.string());
       const auto want = dscpp::test::train(*e, c, rank, c.gas, 2, 2).params;
-      const std::string shard = c.world > 1 ? "zero/rank_" + std::to_string(rank) + ".safetensors" : "optim_states.safetensors";
-      const std::string a = read_bytes(off_dir / "global_step2" / shard), b = read_bytes(plain_dir / "global_step2" / shard);
+      const std::string shard =
+          c.world > 1 ? "zero/rank_" + std::to_string(rank) + ".safetensors" : "optim_states.safetensors";
+      const std::string a = read_bytes(off_dir / "global_step2" / shard);
+      const std::string b = read_bytes(plain_dir / "global_step2" / shard);
       EXPECT_FALSE(a.empty());
       EXPECT_TRUE(a == b) << shard << " differs with NVMe offload";
       e.reset();  // its swap folder goes; the resumed engines make their own

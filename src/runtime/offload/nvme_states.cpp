@@ -56,8 +56,8 @@ void NvmeStates::make_files(const std::string& key) {
   // Sub-groups: consecutive pieces, at most sub_group_size elements together.
   for (size_t j = 0; j < pieces_.size(); j++) {
     const NvmePiece& p = pieces_[j];
-    DSCPP_CHECK(p.numel <= setup.sub_group_size, "NVMe offload: a piece of ", p.numel, " elements exceeds sub_group_size ",
-                setup.sub_group_size);
+    DSCPP_CHECK(p.numel <= setup.sub_group_size, "NVMe offload: a piece of ", p.numel,
+                " elements exceeds sub_group_size ", setup.sub_group_size);
     if (groups_.empty() || groups_.back().numel + p.numel > setup.sub_group_size) {
       groups_.emplace_back();
       groups_.back().first = j;
@@ -91,7 +91,8 @@ void NvmeStates::make_files(const std::string& key) {
     }
   }
   for (Group& g : groups_) {
-    const std::string id = std::to_string(pieces_[g.first].flat_first) + "_" + std::to_string(pieces_[g.end - 1].flat_last);
+    const std::string id =
+        std::to_string(pieces_[g.first].flat_first) + "_" + std::to_string(pieces_[g.end - 1].flat_last);
     const int64_t bytes = aio_aligned(g.numel * 4);
     g.files.push_back(SwapFile::create(folder_ + "/" + id + ".tensor.swp", bytes));
     for (const std::string& s : setup.state_names)

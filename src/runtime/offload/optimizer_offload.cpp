@@ -313,8 +313,8 @@ void OptimizerOffload::set_betas(double beta1, double beta2) {
 void OptimizerOffload::refresh_masters() {
   finish();
   if (nvme_) {  // the files' first contents; the states stay as they are after the first time
-    nvme_->store([&](size_t j, const Tensor& m, const std::vector<Tensor>&) { Tensor(m).copy_from(host_piece(j).params); },
-                 /*read_first=*/nvme_written_, /*states_too=*/nvme_written_ || !fast_init_);
+    auto fill = [&](size_t j, const Tensor& m, const std::vector<Tensor>&) { Tensor(m).copy_from(host_piece(j).params); };
+    nvme_->store(fill, /*read_first=*/nvme_written_, /*states_too=*/nvme_written_ || !fast_init_);
     nvme_written_ = true;
   }
   for (size_t j = 0; !nvme_ && j < host_pieces_.size(); j++) master_of(j).copy_from(host_piece(j).params);
