@@ -364,7 +364,10 @@ struct Autotuner::Impl {
       for (size_t i = 0; i < res.records.size(); i++)
         if (res.records[i].exp.stage == stage && score_of(i) && (!sr.best || *score_of(i) > *score_of(*sr.best)))
           sr.best = i;
-      if (sr.status.empty() || (sr.status == "equivalent" && sr.best)) sr.status = "tuned";
+      const bool ran = std::any_of(res.records.begin(), res.records.end(), [&](const Record& r) {
+        return r.exp.stage == stage && r.state == Record::State::ran;
+      });
+      if (sr.status.empty() || (sr.status == "equivalent" && sr.best)) sr.status = ran && !sr.best ? "failed" : "tuned";
       res.stages.push_back(sr);
     }
     for (size_t i = 0; i < res.records.size(); i++)

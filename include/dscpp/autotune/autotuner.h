@@ -49,7 +49,7 @@ const char* state_name(Record::State s);
 
 struct StageReport {
   int stage = 0;
-  std::string status;           // "tuned", "pruned", "skipped", "equivalent", "invalid"
+  std::string status;           // "tuned", "failed" (every trial), "pruned", "skipped", "equivalent", "invalid"
   std::vector<std::string> notes;  // why, in words with the numbers
   int64_t largest_micro_batch = 0;  // that fits (0: none)
   std::optional<size_t> best;   // record index of the stage's best trial
