@@ -74,6 +74,9 @@ struct DistCase {
   double offload = 0;             // zero_optimization.offload_optimizer: device "cpu" with this ratio (0: none)
   int64_t offload_buffers = 4;    // and this buffer_count
   bool delayed_update = false;    // dscpp.offload.delayed_update
+  bool offload_param = false;     // zero_optimization.offload_param: device "cpu" (stage 3)
+  bool pin_param = true;          // and its pin_memory (false: staged through page-locked buffers)
+  int64_t param_buffer_size = 100000000;  // and its buffer_size
 
   bool gpu() const { return backend == "nccl"; }
   std::string name() const {  // a gtest parameter name
@@ -93,6 +96,8 @@ struct DistCase {
     if (offload > 0) o << "_offload" << int(offload * 100);
     if (offload > 0 && offload_buffers != 4) o << "_buffers" << offload_buffers;
     if (delayed_update) o << "_dpu";
+    if (offload_param) o << "_offparam" << (pin_param ? "_pinned" : "_pageable");
+    if (offload_param && param_buffer_size != 100000000) o << "_staging" << param_buffer_size;
     return o.str();
   }
 };
@@ -149,6 +154,9 @@ inline std::string config_json(const DistCase& c) {
   if (c.offload > 0)
     j << R"(, "offload_optimizer": {"device": "cpu", "ratio": )" << c.offload << R"(, "buffer_count": )"
       << c.offload_buffers << "}";
+  if (c.offload_param)
+    j << R"(, "offload_param": {"device": "cpu", "pin_memory": )" << (c.pin_param ? "true" : "false")
+      << R"(, "buffer_size": )" << c.param_buffer_size << "}";
   if (c.overlap) j << R"(, "overlap_comm": )" << (*c.overlap ? "true" : "false");
   j << R"(, "reduce_bucket_size": )" << c.bucket << R"(, "stage3_prefetch_bucket_size": )" << c.prefetch
     << R"(, "stage3_param_persistence_threshold": )" << c.persistence << R"(, "stage3_max_reuse_distance": )"
@@ -284,6 +292,7 @@ inline DistCase reference_case(DistCase c) {
   c.sharded_init = false;
   c.offload = 0;
   c.delayed_update = false;
+  c.offload_param = false;
   return c;
 }
 

@@ -97,17 +97,23 @@ ModelParamCounts model_param_counts(const ModelConfig& cfg);
 
 // ---- Our engine (Note [Our model-state bytes]) ----------------------------------------------------------------------
 struct ModelStateBytes {
-  int64_t params = 0;     // model-dtype parameters this rank keeps resident
+  int64_t params = 0;     // model-dtype parameters this rank keeps resident on the device
   int64_t grads = 0;      // gradients (ours: f32)
   int64_t optimizer = 0;  // f32 master weights (mixed precision) + optimizer state buffers
   int64_t host = 0;       // offload_optimizer: masters and states in host memory (not in total(): the device's)
+  int64_t host_params = 0;  // offload_param: the model-dtype partition (and its staging) in host memory (likewise)
   int64_t total() const { return params + grads + optimizer; }
 };
+// Bytes per rank on each memory tier: what the engine placed at start-up (Engine::placed_bytes), or an estimate.
+struct TierBytes {
+  int64_t gpu = 0, cpu = 0, nvme = 0;
+};
 // stage 0..3; world_size >= 1; optimizer_states: f32 buffers per element (AdamW 2, SGD with momentum 1, SGD 0);
-// offload_ratio: the share of the optimizer offloaded (0 = none; stages 1-3).
+// offload_ratio: the share of the optimizer offloaded (0 = none; stages 1-3); offload_params: stage 3's
+// parameter partition in host memory (Note [Parameter offload]; its staging buffers are not counted here).
 ModelStateBytes zero_model_state_bytes(int64_t flat_numel, int stage, int world_size, int param_bytes,
                                        int grad_bytes, bool fp32_master, int optimizer_states,
-                                       double offload_ratio = 0.0);
+                                       double offload_ratio = 0.0, bool offload_params = false);
 // A table of stages 0..3 for those settings: per-rank params, grads, optimizer and total, in GiB (2 decimals); with
 // offload_ratio > 0, stages 1-3 with the optimizer offloaded and a column of host GiB.
 std::string format_model_state_table(int64_t flat_numel, int world_size, int param_bytes, int grad_bytes,

@@ -37,6 +37,9 @@
 //   until the last host step has read that unit's buffer. Twin-Flow's device share is not delayed.
 //   Whatever reads the parameters outside training (Engine::model(), checkpoints) applies a pending update first
 //   (finish()), so saved states are consistent.
+// - With offload_param (Note [Parameter offload], runtime/offload/param_offload.h) the parameters' chunks are in
+//   host memory too: the host step writes the updated 16-bit values (f32 ones: the masters' copy) straight into them
+//   and nothing is copied back to the device; the next gather uploads the unit after wait_unit().
 // Results equal a run without offload as far as the optimizer kernels agree: on the CPU device bit for bit (the same
 // kernel on the same values, Note [CPU Adam exactness]); on a GPU within float rounding of the device optimizer.
 // Checkpoints hold the same tensors under the same names as without offload.
@@ -73,15 +76,17 @@ class OptimizerOffload {
   // host starts, and a slot of the copy rings is this big.
   static constexpr int64_t kPieceElements = int64_t(1) << 24;
 
-  // What the engine keeps on the device for unit u: this rank's chunk of its model-dtype parameters and of its f32
-  // gradients (the whole unit in one process), for the engine's lifetime.
+  // What the engine keeps for unit u: this rank's chunk of its model-dtype parameters (on the device, or in host
+  // memory with params_on_host) and of its f32 gradients (on the device), the whole unit in one process, for the
+  // engine's lifetime.
   using ChunkFn = std::function<Tensor(size_t unit)>;
   // ps and zp outlive this. mixed: the device parameters are a cast of f32 masters (bf16/fp16, or an f32 model on the
   // fp16/bf16 engine path); else the parameters are f32 and are the masters. track_grads (delayed update): no
-  // gradient sync reports final units, so grads_ready() follows the model's grad-ready hook. piece_elements: tests.
+  // gradient sync reports final units, so grads_ready() follows the model's grad-ready hook. params_on_host:
+  // offload_param's host partition (no Twin-Flow share, no delayed update). piece_elements: tests.
   OptimizerOffload(const OptimizerConfig& optimizer, const OffloadOptimizerConfig& offload,
                    const DscppOffloadConfig& ours, const ParamSet& ps, const ZeroPartition& zp, bool mixed,
-                   bool track_grads, const ChunkFn& params, const ChunkFn& grads,
+                   bool track_grads, bool params_on_host, const ChunkFn& params, const ChunkFn& grads,
                    int64_t piece_elements = kPieceElements);
   ~OptimizerOffload();  // waits for the worker and the copies
   OptimizerOffload(const OptimizerOffload&) = delete;
@@ -142,7 +147,7 @@ class OptimizerOffload {
   void host_step(float lr, float grad_scale);          // the worker's job
   void apply_pending_update();             // delayed update: the last host step's result -> the device
 
-  bool mixed_, delayed_;
+  bool mixed_, delayed_, params_on_host_;
   int threads_;                        // OpenMP threads of the host step
   int64_t shard_numel_ = 0, split_ = 0, host_numel_ = 0;  // shard elements [split_, shard_numel_) are offloaded
   std::vector<Piece> pieces_;          // unit order; device pieces first within a unit
