@@ -89,6 +89,7 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   const auto& ac = cfg_.activation_checkpointing;
   if (ac.number_checkpoints)
     model_->set_checkpoint_policy(checkpoint_every(model_->config().n_layer, *ac.number_checkpoints));
+  model_->set_cpu_checkpointing(ac.cpu_checkpointing);  // Note [CPU checkpointing], models/decoder.h
   if (cfg_.flops_profiler.enabled) set_trace_file("");
   if (cfg_.checkpoint.async_save) set_async_checkpointing(true);
   if (options.log && dp_rank() == 0) *options.log << model_state_report() << std::endl;
