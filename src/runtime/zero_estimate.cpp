@@ -219,7 +219,10 @@ ModelStateBytes zero_model_state_bytes(int64_t flat_numel, int stage, int world_
   b.params = (stage >= 3 ? shard : flat_numel) * param_bytes;
   b.grads = (stage >= 2 ? shard : flat_numel) * grad_bytes;
   const int64_t owned = stage >= 1 ? shard : flat_numel;
-  const int64_t host = int64_t(offload_ratio * double(owned));  // Note [Our model-state bytes]
+  // Note [Our model-state bytes]: Twin-Flow's device share ends on a multiple of 64 elements, as the engine cuts it.
+  const int64_t host = offload_ratio <= 0.0   ? 0
+                       : offload_ratio >= 1.0 ? owned
+                                              : owned - int64_t((1.0 - offload_ratio) * double(owned)) / 64 * 64;
   b.optimizer = (owned - host) * 4 * ((fp32_master ? 1 : 0) + optimizer_states);
   b.host = host * (4 + 4 * optimizer_states);
   DSCPP_CHECK(!offload_params || stage == 3, "model-state bytes: parameter offload needs stage 3, got ", stage);

@@ -234,6 +234,46 @@ TEST(ParamOffload, CheckpointsAndResumeAreTheSameAsWithoutOffload) {
   fs::remove_all(dir);
 }
 
+// Note [Memory tiers]: the estimate of what the engine places on each tier at start-up is what it placed, byte for
+// byte, for every offload choice; and the coordinator's gathers in one process follow the estimator's replay.
+TEST(ParamOffload, EstimateMatchesWhatTheEnginePlaced) {
+  using F = std::function<void(DistCase&)>;
+  for (const DistCase& c :
+       {offloaded(1, "gpt2"), offloaded(2, "llama", F([](DistCase& x) { x.pin_param = false, x.param_buffer_size = 100; })),
+        offloaded(1, "llama", F([](DistCase& x) { x.offload = 1.0, x.pin_param = false; })),
+        offloaded(2, "gpt2", F([](DistCase& x) { x.offload = 1.0, x.precision = "fp16"; })),
+        dist_case(2, 3, "llama", F([](DistCase& x) { x.offload = 1.0, x.optimizer = "adamw"; })),
+        dist_case(1, 2, "gpt2", F([](DistCase& x) { x.offload = 0.5, x.offload_buffers = 2; })),
+        dist_case(2, 3, "gpt2")}) {
+    std::string why;
+    if (!dscpp::test::can_run(c, &why)) GTEST_SKIP() << why;
+    SCOPED_TRACE(c.name());
+    dscpp::test::on_ranks(c, [&](ProcessGroup& pg, int rank) {
+      auto e = dscpp::test::make_engine(c, &pg);
+      dscpp::test::train(*e, c, rank, c.gas, 2);
+      const DeepSpeedConfig& cfg = e->config();
+      TrainingMemorySetup s;
+      s.stage = cfg.zero_optimization.stage;
+      s.world_size = c.world;
+      s.zero = cfg.zero_optimization;
+      s.fp32_master = e->mixed_precision();
+      s.optimizer_states = int(e->optimizer().state_tensors().size());
+      s.gradient_accumulation_steps = c.gas;
+      s.offload_ratio = c.offload;
+      ActivationWorkload w{dscpp::test::batch(c), dscpp::test::seq(c), DType::f32, e->model().checkpoint_policy(),
+                           false};
+      const TrainingMemoryEstimate est = estimate_training_memory(dscpp::test::model_config(c), w, s);
+      const TierBytes placed = e->placed_bytes();
+      EXPECT_EQ(est.placed.gpu, placed.gpu) << e->model_state_report();
+      EXPECT_EQ(est.placed.cpu, placed.cpu) << e->model_state_report();
+      EXPECT_EQ(est.placed.nvme, 0);
+      EXPECT_EQ(est.states.host_params, e->model_state_bytes().host_params);
+      EXPECT_EQ(placed.cpu > 0, c.offload > 0 || c.offload_param);
+      if (e->zero_params()) EXPECT_EQ(est.gathered_params, e->zero_params()->peak_live_elements());
+    });
+  }
+}
+
 // On GPUs (skipped without them): pinned and pageable partitions, uploads on the copy stream beside the compute, the
 // in-place all-gather after them; compared with the one-process reference within Note [Equivalence tolerances].
 namespace {
