@@ -115,7 +115,9 @@ std::vector<DistCase> exact_cases() {
   v.push_back(offloaded(1, "llama", F([](DistCase& c) { c.sharded_init = true, c.offload = 1.0; })));
   v.push_back(offloaded(2, "llama", F([](DistCase& c) { c.reuse = 0, c.persistence = 0, c.gas = 1; })));
   v.push_back(offloaded(2, "gpt2", F([](DistCase& c) { c.copy_engine = true, c.pin_param = false; })));
-  v.push_back(offloaded(1, "gpt2", F([](DistCase& c) { c.prefetch = 0, c.persistence = 0, c.checkpointing = false, c.n_layer = 3; })));
+  v.push_back(offloaded(1, "gpt2", F([](DistCase& c) {
+    c.prefetch = 0, c.persistence = 0, c.checkpointing = false, c.n_layer = 3;
+  })));
   return v;
 }
 
@@ -239,7 +241,8 @@ TEST(ParamOffload, CheckpointsAndResumeAreTheSameAsWithoutOffload) {
 TEST(ParamOffload, EstimateMatchesWhatTheEnginePlaced) {
   using F = std::function<void(DistCase&)>;
   for (const DistCase& c :
-       {offloaded(1, "gpt2"), offloaded(2, "llama", F([](DistCase& x) { x.pin_param = false, x.param_buffer_size = 100; })),
+       {offloaded(1, "gpt2"),
+        offloaded(2, "llama", F([](DistCase& x) { x.pin_param = false, x.param_buffer_size = 100; })),
         offloaded(1, "llama", F([](DistCase& x) { x.offload = 1.0, x.pin_param = false; })),
         offloaded(2, "gpt2", F([](DistCase& x) { x.offload = 1.0, x.precision = "fp16"; })),
         dist_case(2, 3, "llama", F([](DistCase& x) { x.offload = 1.0, x.optimizer = "adamw"; })),

@@ -225,7 +225,8 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
       !(c.zero_optimization.offload_optimizer && c.zero_optimization.offload_optimizer->enabled()))
     throw ConfigError("dscpp.offload.delayed_update", "dscpp.offload.delayed_update: the delayed parameter update "
                       "steps offloaded optimizer states; it needs zero_optimization.offload_optimizer.device \"cpu\"");
-  if (c.dscpp.offload.delayed_update && c.zero_optimization.offload_param && c.zero_optimization.offload_param->enabled())
+  const auto& op = c.zero_optimization.offload_param;
+  if (c.dscpp.offload.delayed_update && op && op->enabled())
     throw ConfigError("dscpp.offload.delayed_update", "dscpp.offload.delayed_update: the delayed update's host step "
                       "would write the host partition of offload_param while the next step reads it; turn one off");
   if (c.fp16.enabled && c.fp16.fp16_master_weights_and_grads && c.zero_optimization.stage != 2)
