@@ -4,12 +4,15 @@
 //               [--steps 10] [--warmup 3]
 //               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--attention auto|cudnn|own] [--nvtx-step]
 //               [--gas 1] [--zero-stage 0..3] [--offload none|cpu] [--offload-ratio 1] [--delayed-update]
-//               [--offload-threads N] [--checkpointing]
+//               [--offload-threads N] [--checkpointing] [--offload-param none|cpu] [--cpu-checkpointing]
 // Prints one line per model, tab-separated and prefixed "RESULT" (bench/run_train_bench.sh collects them):
 //   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
 // B = sequences per optimizer step (--batch x --gas); impl names the variant: dscpp-<dtype>[-z<stage>][-gas<n>]
 // [-offload[<ratio>][-dpu]][-ckpt]. With --offload cpu (zero_optimization.offload_optimizer, Note [Optimizer offload])
-// stderr also gets, per timed step, the host optimizer's time and how long training waited for it.
+// stderr also gets, per timed step, the host optimizer's time and how long training waited for it. --offload-param cpu
+// (zero_optimization.offload_param, pinned; needs --zero-stage 3, Note [Parameter offload]) keeps the parameters in
+// host memory and initialises them there, so the model need not fit the GPU; --cpu-checkpointing
+// (activation_checkpointing.cpu_checkpointing, with --checkpointing) keeps the checkpointed inputs there too.
 // tokens/s = B*T / median step time (forward + backward + step, synchronised) over --steps steps after --warmup;
 // MFU = tokens/s * ModelConfig::train_flops_per_token(T) / 989.4e12 (H100 SXM dense bf16), and the same against
 // the measured GEMM ceiling --gemm-tflops. Peak memory: the CUDA allocator's peak live bytes (PyTorch's
@@ -53,6 +56,8 @@ struct Args {
   double offload_ratio = 1.0;
   bool delayed_update = false, checkpointing = false;
   int64_t offload_threads = 0;    // dscpp.offload.threads; 0: the engine's default
+  std::string offload_param = "none";  // zero_optimization.offload_param.device
+  bool cpu_checkpointing = false;
 };
 
 const bench::Flags kFlags{"train_bench",
@@ -61,7 +66,7 @@ const bench::Flags kFlags{"train_bench",
                           "                   [--attention auto|cudnn|own] [--nvtx-step] [--gas 1] [--zero-stage 0]\n"
                           "                   [--offload none|cpu] [--offload-ratio 1] [--delayed-update]\n"
                           "                   [--offload-threads N]\n"
-                          "                   [--checkpointing]\n"};
+                          "                   [--checkpointing] [--offload-param none|cpu] [--cpu-checkpointing]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -69,8 +74,9 @@ Args parse(int argc, char** argv) {
     if (k == "nvtx-step") a.nvtx_step = true;
     if (k == "delayed-update") a.delayed_update = true;
     if (k == "checkpointing") a.checkpointing = true;
+    if (k == "cpu-checkpointing") a.cpu_checkpointing = true;
   };
-  kFlags.parse(argc, argv, {"nvtx-step", "delayed-update", "checkpointing"}, on_switch,
+  kFlags.parse(argc, argv, {"nvtx-step", "delayed-update", "checkpointing", "cpu-checkpointing"}, on_switch,
                [&](const std::string& k, const std::string& v) {
     if (k == "models") a.models = bench::Flags::list(v);
     else if (k == "batch") a.batch = kFlags.to_int(k, v, 1);
@@ -85,12 +91,16 @@ Args parse(int argc, char** argv) {
     else if (k == "offload") a.offload = v;
     else if (k == "offload-ratio") a.offload_ratio = std::atof(v.c_str());
     else if (k == "offload-threads") a.offload_threads = kFlags.to_int(k, v, 1);
+    else if (k == "offload-param") a.offload_param = v;
     else kFlags.fail("unknown option --" + k);
   });
   if (a.zero_stage > 3) kFlags.fail("--zero-stage must be 0..3");
   if (a.offload != "none" && a.offload != "cpu") kFlags.fail("--offload must be none or cpu");
   if (a.offload == "cpu" && a.zero_stage == 0) kFlags.fail("--offload cpu needs --zero-stage 1, 2 or 3");
   if (a.delayed_update && a.offload != "cpu") kFlags.fail("--delayed-update needs --offload cpu");
+  if (a.offload_param != "none" && (a.offload_param != "cpu" || a.zero_stage != 3))
+    kFlags.fail("--offload-param: none, or cpu with --zero-stage 3");
+  if (a.cpu_checkpointing && !a.checkpointing) kFlags.fail("--cpu-checkpointing needs --checkpointing");
   if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "f32") kFlags.fail("--dtype must be bf16, fp16 or f32");
   if (a.attention != "auto" && a.attention != "cudnn" && a.attention != "own")
     kFlags.fail("--attention must be auto, cudnn or own");
@@ -114,8 +124,13 @@ DeepSpeedConfig bench_config(const Args& a) {
   std::string zero = R"(, "zero_optimization": {"stage": )" + std::to_string(a.zero_stage);
   if (a.offload != "none")
     zero += R"(, "offload_optimizer": {"device": ")" + a.offload + R"(", "ratio": )" + std::to_string(a.offload_ratio) + "}";
+  if (a.offload_param != "none")
+    zero += R"(, "offload_param": {"device": ")" + a.offload_param + R"(", "pin_memory": true})";
   zero += "}";
-  const std::string ckpt = a.checkpointing ? R"(, "activation_checkpointing": {"number_checkpoints": 1000})" : "";
+  const std::string ckpt =
+      a.checkpointing ? R"(, "activation_checkpointing": {"number_checkpoints": 1000, "cpu_checkpointing": )" +
+                            std::string(a.cpu_checkpointing ? "true" : "false") + "}"
+                      : "";
   return DeepSpeedConfig::from_string(
       R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.batch) +
       R"(, "gradient_accumulation_steps": )" + std::to_string(a.gas) + R"(,
@@ -140,7 +155,8 @@ std::string impl_name(const Args& a) {
     }
     if (a.delayed_update) s += "-dpu";
   }
-  if (a.checkpointing) s += "-ckpt";
+  if (a.offload_param != "none") s += "-offparam";
+  if (a.checkpointing) s += a.cpu_checkpointing ? "-cpuckpt" : "-ckpt";
   return s;
 }
 
@@ -170,9 +186,13 @@ void bench_one(const std::string& name, const Args& a) {
   try {
     const ModelConfig mc = bench_model(name, a.seq);
     const DeepSpeedConfig cfg = bench_config(a);
-    auto model = make_model(mc, {model_dtype(cfg), Device::cuda(0)});
-    model->init_weights(1234);
+    const bool on_host = a.offload_param != "none";  // initialised in host memory by the engine (init_seed)
+    ModelOptions mo{model_dtype(cfg), Device::cuda(0)};
+    mo.materialize_params = !on_host;
+    auto model = make_model(mc, mo);
+    if (!on_host) model->init_weights(1234);
     EngineOptions eo;
+    if (on_host) eo.init_seed = 1234;
     eo.log = &std::cerr;  // the model-state report: device and (offload) host bytes
     auto engine = initialize(std::move(model), cfg, eo);
 

@@ -10,32 +10,20 @@
 #include <cmath>
 #include <filesystem>
 
-#include "dist/bitwise.h"
+#include "dist/offload_checks.h"
 #include "runtime/offload/param_offload.h"
 
 using namespace dscpp;
 using dscpp::test::DistCase;
 using dscpp::test::dist_case;
 using dscpp::test::expect_bits;
+using dscpp::test::expect_config_error;
+using dscpp::test::parse_config;
 using dscpp::test::read_bytes;
 using dscpp::test::train_step;
 namespace fs = std::filesystem;
 
 namespace {
-
-DeepSpeedConfig parse(const std::string& body, std::vector<std::string>* w = nullptr) {
-  return DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 2, )" + body + "}", 1, w);
-}
-
-void expect_config_error(const std::string& body, const std::string& key, const std::vector<std::string>& parts) {
-  try {
-    parse(body);
-    ADD_FAILURE() << "accepted: " << body;
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.key, key) << e.what();
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 // The same case with the parameters on the device and the optimizer not offloaded.
 DistCase plain(DistCase c) {
@@ -57,7 +45,8 @@ DistCase offloaded(int world, const char* arch, const std::function<void(DistCas
 
 TEST(ParamOffloadConfig, DeepSpeedKeysDefaultsAndRules) {
   std::vector<std::string> w;
-  const DeepSpeedConfig c = parse(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}})", &w);
+  const DeepSpeedConfig c =
+      parse_config(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}})", &w);
   ASSERT_TRUE(c.zero_optimization.offload_param.has_value());
   const OffloadParamConfig& o = *c.zero_optimization.offload_param;
   EXPECT_TRUE(o.enabled());
@@ -66,10 +55,10 @@ TEST(ParamOffloadConfig, DeepSpeedKeysDefaultsAndRules) {
   EXPECT_EQ(o.max_in_cpu, 1000000000);
   EXPECT_FALSE(o.pin_memory);
   EXPECT_TRUE(w.empty()) << w[0];
-  const DeepSpeedConfig all = parse(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu",
+  const DeepSpeedConfig all = parse_config(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu",
       "pin_memory": true, "buffer_count": 2, "buffer_size": 1000, "max_in_cpu": 5}})");
   EXPECT_EQ(DeepSpeedConfig::parse(all.to_json(), 1).canonical_dump(), all.canonical_dump());
-  EXPECT_FALSE(parse(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "none"}})")
+  EXPECT_FALSE(parse_config(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "none"}})")
                    .zero_optimization.offload_param->enabled());
 
   expect_config_error(R"("zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}})",
@@ -147,18 +136,11 @@ TEST_P(ParamOffloadExact, EqualsTheSameRunWithoutOffload) {
     EXPECT_NE(e->model_state_report().find("offload_param"), std::string::npos) << e->model_state_report();
     EXPECT_NE(e->model_state_report().find("placed per rank: GPU"), std::string::npos) << e->model_state_report();
 
-    const auto got = dscpp::test::train(*e, c, rank, c.gas, 4);
-    EXPECT_GT(e->zero_params()->gathers(), 0);
     const DistCase p = plain(c);
     auto r = dscpp::test::make_engine(p, &pg);
     ASSERT_EQ(r->param_offload(), nullptr);
-    const auto want = dscpp::test::train(*r, p, rank, p.gas, 4);
-    const std::string what = c.name() + " rank " + std::to_string(rank);
-    expect_bits(got.grads, want.grads, what + ": step-0 gradients");
-    expect_bits(got.norms, want.norms, what + ": gradient norms");
-    expect_bits(got.losses, want.losses, what + ": losses");
-    expect_bits(got.params, want.params, what + ": parameters after 4 steps");
-    EXPECT_NE(got.params, got.init) << what << ": nothing trained";
+    dscpp::test::expect_same_training(*e, c, *r, p, rank);
+    EXPECT_GT(e->zero_params()->gathers(), 0);
   });
 }
 

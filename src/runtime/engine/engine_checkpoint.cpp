@@ -84,7 +84,8 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
   const bool model_file =
       !(zparams_ && zp_.sharded()) || cfg_.zero_optimization.stage3_gather_16bit_weights_on_model_save;
   Tensor gathered;
-  if (zparams_ && model_file) gathered = gather_full_params();  // every rank takes part
+  // One process with offload_param: the host partition is the flat buffer already (no copy of the whole model).
+  if (zparams_ && model_file) gathered = param_offload_ && !zp_.sharded() ? param_shard_ : gather_full_params();
   if (rank0 && model_file) {
     NamedTensors params;
     for (int i = 0; i < ps.size(); i++) {
