@@ -4,14 +4,15 @@
 //               [--steps 10] [--warmup 3]
 //               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--attention auto|cudnn|own] [--nvtx-step]
 //               [--gas 1] [--zero-stage 0..3] [--offload none|cpu] [--offload-ratio 1] [--delayed-update]
-//               [--offload-threads N] [--checkpointing] [--offload-param none|cpu] [--cpu-checkpointing]
+//               [--offload-threads N] [--checkpointing] [--offload-param none|cpu|cpu-pageable] [--cpu-checkpointing]
 // Prints one line per model, tab-separated and prefixed "RESULT" (bench/run_train_bench.sh collects them):
 //   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
 // B = sequences per optimizer step (--batch x --gas); impl names the variant: dscpp-<dtype>[-z<stage>][-gas<n>]
 // [-offload[<ratio>][-dpu]][-ckpt]. With --offload cpu (zero_optimization.offload_optimizer, Note [Optimizer offload])
 // stderr also gets, per timed step, the host optimizer's time and how long training waited for it. --offload-param cpu
-// (zero_optimization.offload_param, pinned; needs --zero-stage 3, Note [Parameter offload]) keeps the parameters in
-// host memory and initialises them there, so the model need not fit the GPU; --cpu-checkpointing
+// (zero_optimization.offload_param, pinned; cpu-pageable: pin_memory false, staged; needs --zero-stage 3, Note
+// [Parameter offload]) keeps the parameters in host memory and initialises them there, so the model need not fit the
+// GPU; --cpu-checkpointing
 // (activation_checkpointing.cpu_checkpointing, with --checkpointing) keeps the checkpointed inputs there too.
 // tokens/s = B*T / median step time (forward + backward + step, synchronised) over --steps steps after --warmup;
 // MFU = tokens/s * ModelConfig::train_flops_per_token(T) / 989.4e12 (H100 SXM dense bf16), and the same against
@@ -66,7 +67,8 @@ const bench::Flags kFlags{"train_bench",
                           "                   [--attention auto|cudnn|own] [--nvtx-step] [--gas 1] [--zero-stage 0]\n"
                           "                   [--offload none|cpu] [--offload-ratio 1] [--delayed-update]\n"
                           "                   [--offload-threads N]\n"
-                          "                   [--checkpointing] [--offload-param none|cpu] [--cpu-checkpointing]\n"};
+                          "                   [--checkpointing] [--offload-param none|cpu|cpu-pageable]\n"
+                          "                   [--cpu-checkpointing]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -98,8 +100,9 @@ Args parse(int argc, char** argv) {
   if (a.offload != "none" && a.offload != "cpu") kFlags.fail("--offload must be none or cpu");
   if (a.offload == "cpu" && a.zero_stage == 0) kFlags.fail("--offload cpu needs --zero-stage 1, 2 or 3");
   if (a.delayed_update && a.offload != "cpu") kFlags.fail("--delayed-update needs --offload cpu");
-  if (a.offload_param != "none" && (a.offload_param != "cpu" || a.zero_stage != 3))
-    kFlags.fail("--offload-param: none, or cpu with --zero-stage 3");
+  const bool param_cpu = a.offload_param == "cpu" || a.offload_param == "cpu-pageable";
+  if (a.offload_param != "none" && (!param_cpu || a.zero_stage != 3))
+    kFlags.fail("--offload-param: none, or cpu / cpu-pageable with --zero-stage 3");
   if (a.cpu_checkpointing && !a.checkpointing) kFlags.fail("--cpu-checkpointing needs --checkpointing");
   if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "f32") kFlags.fail("--dtype must be bf16, fp16 or f32");
   if (a.attention != "auto" && a.attention != "cudnn" && a.attention != "own")
@@ -125,7 +128,8 @@ DeepSpeedConfig bench_config(const Args& a) {
   if (a.offload != "none")
     zero += R"(, "offload_optimizer": {"device": ")" + a.offload + R"(", "ratio": )" + std::to_string(a.offload_ratio) + "}";
   if (a.offload_param != "none")
-    zero += R"(, "offload_param": {"device": ")" + a.offload_param + R"(", "pin_memory": true})";
+    zero += R"(, "offload_param": {"device": "cpu", "pin_memory": )" +
+            std::string(a.offload_param == "cpu" ? "true" : "false") + "}";
   zero += "}";
   const std::string ckpt =
       a.checkpointing ? R"(, "activation_checkpointing": {"number_checkpoints": 1000, "cpu_checkpointing": )" +
@@ -155,7 +159,7 @@ std::string impl_name(const Args& a) {
     }
     if (a.delayed_update) s += "-dpu";
   }
-  if (a.offload_param != "none") s += "-offparam";
+  if (a.offload_param != "none") s += a.offload_param == "cpu" ? "-offparam" : "-offparam-pageable";
   if (a.checkpointing) s += a.cpu_checkpointing ? "-cpuckpt" : "-ckpt";
   return s;
 }
