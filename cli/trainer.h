@@ -12,7 +12,7 @@
 namespace dscpp {
 
 struct TrainOptions {
-  std::string config_path;            // DeepSpeed JSON config; "" = the built-in default (train_default_config)
+  std::string config_path;            // DeepSpeed JSON config; "" = the built-in default (train_default_config: bf16 on cuda)
   std::string model = "gpt2-tiny";    // a preset name, or a path to a Hugging Face config.json
   std::string init_from;              // a Hugging Face model folder (config.json + safetensors) to fine-tune
   std::vector<std::string> data;      // *.bin token shards or text files; empty = the built-in corpus
@@ -49,7 +49,7 @@ struct TrainResult {
 };
 
 // The built-in DeepSpeed config for `dscpp train` with no --config (AdamW, WarmupCosineLR over `steps`, clipping).
-std::string train_default_config(int64_t steps);
+std::string train_default_config(int64_t steps, const std::string& device);
 
 TrainResult run_training(const TrainOptions& opts, std::ostream& log);
 

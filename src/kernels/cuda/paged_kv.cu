@@ -32,7 +32,7 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kTile = 32;         // keys per shared-memory tile: one lane each in the softmax step
 constexpr int kMaxSplits = 32;
-constexpr int kSplitKeys = 64;     // splits of a max-width context cover at least this many positions
+constexpr int kSplitKeys = 32;     // splits of a max-width context cover at least this many positions (one tile)
 constexpr int kTargetCtas = 1024;  // split while N * Hkv CTAs would leave an H100's 132 SMs (8 CTAs each) idle
 
 // ---- kv_cache_append ----
