@@ -128,10 +128,6 @@ void CopyStream::synchronize() {
 #endif
 }
 
-}  // namespace dscpp
-
-namespace dscpp {
-
 CopyStream::AsCurrent::AsCurrent(CopyStream& s) {
 #ifdef DSCPP_WITH_CUDA
   if (s.stream_) guard_ = new cuda::StreamGuard(s.device_.index, static_cast<cudaStream_t>(s.stream_));

@@ -203,7 +203,9 @@ TEST(ParamOffload, CheckpointsAndResumeAreTheSameAsWithoutOffload) {
                             "zero/rank_1.safetensors"}) {
         const fs::path a = off_dir / "global_step2" / f, b = plain_dir / "global_step2" / f;
         EXPECT_EQ(fs::exists(a), fs::exists(b)) << f;
-        if (fs::exists(b)) EXPECT_TRUE(read_bytes(a) == read_bytes(b)) << f << " differs with parameter offload";
+        if (fs::exists(b)) {
+          EXPECT_TRUE(read_bytes(a) == read_bytes(b)) << f << " differs with parameter offload";
+        }
       }
       for (const auto& [from, offload] : {std::pair{off_dir, true}, {off_dir, false}, {plain_dir, true}}) {
         const DistCase x = offload ? c : plain(c);
@@ -254,7 +256,9 @@ TEST(ParamOffload, EstimateMatchesWhatTheEnginePlaced) {
       EXPECT_EQ(est.placed.nvme, 0);
       EXPECT_EQ(est.states.host_params, e->model_state_bytes().host_params);
       EXPECT_EQ(placed.cpu > 0, c.offload > 0 || c.offload_param);
-      if (e->zero_params()) EXPECT_EQ(est.gathered_params, e->zero_params()->peak_live_elements());
+      if (e->zero_params()) {
+        EXPECT_EQ(est.gathered_params, e->zero_params()->peak_live_elements());
+      }
     });
   }
 }

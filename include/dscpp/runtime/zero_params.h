@@ -97,6 +97,7 @@ class ZeroParamCoordinator {
     WorkPtr work;  // the gather in flight into window
   };
   void launch_gather(int unit);
+  WorkPtr gather_into(size_t unit, Tensor& window, ProcessGroup* group);  // unit's chunks, from every rank
   void prefetch_after(size_t trace_pos);
   void free_window(int unit);
   bool reused_soon(int unit) const;  // by the recorded sequence, from the current position

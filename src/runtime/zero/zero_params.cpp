@@ -76,21 +76,21 @@ void ZeroParamCoordinator::launch_gather(int u) {
     peak_live_ = std::max(peak_live_, live_);
   }
   if (shard_hook_) shard_hook_(u);
-  ProcessGroup* group = s.in_arena ? side_ : pg_;
-  if (offload_) {  // Note [Parameter offload]: the chunk lands at this rank's block, then an in-place all-gather
-    const int64_t c = zp_.chunk(size_t(u));
-    Tensor mine = s.window.slice(zp_.sharded() ? zp_.rank() * c : 0, c);
-    s.work = offload_->upload(size_t(u), mine);
-    if (zp_.sharded()) {
-      CopyStream::AsCurrent after_upload(offload_->stream());
-      s.work = group->all_gather(s.window, mine);
-    }
-  } else {
-    s.work = group->all_gather(s.window, shard_.slice(zp_.shard_offset(size_t(u)), zp_.chunk(size_t(u))));
-  }
+  s.work = gather_into(size_t(u), s.window, s.in_arena ? side_ : pg_);
   if (s.in_arena) by_copies_++;
   gathers_++;
   s.fresh = true;
+}
+
+WorkPtr ZeroParamCoordinator::gather_into(size_t u, Tensor& window, ProcessGroup* group) {
+  const int64_t c = zp_.chunk(u);
+  if (!offload_) return group->all_gather(window, shard_.slice(zp_.shard_offset(u), c));
+  // Note [Parameter offload]: the chunk lands at this rank's block of the window, then an in-place all-gather.
+  Tensor mine = window.slice(zp_.sharded() ? zp_.rank() * c : 0, c);
+  WorkPtr upload = offload_->upload(u, mine);
+  if (!zp_.sharded()) return upload;
+  CopyStream::AsCurrent after_upload(offload_->stream());
+  return group->all_gather(window, mine);
 }
 
 bool ZeroParamCoordinator::reused_soon(int u) const {
@@ -218,26 +218,14 @@ void ZeroParamCoordinator::gather_all(Tensor& out) {
     const FlatRange r = zp_.units()[u];
     Unit& s = units_[u];
     Tensor tmp;
-    Tensor dst = out.slice(r.begin, r.size());
     if (s.fresh && !s.work) {
       tmp = s.window;
-    } else if (offload_ && !zp_.sharded()) {  // the host partition is the whole model
-      tmp = shard_.slice(zp_.shard_offset(u), zp_.chunk(u));
     } else {
       MemoryCategoryScope scope(MemoryCategory::communication);
       tmp = Tensor::empty({r.size()}, ps_.dtype(), ps_.device());
-      const int64_t c = zp_.chunk(u);
-      Tensor mine = tmp.slice(zp_.rank() * c, c);
-      WorkPtr w;
-      if (offload_) {
-        offload_->upload(u, mine);
-        CopyStream::AsCurrent after_upload(offload_->stream());
-        w = pg_->all_gather(tmp, mine);
-      } else {
-        w = pg_->all_gather(tmp, shard_.slice(zp_.shard_offset(u), c));
-      }
-      w->wait();
+      gather_into(u, tmp, pg_)->wait();
     }
+    Tensor dst = out.slice(r.begin, r.size());
     dst.copy_from(tmp);
   }
 }
