@@ -162,10 +162,12 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
               format_gib(w.micro_batch * w.seq_len * cfg.vocab_size * pb).c_str());
   const auto& oo = ds.zero_optimization.offload_optimizer;
   const double offload = oo && oo->enabled() ? oo->ratio : 0.0;  // the config's offload_optimizer (stages 1-3)
+  const auto& op = ds.zero_optimization.offload_param;  // stage 3 only
+  const bool host = offload > 0 || (op && op->enabled()) || w.cpu_checkpointing;  // Note [Memory tiers]
   std::printf("| stage | model states | ZeRO-3 gathered params | gradient windows | peak GiB | at |%s%s\n",
-              offload > 0 ? " host GiB (offload_optimizer) |" : "",
+              host ? " host GiB (offload, cpu_checkpointing) |" : "",
               o.gpu_memory_gib > 0 ? " fits? | largest micro-batch that fits |" : "");
-  std::printf("|---|---:|---:|---:|---:|---|%s%s\n", offload > 0 ? "---:|" : "", o.gpu_memory_gib > 0 ? "---|---:|" : "");
+  std::printf("|---|---:|---:|---:|---:|---|%s%s\n", host ? "---:|" : "", o.gpu_memory_gib > 0 ? "---|---:|" : "");
   for (int stage = 0; stage <= 3; stage++) {
     TrainingMemorySetup ts;
     ts.stage = stage;
@@ -184,10 +186,10 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
       std::snprintf(b, sizeof b, " %s (%+.1f GiB) | %lld |", left >= 0 ? "yes" : "no", left, (long long)most);
       fits = b;
     }
-    const std::string host = offload > 0 ? " " + format_gib(e.states.host) + " |" : "";
+    const std::string host_gib = host ? " " + format_gib(e.peak.cpu) + " |" : "";
     std::printf("| %d | %s | %s | %s | %s | %s |%s%s\n", stage, format_gib(e.states.total()).c_str(),
                 format_gib(e.gathered_params * pb).c_str(), format_gib(e.grad_windows * 4).c_str(),
-                format_gib(e.peak_bytes).c_str(), e.peak_at.c_str(), host.c_str(), fits.c_str());
+                format_gib(e.peak_bytes).c_str(), e.peak_at.c_str(), host_gib.c_str(), fits.c_str());
   }
   std::printf("Peak: model states + activations + ZeRO's buffers at their common high-water mark (gathered "
               "params and gradient windows: each one's own peak; %s). Not included: the allocator's cache and "

@@ -17,6 +17,8 @@
 // same component; stage 2/3 keep only the partition); stage 1/2 all-gather the updated parameters after the step,
 // stage 3 keeps only the parameter shard and gathers units around their use (runtime/zero_params.h). The gradient
 // norm and the overflow check are summed across the partitions, so every rank clips and skips alike.
+// Offload (zero_optimization.offload_optimizer / offload_param): the optimizer's shard, and at stage 3 the
+// parameters' shard (in one process too), live in host memory (Notes [Optimizer offload], [Parameter offload]).
 #pragma once
 #include <chrono>
 #include <memory>
@@ -74,6 +76,7 @@ struct EngineOptions {
   // ZeRO-3 sharded initialisation: a model built without its parameter buffer (ModelOptions::materialize_params
   // false) gets each rank's shard from Model::init_range(init_seed, ...), the values init_weights(init_seed) would
   // give, so the whole model never exists on one device (DeepSpeed's zero.Init). Every rank computes the same values.
+  // With offload_param (one process too) the shard is initialised in host memory.
   std::optional<uint64_t> init_seed;
   // Where rank 0 prints, at start-up, the model-state bytes it allocated next to the stage's theoretical figure
   // (model_state_report()); null = silent.
