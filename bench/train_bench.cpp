@@ -3,13 +3,17 @@
 //   train_bench [--models gpt2,gpt2-medium,llama-1b,bench/models/llama-3.1-8b.json] [--batch 32] [--seq 1024]
 //               [--steps 10] [--warmup 3]
 //               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--attention auto|cudnn|own] [--nvtx-step]
-//               [--gas 1] [--zero-stage 0..3] [--offload none|cpu] [--offload-ratio 1] [--delayed-update]
-//               [--offload-threads N] [--checkpointing]
+//               [--gas 1] [--zero-stage 0..3] [--offload none|cpu|nvme] [--offload-ratio 1] [--delayed-update]
+//               [--offload-threads N] [--checkpointing] [--nvme-path DIR] [--sub-group 100000000]
+//               [--aio 1048576:8:1]
 // Prints one line per model, tab-separated and prefixed "RESULT" (bench/run_train_bench.sh collects them):
 //   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
 // B = sequences per optimizer step (--batch x --gas); impl names the variant: dscpp-<dtype>[-z<stage>][-gas<n>]
 // [-offload[<ratio>][-dpu]][-ckpt]. With --offload cpu (zero_optimization.offload_optimizer, Note [Optimizer offload])
-// stderr also gets, per timed step, the host optimizer's time and how long training waited for it.
+// stderr also gets, per timed step, the host optimizer's time and how long training waited for it. --offload nvme
+// keeps the states in swap files under --nvme-path (Note [NVMe optimizer states]; pipeline_read and pipeline_write
+// on, 9 buffers of --sub-group elements, the aio section's block_size:queue_depth:intra_op_parallelism from --aio);
+// its lines add the swap files' bytes read and written per second of the host step.
 // tokens/s = B*T / median step time (forward + backward + step, synchronised) over --steps steps after --warmup;
 // MFU = tokens/s * ModelConfig::train_flops_per_token(T) / 989.4e12 (H100 SXM dense bf16), and the same against
 // the measured GEMM ceiling --gemm-tflops. Peak memory: the CUDA allocator's peak live bytes (PyTorch's
@@ -53,14 +57,18 @@ struct Args {
   double offload_ratio = 1.0;
   bool delayed_update = false, checkpointing = false;
   int64_t offload_threads = 0;    // dscpp.offload.threads; 0: the engine's default
+  std::string nvme_path;          // --offload nvme: offload_optimizer.nvme_path
+  int64_t sub_group = 100000000;  // --offload nvme: zero_optimization.sub_group_size
+  std::string aio = "1048576:8:1";  // --offload nvme: aio.{block_size, queue_depth, intra_op_parallelism}
 };
 
 const bench::Flags kFlags{"train_bench",
                           "train_bench [--models gpt2,gpt2-medium,llama-1b] [--batch 32] [--seq 1024]\n"
                           "                   [--steps 10] [--warmup 3] [--gemm-tflops 678] [--dtype bf16|fp16|f32]\n"
                           "                   [--attention auto|cudnn|own] [--nvtx-step] [--gas 1] [--zero-stage 0]\n"
-                          "                   [--offload none|cpu] [--offload-ratio 1] [--delayed-update]\n"
-                          "                   [--offload-threads N]\n"
+                          "                   [--offload none|cpu|nvme] [--offload-ratio 1] [--delayed-update]\n"
+                          "                   [--offload-threads N] [--nvme-path DIR] [--sub-group 100000000]\n"
+                          "                   [--aio 1048576:8:1]\n"
                           "                   [--checkpointing]\n"};
 
 Args parse(int argc, char** argv) {
@@ -85,11 +93,17 @@ Args parse(int argc, char** argv) {
     else if (k == "offload") a.offload = v;
     else if (k == "offload-ratio") a.offload_ratio = std::atof(v.c_str());
     else if (k == "offload-threads") a.offload_threads = kFlags.to_int(k, v, 1);
+    else if (k == "nvme-path") a.nvme_path = v;
+    else if (k == "sub-group") a.sub_group = kFlags.to_int(k, v, 1);
+    else if (k == "aio") a.aio = v;
     else kFlags.fail("unknown option --" + k);
   });
   if (a.zero_stage > 3) kFlags.fail("--zero-stage must be 0..3");
-  if (a.offload != "none" && a.offload != "cpu") kFlags.fail("--offload must be none or cpu");
-  if (a.offload == "cpu" && a.zero_stage == 0) kFlags.fail("--offload cpu needs --zero-stage 1, 2 or 3");
+  if (a.offload != "none" && a.offload != "cpu" && a.offload != "nvme")
+    kFlags.fail("--offload must be none, cpu or nvme");
+  if (a.offload != "none" && a.zero_stage == 0) kFlags.fail("--offload needs --zero-stage 1, 2 or 3");
+  if ((a.offload == "nvme") != !a.nvme_path.empty()) kFlags.fail("--offload nvme and --nvme-path go together");
+  if (std::count(a.aio.begin(), a.aio.end(), ':') != 2) kFlags.fail("--aio takes block_size:queue_depth:threads");
   if (a.delayed_update && a.offload != "cpu") kFlags.fail("--delayed-update needs --offload cpu");
   if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "f32") kFlags.fail("--dtype must be bf16, fp16 or f32");
   if (a.attention != "auto" && a.attention != "cudnn" && a.attention != "own")
@@ -113,8 +127,19 @@ DeepSpeedConfig bench_config(const Args& a) {
                                          : "";
   std::string zero = R"(, "zero_optimization": {"stage": )" + std::to_string(a.zero_stage);
   if (a.offload != "none")
-    zero += R"(, "offload_optimizer": {"device": ")" + a.offload + R"(", "ratio": )" + std::to_string(a.offload_ratio) + "}";
+    zero += R"(, "offload_optimizer": {"device": ")" + a.offload + R"(", "ratio": )" + std::to_string(a.offload_ratio);
+  if (a.offload == "nvme")
+    zero += R"(, "nvme_path": ")" + a.nvme_path + R"(", "buffer_count": 9, "pipeline_read": true,
+               "pipeline_write": true}, "sub_group_size": )" + std::to_string(a.sub_group);
+  else if (a.offload != "none")
+    zero += "}";
   zero += "}";
+  std::string aio;
+  if (a.offload == "nvme") {
+    const size_t c1 = a.aio.find(':'), c2 = a.aio.find(':', c1 + 1);
+    aio = R"(, "aio": {"block_size": )" + a.aio.substr(0, c1) + R"(, "queue_depth": )" +
+          a.aio.substr(c1 + 1, c2 - c1 - 1) + R"(, "intra_op_parallelism": )" + a.aio.substr(c2 + 1) + "}";
+  }
   const std::string ckpt = a.checkpointing ? R"(, "activation_checkpointing": {"number_checkpoints": 1000})" : "";
   return DeepSpeedConfig::from_string(
       R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.batch) +
@@ -124,7 +149,7 @@ DeepSpeedConfig bench_config(const Args& a) {
           "gradient_clipping": 1.0, "dscpp": {"attention": ")" + a.attention + R"(", "offload": {"delayed_update": )" +
       (a.delayed_update ? "true" : "false") +
       (a.offload_threads ? R"(, "threads": )" + std::to_string(a.offload_threads) : std::string()) + "}}" + prec +
-      zero + ckpt + "}");
+      zero + ckpt + aio + "}");
 }
 
 std::string impl_name(const Args& a) {
@@ -132,7 +157,7 @@ std::string impl_name(const Args& a) {
   if (a.zero_stage) s += "-z" + std::to_string(a.zero_stage);
   if (a.gas > 1) s += "-gas" + std::to_string(a.gas);
   if (a.offload != "none") {
-    s += "-offload";
+    s += a.offload == "nvme" ? "-nvme" : "-offload";
     if (a.offload_ratio < 1.0) {
       char r[32];
       std::snprintf(r, sizeof r, "%g", a.offload_ratio);
@@ -204,6 +229,9 @@ void bench_one(const std::string& name, const Args& a) {
       std::fprintf(stderr, "  %s step %lld: %.1f ms, loss %.4f", name.c_str(), (long long)s, dt, engine->last_loss());
       if (a.offload != "none")  // Note [Optimizer offload]: the host step runs beside the next forward
         std::fprintf(stderr, " | host optimizer %.1f ms, waited for %.1f ms", st.offload_step_ms, st.offload_wait_ms);
+      if (a.offload == "nvme" && st.offload_step_ms > 0)  // each host step reads and writes every swap file once
+        std::fprintf(stderr, ", swap %.2f GB/s", 2.0 * double(engine->model_state_bytes().nvme) / 1e9 /
+                                                  (st.offload_step_ms / 1e3));
       std::fprintf(stderr, "\n");
     }
     std::sort(ms.begin(), ms.end());

@@ -4,6 +4,8 @@
 #   .carry/root/usr/{include,lib}   ICU (libicu-dev, libicu72 from Debian's archive: the tokenizer's Unicode classes);
 #                                   cpp-httplib (libcpp-httplib-dev, libcpp-httplib0.11: `dscpp serve`'s HTTP) with
 #                                   the OpenSSL headers its header includes and the brotli libraries it links;
+#                                   liburing and libaio (liburing-dev, liburing2, libaio-dev, libaio1: NVMe offload's
+#                                   swap I/O, src/swap/);
 #   .carry/cudnn-frontend/include   cuDNN's header-only frontend (scripts/fetch-cudnn-frontend.sh).
 # scripts/gpu/check.sh and bench/run_zero_bench.sh put .carry/root/usr/lib on LD_LIBRARY_PATH. About 40 MB.
 set -euo pipefail
@@ -31,6 +33,20 @@ if [ ! -f "$root/usr/lib/libcpp-httplib.so" ]; then
   cp -a "$root"/usr/lib/x86_64-linux-gnu/* "$root/usr/lib/" && rm -rf "$root/usr/lib/x86_64-linux-gnu"
   # The image's own libssl / libcrypto serve at run time; keep the headers and the httplib and brotli libraries.
   rm -rf "$root"/usr/lib/libssl* "$root"/usr/lib/libcrypto* "$root"/usr/lib/pkgconfig "$root/usr/share" "$root/usr/bin"
+  find "$root" -name "*.a" -delete
+  rm -rf "$tmp"
+fi
+if [ ! -f "$root/usr/lib/liburing.so" ] || [ ! -f "$root/usr/lib/libaio.so" ]; then
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && apt-get download liburing-dev liburing2 libaio-dev libaio1 >/dev/null 2>&1) ||
+    { echo "prepare-carry.sh: apt-get download liburing-dev liburing2 libaio-dev libaio1 failed" >&2; exit 1; }
+  mkdir -p "$root"
+  for d in "$tmp"/*.deb; do dpkg-deb -x "$d" "$root"; done
+  # Headers in usr/include, the shared libraries (and their relative symlinks) in usr/lib, where CMake's
+  # find_path / find_library look under CMAKE_PREFIX_PATH (src/swap/CMakeLists.txt) and the loader finds them.
+  cp -a "$root"/usr/lib/x86_64-linux-gnu/* "$root/usr/lib/" && rm -rf "$root/usr/lib/x86_64-linux-gnu"
+  rm -rf "$root"/usr/lib/pkgconfig "$root/usr/share"
   find "$root" -name "*.a" -delete
   rm -rf "$tmp"
 fi

@@ -74,6 +74,10 @@ struct DistCase {
   double offload = 0;             // zero_optimization.offload_optimizer: device "cpu" with this ratio (0: none)
   int64_t offload_buffers = 4;    // and this buffer_count
   bool delayed_update = false;    // dscpp.offload.delayed_update
+  std::string nvme_path;          // set: offload_optimizer.device "nvme" there (no disk probe)
+  bool pipeline_read = false, pipeline_write = false;  // offload_optimizer.pipeline_* (nvme)
+  int64_t sub_group = 0;          // zero_optimization.sub_group_size (0: the default)
+  std::string aio_backend;        // dscpp.offload.aio_backend ("": the default, auto)
 
   bool gpu() const { return backend == "nccl"; }
   std::string name() const {  // a gtest parameter name
@@ -93,6 +97,9 @@ struct DistCase {
     if (offload > 0) o << "_offload" << int(offload * 100);
     if (offload > 0 && offload_buffers != 4) o << "_buffers" << offload_buffers;
     if (delayed_update) o << "_dpu";
+    if (!nvme_path.empty()) o << "_nvme" << (pipeline_read ? "_pr" : "") << (pipeline_write ? "_pw" : "");
+    if (sub_group) o << "_sg" << sub_group;
+    if (!aio_backend.empty()) o << "_" << aio_backend;
     return o.str();
   }
 };
@@ -145,10 +152,18 @@ inline std::string config_json(const DistCase& c) {
     << (c.copy_engine ? "true" : "false");
   if (c.arena_mib) j << R"(, "arena_mib": )" << *c.arena_mib;
   j << R"(}, "offload": {"delayed_update": )" << (c.delayed_update ? "true" : "false");
+  if (!c.nvme_path.empty()) j << R"(, "nvme_probe_mib": 0)";
+  if (!c.aio_backend.empty()) j << R"(, "aio_backend": ")" << c.aio_backend << '"';
   j << R"(}}, "zero_optimization": {"stage": )" << c.stage;
-  if (c.offload > 0)
-    j << R"(, "offload_optimizer": {"device": "cpu", "ratio": )" << c.offload << R"(, "buffer_count": )"
-      << c.offload_buffers << "}";
+  if (c.offload > 0) {
+    j << R"(, "offload_optimizer": {"device": ")" << (c.nvme_path.empty() ? "cpu" : "nvme") << R"(", "ratio": )"
+      << c.offload << R"(, "buffer_count": )" << c.offload_buffers;
+    if (!c.nvme_path.empty())
+      j << R"(, "nvme_path": ")" << c.nvme_path << R"(", "pipeline_read": )" << (c.pipeline_read ? "true" : "false")
+        << R"(, "pipeline_write": )" << (c.pipeline_write ? "true" : "false");
+    j << "}";
+  }
+  if (c.sub_group) j << R"(, "sub_group_size": )" << c.sub_group;
   if (c.overlap) j << R"(, "overlap_comm": )" << (*c.overlap ? "true" : "false");
   j << R"(, "reduce_bucket_size": )" << c.bucket << R"(, "stage3_prefetch_bucket_size": )" << c.prefetch
     << R"(, "stage3_param_persistence_threshold": )" << c.persistence << R"(, "stage3_max_reuse_distance": )"

@@ -17,6 +17,7 @@
 #include "dscpp/core/check.h"
 #include "dscpp/core/dtype.h"
 #include "dscpp/runtime/config_sections.h"
+#include "dscpp/swap/aio_config.h"
 
 namespace dscpp {
 
@@ -78,6 +79,7 @@ struct DeepSpeedConfig {
   FlopsProfilerConfig flops_profiler;    // flops_profiler.enabled also turns wall_clock_breakdown on
   CommsLoggerConfig comms_logger;        // per-collective counts, sizes, latency, bandwidth (comm/comms_logger.h)
   CheckpointConfig checkpoint;           // universal loading, background saves
+  AioConfig aio;                         // swap-file I/O of NVMe offload (swap/aio_config.h)
   ActivationCheckpointingConfig activation_checkpointing;
   Fp16Config fp16;
   Bf16Config bf16;

@@ -109,13 +109,13 @@ struct FlopsProfilerConfig {             // "flops_profiler" (profiling/config.p
 };
 
 struct OffloadOptimizerConfig {          // "zero_optimization.offload_optimizer" (Note [Optimizer offload])
-  std::string device = "none";           // "none" or "cpu" ("nvme" is refused: not implemented); doc says "cpu"
-  std::optional<std::string> nvme_path;  // folder for nvme swap files (nvme only)
-  int64_t buffer_count = 4;              // swap buffers (nvme only)
+  std::string device = "none";           // "none", "cpu" or "nvme" (Note [NVMe optimizer states]); doc says "cpu"
+  std::optional<std::string> nvme_path;  // folder for the swap files (required with nvme)
+  int64_t buffer_count = 4;              // cpu: gradient copy slots; nvme: swap buffers of the largest sub-group
   bool pin_memory = true;                // page-locked host buffers (DeepSpeed >= 0.19.6's default; false before)
-  bool pipeline_read = false;            // overlap swap-in with the step (nvme only)
-  bool pipeline_write = false;           // overlap swap-out with the step (nvme only)
-  bool fast_init = false;                // skip initialising swap files (nvme only)
+  bool pipeline_read = false;            // nvme: read the next sub-group while one steps
+  bool pipeline_write = false;           // nvme: write a sub-group back while the next steps
+  bool fast_init = false;                // nvme: the states start as the reserved files' zeros, not written
   double ratio = 1.0;                    // share of each rank's states stepped on the CPU, in [0, 1] (Twin-Flow)
   bool enabled() const { return device != "none" && ratio > 0.0; }
 };
@@ -150,6 +150,12 @@ struct DscppOffloadConfig {              // "dscpp.offload": ZeRO-Offload's opti
   // OpenMP threads of the host step; unset = OpenMP's default less one (at least 1), leaving a core to the training
   // thread, which launches the next forward's kernels while the host steps.
   std::optional<int64_t> threads;
+  // NVMe offload (Note [NVMe optimizer states]): the swap I/O's kernel interface, "auto" (io_uring, else libaio
+  // with a notice), "io_uring" or "libaio"; the disk probe's size before training (0: no probe); the probe's rate
+  // below which start-up warns, GB/s.
+  std::string aio_backend = "auto";
+  int64_t nvme_probe_mib = 256;
+  double nvme_min_gbps = 1.0;
 };
 
 struct DscppConfig {                     // "dscpp"

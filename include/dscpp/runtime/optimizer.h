@@ -23,8 +23,10 @@
 namespace dscpp {
 
 // Where an optimizer keeps its state buffers: on the parameters' device, or in host memory (page-locked or not) for
-// ZeRO-Offload (Note [Optimizer offload], runtime/offload/optimizer_offload.h), which steps them on the CPU.
-enum class StateMemory { device, host, pinned_host };
+// ZeRO-Offload (Note [Optimizer offload], runtime/offload/optimizer_offload.h), which steps them on the CPU; `none`:
+// nowhere, the caller passes each range's states to update_range (NVMe offload swaps them in and out: Note [NVMe
+// optimizer states], runtime/offload/nvme_states.h).
+enum class StateMemory { device, host, pinned_host, none };
 
 class Optimizer {
  public:
@@ -40,6 +42,10 @@ class Optimizer {
   // can (Adam), else right after it.
   void update_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad, float lr,
                     float grad_scale = 1.0f, const Tensor& param_lowp = Tensor());
+  // The same with the range's states given: one tensor per state_names() entry, f32, end - begin elements each (an
+  // optimizer with StateMemory::none keeps none of its own).
+  void update_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad,
+                    const std::vector<Tensor>& states, float lr, float grad_scale, const Tensor& param_lowp);
 
   int64_t step_count() const { return step_count_; }  // completed begin_step() calls
   const std::vector<FlatRange>& owned() const { return owned_; }
@@ -47,12 +53,15 @@ class Optimizer {
   virtual const char* name() const = 0;  // "adam", "adamw", "sgd"
 
   virtual void zero_state() = 0;  // states to zero and the step count to 0 (a fresh optimizer)
-  // Named views of the state buffers (e.g. "exp_avg", "exp_avg_sq"); each has owned_numel() elements.
+  // Named views of the state buffers (e.g. "exp_avg", "exp_avg_sq"); each has owned_numel() elements (undefined with
+  // StateMemory::none).
   virtual std::vector<std::pair<std::string, Tensor>> state_tensors() const = 0;
+  std::vector<std::string> state_names() const;
   // Type, step count, owned ranges and hyper-parameters (for checkpoints).
   virtual nlohmann::json state_json() const = 0;
   // Restores the step count from `meta` (checked against this optimizer's type and range) and copies each named
-  // tensor into the matching state buffer (same numel; converted from its dtype/device).
+  // tensor into the matching state buffer (same numel; converted from its dtype/device). StateMemory::none: the
+  // tensors are checked, not kept (the caller stores them).
   void load_state(const nlohmann::json& meta, const std::vector<std::pair<std::string, Tensor>>& tensors);
   // OneCycle's momentum cycling sets (beta1, beta2). Adam only; SGD throws.
   virtual void set_betas(double beta1, double beta2);
@@ -60,11 +69,12 @@ class Optimizer {
 
  protected:
   Optimizer(const ParamSet& params, std::vector<FlatRange> owned, StateMemory memory);
-  // Updates [begin, end) with one weight-decay setting; p/g (and lowp, when defined) are the range's tensors, state
-  // offset = begin - owned.
+  // Updates [begin, end) with one weight-decay setting; p/g (and lowp, when defined) are the range's tensors, states
+  // its slices of the states in state_names() order.
   virtual void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
-                              float lr, float grad_scale, bool decay) = 0;
-  // Zeroed f32 buffer of owned_numel() in state_memory(), counted under MemoryCategory::optimizer.
+                              const std::vector<Tensor>& states, float lr, float grad_scale, bool decay) = 0;
+  // Zeroed f32 buffer of owned_numel() in state_memory(), counted under MemoryCategory::optimizer (undefined with
+  // StateMemory::none).
   Tensor new_state() const;
   int64_t state_offset(int64_t flat) const;  // index of owned flat element `flat` in the state buffers
   nlohmann::json owned_json() const;         // [[begin, end], ...]
@@ -82,7 +92,11 @@ class Optimizer {
   std::vector<Segment> segments_;  // the owned ranges cut where weight decay switches on/off
 
  private:
-  void check_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad) const;
+  void check_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad, const Tensor& lowp) const;
+  // Each segment of [begin, end) with its slices of param, grad, lowp and the states (`states` start at `begin`).
+  void update_segments(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad,
+                       const std::vector<Tensor>& states, bool own_states, float lr, float grad_scale,
+                       const Tensor& param_lowp);
 };
 
 // Creates the optimizer of `cfg` (type adam/adamw/sgd) for flat elements [begin, end) of `params`; end < 0 means

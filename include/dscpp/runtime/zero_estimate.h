@@ -101,6 +101,7 @@ struct ModelStateBytes {
   int64_t grads = 0;      // gradients (ours: f32)
   int64_t optimizer = 0;  // f32 master weights (mixed precision) + optimizer state buffers
   int64_t host = 0;       // offload_optimizer: masters and states in host memory (not in total(): the device's)
+  int64_t nvme = 0;       // offload_optimizer.device "nvme": masters and states in swap files (not in total())
   int64_t total() const { return params + grads + optimizer; }
 };
 // stage 0..3; world_size >= 1; optimizer_states: f32 buffers per element (AdamW 2, SGD with momentum 1, SGD 0);

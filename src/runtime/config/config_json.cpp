@@ -189,7 +189,13 @@ json DeepSpeedConfig::to_json() const {
   j["dscpp"] = {{"attention", dscpp.attention}, {"fused_head", dscpp.fused_head},
                 {"copy_engine", {{"enabled", dscpp.copy_engine.enabled},
                                  {"arena_mib", opt(dscpp.copy_engine.arena_mib)}}},
-                {"offload", {{"delayed_update", dscpp.offload.delayed_update}, {"threads", opt(dscpp.offload.threads)}}}};
+                {"offload", {{"delayed_update", dscpp.offload.delayed_update}, {"threads", opt(dscpp.offload.threads)},
+                             {"aio_backend", dscpp.offload.aio_backend},
+                             {"nvme_probe_mib", dscpp.offload.nvme_probe_mib},
+                             {"nvme_min_gbps", dscpp.offload.nvme_min_gbps}}}};
+  j["aio"] = {{"block_size", aio.block_size}, {"queue_depth", aio.queue_depth},
+              {"intra_op_parallelism", aio.intra_op_parallelism}, {"single_submit", aio.single_submit},
+              {"overlap_events", aio.overlap_events}, {"use_gds", aio.use_gds}};
   return j;
 }
 

@@ -24,7 +24,7 @@ static const std::vector<std::string> kDeepSpeedOnlyKeys = {
     "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "amp", "zero_allow_untested_optimizer",
     "zero_force_ds_cpu_optimizer", "memory_breakdown", "dump_state", "dataloader_drop_last",
     "tensorboard", "wandb", "csv_monitor", "data_types", "elasticity",
-    "autotuning", "aio", "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
+    "autotuning", "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
     "vocabulary_size", "graph_harvesting", "sparse_attention", "nebula", "compile", "timers", "hybrid_engine",
     "seq_parallel_communication_data_type", "eigenvalue", "progressive_layer_drop", "quantize_training",
     "weight_quantization", "disable_allgather", "gradient_accumulation_dtype", "use_data_before_expert_parallel_",
@@ -35,7 +35,7 @@ static const std::vector<std::string> kTopLevelKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
     "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "activation_checkpointing", "fp16", "bf16",
     "bfloat16", "zero_optimization", "allgather_size", "seed", "flops_profiler",
-    "comms_logger", "checkpoint", "communication_data_type", "dscpp"};
+    "comms_logger", "checkpoint", "communication_data_type", "aio", "dscpp"};
 
 static void parse_fp16(const json& j, Fp16Config& f) {
   SectionReader r(j, "fp16");
@@ -155,6 +155,9 @@ static void parse_dscpp(const json& j, DscppConfig& d) {
     SectionReader orr(*o, "dscpp.offload");
     orr.get("delayed_update", d.offload.delayed_update);
     orr.get("threads", d.offload.threads, 1, 4096);
+    orr.get("aio_backend", d.offload.aio_backend, {"auto", "io_uring", "libaio"});
+    orr.get("nvme_probe_mib", d.offload.nvme_probe_mib, 0, int64_t(1) << 20);
+    orr.get("nvme_min_gbps", d.offload.nvme_min_gbps, 0.0, 1e6);
     orr.finish();
   }
   r.finish();
@@ -199,6 +202,7 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
   if (const json* j = section("comms_logger")) parse_comms_logger(*j, c.comms_logger);
   if (const json* j = section("checkpoint")) parse_checkpoint(*j, c.checkpoint);
   if (const json* j = section("dscpp")) parse_dscpp(*j, c.dscpp);
+  if (const json* j = section("aio")) parse_aio(*j, c.aio);
   if (c.flops_profiler.enabled) c.wall_clock_breakdown = true;  // as DeepSpeed's wall_clock_breakdown()
   parse_bf16(root, c.bf16, warnings);
   parse_zero(root, c.zero_optimization, warnings);
@@ -225,6 +229,7 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
       !(c.zero_optimization.offload_optimizer && c.zero_optimization.offload_optimizer->enabled()))
     throw ConfigError("dscpp.offload.delayed_update", "dscpp.offload.delayed_update: the delayed parameter update "
                       "steps offloaded optimizer states; it needs zero_optimization.offload_optimizer.device \"cpu\"");
+  check_nvme_offload(c);
   if (c.fp16.enabled && c.fp16.fp16_master_weights_and_grads && c.zero_optimization.stage != 2)
     throw ConfigError("fp16.fp16_master_weights_and_grads",
                       "Fp16_master_weights_and_grads is only supported with ZeRO Stage 2 for now.");

@@ -12,6 +12,8 @@ void parse_optimizer(const json& j, OptimizerConfig& out);
 void parse_scheduler(const json& j, SchedulerConfig& out, std::vector<std::string>* warnings);
 void parse_zero(const json& root, ZeroConfig& out, std::vector<std::string>* warnings);
 void resolve_batch_sizes(const json& root, int dp_world_size, DeepSpeedConfig& out);
+void parse_aio(const json& j, AioConfig& out);       // config_nvme.cpp
+void check_nvme_offload(const DeepSpeedConfig& c);   // the rules of offload_optimizer.device "nvme" across sections
 void warn(std::vector<std::string>* warnings, const std::string& msg);
 
 }  // namespace dscpp::config_detail

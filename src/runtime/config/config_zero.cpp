@@ -40,9 +40,7 @@ static OffloadOptimizerConfig parse_offload_optimizer(const json& j) {
   r.get("super_offload", super_offload);
   r.get("cpuadam_cores_perc", cpuadam_cores_perc, 0.0, 1.0);
   r.finish();
-  if (o.device == "nvme")
-    fail(r.path("device"), o.device, "NVMe offload of optimizer states is not supported by DeepSpeed.cpp yet; "
-         "use \"cpu\" (pinned host memory) or \"none\"");
+  if (o.device == "nvme" && !o.nvme_path) fail(r.path("nvme_path"), nullptr, "required when device is \"nvme\"");
   if (o.device == "cpu" && o.buffer_count < 1)  // Note [Optimizer offload]
     fail(r.path("buffer_count"), o.buffer_count, "must be >= 1 with device \"cpu\": gradients and updated "
          "parameters are copied through this many page-locked slots");

@@ -1,6 +1,8 @@
 // The engine's optimizer offload (Note [Optimizer offload], runtime/offload/optimizer_offload.h): set-up, where each
 // unit's gradients and parameters are on the device, and the optimizer's states over the whole shard wherever they
 // live, for checkpoints.
+#include <iostream>
+
 #include "dscpp/runtime/engine.h"
 #include "runtime/dp/grad_sync.h"
 #include "runtime/offload/optimizer_offload.h"
@@ -13,9 +15,18 @@ void Engine::init_offload() {
   DSCPP_CHECK(cfg_.zero_optimization.stage >= 1, "zero_optimization.offload_optimizer needs ZeRO stage 1, 2 or 3");
   OptimizerOffload::ChunkFn params = [this](size_t u) { return unit_params(u); };
   OptimizerOffload::ChunkFn grads = [this](size_t u) { return unit_grads(u); };
-  offload_ = std::make_unique<OptimizerOffload>(resolved_optimizer(cfg_), *oo, cfg_.dscpp.offload, model_->params(),
-                                                zp_, mixed_, /*track_grads=*/!grad_sync_, params, grads);
+  SwapOptions swap;
+  swap.stage = cfg_.zero_optimization.stage;
+  swap.sub_group_size = cfg_.zero_optimization.sub_group_size;
+  swap.aio = cfg_.aio;
+  offload_ = std::make_unique<OptimizerOffload>(resolved_optimizer(cfg_), *oo, cfg_.dscpp.offload, swap,
+                                                model_->params(), zp_, mixed_, /*track_grads=*/!grad_sync_, params,
+                                                grads);
   OptimizerOffload* o = offload_.get();
+  if (const NvmeStates* n = o->nvme())  // the I/O backend's fallback, a slow disk: every rank's own
+    for (const std::string& line : n->notices())
+      std::cerr << (dp_world_size() > 1 ? "[rank " + std::to_string(dp_rank()) + "] " : std::string()) << line
+                << std::endl;
   if (o->delayed() && grad_sync_) {  // gradients leave in backward (Note [Optimizer offload])
     grad_sync_->set_final_hook([o](size_t unit) { o->grads_final(unit); });
   } else if (o->delayed()) {

@@ -160,6 +160,7 @@ ModelStateBytes Engine::model_state_bytes() const {
     const OffloadBytes o = offload_->bytes();
     b.optimizer += o.device;
     b.host = o.host_states;
+    b.nvme = o.nvme;
   }
   return b;
 }
@@ -185,11 +186,28 @@ std::string Engine::model_state_report() const {
   if (offload_) {  // Note [Optimizer offload]
     const OffloadBytes h = offload_->bytes();
     const bool pinned = cfg_.zero_optimization.offload_optimizer->pin_memory && model_->params().device().is_cuda();
-    o << "; offload_optimizer (ratio " << offload_->ratio() << ") in " << (pinned ? "pinned " : "")
-      << "host memory: masters and states " << gib(h.host_states)
-      << " GiB (theoretical " << gib(t.host) << " GiB), copy slots for gradients " << gib(h.host_grads)
-      << " GiB and parameters " << gib(h.host_staging) << " GiB, total " << gib(h.host()) << " GiB";
+    const std::string host = std::string(pinned ? "pinned " : "") + "host memory";
+    o << "; offload_optimizer (ratio " << offload_->ratio() << ")";
+    if (const NvmeStates* n = offload_->nvme()) {  // Note [NVMe optimizer states]
+      o.precision(2);
+      o << " on NVMe: masters and states " << gib(h.nvme) << " GiB (theoretical " << gib(t.host) << " GiB) in "
+        << n->folder() << " (" << n->groups() << " sub-groups; the disk had " << gib(n->free_bytes())
+        << " GiB free; " << aio_backend_name(n->backend());
+      if (n->speed().bytes > 0)
+        o << ", probe write " << n->speed().write_gbps << " GB/s, read " << n->speed().read_gbps << " GB/s";
+      o << "), swap buffers " << gib(h.host_swap) << " GiB in " << host;
+      o.precision(3);
+    } else {
+      o << " in " << host << ": masters and states " << gib(h.host_states) << " GiB (theoretical " << gib(t.host)
+        << " GiB)";
+    }
+    o << ", copy slots for gradients " << gib(h.host_grads) << " GiB and parameters " << gib(h.host_staging)
+      << " GiB, host total " << gib(h.host()) << " GiB";
   }
+  // What this rank placed on each tier: the model states on its device, the offload's host buffers, its swap files.
+  const int64_t host_bytes = offload_ ? offload_->bytes().host() : 0, nvme_bytes = offload_ ? a.nvme : 0;
+  o << "; placed on " << model_->params().device().str() << " " << gib(a.total()) << " GiB, host "
+    << gib(host_bytes) << " GiB, NVMe " << gib(nvme_bytes) << " GiB";
   // Note [Copy-engine reductions], Note [Copy-engine ZeRO]: registered buffers beyond the model states.
   int64_t copies = grad_sync_ ? grad_sync_->arena().nbytes() : 0;
   if (zparams_) copies += zparams_->arena().nbytes();

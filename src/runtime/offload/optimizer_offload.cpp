@@ -28,16 +28,19 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 }  // namespace
 
 OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const OffloadOptimizerConfig& offload,
-                                   const DscppOffloadConfig& ours, const ParamSet& ps, const ZeroPartition& zp,
-                                   bool mixed, bool track_grads, const ChunkFn& params, const ChunkFn& grads,
-                                   int64_t piece_elements)
+                                   const DscppOffloadConfig& ours, const SwapOptions& swap, const ParamSet& ps,
+                                   const ZeroPartition& zp, bool mixed, bool track_grads, const ChunkFn& params,
+                                   const ChunkFn& grads, int64_t piece_elements)
     : mixed_(mixed),
       delayed_(ours.delayed_update),
       threads_(ours.threads ? int(*ours.threads) : std::max(1, omp_get_max_threads() - 1)),
       track_grads_(track_grads),
       to_host_(ps.device()),
       to_device_(ps.device()) {
-  DSCPP_CHECK(offload.device == "cpu", "optimizer offload: device \"", offload.device, "\" (only \"cpu\")");
+  const bool nvme = offload.device == "nvme";
+  DSCPP_CHECK(offload.device == "cpu" || nvme, "optimizer offload: device \"", offload.device, "\"");
+  DSCPP_CHECK(!(nvme && delayed_), "optimizer offload: the delayed update needs device \"cpu\"");
+  if (nvme) piece_elements = std::min(piece_elements, swap.sub_group_size);  // a sub-group holds whole pieces
   DSCPP_CHECK(offload.buffer_count >= 1, "zero_optimization.offload_optimizer.buffer_count must be >= 1, got ",
               offload.buffer_count);
   shard_numel_ = zp.shard_numel();
@@ -81,12 +84,14 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
   copied_.assign(U, false);
   if (delayed_ && track_grads_) ready_ = ReadyRanges(ps, zp.units());
   const bool pinned = offload.pin_memory;
-  host_ = make_optimizer(optimizer, ps, host_ranges, pinned ? StateMemory::pinned_host : StateMemory::host);
+  host_ = make_optimizer(optimizer, ps, host_ranges,
+                         nvme ? StateMemory::none : pinned ? StateMemory::pinned_host : StateMemory::host);
   if (!device_ranges.empty()) device_ = make_optimizer(optimizer, ps, device_ranges, StateMemory::device);
   {
     MemoryCategoryScope scope(MemoryCategory::optimizer);
-    host_master_ = host_buffer(host_numel_, DType::f32, pinned);
+    if (!nvme) host_master_ = host_buffer(host_numel_, DType::f32, pinned);
     if (mixed_ && split_ > 0) device_master_ = Tensor::empty({split_}, DType::f32, ps.device());
+    if (nvme) nvme_ = make_nvme(offload, ours, swap, zp.rank());
   }
   slots_ = delayed_ ? 0 : size_t(std::min<int64_t>(offload.buffer_count, int64_t(n)));
   const int64_t buffered = delayed_ ? host_numel_ : int64_t(slots_) * slot_numel_;
@@ -114,6 +119,7 @@ OptimizerOffload::~OptimizerOffload() {
 }
 
 Tensor OptimizerOffload::master_of(size_t j) const {
+  if (nvme_) return nvme_->master(j);
   const Piece& p = host_piece(j);
   return host_master_.slice(p.shard - split_, p.flat.size());
 }
@@ -132,10 +138,22 @@ Tensor OptimizerOffload::lowp_slot(size_t j) const {
 }
 
 void OptimizerOffload::wait_idle() {
-  if (worker_.idle()) return worker_.wait();  // rethrows a failure not collected yet
-  const auto t0 = Clock::now();
-  worker_.wait();
-  wait_ms_ += ms_since(t0);
+  if (worker_.idle()) {
+    worker_.wait();  // rethrows a failure not collected yet
+  } else {
+    const auto t0 = Clock::now();
+    worker_.wait();
+    wait_ms_ += ms_since(t0);
+  }
+  check_intact();
+}
+
+void OptimizerOffload::check_intact() const {
+  // A failed host step leaves some pieces updated and others not (with NVMe, some sub-groups written back and
+  // others not): stepping on, or saving a checkpoint of them, would carry that on. Only a restart fixes it.
+  if (failed_)
+    DSCPP_FAIL("optimizer offload: a host step failed earlier (", failure_, "); the optimizer states are now partly "
+               "updated, so training and saving stop here: restart from the last checkpoint");
 }
 
 void OptimizerOffload::before_backward(bool boundary) {
@@ -200,18 +218,32 @@ void OptimizerOffload::host_step(float lr, float grad_scale) {
   const auto t0 = Clock::now();
   omp_set_num_threads(threads_);  // this thread's parallel regions (the CPU Adam's)
   const size_t n = host_pieces_.size();
-  if (delayed_) grads_out_.synchronize();
-  for (size_t i = 0; delayed_ && i < n; i++) {  // progress: pieces whose gradients are read
-    update(n - 1 - i, lr, grad_scale);
-    worker_.advance(int64_t(i) + 1);
-  }
-  for (size_t j = 0; j < std::min(slots_, n); j++) fetch_grads(j);
-  for (size_t j = 0; !delayed_ && j < n; j++) {  // progress: pieces whose parameters are on their way
-    grads_in_[j % slots_].synchronize();
-    update(j, lr, grad_scale);
-    send_params(j);
-    worker_.advance(int64_t(j) + 1);
-    if (j + slots_ < n) fetch_grads(j + slots_);  // the slot piece j read is free
+  try {
+    if (delayed_) grads_out_.synchronize();
+    for (size_t i = 0; delayed_ && i < n; i++) {  // progress: pieces whose gradients are read
+      update(n - 1 - i, lr, grad_scale);
+      worker_.advance(int64_t(i) + 1);
+    }
+    for (size_t j = 0; j < std::min(slots_, n); j++) fetch_grads(j);
+    for (size_t j = 0; !delayed_ && j < n; j++) {  // progress: pieces whose parameters are on their way
+      if (nvme_ && nvme_->first_of_group(j)) {  // Note [NVMe optimizer states]: the previous sub-group goes back
+        if (j > 0) nvme_->close(nvme_->group_of(j - 1));
+        nvme_->open(nvme_->group_of(j));
+      }
+      grads_in_[j % slots_].synchronize();
+      update(j, lr, grad_scale);
+      send_params(j);
+      worker_.advance(int64_t(j) + 1);
+      if (j + slots_ < n) fetch_grads(j + slots_);  // the slot piece j read is free
+    }
+    if (nvme_ && n > 0) {
+      nvme_->close(nvme_->group_of(n - 1));
+      nvme_->drain();
+    }
+  } catch (const std::exception& e) {
+    failure_ = e.what();
+    failed_ = true;
+    throw;
   }
   host_step_us_ += std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
 }
@@ -227,7 +259,11 @@ void OptimizerOffload::update(size_t j, float lr, float grad_scale) {
   const size_t sender = lowp_buf_.defined() && !delayed_ ? j % slots_ : j;
   if (sent_from_[sender] >= 0) params_in_[size_t(sent_from_[sender])].synchronize();
   const Piece& p = host_piece(j);
-  host_->update_range(p.flat.begin, p.flat.end, master_of(j), grads_slot(j), lr, grad_scale, lowp_slot(j));
+  if (nvme_)
+    host_->update_range(p.flat.begin, p.flat.end, master_of(j), grads_slot(j), nvme_->states(j), lr, grad_scale,
+                        lowp_slot(j));
+  else
+    host_->update_range(p.flat.begin, p.flat.end, master_of(j), grads_slot(j), lr, grad_scale, lowp_slot(j));
 }
 
 void OptimizerOffload::send_params(size_t j) {
@@ -276,13 +312,26 @@ void OptimizerOffload::set_betas(double beta1, double beta2) {
 
 void OptimizerOffload::refresh_masters() {
   finish();
-  for (size_t j = 0; j < host_pieces_.size(); j++) master_of(j).copy_from(host_piece(j).params);
+  if (nvme_) {  // the files' first contents; the states stay as they are after the first time
+    auto fill = [&](size_t j, const Tensor& m, const std::vector<Tensor>&) { Tensor(m).copy_from(host_piece(j).params); };
+    nvme_->store(fill, /*read_first=*/nvme_written_, /*states_too=*/nvme_written_ || !fast_init_);
+    nvme_written_ = true;
+  }
+  for (size_t j = 0; !nvme_ && j < host_pieces_.size(); j++) master_of(j).copy_from(host_piece(j).params);
   for (const Piece& p : pieces_)
     if (!p.host && device_master_.defined()) device_master_.slice(p.shard, p.flat.size()).copy_from(p.params);
 }
 
 std::vector<std::pair<std::string, Tensor>> OptimizerOffload::state_tensors() const {
+  check_intact();
   std::vector<std::pair<std::string, Tensor>> host = host_->state_tensors();
+  if (nvme_) {  // read back from the swap files into memory
+    for (auto& [name, t] : host) t = Tensor::empty({host_numel_}, DType::f32);
+    nvme_->load([&](size_t j, const Tensor&, const std::vector<Tensor>& st) {
+      const Piece& p = host_piece(j);
+      for (size_t k = 0; k < st.size(); k++) host[k].second.slice(p.shard - split_, p.flat.size()).copy_from(st[k]);
+    });
+  }
   if (!device_) return host;
   const std::vector<std::pair<std::string, Tensor>> dev = device_->state_tensors();
   for (size_t i = 0; i < host.size(); i++) {
@@ -295,9 +344,17 @@ std::vector<std::pair<std::string, Tensor>> OptimizerOffload::state_tensors() co
 }
 
 Tensor OptimizerOffload::masters() const {
-  if (split_ == 0) return host_master_;
+  check_intact();
+  Tensor host = host_master_;
+  if (nvme_) {
+    host = Tensor::empty({host_numel_}, DType::f32);
+    nvme_->load([&](size_t j, const Tensor& m, const std::vector<Tensor>&) {
+      host.slice(host_piece(j).shard - split_, host_piece(j).flat.size()).copy_from(m);
+    });
+  }
+  if (split_ == 0) return host;
   Tensor whole = Tensor::empty({shard_numel_}, DType::f32);
-  whole.slice(split_, host_numel_).copy_from(host_master_);
+  whole.slice(split_, host_numel_).copy_from(host);
   for (const Piece& p : pieces_)
     if (!p.host)
       whole.slice(p.shard, p.flat.size()).copy_from(mixed_ ? device_master_.slice(p.shard, p.flat.size()) : p.params);
@@ -322,7 +379,20 @@ void OptimizerOffload::load(const nlohmann::json& meta, const std::vector<std::p
   if (device_) part(*device_, 0, split_);
   DSCPP_CHECK(fp32.numel() == shard_numel_, "optimizer offload: fp32 weights have ", fp32.numel(),
               " elements, the shard ", shard_numel_);
-  host_master_.copy_from(fp32.slice(split_, host_numel_));
+  if (nvme_) {  // into the swap files, in the host optimizer's state order
+    std::vector<Tensor> named;
+    for (const std::string& n : host_->state_names())
+      for (const auto& [name, t] : states)
+        if (name == n) named.push_back(t);
+    nvme_->store([&](size_t j, const Tensor& m, const std::vector<Tensor>& st) {
+      const Piece& p = host_piece(j);
+      Tensor(m).copy_from(fp32.slice(p.shard, p.flat.size()));
+      for (size_t k = 0; k < st.size(); k++) Tensor(st[k]).copy_from(named[k].slice(p.shard, p.flat.size()));
+    }, /*read_first=*/false, /*states_too=*/true);
+    nvme_written_ = true;
+  } else {
+    host_master_.copy_from(fp32.slice(split_, host_numel_));
+  }
   if (device_master_.defined()) device_master_.copy_from(fp32.slice(0, split_));
 }
 
@@ -335,10 +405,45 @@ OffloadBytes OptimizerOffload::bytes() const {
     return n;
   };
   b.device = states(device_.get()) + (device_master_.defined() ? int64_t(device_master_.nbytes()) : 0);
-  b.host_states = states(host_.get()) + int64_t(host_master_.nbytes());
+  if (nvme_) {
+    b.nvme = nvme_->file_bytes();
+    b.host_swap = nvme_->buffer_bytes();
+  } else {
+    b.host_states = states(host_.get()) + int64_t(host_master_.nbytes());
+  }
   b.host_grads = int64_t(grads_buf_.nbytes());
   b.host_staging = lowp_buf_.defined() ? int64_t(lowp_buf_.nbytes()) : 0;
   return b;
+}
+
+std::unique_ptr<NvmeStates> OptimizerOffload::make_nvme(const OffloadOptimizerConfig& offload,
+                                                         const DscppOffloadConfig& ours, const SwapOptions& swap,
+                                                         int rank) {
+  NvmeSetup s;
+  s.nvme_path = offload.nvme_path.value_or("");
+  s.stage = swap.stage;
+  s.rank = rank;
+  s.state_names = host_->state_names();
+  s.sub_group_size = swap.sub_group_size;
+  s.buffer_count = offload.buffer_count;
+  s.pinned = offload.pin_memory;
+  s.pipeline_read = offload.pipeline_read;
+  s.pipeline_write = offload.pipeline_write;
+  s.aio = swap.aio;
+  s.backend = ours.aio_backend;
+  s.probe_bytes = ours.nvme_probe_mib << 20;
+  s.min_gbps = ours.nvme_min_gbps;
+  fast_init_ = offload.fast_init;
+  std::vector<NvmePiece> pieces;
+  for (size_t j = 0; j < host_pieces_.size(); j++) {
+    const Piece& p = host_piece(j);
+    pieces.push_back({p.shard - split_, p.flat.size(), p.flat.begin, p.flat.end - 1});
+  }
+  // A slot is overwritten only once the f32 parameters copied from it (no 16-bit copy: send_params) have landed.
+  auto readers_done = [this](size_t end) {
+    if (!lowp_buf_.defined() && end > 0) params_in_[end - 1].synchronize();  // copies run in order
+  };
+  return std::make_unique<NvmeStates>(s, std::move(pieces), readers_done);
 }
 
 double OptimizerOffload::take_host_step_ms() { return double(host_step_us_.exchange(0)) / 1e3; }

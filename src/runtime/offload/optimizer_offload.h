@@ -37,6 +37,9 @@
 //   until the last host step has read that unit's buffer. Twin-Flow's device share is not delayed.
 //   Whatever reads the parameters outside training (Engine::model(), checkpoints) applies a pending update first
 //   (finish()), so saved states are consistent.
+// - NVMe (offload_optimizer.device "nvme"): the host share's masters and states live in swap files instead and the
+//   host step reads, steps and writes them one sub-group at a time (Note [NVMe optimizer states], nvme_states.h);
+//   everything else above holds as written, except the delayed update, which the config refuses with "nvme".
 // Results equal a run without offload as far as the optimizer kernels agree: on the CPU device bit for bit (the same
 // kernel on the same values, Note [CPU Adam exactness]); on a GPU within float rounding of the device optimizer.
 // Checkpoints hold the same tensors under the same names as without offload.
@@ -55,16 +58,25 @@
 #include "dscpp/runtime/config.h"
 #include "dscpp/runtime/optimizer.h"
 #include "runtime/dp/ready_ranges.h"
+#include "runtime/offload/nvme_states.h"
 #include "runtime/offload/step_worker.h"
 
 namespace dscpp {
 
 struct OffloadBytes {
   int64_t device = 0;        // Twin-Flow's device share: f32 masters (mixed precision) and optimizer states
-  int64_t host_states = 0;   // host: f32 masters and optimizer states
+  int64_t host_states = 0;   // host: f32 masters and optimizer states (device "cpu")
   int64_t host_grads = 0;    // host: gradient slots (delayed update: the whole shard)
   int64_t host_staging = 0;  // host: slots for the 16-bit copy of the updated parameters (delayed: the whole shard)
-  int64_t host() const { return host_states + host_grads + host_staging; }
+  int64_t host_swap = 0;     // host: the swap buffers of device "nvme"
+  int64_t nvme = 0;          // disk: f32 masters and optimizer states in swap files (device "nvme")
+  int64_t host() const { return host_states + host_grads + host_staging + host_swap; }
+};
+
+struct SwapOptions {         // what device "nvme" needs beyond the offload section (Note [NVMe optimizer states])
+  int stage = 0;             // zero_optimization.stage: names the swap folder
+  int64_t sub_group_size = 1000000000;
+  AioConfig aio;
 };
 
 class OptimizerOffload {
@@ -80,8 +92,8 @@ class OptimizerOffload {
   // fp16/bf16 engine path); else the parameters are f32 and are the masters. track_grads (delayed update): no
   // gradient sync reports final units, so grads_ready() follows the model's grad-ready hook. piece_elements: tests.
   OptimizerOffload(const OptimizerConfig& optimizer, const OffloadOptimizerConfig& offload,
-                   const DscppOffloadConfig& ours, const ParamSet& ps, const ZeroPartition& zp, bool mixed,
-                   bool track_grads, const ChunkFn& params, const ChunkFn& grads,
+                   const DscppOffloadConfig& ours, const SwapOptions& swap, const ParamSet& ps,
+                   const ZeroPartition& zp, bool mixed, bool track_grads, const ChunkFn& params, const ChunkFn& grads,
                    int64_t piece_elements = kPieceElements);
   ~OptimizerOffload();  // waits for the worker and the copies
   OptimizerOffload(const OptimizerOffload&) = delete;
@@ -122,6 +134,7 @@ class OptimizerOffload {
   double ratio() const { return double(host_numel_) / double(std::max<int64_t>(1, shard_numel_)); }
   double take_host_step_ms();                  // the worker's step time since the last call
   double take_wait_ms();                       // time the training thread waited for the worker since the last call
+  const NvmeStates* nvme() const { return nvme_.get(); }  // device "nvme", else null
 
  private:
   struct Piece {
@@ -132,15 +145,18 @@ class OptimizerOffload {
     Tensor params, grads;  // the piece's device parameters and f32 gradients (views)
   };
   const Piece& host_piece(size_t j) const { return pieces_[host_pieces_[j]]; }
-  Tensor master_of(size_t j) const;        // host piece j's f32 masters
+  Tensor master_of(size_t j) const;        // host piece j's f32 masters (nvme: in its open sub-group's slot)
   Tensor grads_slot(size_t j) const;       // where host piece j's gradients land on the host
   Tensor lowp_slot(size_t j) const;        // where its 16-bit copy is written (undefined for f32 parameters)
-  void wait_idle();                        // the worker has finished its step (rethrows its error)
+  void wait_idle();                        // the worker has finished its step (rethrows its error, then refuses)
+  void check_intact() const;               // throws once a host step has failed: the states are half updated
   void fetch_grads(size_t j);              // queue host piece j's gradients to the host
   void update(size_t j, float lr, float grad_scale);  // the host optimizer over piece j
   void send_params(size_t j);              // queue host piece j's updated parameters to the device
   void host_step(float lr, float grad_scale);          // the worker's job
   void apply_pending_update();             // delayed update: the last host step's result -> the device
+  std::unique_ptr<NvmeStates> make_nvme(const OffloadOptimizerConfig& offload, const DscppOffloadConfig& ours,
+                                        const SwapOptions& swap, int rank);
 
   bool mixed_, delayed_;
   int threads_;                        // OpenMP threads of the host step
@@ -152,7 +168,10 @@ class OptimizerOffload {
   ReadyRanges ready_;                  // delayed, track_grads
   bool track_grads_;
   std::unique_ptr<Optimizer> host_, device_;  // device_: Twin-Flow's share (null when everything is offloaded)
-  Tensor host_master_;                 // [host_numel_]
+  Tensor host_master_;                 // [host_numel_] (device "cpu")
+  std::unique_ptr<NvmeStates> nvme_;   // device "nvme": the masters and states in swap files
+  bool nvme_written_ = false;          // the swap files hold states (after the first refresh_masters() or load())
+  bool fast_init_ = false;             // offload_optimizer.fast_init: the first states are the files' zeros
   // Gradient and 16-bit slots: `slots_` rings of kPieceElements, or (delayed) the whole host share each.
   Tensor grads_buf_, lowp_buf_;
   size_t slots_ = 0;                   // 0: delayed (whole buffers)
@@ -166,6 +185,8 @@ class OptimizerOffload {
   bool pending_update_ = false;        // delayed update: the host has stepped, the device has not got it yet
   bool reads_grads_ = false;           // the worker may still read the device gradients
   std::atomic<int64_t> host_step_us_{0};  // written by the worker
+  std::string failure_;                // the first failed host step's error (written by the worker before failed_)
+  std::atomic<bool> failed_{false};
   double wait_ms_ = 0;
   StepWorker worker_;                  // last: stopped first
 };

@@ -11,8 +11,8 @@ AdamOptimizer::AdamOptimizer(const AdamConfig& cfg, bool adamw_name, const Param
   exp_avg_sq_ = new_state();
 }
 
-void AdamOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
-                                   float lr, float grad_scale, bool decay) {
+void AdamOptimizer::update_segment(int64_t, int64_t, const Tensor& p, const Tensor& g, const Tensor& lowp,
+                                   const std::vector<Tensor>& states, float lr, float grad_scale, bool decay) {
   ops::AdamParams a;
   a.lr = lr;
   a.beta1 = float(cfg_.betas[0]);
@@ -23,15 +23,13 @@ void AdamOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, 
   a.bias_correction = cfg_.bias_correction;
   a.step = step_count_;
   a.grad_scale = grad_scale;
-  int64_t off = state_offset(begin);
-  const Tensor m = exp_avg_.slice(off, end - begin), v = exp_avg_sq_.slice(off, end - begin);
+  const Tensor &m = states.at(0), &v = states.at(1);
   if (lowp.defined()) ops::adam_update_with_copy(p, g, m, v, lowp, a);  // one pass writes both copies
   else ops::adam_update(p, g, m, v, a);
 }
 
 void AdamOptimizer::zero_state() {
-  exp_avg_.zero();
-  exp_avg_sq_.zero();
+  if (exp_avg_.defined()) exp_avg_.zero(), exp_avg_sq_.zero();  // undefined with StateMemory::none
   step_count_ = 0;
 }
 

@@ -44,6 +44,7 @@ Optimizer::Optimizer(const ParamSet& params, std::vector<FlatRange> owned, State
 }
 
 Tensor Optimizer::new_state() const {
+  if (memory_ == StateMemory::none) return Tensor();
   MemoryCategoryScope scope(MemoryCategory::optimizer);
   if (memory_ == StateMemory::device) return Tensor::zeros({owned_numel_}, DType::f32, params_.device());
   Tensor t = memory_ == StateMemory::pinned_host ? empty_pinned({owned_numel_}, DType::f32)
@@ -65,25 +66,56 @@ nlohmann::json Optimizer::owned_json() const {
   return a;
 }
 
-void Optimizer::check_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad) const {
+std::vector<std::string> Optimizer::state_names() const {
+  std::vector<std::string> names;
+  for (const auto& [n, t] : state_tensors()) names.push_back(n);
+  return names;
+}
+
+void Optimizer::check_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad,
+                            const Tensor& lowp) const {
   auto it = std::find_if(owned_.begin(), owned_.end(), [&](const FlatRange& r) { return r.begin <= begin && end <= r.end; });
   DSCPP_CHECK(begin <= end && it != owned_.end(), name(), " optimizer: range [", begin, ", ", end,
               ") is not inside one owned range");
   DSCPP_CHECK(param.numel() == end - begin && grad.numel() == end - begin, name(), " optimizer: range [", begin,
               ", ", end, ") has ", end - begin, " elements, got param ", param.str(), ", grad ", grad.str());
+  DSCPP_CHECK(!lowp.defined() || lowp.numel() == end - begin, name(), " optimizer: range [", begin, ", ", end,
+              ") has ", end - begin, " elements, got the 16-bit copy ", lowp.str());
   DSCPP_CHECK(step_count_ >= 1, name(), " optimizer: call begin_step() before update_range()");
 }
 
 void Optimizer::update_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad, float lr,
                              float grad_scale, const Tensor& param_lowp) {
-  check_range(begin, end, param, grad);
-  DSCPP_CHECK(!param_lowp.defined() || param_lowp.numel() == end - begin, name(), " optimizer: range [", begin, ", ",
-              end, ") has ", end - begin, " elements, got the 16-bit copy ", param_lowp.str());
+  DSCPP_CHECK(memory_ != StateMemory::none, name(), " optimizer keeps no states: pass them to update_range");
+  update_segments(begin, end, param, grad, {}, true, lr, grad_scale, param_lowp);
+}
+
+void Optimizer::update_range(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad,
+                             const std::vector<Tensor>& states, float lr, float grad_scale, const Tensor& param_lowp) {
+  const size_t want = state_tensors().size();
+  DSCPP_CHECK(states.size() == want, name(), " optimizer: ", states.size(), " state tensors given, it has ", want);
+  for (const Tensor& t : states)
+    DSCPP_CHECK(t.dtype() == DType::f32 && t.numel() == end - begin, name(), " optimizer: range [", begin, ", ", end,
+                ") got the state ", t.str());
+  update_segments(begin, end, param, grad, states, false, lr, grad_scale, param_lowp);
+}
+
+void Optimizer::update_segments(int64_t begin, int64_t end, const Tensor& param, const Tensor& grad,
+                                const std::vector<Tensor>& states, bool own_states, float lr, float grad_scale,
+                                const Tensor& param_lowp) {
+  check_range(begin, end, param, grad, param_lowp);
+  std::vector<Tensor> whole = states, slices;
+  if (own_states)
+    for (const auto& [n, t] : state_tensors()) whole.push_back(t);
   for (const Segment& s : segments_) {
     int64_t b = std::max(s.begin, begin), e = std::min(s.end, end);
     if (b >= e) continue;
     const Tensor lowp = param_lowp.defined() ? param_lowp.slice(b - begin, e - b) : Tensor();
-    update_segment(b, e, param.slice(b - begin, e - b), grad.slice(b - begin, e - b), lowp, lr, grad_scale, s.decay);
+    const int64_t at = own_states ? state_offset(b) : b - begin;
+    slices.clear();
+    for (const Tensor& t : whole) slices.push_back(t.slice(at, e - b));
+    update_segment(b, e, param.slice(b - begin, e - b), grad.slice(b - begin, e - b), lowp, slices, lr, grad_scale,
+                   s.decay);
   }
 }
 
@@ -109,8 +141,9 @@ void Optimizer::load_state(const nlohmann::json& meta, const std::vector<std::pa
   for (auto& [n, dst] : mine) {
     auto it = std::find_if(tensors.begin(), tensors.end(), [&](const auto& t) { return t.first == n; });
     DSCPP_CHECK(it != tensors.end(), "optimizer load_state: missing state tensor '", n, "'");
-    DSCPP_CHECK(it->second.numel() == dst.numel(), "optimizer load_state: '", n, "' has ", it->second.numel(),
-                " elements, expected ", dst.numel());
+    DSCPP_CHECK(it->second.numel() == owned_numel_, "optimizer load_state: '", n, "' has ", it->second.numel(),
+                " elements, expected ", owned_numel_);
+    if (!dst.defined()) continue;  // StateMemory::none: the caller keeps them
     Tensor src = it->second.device() == dst.device() ? it->second : it->second.to(dst.device());
     dst.copy_from(src);
   }

@@ -17,8 +17,8 @@ class AdamOptimizer final : public Optimizer {
   void set_betas(double beta1, double beta2) override;
 
  private:
-  void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp, float lr,
-                      float grad_scale, bool decay) override;
+  void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
+                      const std::vector<Tensor>& states, float lr, float grad_scale, bool decay) override;
   AdamConfig cfg_;
   bool adamw_name_;
   Tensor exp_avg_, exp_avg_sq_;  // [owned_numel()] f32
@@ -34,8 +34,8 @@ class SgdOptimizer final : public Optimizer {
   nlohmann::json state_json() const override;
 
  private:
-  void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp, float lr,
-                      float grad_scale, bool decay) override;
+  void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
+                      const std::vector<Tensor>& states, float lr, float grad_scale, bool decay) override;
   SgdConfig cfg_;
   Tensor momentum_;  // [owned_numel()] f32; undefined when momentum == 0 (torch keeps no buffer)
 };

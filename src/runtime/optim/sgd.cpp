@@ -9,8 +9,8 @@ SgdOptimizer::SgdOptimizer(const SgdConfig& cfg, const ParamSet& params, std::ve
   if (cfg_.momentum != 0.0) momentum_ = new_state();
 }
 
-void SgdOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
-                                  float lr, float grad_scale, bool decay) {
+void SgdOptimizer::update_segment(int64_t, int64_t, const Tensor& p, const Tensor& g, const Tensor& lowp,
+                                  const std::vector<Tensor>& states, float lr, float grad_scale, bool decay) {
   ops::SgdParams s;
   s.lr = lr;
   s.momentum = float(cfg_.momentum);
@@ -19,18 +19,17 @@ void SgdOptimizer::update_segment(int64_t begin, int64_t end, const Tensor& p, c
   s.nesterov = cfg_.nesterov;
   s.first_step = step_count_ == 1;  // torch creates the buffer from the first gradient
   s.grad_scale = grad_scale;
-  Tensor buf = momentum_.defined() ? momentum_.slice(state_offset(begin), end - begin) : Tensor();
-  ops::sgd_update(p, g, buf, s);
+  ops::sgd_update(p, g, states.empty() ? Tensor() : states[0], s);
   if (lowp.defined()) Tensor(lowp).copy_from(p);  // a view of the same storage
 }
 
 void SgdOptimizer::zero_state() {
-  if (momentum_.defined()) momentum_.zero();
+  if (momentum_.defined()) momentum_.zero();  // undefined without momentum or with StateMemory::none
   step_count_ = 0;
 }
 
 std::vector<std::pair<std::string, Tensor>> SgdOptimizer::state_tensors() const {
-  if (!momentum_.defined()) return {};
+  if (cfg_.momentum == 0.0) return {};  // torch keeps no buffer
   return {{"momentum_buffer", momentum_}};
 }
 
