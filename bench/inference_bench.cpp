@@ -9,6 +9,7 @@
 // ...` (one per GPU, Note [Tensor-parallel shards]); rank 0 measures and prints, the model's name gets "-tpT".
 // --peer-all-reduce-max-bytes N: dscpp.peer_all_reduce_max_bytes (0: every all-reduce on NCCL; the name then ends in
 // "-nccl").
+// --kv-cache-dtype auto|fp8|fp8_e4m3: dscpp.kv_cache_dtype (an fp8 cache: the name ends in "-kvfp8").
 // DIR holds a Hugging Face config.json (and, with safetensors, the weights); dummy weights need no files. Each batch
 // size runs B requests of --prompt random tokens, greedy, each generating exactly --new tokens (no stop ids), once
 // to warm up and then timed. Prints, tab-separated:
@@ -53,6 +54,7 @@ struct Args {
   std::vector<int64_t> batches{1, 32};
   int64_t prompt = 32, new_tokens = 128, warmup = 1, offline = 0, tp = 1;
   int64_t peer_bytes = InferenceDscppConfig{}.peer_all_reduce_max_bytes;
+  std::string kv_cache_dtype = "auto";
 };
 
 const bench::Flags kFlags{"inference_bench",
@@ -60,7 +62,7 @@ const bench::Flags kFlags{"inference_bench",
                           "                       [--dtype bf16|f16|f32] [--weights dense|int8|int4] [--group 128]\n"
                           "                       [--batch 1,32] [--prompt 32] [--new 128]\n"
                           "                       [--warmup 1] [--offline N] [--tensor-parallel-size T]\n"
-                          "                       [--peer-all-reduce-max-bytes N]\n"};
+                          "                       [--peer-all-reduce-max-bytes N] [--kv-cache-dtype auto|fp8]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -80,11 +82,14 @@ Args parse(int argc, char** argv) {
     else if (k == "offline") a.offline = kFlags.to_int(k, v, 1);
     else if (k == "tensor-parallel-size") a.tp = kFlags.to_int(k, v, 1);
     else if (k == "peer-all-reduce-max-bytes") a.peer_bytes = kFlags.to_int(k, v, 0);
+    else if (k == "kv-cache-dtype") a.kv_cache_dtype = v == "fp8" ? "fp8_e4m3" : v;
     else kFlags.fail("unknown flag --" + k);
   });
   if (a.model.empty()) kFlags.fail("--model DIR is required");
   if (a.weights != "dense" && a.weights != "int8" && a.weights != "int4")
     kFlags.fail("--weights must be dense, int8 or int4, got '" + a.weights + "'");
+  if (a.kv_cache_dtype != "auto" && a.kv_cache_dtype != "fp8_e4m3")
+    kFlags.fail("--kv-cache-dtype must be auto, fp8 or fp8_e4m3, got '" + a.kv_cache_dtype + "'");
   return a;
 }
 
@@ -113,6 +118,7 @@ std::unique_ptr<InferenceEngine> start(const Args& a, const LoadOptions& lo, Inf
   const bool lead = !lo.tp_group || lo.tp_group->rank() == 0;
   cfg.tp_size = a.tp;
   cfg.dscpp.peer_all_reduce_max_bytes = a.peer_bytes;
+  cfg.dscpp.kv_cache_dtype = a.kv_cache_dtype;
   const auto t0 = Clock::now();
   auto e = std::make_unique<InferenceEngine>(load_inference_model(a.model, lo), cfg, lead ? &std::cerr : nullptr);
   if (lo.device.is_cuda()) cuda_synchronize();
@@ -176,7 +182,8 @@ int main(int argc, char** argv) {
   lo.quant.group_size = a.group;
   const std::string name = std::filesystem::path(a.model).filename().string() +
                            (lo.quant.enabled ? "-" + a.weights : std::string()) +
-                           (a.tp > 1 ? "-tp" + std::to_string(a.tp) + (a.peer_bytes == 0 ? "-nccl" : "") : "");
+                           (a.tp > 1 ? "-tp" + std::to_string(a.tp) + (a.peer_bytes == 0 ? "-nccl" : "") : "") +
+                           (a.kv_cache_dtype == "auto" ? "" : "-kvfp8");
   if (a.offline > 0) {
     offline(a, lo, name);
     return 0;

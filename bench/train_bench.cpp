@@ -5,7 +5,7 @@
 //               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--attention auto|cudnn|own] [--nvtx-step]
 //               [--gas 1] [--zero-stage 0..3] [--offload none|cpu|nvme] [--offload-ratio 1] [--delayed-update]
 //               [--offload-threads N] [--checkpointing] [--nvme-path DIR] [--sub-group 100000000]
-//               [--aio 1048576:8:1]
+//               [--aio 1048576:8:1] [--offload-param none|cpu|cpu-pageable] [--cpu-checkpointing]
 // Prints one line per model, tab-separated and prefixed "RESULT" (bench/run_train_bench.sh collects them):
 //   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
 // B = sequences per optimizer step (--batch x --gas); impl names the variant: dscpp-<dtype>[-z<stage>][-gas<n>]
@@ -13,7 +13,11 @@
 // stderr also gets, per timed step, the host optimizer's time and how long training waited for it. --offload nvme
 // keeps the states in swap files under --nvme-path (Note [NVMe optimizer states]; pipeline_read and pipeline_write
 // on, 9 buffers of --sub-group elements, the aio section's block_size:queue_depth:intra_op_parallelism from --aio);
-// its lines add the swap files' bytes read and written per second of the host step.
+// its lines add the swap files' bytes read and written per second of the host step. --offload-param cpu
+// (zero_optimization.offload_param, pinned; cpu-pageable: pin_memory false, staged; needs --zero-stage 3, Note
+// [Parameter offload]) keeps the parameters in host memory and initialises them there, so the model need not fit the
+// GPU; --cpu-checkpointing
+// (activation_checkpointing.cpu_checkpointing, with --checkpointing) keeps the checkpointed inputs there too.
 // tokens/s = B*T / median step time (forward + backward + step, synchronised) over --steps steps after --warmup;
 // MFU = tokens/s * ModelConfig::train_flops_per_token(T) / 989.4e12 (H100 SXM dense bf16), and the same against
 // the measured GEMM ceiling --gemm-tflops. Peak memory: the CUDA allocator's peak live bytes (PyTorch's
@@ -60,6 +64,8 @@ struct Args {
   std::string nvme_path;          // --offload nvme: offload_optimizer.nvme_path
   int64_t sub_group = 100000000;  // --offload nvme: zero_optimization.sub_group_size
   std::string aio = "1048576:8:1";  // --offload nvme: aio.{block_size, queue_depth, intra_op_parallelism}
+  std::string offload_param = "none";  // zero_optimization.offload_param.device
+  bool cpu_checkpointing = false;
 };
 
 const bench::Flags kFlags{"train_bench",
@@ -69,7 +75,8 @@ const bench::Flags kFlags{"train_bench",
                           "                   [--offload none|cpu|nvme] [--offload-ratio 1] [--delayed-update]\n"
                           "                   [--offload-threads N] [--nvme-path DIR] [--sub-group 100000000]\n"
                           "                   [--aio 1048576:8:1]\n"
-                          "                   [--checkpointing]\n"};
+                          "                   [--checkpointing] [--offload-param none|cpu|cpu-pageable]\n"
+                          "                   [--cpu-checkpointing]\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -77,8 +84,9 @@ Args parse(int argc, char** argv) {
     if (k == "nvtx-step") a.nvtx_step = true;
     if (k == "delayed-update") a.delayed_update = true;
     if (k == "checkpointing") a.checkpointing = true;
+    if (k == "cpu-checkpointing") a.cpu_checkpointing = true;
   };
-  kFlags.parse(argc, argv, {"nvtx-step", "delayed-update", "checkpointing"}, on_switch,
+  kFlags.parse(argc, argv, {"nvtx-step", "delayed-update", "checkpointing", "cpu-checkpointing"}, on_switch,
                [&](const std::string& k, const std::string& v) {
     if (k == "models") a.models = bench::Flags::list(v);
     else if (k == "batch") a.batch = kFlags.to_int(k, v, 1);
@@ -96,6 +104,7 @@ Args parse(int argc, char** argv) {
     else if (k == "nvme-path") a.nvme_path = v;
     else if (k == "sub-group") a.sub_group = kFlags.to_int(k, v, 1);
     else if (k == "aio") a.aio = v;
+    else if (k == "offload-param") a.offload_param = v;
     else kFlags.fail("unknown option --" + k);
   });
   if (a.zero_stage > 3) kFlags.fail("--zero-stage must be 0..3");
@@ -105,6 +114,10 @@ Args parse(int argc, char** argv) {
   if ((a.offload == "nvme") != !a.nvme_path.empty()) kFlags.fail("--offload nvme and --nvme-path go together");
   if (std::count(a.aio.begin(), a.aio.end(), ':') != 2) kFlags.fail("--aio takes block_size:queue_depth:threads");
   if (a.delayed_update && a.offload != "cpu") kFlags.fail("--delayed-update needs --offload cpu");
+  const bool param_cpu = a.offload_param == "cpu" || a.offload_param == "cpu-pageable";
+  if (a.offload_param != "none" && (!param_cpu || a.zero_stage != 3))
+    kFlags.fail("--offload-param: none, or cpu / cpu-pageable with --zero-stage 3");
+  if (a.cpu_checkpointing && !a.checkpointing) kFlags.fail("--cpu-checkpointing needs --checkpointing");
   if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "f32") kFlags.fail("--dtype must be bf16, fp16 or f32");
   if (a.attention != "auto" && a.attention != "cudnn" && a.attention != "own")
     kFlags.fail("--attention must be auto, cudnn or own");
@@ -133,6 +146,9 @@ DeepSpeedConfig bench_config(const Args& a) {
                "pipeline_write": true}, "sub_group_size": )" + std::to_string(a.sub_group);
   else if (a.offload != "none")
     zero += "}";
+  if (a.offload_param != "none")
+    zero += R"(, "offload_param": {"device": "cpu", "pin_memory": )" +
+            std::string(a.offload_param == "cpu" ? "true" : "false") + "}";
   zero += "}";
   std::string aio;
   if (a.offload == "nvme") {
@@ -140,7 +156,10 @@ DeepSpeedConfig bench_config(const Args& a) {
     aio = R"(, "aio": {"block_size": )" + a.aio.substr(0, c1) + R"(, "queue_depth": )" +
           a.aio.substr(c1 + 1, c2 - c1 - 1) + R"(, "intra_op_parallelism": )" + a.aio.substr(c2 + 1) + "}";
   }
-  const std::string ckpt = a.checkpointing ? R"(, "activation_checkpointing": {"number_checkpoints": 1000})" : "";
+  const std::string ckpt =
+      a.checkpointing ? R"(, "activation_checkpointing": {"number_checkpoints": 1000, "cpu_checkpointing": )" +
+                            std::string(a.cpu_checkpointing ? "true" : "false") + "}"
+                      : "";
   return DeepSpeedConfig::from_string(
       R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.batch) +
       R"(, "gradient_accumulation_steps": )" + std::to_string(a.gas) + R"(,
@@ -165,7 +184,8 @@ std::string impl_name(const Args& a) {
     }
     if (a.delayed_update) s += "-dpu";
   }
-  if (a.checkpointing) s += "-ckpt";
+  if (a.offload_param != "none") s += a.offload_param == "cpu" ? "-offparam" : "-offparam-pageable";
+  if (a.checkpointing) s += a.cpu_checkpointing ? "-cpuckpt" : "-ckpt";
   return s;
 }
 
@@ -195,9 +215,13 @@ void bench_one(const std::string& name, const Args& a) {
   try {
     const ModelConfig mc = bench_model(name, a.seq);
     const DeepSpeedConfig cfg = bench_config(a);
-    auto model = make_model(mc, {model_dtype(cfg), Device::cuda(0)});
-    model->init_weights(1234);
+    const bool on_host = a.offload_param != "none";  // initialised in host memory by the engine (init_seed)
+    ModelOptions mo{model_dtype(cfg), Device::cuda(0)};
+    mo.materialize_params = !on_host;
+    auto model = make_model(mc, mo);
+    if (!on_host) model->init_weights(1234);
     EngineOptions eo;
+    if (on_host) eo.init_seed = 1234;
     eo.log = &std::cerr;  // the model-state report: device and (offload) host bytes
     auto engine = initialize(std::move(model), cfg, eo);
 

@@ -1,7 +1,9 @@
 // dscpp estimate-memory: model-state memory of a model under ZeRO, without building it. Prints DeepSpeed's estimates
 // (estimate_zero{2,3}_model_states_mem_needs_all_cold, every offload option) and our engine's per-GPU bytes per stage,
-// without and with offload_optimizer (GPU and host bytes, Note [Our model-state bytes]); given a micro-batch, also
-// the activations and ZeRO's buffers, and the total per GPU (Note [Activation estimate], Note [ZeRO buffer estimate]).
+// without and with offload_optimizer (GPU and host bytes, Note [Our model-state bytes]); the bytes per rank on the
+// GPU, the CPU and NVMe for each offload choice at stage 3, DeepSpeed's beside ours (Note [Memory tiers]); given a
+// micro-batch, also the activations and ZeRO's buffers, and the total per GPU (Note [Activation estimate], Note
+// [ZeRO buffer estimate]).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -31,6 +33,7 @@ struct EstimateOptions {
   int64_t number_checkpoints = -1;  // -1: from --deepspeed_config, else none
   double gpu_memory_gib = 0;     // > 0: say whether each stage fits
   bool fused_head = false;       // Note [Fused head] (DSCPP_FUSED_HEAD=1)
+  bool cpu_checkpointing = false;  // Note [CPU checkpointing] (also from --deepspeed_config)
 };
 
 std::string z_note(const ZeroConfig& z) {
@@ -49,11 +52,13 @@ ModelConfig load_hf_config(const std::string& path) {
 }
 
 
-// Model states + activations + ZeRO's buffers per GPU, for each stage (Note [Activation estimate]).
-void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int W) {
-  const DeepSpeedConfig ds = o.deepspeed_config.empty()
-                                 ? DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1})", W)
-                                 : DeepSpeedConfig::from_file(o.deepspeed_config, W);
+DeepSpeedConfig workload_config(const EstimateOptions& o, int W) {
+  return o.deepspeed_config.empty() ? DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1})", W)
+                                    : DeepSpeedConfig::from_file(o.deepspeed_config, W);
+}
+
+// The micro-step to estimate: from the options, else the DeepSpeed config (bf16 without one).
+ActivationWorkload workload(const EstimateOptions& o, const DeepSpeedConfig& ds, const ModelConfig& cfg) {
   const bool half = o.deepspeed_config.empty() || ds.bf16.enabled || ds.fp16.enabled;
   ActivationWorkload w;
   w.micro_batch = o.micro_batch ? o.micro_batch : ds.train_micro_batch_size_per_gpu;
@@ -65,13 +70,82 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
                                                : ds.activation_checkpointing.number_checkpoints.value_or(0);
   w.checkpoint = checkpoint_every(cfg.n_layer, nc);
   w.fused_head = o.fused_head;
+  w.cpu_checkpointing = o.cpu_checkpointing || ds.activation_checkpointing.cpu_checkpointing;
+  return w;
+}
+
+// Note [Memory tiers]: per rank on each tier, for each offload choice at stage 3, DeepSpeed's estimate beside ours.
+// Model states and the engine's buffers only (micro_batch 0), or the training peak with activations and ZeRO's
+// buffers. The NVMe row moves offload_optimizer's masters and states onto the disk; its swap buffers are not counted.
+void print_offload_choices(const EstimateOptions& o, const ModelConfig& cfg, int W, const ModelParamCounts& n,
+                           bool with_workload) {
+  const DeepSpeedConfig ds = workload_config(o, W);
+  EstimateOptions one = o;
+  if (!with_workload) one.micro_batch = 1, one.seq_len = 1;  // placed bytes do not depend on it
+  ActivationWorkload w = workload(one, ds, cfg);
+  if (!with_workload && o.deepspeed_config.empty()) w.act = DType::bf16;
+  struct Choice {
+    const char* name;
+    bool optimizer, params, nvme;
+  };
+  std::printf("\n== Offload choices at ZeRO stage 3: bytes per rank on each tier, %s ==\n",
+              with_workload ? "training peak (model states, activations, ZeRO's and offload's buffers)"
+                            : "model states and offload's buffers");
+  std::printf("(DeepSpeed: estimate_zero3_model_states_mem_needs with zero_init, its CPU figure per node divided by "
+              "the GPUs per node; ours: Note [Memory tiers] in runtime/zero_estimate.h, %s%s)\n", dtype_name(w.act),
+              w.cpu_checkpointing ? ", cpu_checkpointing" : "");
+  std::printf("| offload | DeepSpeed GPU GiB | DeepSpeed CPU GiB | GPU GiB | CPU GiB | NVMe GiB |\n"
+              "|---|---:|---:|---:|---:|---:|\n");
+  for (const Choice& c : {Choice{"none", false, false, false}, Choice{"optimizer cpu", true, false, false},
+                          Choice{"optimizer + param cpu", true, true, false},
+                          Choice{"optimizer nvme + param cpu", true, true, true}}) {
+    TrainingMemorySetup s;
+    s.stage = 3;
+    s.world_size = W;
+    s.zero = ds.zero_optimization;
+    if (!s.zero.overlap_comm_given) s.zero.overlap_comm = true;  // DeepSpeed's None at stage 3
+    s.zero.offload_optimizer.reset();
+    s.zero.offload_param.reset();
+    if (c.optimizer) {
+      s.zero.offload_optimizer = ds.zero_optimization.offload_optimizer.value_or(OffloadOptimizerConfig());
+      s.zero.offload_optimizer->device = "cpu", s.zero.offload_optimizer->ratio = 1.0;
+      s.offload_ratio = 1.0;
+    }
+    if (c.params) {
+      s.zero.offload_param = ds.zero_optimization.offload_param.value_or(OffloadParamConfig());
+      s.zero.offload_param->device = "cpu";
+    }
+    s.fp32_master = w.act != DType::f32;
+    s.gradient_accumulation_steps = std::max<int64_t>(1, ds.gradient_accumulation_steps);
+    const TrainingMemoryEstimate e = estimate_training_memory(cfg, w, s);
+    TierBytes t = with_workload ? e.peak : e.placed;
+    if (c.nvme) t.nvme = e.states.host, t.cpu -= e.states.host;
+    const DsMemEstimate d = estimate_zero3_model_states_mem_needs(n.total, n.largest_module, o.num_gpus_per_node,
+                                                                  o.num_nodes, c.optimizer, c.params, true,
+                                                                  o.additional_buffer_factor);
+    const std::string ds_gpu = c.nvme ? "-" : format_gib(d.gpu_bytes);
+    const std::string ds_cpu = c.nvme ? "-" : format_gib(d.cpu_bytes / o.num_gpus_per_node);
+    std::printf("| %s | %s | %s | %s | %s | %s |\n", c.name, ds_gpu.c_str(), ds_cpu.c_str(),
+                format_gib(t.gpu).c_str(), format_gib(t.cpu).c_str(), format_gib(t.nvme).c_str());
+  }
+  std::printf("Ours keep f32 gradients on the GPU (4 bytes per parameter of the rank's shard; DeepSpeed's estimate "
+              "counts none) and step an f32 master and AdamW's two states on the host (12 bytes; DeepSpeed 16), the "
+              "16-bit partition with offload_param (2). DeepSpeed's figures are model states alone.\n");
+}
+
+// Model states + activations + ZeRO's buffers per GPU, for each stage (Note [Activation estimate]).
+void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int W) {
+  const DeepSpeedConfig ds = workload_config(o, W);
+  const bool half = o.deepspeed_config.empty() || ds.bf16.enabled || ds.fp16.enabled;
+  const ActivationWorkload w = workload(o, ds, cfg);
+  const int64_t nc = std::count(w.checkpoint.begin(), w.checkpoint.end(), true);
   const int64_t pb = int64_t(dtype_size(w.act));
   const ActivationEstimate act = estimate_activation_memory(cfg, w);
   std::printf("\n== DeepSpeed.cpp engine: memory per GPU in training, %s, AdamW, micro-batch %lld x %lld tokens, "
               "%s%s ==\n",
               dtype_name(w.act), (long long)w.micro_batch, (long long)w.seq_len,
-              nc ? ("activation checkpointing on " + std::to_string(std::count(w.checkpoint.begin(),
-                    w.checkpoint.end(), true)) + " of " + std::to_string(cfg.n_layer) + " blocks").c_str()
+              nc ? ("activation checkpointing on " + std::to_string(nc) + " of " + std::to_string(cfg.n_layer) +
+                    " blocks" + (w.cpu_checkpointing ? ", their inputs in host memory" : "")).c_str()
                  : "no activation checkpointing",
               w.fused_head ? ", fused head" : "");
   std::printf("activations alone: peak %s GiB (%s); %s GiB held from forward into backward, of which the logits "
@@ -80,10 +154,12 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
               format_gib(w.micro_batch * w.seq_len * cfg.vocab_size * pb).c_str());
   const auto& oo = ds.zero_optimization.offload_optimizer;
   const double offload = oo && oo->enabled() ? oo->ratio : 0.0;  // the config's offload_optimizer (stages 1-3)
+  const auto& op = ds.zero_optimization.offload_param;  // stage 3 only
+  const bool host = offload > 0 || (op && op->enabled()) || w.cpu_checkpointing;  // Note [Memory tiers]
   std::printf("| stage | model states | ZeRO-3 gathered params | gradient windows | peak GiB | at |%s%s\n",
-              offload > 0 ? " host GiB (offload_optimizer) |" : "",
+              host ? " host GiB (offload, cpu_checkpointing) |" : "",
               o.gpu_memory_gib > 0 ? " fits? | largest micro-batch that fits |" : "");
-  std::printf("|---|---:|---:|---:|---:|---|%s%s\n", offload > 0 ? "---:|" : "", o.gpu_memory_gib > 0 ? "---|---:|" : "");
+  std::printf("|---|---:|---:|---:|---:|---|%s%s\n", host ? "---:|" : "", o.gpu_memory_gib > 0 ? "---|---:|" : "");
   for (int stage = 0; stage <= 3; stage++) {
     TrainingMemorySetup ts;
     ts.stage = stage;
@@ -102,10 +178,10 @@ void print_workload_table(const EstimateOptions& o, const ModelConfig& cfg, int 
       std::snprintf(b, sizeof b, " %s (%+.1f GiB) | %lld |", left >= 0 ? "yes" : "no", left, (long long)most);
       fits = b;
     }
-    const std::string host = offload > 0 ? " " + format_gib(e.states.host) + " |" : "";
+    const std::string host_gib = host ? " " + format_gib(e.peak.cpu) + " |" : "";
     std::printf("| %d | %s | %s | %s | %s | %s |%s%s\n", stage, format_gib(e.states.total()).c_str(),
                 format_gib(e.gathered_params * pb).c_str(), format_gib(e.grad_windows * 4).c_str(),
-                format_gib(e.peak_bytes).c_str(), e.peak_at.c_str(), host.c_str(), fits.c_str());
+                format_gib(e.peak_bytes).c_str(), e.peak_at.c_str(), host_gib.c_str(), fits.c_str());
   }
   std::printf("Peak: model states + activations + ZeRO's buffers at their common high-water mark (gathered "
               "params and gradient windows: each one's own peak; %s). Not included: the allocator's cache and "
@@ -150,7 +226,9 @@ int run_estimate(const EstimateOptions& o) {
               "dscpp.offload.delayed_update adds 6 bytes per param. DeepSpeed's offload rows above count 16-bit "
               "gradients that leave the GPU: at stage 2 gpu 2P, cpu P x max(4G, 16) x 1.5 per node)\n");
   std::fputs(format_model_state_table(n.total, W, 2, 4, true, 2, 1.0).c_str(), stdout);
-  if (o.micro_batch == 0 && o.deepspeed_config.empty()) {
+  const bool with_workload = o.micro_batch != 0 || !o.deepspeed_config.empty();
+  print_offload_choices(o, cfg, W, n, with_workload);
+  if (!with_workload) {
     std::printf("Not included: activations, communication buckets, the ZeRO-3 gather buffer, allocator cache, CUDA "
                 "context (give --micro_batch for those).\n");
     return 0;
@@ -204,6 +282,8 @@ Command register_estimate_memory(CLI::App& app) {
       ->check(number(0));
   c.app->add_flag("--fused_head", o->fused_head,
                   "The loss and lm head's backward inside forward, in chunks (what DSCPP_FUSED_HEAD=1 does)");
+  c.app->add_flag("--cpu_checkpointing", o->cpu_checkpointing,
+                  "The checkpointed blocks' inputs in host memory (activation_checkpointing.cpu_checkpointing)");
   c.run = [o] { return run_estimate(*o); };
   return c;
 }

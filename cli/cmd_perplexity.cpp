@@ -33,13 +33,15 @@ int run_perplexity(const PerplexityCliOptions& o) {
   LoadedModel loaded = load_model_source(o.source);
   const std::vector<int32_t> tokens = read_tokens(o, loaded.tok);
   const inference::InferenceModel& m = loaded.model;
-  const inference::PerplexityResult r = inference::perplexity(m, tokens, o.run);
+  inference::PerplexityOptions run = o.run;
+  run.fp8_kv_cache = o.source.kv_cache_dtype == "fp8" || o.source.kv_cache_dtype == "fp8_e4m3";
+  const inference::PerplexityResult r = inference::perplexity(m, tokens, run);
   std::printf("perplexity %.4f  mean NLL %.5f over %lld tokens (%lld windows of %lld; %lld tokens in the input)\n",
               r.perplexity(), r.mean_nll(), (long long)r.scored, (long long)r.windows, (long long)o.run.window,
               (long long)tokens.size());
-  std::printf("%.1f tokens/s (%.2f s; weights %s, activations %s, %s)\n", r.tokens_per_second(), r.seconds,
-              m.quant.enabled ? m.quant.name().c_str() : dtype_name(m.dtype), dtype_name(m.dtype),
-              m.device.str().c_str());
+  std::printf("%.1f tokens/s (%.2f s; weights %s, activations %s, KV cache %s, %s)\n", r.tokens_per_second(),
+              r.seconds, m.quant.enabled ? m.quant.name().c_str() : dtype_name(m.dtype), dtype_name(m.dtype),
+              dtype_name(run.fp8_kv_cache ? DType::fp8_e4m3 : m.dtype), m.device.str().c_str());
   return 0;
 }
 }  // namespace

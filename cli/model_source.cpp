@@ -59,6 +59,10 @@ void add_model_source_options(CLI::App* app, ModelSource& o) {
   app->add_option("--tensor-parallel-size", o.tp_size, "Ranks that split the model (tensor_parallel.tp_size), one "
                   "per GPU, started by dscpp launch; overrides --config's (default: --config's, else 1)")
       ->check(whole(1, 4096));
+  app->add_option("--kv-cache-dtype", o.kv_cache_dtype, "The KV cache's element type (dscpp.kv_cache_dtype): auto "
+                  "(the model's dtype) or fp8 / fp8_e4m3 (one byte an element: twice the tokens fit); overrides "
+                  "--config's")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
 }
 
 inference::WeightQuantConfig quant_config(const ModelSource& o) {
@@ -125,6 +129,7 @@ inference::InferenceConfig engine_config(const ModelSource& o, const inference::
   inference::InferenceConfig c;
   if (!o.config.empty()) c = inference::InferenceConfig::from_file(o.config);
   c.tp_size = tensor_parallel_size(o);
+  if (!o.kv_cache_dtype.empty()) c.dscpp.kv_cache_dtype = o.kv_cache_dtype == "auto" ? "auto" : "fp8_e4m3";
   if (!o.config.empty()) return c;
   c.state_manager.max_context = std::min(c.state_manager.max_context, m.cfg.max_context);
   if (m.device.is_cpu()) {

@@ -21,9 +21,11 @@ struct ModelSource {
   std::string load_format = "safetensors";
   std::string quantization;  // none, int8 or int4: sets the config's quant keys ("" = as the config says)
   int64_t tp_size = 0;       // --tensor-parallel-size (0: not given)
+  std::string kv_cache_dtype;  // auto, fp8 or fp8_e4m3: sets dscpp.kv_cache_dtype ("" = as the config says)
 };
 
-// --checkpoint, --tag, --hf, --config, --device, --dtype, --load-format, --quantization, --tensor-parallel-size.
+// --checkpoint, --tag, --hf, --config, --device, --dtype, --load-format, --quantization, --tensor-parallel-size,
+// --kv-cache-dtype.
 void add_model_source_options(CLI::App* app, ModelSource& s);
 
 // The tensor-parallel size asked for: --tensor-parallel-size, else tensor_parallel.tp_size of --config, else 1.

@@ -266,8 +266,11 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   const bool zero_sharded = cfg.zero_optimization.stage > 0 && world > 1;
   if (zero_sharded) mopts.pad_multiple = 16 * world;  // every unit splits evenly (Note [ZeRO units])
   mopts.allocate_grads = !(zero_sharded && cfg.zero_optimization.stage >= 2);  // stage 2/3: per-unit windows
-  // ZeRO-3 initialises each rank's shard only (zero.Init); importing a Hugging Face model needs the whole model.
-  const bool sharded_init = zero_sharded && cfg.zero_optimization.stage == 3 && o.init_from.empty();
+  // ZeRO-3 initialises each rank's shard only (zero.Init), in host memory with offload_param (even in one process:
+  // the model need not fit the device); importing a Hugging Face model needs the whole model.
+  const auto& op = cfg.zero_optimization.offload_param;
+  const bool sharded_init = (zero_sharded || (op && op->enabled())) && cfg.zero_optimization.stage == 3 &&
+                            o.init_from.empty();
   mopts.materialize_params = !sharded_init;
   auto model = make_model(mcfg, mopts);
   if (!sharded_init) model->init_weights(cfg.seed);
@@ -334,6 +337,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     log << "memory per rank, predicted: peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
         << fmt_bytes(predicted.states.total()) << " + activations and ZeRO buffers "
         << fmt_bytes(predicted.peak_bytes - predicted.states.total()) << ", in " << predicted.peak_at;
+    if (predicted.peak.cpu > 0) log << "; host memory " << fmt_bytes(predicted.peak.cpu);  // Note [Memory tiers]
     if (mopts.device.is_cuda())
       log << ", of the GPU's " << fmt_bytes(cuda_device_memory(mopts.device.index));
     log << std::endl;
@@ -431,7 +435,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
         << ")" << std::endl;
     log << "trained " << steps_run << " steps in " << fmt_duration(train_seconds) << ": " << long(res.tokens_per_second)
         << " tokens/s; peak tensor memory " << fmt_bytes(res.peak_tensor_bytes) << " (predicted "
-        << fmt_bytes(predicted.peak_bytes) << "), peak RSS "
+        << fmt_bytes(predicted.peak_bytes + (mopts.device.is_cpu() ? predicted.peak.cpu : 0))  // one allocator
+        << "), peak RSS "
         << fmt_bytes(res.peak_rss_bytes) << std::endl;
     const AttentionCalls att = attention_calls();
     if (att.cudnn_forward + att.own_forward > 0)  // CUDA attention ran: say which implementation

@@ -50,6 +50,7 @@ using namespace dscpp;
 namespace {
 
 constexpr DType f32 = DType::f32, bf16_ = DType::bf16, f16_ = DType::f16, i32 = DType::i32, i8_ = DType::i8;
+constexpr DType fp8_ = DType::fp8_e4m3;  // the KV cache's fp8 (Note [fp8 KV cache])
 bool is_int(DType t) { return t == i32 || t == i8_; }
 
 // Note [Tolerance rule]. eps(t) = 2^(1-p), p = the significand bits (f32 24, TF32 and f16 11, bf16 8): a correctly
@@ -60,8 +61,8 @@ bool is_int(DType t) { return t == i32 || t == i8_; }
 //   threshold = eps(out) + inner + 8·eps(f32)·sqrt(K) + tiny(out)·sqrt(n) / ||ref||,  tiny = the smallest subnormal.
 // A mean may cancel to near zero, its error staying that of its terms: its ||ref|| is at least its inputs' RMS
 // (Arg::scale).
-double eps(DType t) { return t == bf16_ ? 0x1p-7 : t == f16_ ? 0x1p-10 : 0x1p-23; }
-double tiny(DType t) { return t == bf16_ ? 0x1p-133 : t == f16_ ? 0x1p-24 : 0x1p-149; }
+double eps(DType t) { return t == bf16_ ? 0x1p-7 : t == f16_ ? 0x1p-10 : t == fp8_ ? 0x1p-3 : 0x1p-23; }
+double tiny(DType t) { return t == bf16_ ? 0x1p-133 : t == f16_ ? 0x1p-24 : t == fp8_ ? 0x1p-9 : 0x1p-149; }
 // Inner roundings: f32 GEMMs in TF32 round both operands of every product to 11 bits; cuBLASLt's GELU epilogues
 // evaluate tanh to about 17 bits (measured); attention's P and the unfused pre-activation are stored in the
 // activation dtype (its eps).
@@ -620,6 +621,11 @@ void add_attention() {
 // chunks (from position 0 and after cached chunks) with decode tokens; long contexts (> 1,000 positions over
 // scrambled blocks) at a few tokens, which take the split-K path (kernels/cuda/paged_kv.cu), and prompt chunks of
 // hundreds of tokens over many tiles (bf16 / f16 at D = 64 and 128: the tensor-core prompt kernel, attention.cu).
+// Each qkv dtype with a cache of its own dtype and with an fp8 e4m3 cache (Note [fp8 KV cache]; the CUDA-core
+// kernel for every batch). The fp8 append is bit for bit the CPU's rounding of the f32 reference (round to nearest
+// even, saturating); attention reads the cache's e4m3 values, which the reference sees too (inputs are rounded to
+// their dtype), so its tolerance is the output's: e4m3's 3 mantissa bits (eps 2^-3) only bound what the cache
+// itself holds, which the engine test measures against a 16-bit cache.
 void add_paged_kv() {
   struct S { int64_t H, Hkv, D, block; std::vector<int32_t> seen, fresh; };  // per sequence: cached, new tokens
   // Many decode tokens (N * Hkv >= 1024: the tensor-core decode kernel) at scattered contexts, beside prompt chunks.
@@ -639,7 +645,9 @@ void add_paged_kv() {
                       // KV blocks of one key tile (64) and of two (128): the tensor-core prompt kernel.
                       S{32, 8, 128, 64, {0, 256, 70, 0}, {300, 129, 1, 2}},
                       S{16, 2, 64, 128, {0, 130, 3}, {150, 2, 1}}};
-  for (DType t : kDtypes)
+  std::vector<std::pair<DType, DType>> dtypes;  // qkv's, the cache's
+  for (DType t : kDtypes) dtypes.push_back({t, t}), dtypes.push_back({t, fp8_});
+  for (const auto& [t, ct] : dtypes)
     for (const S& s : shapes) {
       const int64_t n_seq = int64_t(s.seen.size()), R = (s.H + 2 * s.Hkv) * s.D;
       int64_t N = 0, max_blocks = 0, K = 1;
@@ -669,14 +677,16 @@ void add_paged_kv() {
         }
       };
       const std::string sh =
-          dims({{"S", n_seq}, {"N", N}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}, {"block", s.block}});
+          dims({{"S", n_seq}, {"N", N}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}, {"block", s.block}}) +
+          (ct == t ? "" : std::string(" cache=") + dt_name(ct));
       auto ragged = [&](Case& c) -> Case& {
         return c.ints("block_table", {n_seq * max_blocks}, 0, 1).ints("seq_start", {n_seq + 1}, 0, 1)
             .ints("pos", {N}, 0, 1).ints("slots", {N}, 0, 1).with_prep(layout);
       };
-      ragged(add("kv_cache_append", t, sh).in("qkv", {N, R}, t, -2, 2)).acc("cache", cache, t).exact()
-          .run([=](const Args& a) { ops::kv_cache_append(a["cache"], a["qkv"], a["slots"], s.H, s.Hkv, s.D); });
-      ragged(add("paged_attention_forward", t, sh).in("qkv", {N, R}, t, -2, 2).in("cache", cache, t, -2, 2))
+      auto append = [=](const Args& a) { ops::kv_cache_append(a["cache"], a["qkv"], a["slots"], s.H, s.Hkv, s.D); };
+      ragged(add("kv_cache_append", t, sh).in("qkv", {N, R}, t, -2, 2)).acc("cache", cache, ct).exact().run(append)
+          .with_ref([=](const Args& a) { append(a), round_to(a["cache"], ct); });  // the f32 reference, rounded
+      ragged(add("paged_attention_forward", t, sh).in("qkv", {N, R}, t, -2, 2).in("cache", cache, ct, -2, 2))
           .out("out", {N, s.H * s.D}, t, K).run([=](const Args& a) {
             ops::paged_attention_forward(a["out"], a["qkv"], a["cache"], a["block_table"], a["seq_start"], a["pos"],
                                          s.H, s.Hkv, s.D);

@@ -32,6 +32,16 @@ void CopyEvent::synchronize() const {
 #endif
 }
 
+bool CopyEvent::reached() const {
+#ifdef DSCPP_WITH_CUDA
+  if (!event_) return true;
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (e == cudaErrorNotReady) return false;
+  DSCPP_CUDA_CHECK(e);
+#endif
+  return true;
+}
+
 void CopyEvent::make_current_stream_wait() const {
 #ifdef DSCPP_WITH_CUDA
   if (!event_) return;
@@ -115,6 +125,20 @@ void CopyStream::synchronize() {
 #ifdef DSCPP_WITH_CUDA
   if (!stream_) return;
   DSCPP_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)));
+#endif
+}
+
+CopyStream::AsCurrent::AsCurrent(CopyStream& s) {
+#ifdef DSCPP_WITH_CUDA
+  if (s.stream_) guard_ = new cuda::StreamGuard(s.device_.index, static_cast<cudaStream_t>(s.stream_));
+#else
+  (void)s;
+#endif
+}
+
+CopyStream::AsCurrent::~AsCurrent() {
+#ifdef DSCPP_WITH_CUDA
+  delete static_cast<cuda::StreamGuard*>(guard_);
 #endif
 }
 

@@ -1,5 +1,7 @@
 #include "dscpp/core/half.h"
 
+#include <cmath>
+
 namespace dscpp {
 
 // IEEE binary16 from binary32, round to nearest even, with subnormals, Inf and NaN.
@@ -44,6 +46,43 @@ float f16::to_float(uint16_t h) {
     u = sign | 0x7f800000u | (mant << 13);
   } else {
     u = sign | ((exp - 15 + 127) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// e4m3 from binary32: the 3 kept mantissa bits rounded to nearest even; below 2^-6 the fixed quantum 2^-9 (the
+// subnormals, whose code is the multiple of the quantum itself, 8 being the smallest normal 0x08).
+uint8_t fp8_e4m3::from_float(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint8_t sign = uint8_t((x >> 24) & 0x80u);
+  const uint32_t absx = x & 0x7fffffffu;
+  if (absx > 0x7f800000u) return uint8_t(sign | 0x7fu);
+  if (absx >= 0x43e00000u) return uint8_t(sign | 0x7eu);  // >= 448 (Inf included): saturate
+  if (absx < 0x3c800000u) {                                // < 2^-6
+    float a;
+    std::memcpy(&a, &absx, 4);
+    return uint8_t(sign | uint8_t(std::nearbyint(a * 512.0f)));  // exact product; the default mode ties to even
+  }
+  uint32_t code = absx >> 20;  // exponent and the top 3 mantissa bits
+  const uint32_t rem = absx & 0xfffffu;
+  if (rem > 0x80000u || (rem == 0x80000u && (code & 1u))) code++;  // a carry rolls into the exponent: correct
+  return uint8_t(sign | (code - (120u << 3)));                     // rebias 127 -> 7; < 448 stays <= 0x7e
+}
+
+float fp8_e4m3::to_float(uint8_t b) {
+  const uint32_t sign = uint32_t(b & 0x80u) << 24, exp = (b >> 3) & 0xfu, mant = b & 7u;
+  uint32_t u;
+  if ((b & 0x7fu) == 0x7fu) {
+    u = sign | 0x7fc00000u;
+  } else if (exp == 0) {  // zero or subnormal: mant * 2^-9, exact in f32
+    const float a = float(mant) * (1.0f / 512.0f);
+    std::memcpy(&u, &a, 4);
+    u |= sign;
+  } else {
+    u = sign | ((exp - 7 + 127) << 23) | (mant << 20);
   }
   float f;
   std::memcpy(&f, &u, 4);

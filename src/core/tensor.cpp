@@ -101,32 +101,37 @@ std::string Tensor::str() const {
 
 // Device copies and conversions are implemented per backend; the CPU path lives here, CUDA registers its own.
 namespace {
+// Element i of a buffer of dtype t as f32, and back: the one place the CPU reads or writes a dtype's element.
+float load_element(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: return static_cast<const float*>(p)[i];
+    case DType::bf16: return bf16::to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::f16: return f16::to_float(static_cast<const uint16_t*>(p)[i]);
+    case DType::fp8_e4m3: return fp8_e4m3::to_float(static_cast<const uint8_t*>(p)[i]);
+    case DType::i32: return float(static_cast<const int32_t*>(p)[i]);
+    case DType::i8: return float(static_cast<const int8_t*>(p)[i]);
+    default: DSCPP_FAIL("conversion from ", dtype_name(t), " is not supported yet");
+  }
+}
+
+void store_element(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::f32: static_cast<float*>(p)[i] = v; break;
+    case DType::bf16: static_cast<uint16_t*>(p)[i] = bf16::from_float(v); break;
+    case DType::f16: static_cast<uint16_t*>(p)[i] = f16::from_float(v); break;
+    case DType::fp8_e4m3: static_cast<uint8_t*>(p)[i] = fp8_e4m3::from_float(v); break;
+    case DType::i32: static_cast<int32_t*>(p)[i] = int32_t(v); break;
+    case DType::i8: static_cast<int8_t*>(p)[i] = int8_t(v); break;
+    default: DSCPP_FAIL("conversion to ", dtype_name(t), " is not supported yet");
+  }
+}
+
 void convert_cpu(void* dst, DType dt, const void* src, DType st, int64_t n) {
   if (dt == st) {
     std::memcpy(dst, src, size_t(n) * dtype_size(dt));
     return;
   }
-  auto get = [&](int64_t i) -> float {
-    switch (st) {
-      case DType::f32: return static_cast<const float*>(src)[i];
-      case DType::bf16: return bf16::to_float(static_cast<const uint16_t*>(src)[i]);
-      case DType::f16: return f16::to_float(static_cast<const uint16_t*>(src)[i]);
-      case DType::i32: return float(static_cast<const int32_t*>(src)[i]);
-      case DType::i8: return float(static_cast<const int8_t*>(src)[i]);
-      default: DSCPP_FAIL("conversion from ", dtype_name(st), " is not supported yet");
-    }
-  };
-  auto put = [&](int64_t i, float v) {
-    switch (dt) {
-      case DType::f32: static_cast<float*>(dst)[i] = v; break;
-      case DType::bf16: static_cast<uint16_t*>(dst)[i] = bf16::from_float(v); break;
-      case DType::f16: static_cast<uint16_t*>(dst)[i] = f16::from_float(v); break;
-      case DType::i32: static_cast<int32_t*>(dst)[i] = int32_t(v); break;
-      case DType::i8: static_cast<int8_t*>(dst)[i] = int8_t(v); break;
-      default: DSCPP_FAIL("conversion to ", dtype_name(dt), " is not supported yet");
-    }
-  };
-  for (int64_t i = 0; i < n; i++) put(i, get(i));
+  for (int64_t i = 0; i < n; i++) store_element(dst, dt, i, load_element(src, st, i));
 }
 }  // namespace
 
@@ -175,27 +180,9 @@ void Tensor::fill(float v) {
   for (int64_t i = 0; i < numel_; i++) store_from_float(*this, i, v);
 }
 
-float load_as_float(const Tensor& t, int64_t i) {
-  switch (t.dtype()) {
-    case DType::f32: return static_cast<const float*>(t.raw())[i];
-    case DType::bf16: return bf16::to_float(static_cast<const uint16_t*>(t.raw())[i]);
-    case DType::f16: return f16::to_float(static_cast<const uint16_t*>(t.raw())[i]);
-    case DType::i32: return float(static_cast<const int32_t*>(t.raw())[i]);
-    case DType::i8: return float(static_cast<const int8_t*>(t.raw())[i]);
-    default: DSCPP_FAIL("load_as_float: unsupported dtype ", dtype_name(t.dtype()));
-  }
-}
+float load_as_float(const Tensor& t, int64_t i) { return load_element(t.raw(), t.dtype(), i); }
 
-void store_from_float(Tensor& t, int64_t i, float v) {
-  switch (t.dtype()) {
-    case DType::f32: static_cast<float*>(t.raw())[i] = v; break;
-    case DType::bf16: static_cast<uint16_t*>(t.raw())[i] = bf16::from_float(v); break;
-    case DType::f16: static_cast<uint16_t*>(t.raw())[i] = f16::from_float(v); break;
-    case DType::i32: static_cast<int32_t*>(t.raw())[i] = int32_t(v); break;
-    case DType::i8: static_cast<int8_t*>(t.raw())[i] = int8_t(v); break;
-    default: DSCPP_FAIL("store_from_float: unsupported dtype ", dtype_name(t.dtype()));
-  }
-}
+void store_from_float(Tensor& t, int64_t i, float v) { store_element(t.raw(), t.dtype(), i, v); }
 
 std::vector<float> to_float_vector(const Tensor& t) {
   Tensor c = t.device().is_cpu() ? t : t.to(Device::cpu());

@@ -100,6 +100,9 @@ static void parse_dscpp(const json& j, InferenceDscppConfig& d, WeightQuantConfi
   r.get("prefix_caching", d.prefix_caching);
   r.get("cuda_graph_max_batch", d.cuda_graph_max_batch, 0, 4096);
   r.get("peer_all_reduce_max_bytes", d.peer_all_reduce_max_bytes, 0, int64_t(1) << 30);
+  // vLLM's spellings; fp8_e5m2 (its other fp8) is not built.
+  if (r.get("kv_cache_dtype", d.kv_cache_dtype, {"auto", "fp8", "fp8_e4m3"}) && d.kv_cache_dtype == "fp8")
+    d.kv_cache_dtype = "fp8_e4m3";
   if (const json* qj = r.raw("quantization")) {
     SectionReader qr(*qj, r.path("quantization"));
     // Whether the group divides each linear's input is checked against the model when it loads.
@@ -174,6 +177,7 @@ json InferenceConfig::to_json() const {
           {"dscpp", {{"kv_block_size", dscpp.kv_block_size}, {"prefix_caching", dscpp.prefix_caching},
                     {"cuda_graph_max_batch", dscpp.cuda_graph_max_batch},
                     {"peer_all_reduce_max_bytes", dscpp.peer_all_reduce_max_bytes},
+                    {"kv_cache_dtype", dscpp.kv_cache_dtype},
                     {"quantization", {{"group_size", quant.group_size}, {"lm_head", quant.lm_head}}}}}};
 }
 

@@ -24,7 +24,7 @@ PerplexityResult perplexity(const InferenceModel& m, const std::vector<int32_t>&
   // Each forward's windows get blocks of their own; the next forward's windows reuse them (fresh sequences
   // overwrite every slot they read).
   const int64_t per = std::max<int64_t>(1, o.batch_tokens / W), bs = 64, blocks = (W + bs - 1) / bs;
-  KVCache cache(kv_cache_shape(m.cfg, per * blocks, bs), m.dtype, m.device);
+  KVCache cache(kv_cache_shape(m.cfg, per * blocks, bs), o.fp8_kv_cache ? DType::fp8_e4m3 : m.dtype, m.device);
   PerplexityResult r;
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t w0 = 0; w0 < n; w0 += per) {

@@ -34,10 +34,16 @@ void check_i32(const char* op, const char* name, const Tensor& t, int64_t numel,
               numel >= 0 ? " with " + std::to_string(numel) + " elements" : std::string());
 }
 
-// cache[n_blocks, block_size, 2, Hkv, D]; returns {n_blocks, block_size}.
+// cache[n_blocks, block_size, 2, Hkv, D] of qkv's dtype or fp8_e4m3 (Note [fp8 KV cache]); returns {n_blocks,
+// block_size}.
 std::pair<int64_t, int64_t> check_cache(const char* op, const Tensor& cache, const Tensor& qkv, int64_t Hkv,
                                         int64_t D) {
-  check_float(op, "cache", cache, qkv);
+  DSCPP_CHECK(cache.defined(), op, ": cache is undefined, expected a tensor");
+  if (cache.dtype() == DType::fp8_e4m3)
+    DSCPP_CHECK(cache.device() == qkv.device(), op, ": cache is on ", cache.device().str(), ", expected ",
+                qkv.device().str(), " (as qkv)");
+  else
+    check_float(op, "cache", cache, qkv);
   DSCPP_CHECK(cache.dim() == 5 && cache.size(2) == 2 && cache.size(3) == Hkv && cache.size(4) == D, op,
               ": cache has shape ", shape_str(cache.shape()), ", expected [n_blocks, block_size, 2, ", Hkv, ", ", D,
               "]");
@@ -68,7 +74,10 @@ void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots
   for (int64_t n = 0; n < N; n++)
     DSCPP_CHECK(sl[n] >= 0 && sl[n] < n_blocks * block_size, op, ": slots[", n, "] = ", sl[n], " is outside the ",
                 n_blocks, " blocks of ", block_size, " slots");
-  cpu::kv_cache_append(cache.data<float>(), qkv.data<float>(), sl, N, H, Hkv, D);
+  if (cache.dtype() == DType::fp8_e4m3)
+    cpu::kv_cache_append(static_cast<fp8_e4m3*>(cache.raw()), qkv.data<float>(), sl, N, H, Hkv, D);
+  else
+    cpu::kv_cache_append(cache.data<float>(), qkv.data<float>(), sl, N, H, Hkv, D);
 }
 
 void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
@@ -104,8 +113,12 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
       }
     }
   }
-  cpu::paged_attention_forward(out.data<float>(), qkv.data<float>(), cache.data<float>(), bt, ss, ps, S, max_blocks,
-                               block_size, H, Hkv, D);
+  if (cache.dtype() == DType::fp8_e4m3)
+    cpu::paged_attention_forward(out.data<float>(), qkv.data<float>(), static_cast<const fp8_e4m3*>(cache.raw()), bt,
+                                 ss, ps, S, max_blocks, block_size, H, Hkv, D);
+  else
+    cpu::paged_attention_forward(out.data<float>(), qkv.data<float>(), cache.data<float>(), bt, ss, ps, S,
+                                 max_blocks, block_size, H, Hkv, D);
 }
 
 }  // namespace dscpp::ops

@@ -3,6 +3,7 @@
 #include "dscpp/models/activation_memory.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "dscpp/core/check.h"
@@ -168,14 +169,27 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
   if (gpt2) r.temp(NC);  // the position embeddings, added in place
   use(0, false);
   std::vector<BlockSaved> blocks(static_cast<size_t>(L));
+  // Note [CPU checkpointing]: offloaded inputs; their host copies are in the ledger only on the CPU device.
+  auto offloaded = [&](int64_t l) { return w.cpu_checkpointing && checkpointed(l); };
+  int64_t stashed = -1, host_bytes = 0;
+  auto drop_stashed = [&](int64_t keep) {  // Decoder::drop_stashed
+    if (stashed >= 0 && stashed != keep) r.free(x[size_t(std::exchange(stashed, -1))]);
+    if (keep >= 0 && offloaded(keep)) stashed = keep;
+  };
   for (int64_t l = 0; l < L; l++) {
     r.at("forward of block " + std::to_string(l));
     use(int(l) + 1, true);
     x[size_t(l + 1)] = r.alloc(NC);
+    if (offloaded(l)) {  // stash_input: the host copy
+      host_bytes += NC;
+      if (!w.cuda) step.push_back(r.alloc(NC));
+    }
     blocks[size_t(l)] = block_forward(r, s);
     if (checkpointed(l)) blocks[size_t(l)].free_all(r);  // release(): only the block's input and output stay
+    drop_stashed(l);
     use(int(l) + 1, false);
   }
+  drop_stashed(-1);
   r.at("forward: the lm head and the loss");
   Replay::Id xf = r.alloc(NC), logits = 0, loss_lse = 0, dxf = 0, losses = 0;
   if (!w.fused_head) logits = r.alloc(s.N * s.V * s.a);
@@ -220,9 +234,18 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
   ready(fin);
   if (w.fused_head) use(fin, false);
   else head_use(false);
+  std::vector<bool> fetched(static_cast<size_t>(L), false);
   for (int64_t l = L - 1; l >= 0; l--) {
     r.at("backward of block " + std::to_string(l) + (checkpointed(l) ? " (recomputed)" : ""));
     use(int(l) + 1, true);
+    if (offloaded(l)) {  // fetch_input: this block's input unless it came ahead, and the next one down
+      if (!fetched[size_t(l)]) x[size_t(l)] = r.alloc(NC), fetched[size_t(l)] = true;
+      for (int64_t j = l - 1; j >= 0; j--)
+        if (offloaded(j)) {
+          x[size_t(j)] = r.alloc(NC), fetched[size_t(j)] = true;
+          break;
+        }
+    }
     if (checkpointed(l)) blocks[size_t(l)] = block_forward(r, s);  // writes into x_{l+1}, which exists
     block_backward(r, s, blocks[size_t(l)], [&] { written(int(l) + 1); });
     r.free(x[size_t(l + 1)]);
@@ -242,6 +265,7 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
   e.peak_bytes = r.peak();
   e.peak_at = r.peak_at();
   e.end_of_forward = end_of_forward;
+  e.host_bytes = host_bytes;
   return e;
 }
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "dscpp/core/cuda.h"  // empty_pinned
 #include "dscpp/core/rng.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/profiler/profiler.h"
@@ -230,6 +231,16 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
 
   const UnitPass F = UnitPass::forward;
   x_.assign(size_t(L + 1), Tensor());
+  if (cpu_ckpt_) {  // Note [CPU checkpointing]
+    host_x_.assign(size_t(L), Tensor());
+    stashed_ev_.resize(size_t(L));
+    fetched_ev_.resize(size_t(L));
+    fetched_.assign(size_t(L), false);
+    if (!to_host_) {
+      to_host_ = std::make_unique<CopyStream>(device_);
+      to_device_ = std::make_unique<CopyStream>(device_);
+    }
+  }
   {
     DSCPP_PROFILE_RANGE("model.embeddings");
     UnitUse use(*this, {kEmbedUnit}, F);
@@ -240,8 +251,11 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     UnitUse use(*this, {block_unit(l)}, F);
     bool checkpointed = !ckpt_.empty() && ckpt_[size_t(l)];
     x_[size_t(l + 1)] = Tensor::empty({N, C}, act_, device_);
+    if (offloads_input(l)) stash_input(l);
     m_.blocks[size_t(l)].forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, !checkpointed);
+    drop_stashed(l);
   }
+  drop_stashed(-1);
   // Ignored targets have loss 0: the mean is the sum over the valid count, which the host knows from the targets.
   const int32_t* tp = host_targets.data<int32_t>();
   num_valid_ = 0;
@@ -318,6 +332,15 @@ void Decoder::backward(float dloss) {
     Block& b = m_.blocks[size_t(l)];
     DSCPP_PROFILE_RANGE("model.blocks.*", int32_t(l));  // backward time includes the recomputed forward
     UnitUse use(*this, {block_unit(l)}, B);
+    if (offloads_input(l)) {  // Note [CPU checkpointing]: this block's input, and the next one's on its way
+      if (!fetched_[size_t(l)]) fetch_input(l);
+      fetched_ev_[size_t(l)].make_current_stream_wait();
+      for (int64_t j = l - 1; j >= 0; j--)
+        if (offloads_input(j)) {
+          fetch_input(j);
+          break;
+        }
+    }
     // Recompute a checkpointed block; its output x_{l+1} is dead here, so the recompute writes into it.
     if (!b.saved()) b.forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, true);
     b.backward(params_, dres, x_[size_t(l)], seq_);
@@ -394,9 +417,36 @@ void Decoder::grads_ready(int id) {
   grad_ready_hook_(p.offset, p.offset + p.numel);
 }
 
+void Decoder::stash_input(int64_t l) {
+  host_x_[size_t(l)] = empty_pinned(x_[size_t(l)].shape(), act_);
+  to_host_->wait_for_current_stream();
+  to_host_->copy(host_x_[size_t(l)], x_[size_t(l)]);
+  to_host_->record(stashed_ev_[size_t(l)]);
+}
+
+void Decoder::drop_stashed(int64_t keep) {
+  if (stashed_ >= 0 && stashed_ != keep) {
+    // Whatever takes the memory next on the compute stream comes after the copy that reads it.
+    stashed_ev_[size_t(stashed_)].make_current_stream_wait();
+    x_[size_t(stashed_)] = Tensor();
+    stashed_ = -1;
+  }
+  if (keep >= 0 && offloads_input(keep)) stashed_ = keep;
+}
+
+void Decoder::fetch_input(int64_t l) {
+  x_[size_t(l)] = Tensor::empty(host_x_[size_t(l)].shape(), act_, device_);
+  to_device_->wait_for_current_stream();  // the memory's last use on the compute stream is over
+  to_device_->copy(x_[size_t(l)], host_x_[size_t(l)]);
+  to_device_->record(fetched_ev_[size_t(l)]);
+  fetched_[size_t(l)] = true;
+}
+
 void Decoder::release() {
   for (Block& b : m_.blocks) b.release();
   x_.clear();
+  host_x_.clear();  // the pinned allocator reuses a block once the current stream has passed its frees
+  stashed_ = -1;
   xf_ = dxf_ = logits_ = loss_lse_ = ids_ = targets_ = Tensor();
   stf_.release();
   num_valid_ = 0;

@@ -6,10 +6,21 @@
 // flag is set keeps nothing else, and backward recomputes its activations from x_l (same ops, same order, so the
 // gradients are bit-identical). The logits [N, V] live from forward to the start of backward, where the
 // cross-entropy gradient overwrites them in place.
+//
+// Note [CPU checkpointing]: with cpu_checkpointing (activation_checkpointing.cpu_checkpointing) a checkpointed
+// block's input x_l leaves the device during forward: its copy into page-locked host memory is queued on a copy
+// stream as soon as x_l exists, so it runs beside block l's forward, and the device tensor is freed after the next
+// block's forward is queued, once the compute stream has waited for that copy (by then long done), so at most two
+// checkpointed inputs are on the device at once. In backward, block l's input is copied back before its recompute,
+// and the next checkpointed input down is queued at the same time, so its copy runs beside block l's recompute and
+// backward. The values make a round trip unchanged: losses and gradients are bit-identical. On a CPU device the
+// copies are made at once into separate host buffers, freeing the originals, so the tests follow the GPU's steps.
 #pragma once
+#include <memory>
 #include <optional>
 #include <vector>
 
+#include "dscpp/core/copy_stream.h"
 #include "dscpp/models/model.h"
 #include "dscpp/nn/block.h"
 #include "dscpp/nn/embedding.h"
@@ -38,6 +49,8 @@ class Decoder final : public Model {
   Tensor logits(const Tensor& tokens) override;
   void fuse_head_into_next_forward(float dloss, int64_t chunk_rows) override;
   void set_kernel_policy(const KernelPolicy& k) override;
+  // Note [CPU checkpointing]: per block, its input's host copy from the last forward until the end of its backward.
+  const std::vector<Tensor>& host_checkpoints() const { return host_x_; }
 
  private:
   void fused_head_forward(const Tensor& losses, float scale);  // Note [Fused head]
@@ -54,6 +67,11 @@ class Decoder final : public Model {
   };
   std::vector<InitSpec> init_specs() const;
   void grads_ready(int id);  // reports parameter `id`'s gradient final to the hook (id < 0: nothing)
+  // Note [CPU checkpointing]
+  bool offloads_input(int64_t l) const { return cpu_ckpt_ && !ckpt_.empty() && ckpt_[size_t(l)]; }
+  void stash_input(int64_t l);        // forward: x_l's copy to the host, queued after the work that made it
+  void drop_stashed(int64_t keep);    // forward: frees the stashed device input, unless it is block keep's
+  void fetch_input(int64_t l);        // backward: x_l back onto the device, queued after the current work
 
   // Units (params().units()): 0 the embeddings, 1 + l block l, L + 1 the final norm (+ an untied lm head).
   static constexpr int kEmbedUnit = 0;
@@ -92,6 +110,12 @@ class Decoder final : public Model {
   Tensor ids_, targets_;          // i32 [N]
   SeqInfo seq_;
   int64_t num_valid_ = 0;
+  // Note [CPU checkpointing]: per block, its input's host copy and the events after the copies each way.
+  std::vector<Tensor> host_x_;
+  std::vector<CopyEvent> stashed_ev_, fetched_ev_;
+  std::vector<bool> fetched_;
+  int64_t stashed_ = -1;              // the block whose input was copied out and is still on the device
+  std::unique_ptr<CopyStream> to_host_, to_device_;
 };
 
 }  // namespace dscpp

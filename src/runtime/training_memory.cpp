@@ -14,6 +14,7 @@ TrainingMemoryInputs training_memory_inputs(const ModelConfig& model, const Deep
   w.checkpoint = checkpoint_every(model.n_layer, cfg.activation_checkpointing.number_checkpoints.value_or(0));
   w.cuda = cuda;
   w.fused_head = cfg.dscpp.fused_head;
+  w.cpu_checkpointing = cfg.activation_checkpointing.cpu_checkpointing;
   TrainingMemorySetup& s = in.setup;
   s.stage = cfg.zero_optimization.stage;
   s.world_size = cfg.dp_world_size;
@@ -23,6 +24,7 @@ TrainingMemoryInputs training_memory_inputs(const ModelConfig& model, const Deep
   s.optimizer_states = opt.is_adam() ? 2 : opt.sgd.momentum > 0 ? 1 : 0;
   s.gradient_accumulation_steps = cfg.gradient_accumulation_steps;
   if (const auto& oo = cfg.zero_optimization.offload_optimizer; oo && oo->enabled()) s.offload_ratio = oo->ratio;
+  s.delayed_update = cfg.dscpp.offload.delayed_update;
   return in;
 }
 

@@ -16,10 +16,50 @@
 
 #include "dscpp/runtime/zero_estimate.h"
 #include "runtime/dp/grad_sync.h"
+#include "runtime/offload/optimizer_offload.h"
 
 namespace dscpp {
 
 namespace {
+
+bool offloads_params(const TrainingMemorySetup& s) {
+  return s.stage == 3 && s.zero.offload_param && s.zero.offload_param->enabled();
+}
+
+// Offload's buffers beyond the model states, as OptimizerOffload (its copy slots) and ParamOffload (its staging)
+// make them from the units' chunks (Note [Memory tiers]).
+struct OffloadBuffers {
+  int64_t optimizer_host = 0;                   // gradient and 16-bit copy slots
+  int64_t params_host = 0, params_device = 0;   // staging
+};
+OffloadBuffers offload_buffers(const std::vector<int64_t>& units, int world, const TrainingMemorySetup& s,
+                               int64_t param_bytes) {
+  OffloadBuffers b;
+  const bool params = offloads_params(s);
+  int64_t shard = 0, largest_chunk = 0;
+  for (int64_t u : units) shard += u / world, largest_chunk = std::max(largest_chunk, u / world);
+  if (s.offload_ratio > 0 && s.stage >= 1) {  // Twin-Flow's device share ends on a multiple of 64 elements
+    const int64_t split = s.offload_ratio >= 1.0 ? 0 : int64_t((1.0 - s.offload_ratio) * double(shard)) / 64 * 64;
+    const int64_t piece = OptimizerOffload::kPieceElements;
+    int64_t off = 0, pieces = 0, largest = 0, host = 0;
+    for (int64_t u : units) {
+      const int64_t from = std::max(off, split), to = off + u / world;
+      if (to > from) host += to - from, pieces += (to - from + piece - 1) / piece;
+      if (to > from) largest = std::max(largest, std::min(piece, to - from));
+      off = to;
+    }
+    const int64_t count = s.zero.offload_optimizer ? s.zero.offload_optimizer->buffer_count : 4;
+    const int64_t buffered = s.delayed_update ? host : std::min(count, pieces) * largest;
+    b.optimizer_host = buffered * (4 + (param_bytes != 4 && !params ? param_bytes : 0));
+  }
+  if (params) {
+    const OffloadParamConfig& p = *s.zero.offload_param;
+    const int64_t staging = p.buffer_count * std::min(p.buffer_size, largest_chunk) * param_bytes;
+    b.params_host = p.pin_memory ? 0 : staging;
+    b.params_device = s.offload_ratio > 0 ? 0 : staging;
+  }
+  return b;
+}
 
 class Stage3Gathers {
  public:
@@ -145,26 +185,32 @@ TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const Ac
               "training memory estimate: stage 0..3, world size >= 1 and gradient accumulation >= 1, got stage ",
               s.stage, ", world size ", s.world_size, ", gradient accumulation ", s.gradient_accumulation_steps);
   const bool sharded = s.stage > 0 && s.world_size > 1;
+  // Note [Parameter offload]: with offload_param the coordinator gathers in one process too.
+  const bool offload_params = offloads_params(s), gathers_units = s.stage == 3 && (sharded || offload_params);
   const std::vector<int64_t> units = model_unit_sizes(cfg, sharded ? 16 * s.world_size : 16);
   int64_t flat = 0;
   for (int64_t u : units) flat += u;
   TrainingMemoryEstimate e;
-  e.states = zero_model_state_bytes(flat, sharded ? s.stage : 0, s.world_size, int(dtype_size(w.act)), 4,
-                                    s.fp32_master, s.optimizer_states, s.offload_ratio);
+  const int64_t pb = int64_t(dtype_size(w.act));
+  e.states = zero_model_state_bytes(flat, sharded || offload_params ? s.stage : 0, s.world_size, int(pb), 4,
+                                    s.fp32_master, s.optimizer_states, s.offload_ratio, offload_params);
+  const OffloadBuffers ob = offload_buffers(units, sharded ? s.world_size : 1, s, pb);
+  e.states.params += ob.params_device;
+  e.states.host_params += ob.params_host;
   e.activations = estimate_activation_memory(cfg, w);
   // The coordinator records the sequence of unit uses in the first micro-step and follows it afterwards: so do we.
   std::vector<int> seq;
-  if (sharded && s.stage == 3) {
+  if (gathers_units) {
     ReplayHooks record;
     record.unit_use = [&](ReplayLedger&, int u, bool before) {
       if (before) seq.push_back(u);
     };
     estimate_activation_memory(cfg, w, record);
   }
-  Stage3Gathers gathers(units, std::move(seq), s.zero, int64_t(dtype_size(w.act)));
+  Stage3Gathers gathers(units, std::move(seq), s.zero, pb);
   GradWindows windows(units, s.zero.overlap_comm, s.gradient_accumulation_steps > 1, s.world_size);
   ReplayHooks hooks;
-  if (sharded && s.stage == 3) {
+  if (gathers_units) {
     hooks.start = [&](ReplayLedger& r) { gathers.start(r); };
     hooks.unit_use = [&](ReplayLedger& r, int u, bool before) {
       if (before) gathers.before(r, u);
@@ -181,6 +227,10 @@ TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const Ac
   e.grad_windows = windows.peak();
   e.peak_bytes = e.states.total() + together.peak_bytes;
   e.peak_at = together.peak_at;
+  e.placed.gpu = e.states.total();
+  e.placed.cpu = e.states.host + e.states.host_params + ob.optimizer_host;
+  e.peak.gpu = e.peak_bytes;
+  e.peak.cpu = e.placed.cpu + (w.cuda ? e.activations.host_bytes : 0);  // on the CPU device: in peak_bytes
   return e;
 }
 

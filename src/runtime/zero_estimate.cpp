@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "dscpp/core/check.h"
 
@@ -203,7 +204,8 @@ ModelParamCounts model_param_counts(const ModelConfig& cfg) {
 }
 
 ModelStateBytes zero_model_state_bytes(int64_t flat_numel, int stage, int world_size, int param_bytes,
-                                       int grad_bytes, bool fp32_master, int optimizer_states, double offload_ratio) {
+                                       int grad_bytes, bool fp32_master, int optimizer_states, double offload_ratio,
+                                       bool offload_params) {
   DSCPP_CHECK(flat_numel >= 0, "model-state bytes: flat_numel must be >= 0, got ", flat_numel);
   DSCPP_CHECK(stage >= 0 && stage <= 3, "model-state bytes: ZeRO stage must be 0..3, got ", stage);
   DSCPP_CHECK(world_size >= 1, "model-state bytes: world_size must be >= 1, got ", world_size);
@@ -217,9 +219,14 @@ ModelStateBytes zero_model_state_bytes(int64_t flat_numel, int stage, int world_
   b.params = (stage >= 3 ? shard : flat_numel) * param_bytes;
   b.grads = (stage >= 2 ? shard : flat_numel) * grad_bytes;
   const int64_t owned = stage >= 1 ? shard : flat_numel;
-  const int64_t host = int64_t(offload_ratio * double(owned));  // Note [Our model-state bytes]
+  // Note [Our model-state bytes]: Twin-Flow's device share ends on a multiple of 64 elements, as the engine cuts it.
+  const int64_t host = offload_ratio <= 0.0   ? 0
+                       : offload_ratio >= 1.0 ? owned
+                                              : owned - int64_t((1.0 - offload_ratio) * double(owned)) / 64 * 64;
   b.optimizer = (owned - host) * 4 * ((fp32_master ? 1 : 0) + optimizer_states);
   b.host = host * (4 + 4 * optimizer_states);
+  DSCPP_CHECK(!offload_params || stage == 3, "model-state bytes: parameter offload needs stage 3, got ", stage);
+  if (offload_params) b.host_params = std::exchange(b.params, 0);
   return b;
 }
 

@@ -78,6 +78,9 @@ struct DistCase {
   bool pipeline_read = false, pipeline_write = false;  // offload_optimizer.pipeline_* (nvme)
   int64_t sub_group = 0;          // zero_optimization.sub_group_size (0: the default)
   std::string aio_backend;        // dscpp.offload.aio_backend ("": the default, auto)
+  bool offload_param = false;     // zero_optimization.offload_param: device "cpu" (stage 3)
+  bool pin_param = true;          // and its pin_memory (false: staged through page-locked buffers)
+  int64_t param_buffer_size = 100000000;  // and its buffer_size
 
   bool gpu() const { return backend == "nccl"; }
   std::string name() const {  // a gtest parameter name
@@ -100,6 +103,8 @@ struct DistCase {
     if (!nvme_path.empty()) o << "_nvme" << (pipeline_read ? "_pr" : "") << (pipeline_write ? "_pw" : "");
     if (sub_group) o << "_sg" << sub_group;
     if (!aio_backend.empty()) o << "_" << aio_backend;
+    if (offload_param) o << "_offparam" << (pin_param ? "_pinned" : "_pageable");
+    if (offload_param && param_buffer_size != 100000000) o << "_staging" << param_buffer_size;
     return o.str();
   }
 };
@@ -164,6 +169,9 @@ inline std::string config_json(const DistCase& c) {
     j << "}";
   }
   if (c.sub_group) j << R"(, "sub_group_size": )" << c.sub_group;
+  if (c.offload_param)
+    j << R"(, "offload_param": {"device": "cpu", "pin_memory": )" << (c.pin_param ? "true" : "false")
+      << R"(, "buffer_size": )" << c.param_buffer_size << "}";
   if (c.overlap) j << R"(, "overlap_comm": )" << (*c.overlap ? "true" : "false");
   j << R"(, "reduce_bucket_size": )" << c.bucket << R"(, "stage3_prefetch_bucket_size": )" << c.prefetch
     << R"(, "stage3_param_persistence_threshold": )" << c.persistence << R"(, "stage3_max_reuse_distance": )"
@@ -299,6 +307,7 @@ inline DistCase reference_case(DistCase c) {
   c.sharded_init = false;
   c.offload = 0;
   c.delayed_update = false;
+  c.offload_param = false;
   return c;
 }
 

@@ -8,6 +8,8 @@
 
 #include "dscpp/core/rng.h"
 #include "dscpp/models/model.h"
+#include "dscpp/runtime/engine.h"
+#include "models/decoder.h"
 
 using namespace dscpp;
 
@@ -40,9 +42,10 @@ struct RunResult {
   int64_t peak_activations = 0;  // same, activations category
 };
 
-// Two micro-batches accumulated into the gradients, under `policy`.
-RunResult run(Model& m, const CheckpointPolicy& policy) {
+// Two micro-batches accumulated into the gradients, under `policy` (inputs in host memory with `cpu`).
+RunResult run(Model& m, const CheckpointPolicy& policy, bool cpu = false) {
   m.set_checkpoint_policy(policy);
+  m.set_cpu_checkpointing(cpu);
   m.params().zero_grads();
   Rng rng(99);
   const ModelConfig& c = m.config();
@@ -83,8 +86,10 @@ TEST_P(ActivationCheckpointing, BitIdenticalGradientsAndLowerPeak) {
   RunResult all = run(*m, CheckpointPolicy(size_t(L), true));
   RunResult half = run(*m, checkpoint_every(L, 2));
   RunResult off_flags = run(*m, CheckpointPolicy(size_t(L), false));
+  RunResult all_cpu = run(*m, CheckpointPolicy(size_t(L), true), true);  // Note [CPU checkpointing]
+  RunResult half_cpu = run(*m, checkpoint_every(L, 2), true);
 
-  for (const RunResult* r : {&all, &half, &off_flags}) {
+  for (const RunResult* r : {&all, &half, &off_flags, &all_cpu, &half_cpu}) {
     EXPECT_EQ(r->losses, off.losses);
     ASSERT_EQ(r->grads.size(), off.grads.size());
     size_t first_diff = 0;
@@ -121,4 +126,60 @@ TEST(ActivationCheckpointingApi, LogitsAndRepeatedForwardWithPolicy) {
   EXPECT_EQ(logits.shape(), (Shape{2, 16, 64}));
   m->backward(1.0f);  // still valid after logits()
   EXPECT_THROW(m->backward(1.0f), Error);
+}
+
+// Note [CPU checkpointing]: the checkpointed blocks' inputs wait in their host copies, which backward reads: a copy
+// changed between forward and backward changes the gradients (the device kept none of its own), and one put back
+// gives the same bits again.
+TEST(CpuCheckpointing, BackwardReadsTheHostCopies) {
+  auto m = make_model(config("gpt2"));
+  m->init_weights(7);
+  const Decoder& d = dynamic_cast<const Decoder&>(*m);
+  m->set_checkpoint_policy(checkpoint_every(4, 2));  // blocks 0 and 2
+  m->set_cpu_checkpointing(true);
+  Rng rng(3);
+  Tensor tok = random_ids(2, 16, 64, rng), tgt = random_ids(2, 16, 64, rng);
+  auto grads = [&](bool poison) {
+    m->params().zero_grads();
+    m->forward(tok, tgt);
+    const std::vector<Tensor>& host = d.host_checkpoints();
+    EXPECT_EQ(host.size(), m->cpu_checkpointing() ? 4u : 0u);
+    for (size_t l = 0; l < host.size(); l++) EXPECT_EQ(host[l].defined(), l % 2 == 0) << "block " << l;
+    if (poison) {
+      Tensor x = host[2];
+      store_from_float(x, 5, load_as_float(x, 5) + 1.0f);
+    }
+    m->backward(1.0f);
+    EXPECT_TRUE(d.host_checkpoints().empty()) << "freed with the other activations";
+    return to_float_vector(m->params().flat_grads());
+  };
+  const std::vector<float> clean = grads(false), poisoned = grads(true), again = grads(false);
+  EXPECT_EQ(again, clean);
+  EXPECT_NE(poisoned, clean) << "backward did not read block 2's input from its host copy";
+  m->set_cpu_checkpointing(false);
+  EXPECT_EQ(grads(false), clean) << "the same bits as keeping the inputs on the device";
+}
+
+// The config key reaches the model through the engine, and an engine's steps stay bit-identical with it.
+TEST(CpuCheckpointing, ConfigKeyTrainsTheSameBits) {
+  auto train = [](bool cpu) {
+    auto m = make_model(config("llama"));
+    m->init_weights(11);
+    const std::string json = R"({"train_micro_batch_size_per_gpu": 2, "activation_checkpointing":
+        {"number_checkpoints": 4, "cpu_checkpointing": )" + std::string(cpu ? "true" : "false") + "}}";
+    auto e = initialize(std::move(m), DeepSpeedConfig::from_string(json));
+    EXPECT_EQ(e->model().cpu_checkpointing(), cpu);
+    Rng rng(8);
+    std::vector<float> losses;
+    for (int s = 0; s < 3; s++) {
+      const Tensor tok = random_ids(2, 16, 64, rng), tgt = random_ids(2, 16, 64, rng);
+      losses.push_back(e->forward(tok, tgt).value());
+      e->backward();
+      e->step();
+    }
+    std::vector<float> out = to_float_vector(e->model().params().flat_params());
+    out.insert(out.end(), losses.begin(), losses.end());
+    return out;
+  };
+  EXPECT_EQ(train(true), train(false));
 }

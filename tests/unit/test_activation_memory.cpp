@@ -13,10 +13,12 @@ using dscpp::test_fixtures::tiny_model_config;
 
 namespace {
 
-int64_t measured_peak(const ModelConfig& cfg, int64_t B, int64_t T, const CheckpointPolicy& ckpt, int64_t fused_rows) {
+int64_t measured_peak(const ModelConfig& cfg, int64_t B, int64_t T, const CheckpointPolicy& ckpt, int64_t fused_rows,
+                      bool cpu_ckpt) {
   auto m = make_model(cfg, ModelOptions{});
   m->init_weights(7);
   m->set_checkpoint_policy(ckpt);
+  m->set_cpu_checkpointing(cpu_ckpt);
   Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
   Rng rng(RngState{99, 0, 4});
   for (int64_t i = 0; i < B * T; i++) {
@@ -44,11 +46,13 @@ TEST(ActivationMemory, ReplayMatchesTheCpuAllocator) {
     int64_t n_layer, B, T;
     int checkpoints;     // number_checkpoints
     int64_t fused_rows;  // Note [Fused head]: tokens per chunk, 0 = not fused
+    bool cpu = false;    // Note [CPU checkpointing]
   };
   const Case cases[] = {{"gpt2", true, 3, 2, 16, 0, 0},   {"gpt2", true, 3, 3, 8, 3, 0},   {"gpt2", true, 4, 1, 16, 2, 0},
                         {"llama", true, 3, 2, 16, 0, 0},  {"llama", false, 3, 4, 5, 0, 0}, {"llama", false, 4, 2, 16, 4, 0},
                         {"llama", true, 5, 2, 12, 2, 0},  {"gpt2", true, 3, 2, 16, 0, 5},  {"llama", false, 3, 4, 5, 3, 7},
-                        {"llama", true, 2, 2, 16, 0, 32}};
+                        {"llama", true, 2, 2, 16, 0, 32},  {"gpt2", true, 3, 3, 8, 3, 0, true},
+                        {"llama", false, 5, 2, 16, 2, 0, true}, {"llama", true, 4, 4, 5, 4, 7, true}};
   for (const Case& c : cases) {
     ModelConfig cfg = tiny_model_config(c.arch);
     cfg.n_layer = c.n_layer;
@@ -62,12 +66,14 @@ TEST(ActivationMemory, ReplayMatchesTheCpuAllocator) {
     w.cuda = false;
     w.fused_head = c.fused_rows > 0;
     w.fused_head_rows = c.fused_rows;
+    w.cpu_checkpointing = c.cpu;
     const ActivationEstimate e = estimate_activation_memory(cfg, w);
     const std::string what = std::string(c.arch) + (c.tied ? " tied" : " untied") + " L=" +
                              std::to_string(c.n_layer) + " B=" + std::to_string(c.B) + " T=" + std::to_string(c.T) +
                              " checkpoints=" + std::to_string(c.checkpoints) + " fused rows " +
-                             std::to_string(c.fused_rows) + " (peak at " + e.peak_at + ")";
-    EXPECT_EQ(e.peak_bytes, measured_peak(cfg, c.B, c.T, ckpt, c.fused_rows)) << what;
+                             std::to_string(c.fused_rows) + (c.cpu ? " cpu_checkpointing" : "") + " (peak at " +
+                             e.peak_at + ")";
+    EXPECT_EQ(e.peak_bytes, measured_peak(cfg, c.B, c.T, ckpt, c.fused_rows, c.cpu)) << what;
     EXPECT_GT(e.peak_bytes, e.end_of_forward) << what << ": backward adds to what forward kept";
   }
 }
@@ -97,6 +103,29 @@ TEST(ActivationMemory, CheckpointingAndShapesMoveThePeak) {
   EXPECT_THROW(estimate_activation_memory(cfg, ActivationWorkload{0, 16, DType::bf16, {}, true}), Error);
   w.checkpoint = {true};
   EXPECT_THROW(estimate_activation_memory(cfg, w), Error) << "one flag for two blocks";
+}
+
+// Note [CPU checkpointing]: on a GPU the checkpointed inputs leave the device; a long sequence with every block
+// checkpointed keeps about three [N, C] inputs there instead of L + 1, and the host holds L of them.
+TEST(ActivationMemory, CpuCheckpointingMovesTheInputsToTheHost) {
+  const ModelConfig cfg = ModelConfig::preset("llama-1b");
+  ActivationWorkload w;
+  w.micro_batch = 1;
+  w.seq_len = 32768;
+  w.checkpoint = checkpoint_every(cfg.n_layer, cfg.n_layer);
+  w.fused_head = true;
+  const ActivationEstimate on_device = estimate_activation_memory(cfg, w);
+  w.cpu_checkpointing = true;
+  const ActivationEstimate on_host = estimate_activation_memory(cfg, w);
+  const int64_t NC = w.seq_len * cfg.n_embd * 2, L = cfg.n_layer;
+  EXPECT_EQ(on_device.host_bytes, 0);
+  EXPECT_EQ(on_host.host_bytes, L * NC);
+  EXPECT_EQ(on_device.end_of_forward - on_host.end_of_forward, L * NC) << "x_0..x_{L-1} left, x_L stays";
+  EXPECT_GT(on_device.peak_bytes - on_host.peak_bytes, (L - 3) * NC) << on_host.peak_at;
+  w.cuda = false;  // the CPU device: the copies are in the same memory, so forward ends holding as much
+  ActivationWorkload kept = w;
+  kept.cpu_checkpointing = false;
+  EXPECT_EQ(estimate_activation_memory(cfg, w).end_of_forward, estimate_activation_memory(cfg, kept).end_of_forward);
 }
 
 // Note [Fused head]: at a wide vocabulary the logits dominate what forward keeps; fusing keeps a chunk of them.

@@ -39,6 +39,89 @@ TEST(Half, F16ExactOnRepresentableAndRoundsOthers) {
   }
 }
 
+// The OCP e4m3 ("E4M3FN") value of a code, from the spec's formula: (-1)^s 2^(e-7) (1 + m/8) for e > 0,
+// (-1)^s 2^-6 (m/8) for e = 0; S.1111.111 is NaN, there is no infinity.
+float e4m3_spec(int code) {
+  const int s = code >> 7, e = (code >> 3) & 15, m = code & 7;
+  if (e == 15 && m == 7) return NAN;
+  const double mag = e == 0 ? std::ldexp(m / 8.0, -6) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return float(s ? -mag : mag);
+}
+
+TEST(Half, Fp8E4m3EveryCodeDecodesAndRoundTrips) {
+  int nans = 0;
+  for (int c = 0; c < 256; c++) {
+    const float want = e4m3_spec(c), got = fp8_e4m3::to_float(uint8_t(c));
+    if (std::isnan(want)) {
+      nans++;
+      EXPECT_TRUE(std::isnan(got)) << "code 0x" << std::hex << c;
+      EXPECT_TRUE(std::isnan(fp8_e4m3::to_float(fp8_e4m3::from_float(got))));
+      continue;
+    }
+    EXPECT_EQ(got, want) << "code 0x" << std::hex << c;
+    EXPECT_EQ(std::signbit(got), c >= 128) << "code 0x" << std::hex << c;  // -0 is 0x80
+    EXPECT_EQ(fp8_e4m3::from_float(got), c) << "code 0x" << std::hex << c << " = " << got;
+  }
+  EXPECT_EQ(nans, 2);  // 0x7f and 0xff only
+  EXPECT_EQ(fp8_e4m3::to_float(0x7e), 448.0f);
+  EXPECT_EQ(fp8_e4m3::to_float(0x01), 1.0f / 512);  // the smallest subnormal
+  EXPECT_EQ(fp8_e4m3::to_float(0x08), 1.0f / 64);   // the smallest normal
+}
+
+TEST(Half, Fp8E4m3RoundsToNearestEvenAndSaturates) {
+  // Ties between neighbouring codes c, c+1 go to the even code, in the subnormals, across the subnormal/normal
+  // boundary, across a binade and at the top; just off the tie goes to the nearer one.
+  for (int c = 0; c < 0x7e; c++) {
+    const float lo = e4m3_spec(c), hi = e4m3_spec(c + 1), mid = 0.5f * (lo + hi);  // exact in f32
+    const int even = (c & 1) ? c + 1 : c;
+    EXPECT_EQ(fp8_e4m3::from_float(mid), even) << "tie between 0x" << std::hex << c << " and 0x" << c + 1;
+    EXPECT_EQ(fp8_e4m3::from_float(-mid), 0x80 | even) << "negative tie above 0x" << std::hex << c;
+    EXPECT_EQ(fp8_e4m3::from_float(std::nextafter(mid, 0.0f)), c) << "below the tie above 0x" << std::hex << c;
+    EXPECT_EQ(fp8_e4m3::from_float(std::nextafter(mid, 1e9f)), c + 1) << "above the tie above 0x" << std::hex << c;
+  }
+  // Below half the smallest subnormal: zero of the sign; the half itself ties to 0.
+  EXPECT_EQ(fp8_e4m3::from_float(1.0f / 1024), 0x00);
+  EXPECT_EQ(fp8_e4m3::from_float(-1.0f / 1024), 0x80);
+  EXPECT_EQ(fp8_e4m3::from_float(1e-30f), 0x00);
+  // Saturation to +-448 (0x7e / 0xfe): past the top, at the would-be tie with 480, and infinities.
+  for (float x : {448.0f, 449.0f, 464.0f, 479.0f, 480.0f, 1e6f, 3e38f, INFINITY}) {
+    EXPECT_EQ(fp8_e4m3::from_float(x), 0x7e) << x;
+    EXPECT_EQ(fp8_e4m3::from_float(-x), 0xfe) << -x;
+  }
+  EXPECT_TRUE(std::isnan(fp8_e4m3::to_float(fp8_e4m3::from_float(NAN))));
+  EXPECT_TRUE(std::isnan(fp8_e4m3::to_float(fp8_e4m3::from_float(-NAN))));
+  // Random values: the nearest code (ties to even) found by brute force over the finite codes.
+  Rng rng(11);
+  for (int i = 0; i < 20000; i++) {
+    const float x = std::ldexp(rng.uniform() - 0.5f, int(rng.next_u32() % 20) - 10);
+    int best = 0;
+    for (int c = 0; c < 256; c++) {
+      const float v = e4m3_spec(c);
+      if (std::isnan(v)) continue;
+      const float d = std::fabs(v - x), bd = std::fabs(e4m3_spec(best) - x);
+      if (d < bd || (d == bd && (c & 1) == 0 && (best & 1) == 1)) best = c;
+    }
+    const float got = fp8_e4m3::to_float(fp8_e4m3::from_float(x));
+    EXPECT_EQ(got, e4m3_spec(best)) << x;  // the value: +-0 from either sign of a tiny x are both nearest
+  }
+}
+
+TEST(Tensor, ConvertsFp8E4m3ThroughEveryPath) {
+  Tensor a = Tensor::empty({6}, DType::f32);
+  const float x[6] = {0.3f, -1.0625f, 500.0f, -3.0f / 1024, 17.0f, 0.001f};
+  for (int i = 0; i < 6; i++) a.data<float>()[i] = x[i];
+  Tensor q = a.to(DType::fp8_e4m3);
+  Tensor b = q.to(DType::bf16).to(DType::f32);  // bf16 holds every e4m3 value
+  for (int64_t i = 0; i < 6; i++) {
+    const uint8_t code = static_cast<const uint8_t*>(q.raw())[i];
+    EXPECT_EQ(code, fp8_e4m3::from_float(x[i]));
+    EXPECT_EQ(load_as_float(q, i), fp8_e4m3::to_float(code));
+    EXPECT_EQ(b.data<float>()[i], fp8_e4m3::to_float(code));
+  }
+  store_from_float(q, 0, -448.0f);
+  EXPECT_EQ(static_cast<const uint8_t*>(q.raw())[0], 0xfe);
+}
+
 TEST(Tensor, ViewsShareStorage) {
   Tensor flat = Tensor::zeros({10}, DType::f32);
   Tensor v = flat.view_at(4, {2, 3});

@@ -19,7 +19,7 @@ using namespace dscpp;
 namespace {
 
 constexpr int64_t kMiB = int64_t(1) << 20;
-const DType kDtypes[] = {DType::f32, DType::bf16, DType::f16, DType::i32, DType::i8};
+const DType kDtypes[] = {DType::f32, DType::bf16, DType::f16, DType::fp8_e4m3, DType::i32, DType::i8};
 
 // Random host data that every dtype can hold: integers in [-100, 100] for i32/i8, N(0, 10) otherwise.
 Tensor random_host(int64_t n, DType dt, uint32_t seed) {

@@ -13,8 +13,7 @@
 #include <limits>
 
 #include "checkpoint_fixtures.h"
-#include "dist/equivalence.h"
-#include "offload_fixtures.h"
+#include "dist/offload_checks.h"
 #include "dscpp/checkpoint/universal.h"
 #include "dscpp/core/copy_stream.h"
 #include "runtime/offload/optimizer_offload.h"
@@ -24,27 +23,14 @@ using namespace dscpp;
 using dscpp::test::DistCase;
 using dscpp::test::dist_case;
 using dscpp::test::expect_bits;
+using dscpp::test::expect_config_error;
 using dscpp::test::floats;
+using dscpp::test::parse_config;
+using dscpp::test::read_bytes;
 using dscpp::test::train_step;
 namespace fs = std::filesystem;
 
 namespace {
-
-const std::string kBatch = R"("train_micro_batch_size_per_gpu": 2, )";
-
-DeepSpeedConfig parse(const std::string& body, std::vector<std::string>* w = nullptr) {
-  return DeepSpeedConfig::from_string("{" + kBatch + body + "}", 1, w);
-}
-
-void expect_config_error(const std::string& body, const std::string& key, const std::vector<std::string>& parts) {
-  try {
-    parse(body);
-    ADD_FAILURE() << "accepted: " << body;
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.key, key) << e.what();
-    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-  }
-}
 
 DistCase plain(DistCase c) {
   c.offload = 0;
@@ -52,15 +38,14 @@ DistCase plain(DistCase c) {
   return c;
 }
 
-std::string read_bytes(const fs::path& p) { return test_fixtures::slurp(p.string()); }
-
 }  // namespace
 
 // ---- configuration ------------------------------------------------------------------------------------------------
 
 TEST(OffloadConfig, DeepSpeedKeysDefaultsAndRules) {
   std::vector<std::string> w;
-  const DeepSpeedConfig c = parse(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})", &w);
+  const DeepSpeedConfig c =
+      parse_config(R"("zero_optimization": {"stage": 2, "offload_optimizer": {"device": "cpu"}})", &w);
   ASSERT_TRUE(c.zero_optimization.offload_optimizer.has_value());
   const OffloadOptimizerConfig& o = *c.zero_optimization.offload_optimizer;
   EXPECT_EQ(o.device, "cpu");
@@ -73,7 +58,7 @@ TEST(OffloadConfig, DeepSpeedKeysDefaultsAndRules) {
   EXPECT_TRUE(w.empty()) << w[0];
   EXPECT_FALSE(c.dscpp.offload.delayed_update);
   // Every key, and ours, round-trips (and so reaches the start-up agreement: Note [Start-up agreement]).
-  const DeepSpeedConfig all = parse(R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu",
+  const DeepSpeedConfig all = parse_config(R"("zero_optimization": {"stage": 1, "offload_optimizer": {"device": "cpu",
       "pin_memory": false, "buffer_count": 2, "fast_init": true, "ratio": 0.25, "pipeline_read": true,
       "pipeline_write": true, "nvme_path": "/tmp/x"}}, "dscpp": {"offload": {"delayed_update": true, "threads": 3}})");
   EXPECT_EQ(DeepSpeedConfig::parse(all.to_json(), 1).canonical_dump(), all.canonical_dump());
@@ -85,7 +70,7 @@ TEST(OffloadConfig, DeepSpeedKeysDefaultsAndRules) {
   for (const auto& [k, v] : agreement_settings(all, test_fixtures::tiny_model_config()))
     agreed |= k == "dscpp.offload.delayed_update" && v == "true";
   EXPECT_TRUE(agreed);
-  EXPECT_FALSE(parse(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0}})")
+  EXPECT_FALSE(parse_config(R"("zero_optimization": {"stage": 3, "offload_optimizer": {"device": "cpu", "ratio": 0}})")
                    .zero_optimization.offload_optimizer->enabled());  // nothing to offload
 
   expect_config_error(R"("zero_optimization": {"offload_optimizer": {"device": "cpu"}})",
@@ -169,7 +154,8 @@ TEST(Offload, PiecesAndSlotsDoNotChangeTheUpdate) {
     };
     DscppOffloadConfig ours;
     ours.threads = 2;
-    OptimizerOffload o(oc, cfg, ours, {}, pa, zp, false, false, unit_of(pa.flat_params()), unit_of(pa.flat_grads()),
+    OptimizerOffload o(oc, cfg, ours, {}, pa, zp, false, false, false, unit_of(pa.flat_params()),
+                       unit_of(pa.flat_grads()),
                        piece);
     o.refresh_masters();
     for (int step = 0; step < 3; step++) {
@@ -241,18 +227,12 @@ TEST_P(OffloadExact, EqualsTheSameRunWithoutOffload) {
     EXPECT_NEAR(double(bytes.optimizer), double(theory.optimizer), 0.1 * double(theory.optimizer) + 1024)
         << e->model_state_report();
     EXPECT_NE(e->model_state_report().find("offload_optimizer"), std::string::npos) << e->model_state_report();
-    const auto got = dscpp::test::train(*e, c, rank, c.gas, 4);
     const DistCase p = plain(c);
     auto r = dscpp::test::make_engine(p, &pg);
     ASSERT_EQ(r->offload(), nullptr);
     EXPECT_LT(bytes.optimizer, r->model_state_bytes().optimizer) << "the states left the device";
-    const auto want = dscpp::test::train(*r, p, rank, p.gas, 4);
+    dscpp::test::expect_same_training(*e, c, *r, p, rank);
     const std::string what = c.name() + " rank " + std::to_string(rank);
-    expect_bits(got.grads, want.grads, what + ": step-0 gradients");
-    expect_bits(got.norms, want.norms, what + ": gradient norms");
-    expect_bits(got.losses, want.losses, what + ": losses");
-    expect_bits(got.params, want.params, what + ": parameters after 4 steps");
-    EXPECT_NE(got.params, got.init) << what << ": nothing trained";
     EXPECT_EQ(e->optimizer().step_count(), r->optimizer().step_count());
     EXPECT_EQ(e->optimizer().name(), r->optimizer().name());
     if (c.precision == "fp16") expect_bits(floats(e->master_params()), floats(r->master_params()), what + ": masters");

@@ -15,7 +15,7 @@
 
 #include "checkpoint_fixtures.h"
 #include "dist/equivalence.h"
-#include "offload_fixtures.h"
+#include "dist/offload_checks.h"
 #include "swap_fixtures.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/universal.h"

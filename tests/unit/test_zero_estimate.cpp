@@ -182,8 +182,10 @@ TEST(ZeroEstimate, OffloadedModelStateBytes) {
   EXPECT_EQ(all.optimizer, 0);
   EXPECT_EQ(all.host, 12 * N / 2);  // 4 + 8
   const ModelStateBytes half = zero_model_state_bytes(N, 3, 4, 2, 4, true, 2, 0.5);
-  EXPECT_EQ(half.optimizer, 12 * (N / 4 - N / 8));
-  EXPECT_EQ(half.host, 12 * (N / 8));
+  const int64_t kept = (N / 8) / 64 * 64;  // the device share, cut at a multiple of 64 elements as the engine does
+  EXPECT_EQ(half.optimizer, 12 * kept);
+  EXPECT_EQ(half.host, 12 * (N / 4 - kept));
+  EXPECT_EQ(zero_model_state_bytes(N, 3, 4, 2, 4, true, 2, 0.0).host, 0);
   EXPECT_EQ(zero_model_state_bytes(N, 1, 1, 4, 4, false, 1, 1.0).host, 8 * N);  // f32: still a host master
   EXPECT_EQ(zero_model_state_bytes(N, 1, 1, 2, 4, true, 2).host, 0);
   EXPECT_THROW(zero_model_state_bytes(N, 1, 1, 2, 4, true, 2, 1.5), Error);
@@ -450,4 +452,55 @@ TEST(TrainingMemory, LargestMicroBatchIsTheBoundary) {
   }
   EXPECT_EQ(largest_micro_batch(cfg, w, s, int64_t(4 * kGiB)), 0) << "the model states alone do not fit";
   EXPECT_EQ(largest_micro_batch(ModelConfig::preset("gpt2-tiny"), w, s, int64_t(141 * kGiB), 100), 100) << "the limit";
+}
+
+// Note [Memory tiers]: per offload choice at stage 3, DeepSpeed's estimate (per GPU, its CPU figure per node over the
+// GPUs per node) beside ours per tier: the parameters, then the optimizer, leave the GPU for the CPU (or NVMe).
+TEST(EstimateMemoryCli, OffloadChoicesPerTier) {
+  if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
+  std::string out;
+  ASSERT_EQ(run_capture(dscpp_binary() + " estimate-memory --model llama-1b --stage 3 --num_gpus_per_node 2", out), 0)
+      << out;
+  const ModelConfig cfg = ModelConfig::preset("llama-1b");
+  const ModelParamCounts n = model_param_counts(cfg);
+  ActivationWorkload w{1, 1, DType::bf16, {}, true};
+  struct Row {
+    const char* name;
+    bool opt, par, nvme;
+  };
+  std::vector<TierBytes> ours;
+  for (const Row& r : {Row{"none", false, false, false}, Row{"optimizer cpu", true, false, false},
+                       Row{"optimizer + param cpu", true, true, false},
+                       Row{"optimizer nvme + param cpu", true, true, true}}) {
+    TrainingMemorySetup s;
+    s.stage = 3;
+    s.world_size = 2;
+    s.zero.overlap_comm = true;
+    if (r.opt) {
+      s.offload_ratio = 1.0;
+      s.zero.offload_optimizer = OffloadOptimizerConfig();
+      s.zero.offload_optimizer->device = "cpu";
+    }
+    if (r.par) {
+      s.zero.offload_param = OffloadParamConfig();
+      s.zero.offload_param->device = "cpu";
+    }
+    const TrainingMemoryEstimate e = estimate_training_memory(cfg, w, s);
+    TierBytes t = e.placed;
+    if (r.nvme) t.nvme = e.states.host, t.cpu -= e.states.host;
+    ours.push_back(t);
+    const Ref d = ref_zero3(double(n.total), double(n.largest_module), 2, 1, r.opt, r.par, true, 1.5);
+    const std::string ds = r.nvme ? "- | - | " : fmt("%.2f | ", d.gpu / kGiB) + fmt("%.2f | ", d.cpu / 2 / kGiB);
+    const std::string row = std::string("| ") + r.name + " | " + ds + format_gib(t.gpu) + " | " + format_gib(t.cpu) +
+                            " | " + format_gib(t.nvme) + " |";
+    EXPECT_NE(out.find(row), std::string::npos) << "missing '" << row << "' in\n" << out;
+  }
+  // What each choice moves: the optimizer (12 bytes per parameter of the shard, and its copy slots), then the 16-bit
+  // parameters (2, and the pageable partition's staging), then the optimizer again, onto the disk.
+  EXPECT_GT(ours[0].gpu - ours[1].gpu, 0.95 * 12.0 * double(n.total) / 2) << "the optimizer left the GPU";
+  EXPECT_GT(ours[1].gpu - ours[2].gpu, 0.95 * 2.0 * double(n.total) / 2) << "the parameters left the GPU";
+  EXPECT_EQ(ours[0].cpu, 0);
+  EXPECT_GT(ours[2].cpu, ours[1].cpu);
+  EXPECT_EQ(ours[3].gpu, ours[2].gpu);
+  EXPECT_EQ(ours[3].cpu + ours[3].nvme, ours[2].cpu);
 }

@@ -19,6 +19,7 @@ class CopyEvent {  // a point on a CopyStream
   CopyEvent& operator=(const CopyEvent&) = delete;
 
   void synchronize() const;          // the host waits for the copies queued before it (none recorded: returns)
+  bool reached() const;              // non-blocking: those copies are done (none recorded: true)
   void make_current_stream_wait() const;  // the device's current stream waits for them; the host does not
 
  private:
@@ -43,6 +44,20 @@ class CopyStream {
   void copy(const Tensor& dst, const Tensor& src);
   void record(CopyEvent& e);  // e marks the copies queued so far
   void synchronize();         // the host waits for every queued copy
+
+  // For its scope, this stream is the calling thread's current stream of its device (nothing on a CPU device): a
+  // collective launched inside starts after the copies queued so far, and a Work::wait() inside makes later copies
+  // wait for it. Allocate nothing inside: the caching allocator tags memory with the current stream.
+  class AsCurrent {
+   public:
+    explicit AsCurrent(CopyStream& s);
+    ~AsCurrent();
+    AsCurrent(const AsCurrent&) = delete;
+    AsCurrent& operator=(const AsCurrent&) = delete;
+
+   private:
+    void* guard_ = nullptr;  // cuda::StreamGuard
+  };
 
  private:
   Device device_;

@@ -1,4 +1,4 @@
-// bf16 and f16 storage types with exact round-to-nearest-even conversion to and from f32.
+// bf16, f16 and fp8 e4m3 storage types with exact round-to-nearest-even conversion to and from f32.
 // Plain structs (not _Float16 / __nv_bfloat16) so host code, nvcc and every compiler agree on the layout.
 #pragma once
 #include <cstdint>
@@ -35,6 +35,19 @@ struct f16 {
 
   static uint16_t from_float(float f);
   static float to_float(uint16_t h);
+};
+
+// OCP fp8 e4m3 ("E4M3FN", the KV cache's fp8): sign, 4 exponent bits (bias 7), 3 mantissa bits; subnormals, no
+// infinities, 0x7f / 0xff are NaN, the largest finite value 448. from_float rounds to nearest even and saturates
+// to +-448 (Inf included), as CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3); NaN stays NaN.
+struct fp8_e4m3 {
+  uint8_t bits = 0;
+  fp8_e4m3() = default;
+  explicit fp8_e4m3(float f) : bits(from_float(f)) {}
+  explicit operator float() const { return to_float(bits); }
+
+  static uint8_t from_float(float f);
+  static float to_float(uint8_t b);
 };
 
 }  // namespace dscpp

@@ -9,6 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dscpp/core/dtype.h"
+
 namespace dscpp::inference {
 
 struct KVMemoryConfig {                  // state_manager.memory_config
@@ -39,6 +41,11 @@ struct InferenceDscppConfig {            // dscpp: our keys, which FastGen has n
   // Tensor parallelism on GPUs: all-reduces of at most this many bytes run on our one-shot / two-shot kernel over
   // peer memory (comm/peer_all_reduce.h; a decode step's, bf16 [B, hidden]), larger ones on NCCL; 0: NCCL always.
   int64_t peer_all_reduce_max_bytes = 1 << 20;
+  // The KV cache's element type, vLLM's `kv_cache_dtype`: "auto" (the model's dtype) or "fp8_e4m3" (given as "fp8"
+  // or "fp8_e4m3"; scale 1, Note [fp8 KV cache]): one byte a K/V element, so twice the tokens of a 16-bit cache fit.
+  std::string kv_cache_dtype = "auto";
+
+  DType kv_dtype(DType model) const { return kv_cache_dtype == "auto" ? model : DType::fp8_e4m3; }
 };
 
 // Weight-only quantization of the model's linears when it loads (Note [Quantized weight layout] in

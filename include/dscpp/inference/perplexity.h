@@ -22,6 +22,7 @@ struct PerplexityOptions {
   int64_t window = 512;        // tokens per window, 2 .. the model's max_context
   int64_t max_windows = 0;     // score at most this many windows (0: every full window of the stream)
   int64_t batch_tokens = 2048; // tokens per forward: max(1, batch_tokens / window) windows side by side
+  bool fp8_kv_cache = false;   // the KV cache in fp8 e4m3 (dscpp.kv_cache_dtype "fp8"), else the model's dtype
 };
 
 struct PerplexityResult {

@@ -1,7 +1,8 @@
 // The op contracts of the inference engine's ragged forward over the paged (blocked) KV cache
 // (include/dscpp/inference/kv_cache.h), in the conventions of ops.h (shape letters, "(=)" overwrites). Each has a
 // CPU reference (src/kernels/cpu/paged_kv.cpp, f32) and a CUDA twin (src/kernels/cuda/paged_kv.cu: f32, bf16 or f16,
-// qkv, cache and out of one dtype; the i32 index tensors on the same device). The CPU entry points check every index
+// qkv and out of one dtype; the i32 index tensors on the same device). The cache has qkv's dtype or fp8_e4m3, on
+// either backend (Note [fp8 KV cache]: the append rounds to e4m3, attention reads it as f32, scale 1). The CPU entry points check every index
 // they read (slots, the block-table entries a position reaches) and throw; the CUDA kernels check them on the
 // device instead: an out-of-range slot is not written, a token reaching outside the cache gets NaN rows.
 #pragma once

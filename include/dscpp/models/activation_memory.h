@@ -31,6 +31,7 @@ struct ActivationWorkload {
   bool cuda = true;            // the CUDA kernels' temporaries and the caching allocator's 512-byte blocks
   bool fused_head = false;     // Note [Fused head] (models/model.h): the loss and lm head's backward inside forward
   int64_t fused_head_rows = 0; // its tokens per chunk; 0: fused_head_rows()
+  bool cpu_checkpointing = false;  // Note [CPU checkpointing] (models/decoder.h): checkpointed inputs in host memory
 };
 
 // Note [Replay hooks]: the engine's own buffers come and go at the model's hooks (Model::UnitHooks,
@@ -57,6 +58,9 @@ struct ActivationEstimate {
                                 // (with hooks: their allocations included)
   std::string peak_at;          // where it is reached, e.g. "backward of block 15 (mlp)"
   int64_t end_of_forward = 0;   // bytes held from forward into backward (the logits included)
+  // cpu_checkpointing: the checkpointed inputs' host copies, all held at the end of forward. On a CUDA device they are
+  // host memory, not in peak_bytes; on the CPU device the host is the device, and they are in it.
+  int64_t host_bytes = 0;
 };
 
 ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const ActivationWorkload& w,

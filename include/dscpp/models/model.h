@@ -89,6 +89,10 @@ class Model {
   const KernelPolicy& kernel_policy() const { return kernels_; }
   void set_checkpoint_policy(CheckpointPolicy p) { ckpt_ = std::move(p); }
   const CheckpointPolicy& checkpoint_policy() const { return ckpt_; }
+  // Note [CPU checkpointing] (models/decoder.h): the checkpointed blocks' inputs wait for backward in page-locked host
+  // memory instead of the device (activation_checkpointing.cpu_checkpointing).
+  void set_cpu_checkpointing(bool on) { cpu_ckpt_ = on; }
+  bool cpu_checkpointing() const { return cpu_ckpt_; }
   // Called by backward() each time the gradients of the flat range [flat_begin, flat_end) are final for this
   // backward (a block's, the final norm's, the embeddings'), so data parallelism can start reducing them while
   // backward goes on. Only the parameters lying wholly inside the range are final. Empty = no calls.
@@ -109,6 +113,7 @@ class Model {
   ModelConfig cfg_;
   ParamSet params_;
   CheckpointPolicy ckpt_;
+  bool cpu_ckpt_ = false;
   KernelPolicy kernels_;
   GradReadyHook grad_ready_hook_;
   UnitHooks unit_hooks_;

@@ -91,7 +91,7 @@ struct Bf16Config {                      // "bf16" (legacy key "bfloat16")
 
 struct ActivationCheckpointingConfig {   // "activation_checkpointing"
   bool partition_activations = false;    // split saved activations across model-parallel ranks
-  bool cpu_checkpointing = false;        // keep partitioned checkpoints on the CPU
+  bool cpu_checkpointing = false;        // checkpointed blocks' inputs in pinned host memory (Note [CPU checkpointing])
   bool contiguous_memory_optimization = false;  // one preallocated buffer per checkpoint
   std::optional<int64_t> number_checkpoints;    // needed by contiguous_memory_optimization
   bool synchronize_checkpoint_boundary = false;  // device synchronize at each checkpoint boundary
@@ -120,13 +120,14 @@ struct OffloadOptimizerConfig {          // "zero_optimization.offload_optimizer
   bool enabled() const { return device != "none" && ratio > 0.0; }
 };
 
-struct OffloadParamConfig {              // "zero_optimization.offload_param" (stage 3 only)
-  std::string device = "none";           // "none", "cpu", "nvme"
-  std::optional<std::string> nvme_path;  // folder for nvme swap files
-  int64_t buffer_count = 5;              // swap buffers
-  int64_t buffer_size = 100000000;       // elements per swap buffer (1e8)
-  int64_t max_in_cpu = 1000000000;       // elements kept in CPU memory (1e9)
-  bool pin_memory = false;               // page-locked host buffers
+struct OffloadParamConfig {              // "zero_optimization.offload_param" (stage 3; Note [Parameter offload])
+  std::string device = "none";           // "none" or "cpu" ("nvme" is refused: not implemented)
+  std::optional<std::string> nvme_path;  // folder for nvme swap files (nvme only)
+  int64_t buffer_count = 5;              // staging buffers the parameters' copies pass through
+  int64_t buffer_size = 100000000;       // elements per staging buffer (1e8)
+  int64_t max_in_cpu = 1000000000;       // elements kept in CPU memory (1e9; nvme only)
+  bool pin_memory = false;               // page-locked host partition (else pageable, staged through pinned buffers)
+  bool enabled() const { return device != "none"; }
 };
 
 struct CheckpointConfig {                // "checkpoint" (deepspeed/checkpoint/config.py)

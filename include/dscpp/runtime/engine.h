@@ -17,6 +17,8 @@
 // same component; stage 2/3 keep only the partition); stage 1/2 all-gather the updated parameters after the step,
 // stage 3 keeps only the parameter shard and gathers units around their use (runtime/zero_params.h). The gradient
 // norm and the overflow check are summed across the partitions, so every rank clips and skips alike.
+// Offload (zero_optimization.offload_optimizer / offload_param): the optimizer's shard, and at stage 3 the
+// parameters' shard (in one process too), live in host memory (Notes [Optimizer offload], [Parameter offload]).
 #pragma once
 #include <chrono>
 #include <memory>
@@ -43,6 +45,7 @@ namespace dscpp {
 
 class GradSync;          // src/runtime/dp/grad_sync.h
 class OptimizerOffload;  // src/runtime/offload/optimizer_offload.h
+class ParamOffload;      // src/runtime/offload/param_offload.h
 
 struct StepTimes {  // wall_clock_breakdown: milliseconds summed since the last report
   double forward_ms = 0, backward_ms = 0, step_ms = 0;
@@ -73,6 +76,7 @@ struct EngineOptions {
   // ZeRO-3 sharded initialisation: a model built without its parameter buffer (ModelOptions::materialize_params
   // false) gets each rank's shard from Model::init_range(init_seed, ...), the values init_weights(init_seed) would
   // give, so the whole model never exists on one device (DeepSpeed's zero.Init). Every rank computes the same values.
+  // With offload_param (one process too) the shard is initialised in host memory.
   std::optional<uint64_t> init_seed;
   // Where rank 0 prints, at start-up, the model-state bytes it allocated next to the stage's theoretical figure
   // (model_state_report()); null = silent.
@@ -114,10 +118,13 @@ class Engine {
   // copy under Twin-Flow)
   Tensor master_params() const;
   const ZeroPartition& zero_partition() const { return zp_; }
-  const ZeroParamCoordinator* zero_params() const { return zparams_.get(); }  // stage 3 across ranks, else null
+  // stage 3 across ranks or with offload_param, else null
+  const ZeroParamCoordinator* zero_params() const { return zparams_.get(); }
   const GradSync* grad_sync() const { return grad_sync_.get(); }  // across ranks, else null
   // zero_optimization.offload_optimizer (Note [Optimizer offload]), else null
   const OptimizerOffload* offload() const { return offload_.get(); }
+  // zero_optimization.offload_param (Note [Parameter offload]), else null
+  const ParamOffload* param_offload() const { return param_offload_.get(); }
   const std::vector<FlatRange>& owned_ranges() const { return owned_; }  // this rank's, in shard order
   // Stage 1/2: units whose post-step all-gather the next forward has not waited for yet (Note [Deferred parameter
   // gathers]); 0 otherwise.
@@ -128,6 +135,7 @@ class Engine {
   Tensor owned_grads(size_t k) const;
   Tensor owned_params(size_t k) const;  // the model-dtype parameters of the k-th owned range (stage 3: the shard)
   ModelStateBytes model_state_bytes() const;              // what this rank allocated
+  TierBytes placed_bytes() const;                         // the same by tier, with the engine's buffers
   ModelStateBytes theoretical_model_state_bytes() const;  // what the stage should need (params, grads, optimizer)
   std::string model_state_report() const;                 // both, one line each, for start-up printing
   // The whole model's parameters in the model dtype on the host (stage 3 gathers: a collective).
@@ -180,7 +188,9 @@ class Engine {
 
   void init_data_parallel(const EngineOptions& options);
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, gradient sync, stage-3 shards
+  void init_stage3(std::optional<uint64_t> init_seed);  // the parameter shard (Note [Parameter offload]: on the host)
   void init_offload();  // Note [Optimizer offload]: after init_zero
+  void step_offloaded_params(float lr, float grad_scale);  // the device optimizer into the host partition
   Tensor unit_params(size_t unit) const;  // this rank's chunk of a unit's parameters (the whole unit unsharded)
   Tensor unit_grads(size_t unit) const;   // and of its f32 gradients
   nlohmann::json optimizer_meta();        // the optimizer's state_json over every owned range
@@ -214,7 +224,7 @@ class Engine {
   std::unique_ptr<GradSync> grad_sync_;     // with dp_
   std::unique_ptr<ZeroParamCoordinator> zparams_; // stage 3
   Tensor grad_partition_;                   // stages 2/3: f32 [shard_numel]
-  Tensor param_shard_;                      // stage 3: model dtype [shard_numel]
+  Tensor param_shard_;                      // stage 3: model dtype [shard_numel] (offload_param: in host memory)
   std::vector<WorkPtr> param_gathers_;      // stage 1/2: per unit, the all-gather still pending since the step
   size_t next_gather_ = 0;                  // stage 1/2: units from here on have not launched their gather yet
   std::unique_ptr<AsyncCheckpointer> async_ckpt_;
@@ -224,6 +234,7 @@ class Engine {
   Tensor master_;  // f32 [optimizer owned_numel] (MemoryCategory::optimizer); undefined in f32 mode
   bool last_skipped_ = false;
   std::unique_ptr<Optimizer> optimizer_;   // null with offload_optimizer (offload_ owns the optimizers)
+  std::unique_ptr<ParamOffload> param_offload_;
   std::unique_ptr<OptimizerOffload> offload_;
   LRScheduler scheduler_;
   Rng rng_;

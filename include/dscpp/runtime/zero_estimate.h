@@ -16,11 +16,18 @@
 // offloaded element, the f32 master (4, also for an f32 model: the host steps its own copy) and the optimizer states
 // (4 each):
 //   host = r * S * (4 + 4 * optimizer_states)        (AdamW: 12 bytes per offloaded parameter)
-// plus the copy slots, not counted here: offload_optimizer.buffer_count slots of at most 2^24 elements for the
-// gradients (4 bytes) and the 16-bit parameters (param_bytes < 4), 384 MiB at most with bf16 and the default 4;
-// with dscpp.offload.delayed_update whole-shard buffers instead (4 + param_bytes per offloaded element). The device
+// (the device's share (1 - r) * S rounded down to a multiple of 64 elements, as the engine cuts it) plus the copy
+// slots, not counted here: offload_optimizer.buffer_count slots of at most 2^24 elements for the gradients (4 bytes)
+// and the 16-bit parameters (param_bytes < 4), 384 MiB at most with bf16 and the default 4; with
+// dscpp.offload.delayed_update whole-shard buffers instead (4 + param_bytes per offloaded element). The device
 // keeps its 16-bit parameters and f32 gradients (6 bytes per parameter in one process), where DeepSpeed's ZeRO-2
 // estimator counts 2 (its gradients are 16-bit and leave the device) and 16 per parameter on the host.
+// With offload_param (stage 3, Note [Parameter offload]) the parameters' shard moves to the host (host_params =
+// S * param_bytes); the device holds gathered units only (estimate_training_memory's replay), and offload_param's
+// staging buffers (buffer_count x min(buffer_size, the largest chunk) elements: on the host for a pageable
+// partition, on the device without offload_optimizer) come on top. So ZeRO-Infinity's CPU case (both offloaded,
+// AdamW, bf16) keeps 4 bytes per parameter of f32 gradients on the device (per rank: S; DeepSpeed's estimator
+// counts none, its gradients leaving as they are made) and 14 on the host (DeepSpeed: 18).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -97,18 +104,24 @@ ModelParamCounts model_param_counts(const ModelConfig& cfg);
 
 // ---- Our engine (Note [Our model-state bytes]) ----------------------------------------------------------------------
 struct ModelStateBytes {
-  int64_t params = 0;     // model-dtype parameters this rank keeps resident
+  int64_t params = 0;     // model-dtype parameters this rank keeps resident on the device
   int64_t grads = 0;      // gradients (ours: f32)
   int64_t optimizer = 0;  // f32 master weights (mixed precision) + optimizer state buffers
   int64_t host = 0;       // offload_optimizer: masters and states in host memory (not in total(): the device's)
   int64_t nvme = 0;       // offload_optimizer.device "nvme": masters and states in swap files (not in total())
+  int64_t host_params = 0;  // offload_param: the model-dtype partition (and its staging) in host memory (likewise)
   int64_t total() const { return params + grads + optimizer; }
 };
+// Bytes per rank on each memory tier: what the engine placed at start-up (Engine::placed_bytes), or an estimate.
+struct TierBytes {
+  int64_t gpu = 0, cpu = 0, nvme = 0;
+};
 // stage 0..3; world_size >= 1; optimizer_states: f32 buffers per element (AdamW 2, SGD with momentum 1, SGD 0);
-// offload_ratio: the share of the optimizer offloaded (0 = none; stages 1-3).
+// offload_ratio: the share of the optimizer offloaded (0 = none; stages 1-3); offload_params: stage 3's
+// parameter partition in host memory (Note [Parameter offload]; its staging buffers are not counted here).
 ModelStateBytes zero_model_state_bytes(int64_t flat_numel, int stage, int world_size, int param_bytes,
                                        int grad_bytes, bool fp32_master, int optimizer_states,
-                                       double offload_ratio = 0.0);
+                                       double offload_ratio = 0.0, bool offload_params = false);
 // A table of stages 0..3 for those settings: per-rank params, grads, optimizer and total, in GiB (2 decimals); with
 // offload_ratio > 0, stages 1-3 with the optimizer offloaded and a column of host GiB.
 std::string format_model_state_table(int64_t flat_numel, int world_size, int param_bytes, int grad_bytes,
@@ -122,19 +135,25 @@ std::string format_model_state_table(int64_t flat_numel, int world_size, int par
 struct TrainingMemorySetup {
   int stage = 0;
   int world_size = 1;
-  ZeroConfig zero;                    // overlap_comm and the stage3_* keys, as resolved
+  ZeroConfig zero;                    // overlap_comm, the stage3_* keys and offload_param's, as resolved
   bool fp32_master = true;            // mixed precision (bf16/fp16 parameters)
   int optimizer_states = 2;           // f32 buffers per element: AdamW 2, SGD with momentum 1
   int64_t gradient_accumulation_steps = 1;
   double offload_ratio = 0.0;         // offload_optimizer: the share offloaded (stages 1-3; 0 = none)
+  bool delayed_update = false;        // dscpp.offload.delayed_update: whole-shard copy buffers
 };
+// Note [Memory tiers]: `placed` is what the engine allocates at start-up on each tier, as Engine::placed_bytes()
+// reports it (model states; offload's host states, partition, staging buffers and copy slots); `peak` adds the
+// device's high-water mark of a micro-step and cpu_checkpointing's host copies. NVMe stays 0 until something swaps
+// there.
 struct TrainingMemoryEstimate {
-  ModelStateBytes states;
+  ModelStateBytes states;             // with offload_param's staging (device: params; host: host_params)
   ActivationEstimate activations;     // alone
   int64_t gathered_params = 0;        // stage 3: the peak of gathered elements (the model dtype)
   int64_t grad_windows = 0;           // stages 2-3: the peak of f32 gradient-window elements
-  int64_t peak_bytes = 0;             // states + the common high-water mark
+  int64_t peak_bytes = 0;             // states + the common high-water mark (the device)
   std::string peak_at;
+  TierBytes placed, peak;
 };
 // w.act is the model dtype too (f32 on the CPU, bf16/f16 under mixed precision).
 TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const ActivationWorkload& w,

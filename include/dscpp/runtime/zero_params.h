@@ -11,6 +11,9 @@
 // exceed it waits for a later unit; a needed unit is always gathered). After a use, a unit that the recorded
 // sequence uses again within stage3_max_reuse_distance elements of other units stays gathered (while the live
 // bound allows), as DeepSpeed does; set it to 0 to release every unit after each use (FSDP's reshard).
+// With offload_param the shard lives in host memory and each gather starts with the upload of this rank's chunk
+// (Note [Parameter offload], runtime/offload/param_offload.h); then the coordinator runs in one process too, where the
+// upload is the whole gather.
 //
 // Note [Copy-engine ZeRO]: with dscpp.copy_engine.enabled, stage 3's shard lives in the symmetric memory of the
 // copy-engine group (Note [Copy-engine reductions], runtime/dp/grad_sync.h), and use_copy_engines() gathers on that
@@ -44,10 +47,14 @@ namespace dscpp {
 int64_t copy_engine_arena_elements(int64_t wanted, int64_t least, DType dtype, Device device,
                                    std::optional<int64_t> arena_mib);
 
+class ParamOffload;  // runtime/offload/param_offload.h
+
 class ZeroParamCoordinator {
  public:
-  // pg, ps, zp outlive this; ps has no flat parameter buffer; shard holds rank r's chunks in unit order.
-  ZeroParamCoordinator(ProcessGroup& pg, ParamSet& ps, const ZeroPartition& zp, Tensor shard, const ZeroConfig& z);
+  // pg, ps, zp (and offload) outlive this; ps has no flat parameter buffer; shard holds rank r's chunks in unit
+  // order, on ps's device, or offload's host partition. pg may be null in one process, with offload only.
+  ZeroParamCoordinator(ProcessGroup* pg, ParamSet& ps, const ZeroPartition& zp, Tensor shard, const ZeroConfig& z,
+                       ParamOffload* offload = nullptr);
 
   void before(int unit, Model::UnitPass pass);
   void after(int unit, Model::UnitPass pass);
@@ -90,11 +97,13 @@ class ZeroParamCoordinator {
     WorkPtr work;  // the gather in flight into window
   };
   void launch_gather(int unit);
+  WorkPtr gather_into(size_t unit, Tensor& window, ProcessGroup* group);  // unit's chunks, from every rank
   void prefetch_after(size_t trace_pos);
   void free_window(int unit);
   bool reused_soon(int unit) const;  // by the recorded sequence, from the current position
 
-  ProcessGroup& pg_;
+  ProcessGroup* pg_;
+  ParamOffload* offload_;
   ParamSet& ps_;
   const ZeroPartition& zp_;
   Tensor shard_;

@@ -34,6 +34,7 @@ void convert_from(void* dst, DType dt, const void* src, int64_t n, cudaStream_t 
     case DType::f32: return run_convert<float, S>(dst, src, n, stream);
     case DType::bf16: return run_convert<Bf16Bits, S>(dst, src, n, stream);
     case DType::f16: return run_convert<F16Bits, S>(dst, src, n, stream);
+    case DType::fp8_e4m3: return run_convert<Fp8E4m3Bits, S>(dst, src, n, stream);
     case DType::i32: return run_convert<int32_t, S>(dst, src, n, stream);
     case DType::i8: return run_convert<int8_t, S>(dst, src, n, stream);
     default: DSCPP_FAIL("device conversion to ", dtype_name(dt), " is not supported");
@@ -48,6 +49,7 @@ void launch_convert(void* dst, DType dt, const void* src, DType st, int64_t n, c
     case DType::f32: return convert_from<float>(dst, dt, src, n, stream);
     case DType::bf16: return convert_from<Bf16Bits>(dst, dt, src, n, stream);
     case DType::f16: return convert_from<F16Bits>(dst, dt, src, n, stream);
+    case DType::fp8_e4m3: return convert_from<Fp8E4m3Bits>(dst, dt, src, n, stream);
     case DType::i32: return convert_from<int32_t>(dst, dt, src, n, stream);
     case DType::i8: return convert_from<int8_t>(dst, dt, src, n, stream);
     default: DSCPP_FAIL("device conversion from ", dtype_name(st), " is not supported");

@@ -4,15 +4,20 @@
 #include <cstdint>
 
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 namespace dscpp::cuda {
 
 struct Bf16Bits { uint16_t b; };  // storage of dscpp::bf16 / __nv_bfloat16
 struct F16Bits { uint16_t b; };   // storage of dscpp::f16 / __half
+struct Fp8E4m3Bits { uint8_t b; };  // storage of dscpp::fp8_e4m3 / __nv_fp8_e4m3
 
 __device__ inline float to_f32(float x) { return x; }
 __device__ inline float to_f32(Bf16Bits x) { return __uint_as_float(uint32_t(x.b) << 16); }
 __device__ inline float to_f32(F16Bits x) { return __half2float(__ushort_as_half(x.b)); }
+__device__ inline float to_f32(Fp8E4m3Bits x) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(x.b), __NV_E4M3)));  // exact: f16 holds e4m3
+}
 __device__ inline float to_f32(int32_t x) { return float(x); }
 __device__ inline float to_f32(int8_t x) { return float(x); }
 
@@ -20,6 +25,11 @@ template <typename D> __device__ D from_f32(float f);
 template <> __device__ inline float from_f32<float>(float f) { return f; }
 template <> __device__ inline int32_t from_f32<int32_t>(float f) { return int32_t(f); }
 template <> __device__ inline int8_t from_f32<int8_t>(float f) { return int8_t(int32_t(f)); }  // as x86 host code
+
+// Round to nearest even, saturating to +-448: dscpp::fp8_e4m3::from_float (NaN stays NaN, its sign may differ).
+template <> __device__ inline Fp8E4m3Bits from_f32<Fp8E4m3Bits>(float f) {
+  return {uint8_t(__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3))};
+}
 
 template <> __device__ inline Bf16Bits from_f32<Bf16Bits>(float f) {
   uint32_t u = __float_as_uint(f);

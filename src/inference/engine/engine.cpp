@@ -46,16 +46,21 @@ int64_t fewest_over_ranks(const TpShard& tp, int64_t n, Device d) {
 
 KVCache make_cache(const InferenceModel& m, const InferenceConfig& c, std::ostream* log) {
   const int64_t bs = c.dscpp.kv_block_size;
-  const int64_t per_block = kv_cache_shape(m.cfg, 1, bs).bytes_per_block(m.dtype);
+  const DType kv = c.dscpp.kv_dtype(m.dtype);  // Note [fp8 KV cache]: bytes per token follow the cache's dtype
+  const int64_t per_block = kv_cache_shape(m.cfg, 1, bs).bytes_per_block(kv);
   const bool reserve = c.state_manager.memory_config.mode == "reserve";
   const int64_t n_blocks = fewest_over_ranks(
       m.tp, kv_cache_blocks(c.state_manager, bs, per_block, reserve ? free_bytes_for_cache(m.device) : 0), m.device);
-  if (log)
+  if (log) {
     *log << "KV cache: " << n_blocks << " blocks of " << bs << " tokens = " << n_blocks * bs << " tokens ("
          << std::fixed << std::setprecision(2) << double(n_blocks * per_block) / double(1 << 30) << " GiB, "
-         << dtype_name(m.dtype) << "); one sequence holds up to " << c.state_manager.max_context << " tokens"
-         << std::endl;
-  return KVCache(kv_cache_shape(m.cfg, n_blocks, bs), m.dtype, m.device);
+         << dtype_name(kv);
+    if (kv != m.dtype)
+      *log << ": " << dtype_size(m.dtype) / dtype_size(kv) << "x the tokens of a " << dtype_name(m.dtype)
+           << " cache in the same memory";
+    *log << "); one sequence holds up to " << c.state_manager.max_context << " tokens" << std::endl;
+  }
+  return KVCache(kv_cache_shape(m.cfg, n_blocks, bs), kv, m.device);
 }
 
 using Clock = std::chrono::steady_clock;

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "dscpp/core/dtype.h"
+#include "dscpp/core/half.h"
 #include "dscpp/kernels/rope_params.h"
 
 namespace dscpp::cpu {
@@ -98,12 +99,14 @@ void attention_backward(float* dqkv, const float* dout, const float* qkv, const 
                         int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t D);
 
 // paged_kv.cpp. One layer's paged KV cache, cache[n_blocks, block_size, 2 (K, V), Hkv, D]; qkv rows as attention's.
+// The cache's element C is float or fp8_e4m3 (rounded on the append, read as f32: Note [fp8 KV cache]).
 // The k and v heads of qkv[n] (=) into slot slots[n] (= block * block_size + offset).
-void kv_cache_append(float* cache, const float* qkv, const int32_t* slots, int64_t N, int64_t H, int64_t Hkv,
-                     int64_t D);
+template <typename C>
+void kv_cache_append(C* cache, const float* qkv, const int32_t* slots, int64_t N, int64_t H, int64_t Hkv, int64_t D);
 // out[N,H*D] (=): token n of sequence s (seq_start[s] <= n < seq_start[s+1], N = seq_start[S]) attends causally to
 // positions 0..pos[n] of s, position j in block block_table[s * max_blocks + j / block_size].
-void paged_attention_forward(float* out, const float* qkv, const float* cache, const int32_t* block_table,
+template <typename C>
+void paged_attention_forward(float* out, const float* qkv, const C* cache, const int32_t* block_table,
                              const int32_t* seq_start, const int32_t* pos, int64_t S, int64_t max_blocks,
                              int64_t block_size, int64_t H, int64_t Hkv, int64_t D);
 

@@ -11,18 +11,19 @@
 
 namespace dscpp::cpu {
 
-void kv_cache_append(float* cache, const float* qkv, const int32_t* slots, int64_t N, int64_t H, int64_t Hkv,
-                     int64_t D) {
+template <typename C>
+void kv_cache_append(C* cache, const float* qkv, const int32_t* slots, int64_t N, int64_t H, int64_t Hkv, int64_t D) {
   const int64_t R = (H + 2 * Hkv) * D, kv = Hkv * D;
 #pragma omp parallel for if (N * kv >= 16384)
   for (int64_t n = 0; n < N; n++) {
-    float* dst = cache + int64_t(slots[n]) * 2 * kv;
+    C* dst = cache + int64_t(slots[n]) * 2 * kv;
     const float* k = qkv + n * R + H * D;  // the k heads, then the v heads, as the slot stores them
-    std::memcpy(dst, k, size_t(2 * kv) * sizeof(float));
+    for (int64_t i = 0; i < 2 * kv; i++) dst[i] = C(k[i]);
   }
 }
 
-void paged_attention_forward(float* out, const float* qkv, const float* cache, const int32_t* block_table,
+template <typename C>
+void paged_attention_forward(float* out, const float* qkv, const C* cache, const int32_t* block_table,
                              const int32_t* seq_start, const int32_t* pos, int64_t S, int64_t max_blocks,
                              int64_t block_size, int64_t H, int64_t Hkv, int64_t D) {
   const int64_t R = (H + 2 * Hkv) * D, G = H / Hkv, N = seq_start[S], kv = Hkv * D;
@@ -43,10 +44,10 @@ void paged_attention_forward(float* out, const float* qkv, const float* cache, c
       std::vector<float> p(static_cast<size_t>(len));
       float mx = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < len; j++) {
-        const float* k = key(j);
+        const C* k = key(j);
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int64_t d = 0; d < D; d++) dot += q[d] * k[d];
+        for (int64_t d = 0; d < D; d++) dot += q[d] * float(k[d]);
         p[size_t(j)] = dot * scale;
         mx = std::max(mx, p[size_t(j)]);
       }
@@ -57,11 +58,19 @@ void paged_attention_forward(float* out, const float* qkv, const float* cache, c
       std::memset(o, 0, size_t(D) * sizeof(float));
       for (int64_t j = 0; j < len; j++) {
         const float pj = p[size_t(j)] * inv;
-        const float* v = key(j) + kv;
+        const C* v = key(j) + kv;
 #pragma omp simd
-        for (int64_t d = 0; d < D; d++) o[d] += pj * v[d];
+        for (int64_t d = 0; d < D; d++) o[d] += pj * float(v[d]);
       }
     }
 }
+
+#define DSCPP_PAGED_KV(C)                                                                                        \
+  template void kv_cache_append<C>(C*, const float*, const int32_t*, int64_t, int64_t, int64_t, int64_t);          \
+  template void paged_attention_forward<C>(float*, const float*, const C*, const int32_t*, const int32_t*,          \
+                                           const int32_t*, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t);
+DSCPP_PAGED_KV(float)
+DSCPP_PAGED_KV(fp8_e4m3)
+#undef DSCPP_PAGED_KV
 
 }  // namespace dscpp::cpu

@@ -1037,7 +1037,7 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 
 bool paged_prompt_attention_supported(const Tensor& out, const Tensor& qkv, const Tensor& cache, int64_t D) {
   return (D == 64 || D == 128) && (qkv.dtype() == DType::bf16 || qkv.dtype() == DType::f16) &&
-         all_aligned16(out.raw(), qkv.raw(), cache.raw());
+         cache.dtype() == qkv.dtype() && all_aligned16(out.raw(), qkv.raw(), cache.raw());  // Note [fp8 KV cache]
 }
 
 void paged_prompt_attention(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,

@@ -1,5 +1,7 @@
 // CUDA twins of the paged KV-cache ops (include/dscpp/kernels/paged_ops.h), the same functions as the CPU references
-// in src/kernels/cpu/paged_kv.cpp, for f32, bf16 and f16 tensors (qkv, cache and out of one dtype; f32 math).
+// in src/kernels/cpu/paged_kv.cpp, for f32, bf16 and f16 tensors (qkv and out of one dtype; f32 math), over a cache
+// of that dtype or of fp8 e4m3 (Note [fp8 KV cache]): the kernels take the cache element C apart from T and
+// convert in registers, so an fp8 cache is read at one byte an element.
 //
 // Note [Paged attention design]
 // One CTA per (new token n, kv head, split) with kThreads threads. The CTA first puts the G = H/Hkv query heads that
@@ -20,8 +22,11 @@
 // entries fall outside the cache gets NaN rows (its error shows in the logits instead of another sequence's KV).
 // The scores are plain f32 FMA on CUDA cores: the kernel is bound by the K/V reads at decode, which is where the
 // paged path matters most; prompt chunks would gain from a tensor-core tile (attention.cu's flash kernel), not done.
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
@@ -35,21 +40,49 @@ constexpr int kMaxSplits = 32;
 constexpr int kSplitKeys = 32;     // splits of a max-width context cover at least this many positions (one tile)
 constexpr int kTargetCtas = 1024;  // split while N * Hkv CTAs would leave an H100's 132 SMs (8 CTAs each) idle
 
+// ---- the cache's elements: T itself, or e4m3 codes converted in registers (Note [fp8 KV cache]) ----
+using Fp8 = __nv_fp8_e4m3;
+
+// out[0..V) = f32 of the V cache elements at p (aligned as load_f wants for its type).
+template <typename C, int V>
+__device__ __forceinline__ void load_cache(const C* p, float* out) {
+  if constexpr (std::is_same_v<C, Fp8>) {
+    const Pack<Fp8, V> x = *reinterpret_cast<const Pack<Fp8, V>*>(p);  // V <= 8: one access of V bytes
+#pragma unroll
+    for (int k = 0; k < V; k++) out[k] = __half2float(__half(__nv_cvt_fp8_to_halfraw(x.v[k].__x, __NV_E4M3)));
+  } else {
+    load_f<C, V>(p, out);
+  }
+}
+
+// The V cache elements at p (=) in[0..V), rounded to nearest even; e4m3 saturates to +-448 (fp8_e4m3::from_float).
+template <typename C, int V>
+__device__ __forceinline__ void store_cache(C* p, const float* in) {
+  if constexpr (std::is_same_v<C, Fp8>) {
+    Pack<Fp8, V> x;
+#pragma unroll
+    for (int k = 0; k < V; k++) x.v[k].__x = __nv_cvt_float_to_fp8(in[k], __NV_SATFINITE, __NV_E4M3);
+    *reinterpret_cast<Pack<Fp8, V>*>(p) = x;
+  } else {
+    store_f<C, V>(p, in);
+  }
+}
+
 // ---- kv_cache_append ----
 // cache[slot] (=) the 2*Hkv*D k and v elements of qkv row n (they are contiguous in the row, as in the slot).
 // One CTA row per token (grid-stride), V elements per access (Note [Vector width]).
-template <typename T, int V>
-__global__ void kv_append_kernel(T* __restrict__ cache, const T* __restrict__ qkv, const int32_t* __restrict__ slots,
+template <typename T, typename C, int V>
+__global__ void kv_append_kernel(C* __restrict__ cache, const T* __restrict__ qkv, const int32_t* __restrict__ slots,
                                  int64_t N, int64_t n_slots, int row, int kv_off, int kv2) {
   for (int64_t n = blockIdx.x; n < N; n += gridDim.x) {
     const int64_t slot = slots[n];
     if (slot < 0 || slot >= n_slots) continue;  // Note [Paged attention design]: indices
     const T* src = qkv + n * row + kv_off;
-    T* dst = cache + slot * kv2;
+    C* dst = cache + slot * kv2;
     for (int i = threadIdx.x * V; i < kv2; i += blockDim.x * V) {
       float x[V];
       load_f<T, V>(src + i, x);
-      store_f<T, V>(dst + i, x);  // f32 holds every bf16/f16 value exactly: a copy
+      store_cache<C, V>(dst + i, x);  // C = T: a copy (f32 holds every bf16/f16 value); fp8: rounded
     }
   }
 }
@@ -78,10 +111,10 @@ __device__ int sequence_of(const int32_t* seq_start, int S, int n) {
 // Grid (N, Hkv, splits). Shared memory (floats): q[G][D], k[kTile][D+1] (padded: the score step reads a column of
 // it), v[kTile][D], p[G][kTile], acc[G][D], m[G], l[G], alpha[G].
 // splits == 1: out[n, h*D + d] (=) the attention, in T. Else part_acc[n][h][split][D], part_ml[n][h][split][2] (f32).
-template <typename T, int V>
+template <typename T, typename C, int V>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_kernel(T* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
-                           const T* __restrict__ qkv, const T* __restrict__ cache, PagedArgs a) {
+                           const T* __restrict__ qkv, const C* __restrict__ cache, PagedArgs a) {
   extern __shared__ float smem[];
   const int n = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z, splits = gridDim.z;
   const int D = a.D, G = a.H / a.Hkv, Dp = D + 1;
@@ -129,10 +162,10 @@ __global__ void __launch_bounds__(kThreads)
         bad = 1;  // benign race: every writer stores 1
         continue;
       }
-      const T* slot = cache + (int64_t(blk) * a.block_size + j % a.block_size) * 2 * kv + int64_t(kvh) * D;
+      const C* slot = cache + (int64_t(blk) * a.block_size + j % a.block_size) * 2 * kv + int64_t(kvh) * D;
       float x[V], y[V];
-      load_f<T, V>(slot + d, x);
-      load_f<T, V>(slot + kv + d, y);
+      load_cache<C, V>(slot + d, x);
+      load_cache<C, V>(slot + kv + d, y);
 #pragma unroll
       for (int k = 0; k < V; k++) k_s[r * Dp + d + k] = x[k], v_s[r * D + d + k] = y[k];
     }
@@ -235,12 +268,12 @@ int paged_splits(int64_t N, int Hkv, int64_t max_ctx) {
   return int(std::max<int64_t>(1, std::min<int64_t>(s, kMaxSplits)));
 }
 
-template <typename T, int V>
-void launch_paged_attention_v(T* out, const T* qkv, const T* cache, PagedArgs a, int64_t N, int splits,
+template <typename T, typename C, int V>
+void launch_paged_attention_v(T* out, const T* qkv, const C* cache, PagedArgs a, int64_t N, int splits,
                               const Tensor& like, cudaStream_t stream) {
   const int G = a.H / a.Hkv;
   const size_t smem = paged_smem_bytes(G, a.D);
-  auto kernel = paged_attention_kernel<T, V>;
+  auto kernel = paged_attention_kernel<T, C, V>;
   if (smem > 48 * 1024)
     DSCPP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned(N), unsigned(a.Hkv), unsigned(splits));
@@ -259,6 +292,17 @@ void launch_paged_attention_v(T* out, const T* qkv, const T* cache, PagedArgs a,
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
+// f(T*, C*) with null pointers: T the dtype of qkv and out, C the cache's element (T, or fp8 e4m3).
+template <typename F>
+void dispatch_paged(const char* op, DType t, DType cache, F&& f) {
+  dispatch_float(op, t, [&](auto* tag) {
+    if (cache == DType::fp8_e4m3) return f(tag, static_cast<Fp8*>(nullptr));
+    DSCPP_CHECK(cache == t, op, ": cache dtype ", dtype_name(cache), " with qkv ", dtype_name(t),
+                " (expected ", dtype_name(t), " or fp8_e4m3)");
+    f(tag, tag);
+  });
+}
+
 }  // namespace
 
 // ---- checked entries (ops_paged.cpp has validated shapes, dtypes and devices) ----
@@ -267,18 +311,19 @@ void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots
   const int64_t row = (H + 2 * Hkv) * D, N = qkv.numel() / row, kv2 = 2 * Hkv * D;
   if (N == 0) return;
   OpLaunch L(qkv);
-  dispatch_float(op, qkv.dtype(), [&](auto* tag) {
+  dispatch_paged(op, qkv.dtype(), cache.dtype(), [&](auto* tag, auto* ctag) {
     using T = std::remove_pointer_t<decltype(tag)>;
+    using C = std::remove_pointer_t<decltype(ctag)>;
     constexpr int V = 16 / int(sizeof(T));
     const int64_t n_slots = cache.size(0) * cache.size(1);
     const unsigned grid = grid_for(N, 1);
     // Every access V-aligned: the row, the k heads' start and the slot size multiples of V, aligned bases.
-    if (D % V == 0 && all_aligned16(ptr<T>(cache), ptr<T>(qkv)))
-      kv_append_kernel<T, V><<<grid, kThreads, 0, L.stream>>>(ptr<T>(cache), ptr<T>(qkv), ptr<int32_t>(slots), N,
-                                                              n_slots, int(row), int(H * D), int(kv2));
+    if (D % V == 0 && all_aligned16(ptr<C>(cache), ptr<T>(qkv)))
+      kv_append_kernel<T, C, V><<<grid, kThreads, 0, L.stream>>>(ptr<C>(cache), ptr<T>(qkv), ptr<int32_t>(slots), N,
+                                                                 n_slots, int(row), int(H * D), int(kv2));
     else
-      kv_append_kernel<T, 1><<<grid, kThreads, 0, L.stream>>>(ptr<T>(cache), ptr<T>(qkv), ptr<int32_t>(slots), N,
-                                                              n_slots, int(row), int(H * D), int(kv2));
+      kv_append_kernel<T, C, 1><<<grid, kThreads, 0, L.stream>>>(ptr<C>(cache), ptr<T>(qkv), ptr<int32_t>(slots), N,
+                                                                 n_slots, int(row), int(H * D), int(kv2));
     DSCPP_CUDA_CHECK_LAUNCH();
   });
 }
@@ -297,20 +342,22 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
   const int splits = paged_splits(N, int(Hkv), max_blocks * a.block_size);
   // Prompt chunks go to the tensor-core kernel (Note [Paged prompt attention]), after the decode tokens' kernels
   // (which then skip them); a decode-only batch (one token per sequence) launches no prompt kernel. Decode tokens
-  // enough to fill the GPU without splits go to tensor cores too (Note [Paged decode on tensor cores]).
+  // enough to fill the GPU without splits go to tensor cores too (Note [Paged decode on tensor cores]). Those read a
+  // cache of qkv's dtype only: an fp8 cache stays on this kernel (Note [fp8 KV cache]).
   const bool tc = paged_prompt_attention_supported(out, qkv, cache, D);
   const bool tc_decode = tc && splits == 1 && N * Hkv >= kTargetCtas && G <= 128;
   if (tc_decode) return paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D, true);
   const bool prompts = tc && N > S;
   a.skip_prompts = prompts ? 1 : 0;
   OpLaunch L(qkv);
-  dispatch_float(op, qkv.dtype(), [&](auto* tag) {
+  dispatch_paged(op, qkv.dtype(), cache.dtype(), [&](auto* tag, auto* ctag) {
     using T = std::remove_pointer_t<decltype(tag)>;
+    using C = std::remove_pointer_t<decltype(ctag)>;
     constexpr int V = 16 / int(sizeof(T));
-    if (D % V == 0 && all_aligned16(ptr<T>(cache), ptr<T>(qkv)))
-      launch_paged_attention_v<T, V>(ptr<T>(out), ptr<T>(qkv), ptr<T>(cache), a, N, splits, qkv, L.stream);
+    if (D % V == 0 && all_aligned16(ptr<C>(cache), ptr<T>(qkv)))
+      launch_paged_attention_v<T, C, V>(ptr<T>(out), ptr<T>(qkv), ptr<C>(cache), a, N, splits, qkv, L.stream);
     else
-      launch_paged_attention_v<T, 1>(ptr<T>(out), ptr<T>(qkv), ptr<T>(cache), a, N, splits, qkv, L.stream);
+      launch_paged_attention_v<T, C, 1>(ptr<T>(out), ptr<T>(qkv), ptr<C>(cache), a, N, splits, qkv, L.stream);
   });
   if (prompts) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D, false);
 }

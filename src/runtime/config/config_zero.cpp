@@ -57,7 +57,13 @@ static OffloadParamConfig parse_offload_param(const json& j) {
   r.get("max_in_cpu", o.max_in_cpu, 0);
   r.get("pin_memory", o.pin_memory);
   r.finish();
-  if (o.device == "nvme" && !o.nvme_path) fail(r.path("nvme_path"), nullptr, "required when device is \"nvme\"");
+  if (o.device == "nvme")
+    fail(r.path("device"), o.device, "NVMe offload of parameters is not supported by DeepSpeed.cpp yet; use \"cpu\" "
+         "(host memory) or \"none\"");
+  for (const auto& [key, v] : {std::pair{"buffer_count", o.buffer_count}, {"buffer_size", o.buffer_size}})
+    if (o.device == "cpu" && v < 1)  // Note [Parameter offload]
+      fail(r.path(key), v, "must be >= 1 with device \"cpu\": the parameters' copies pass through buffer_count "
+           "staging buffers of buffer_size elements");
   return o;
 }
 
@@ -186,9 +192,17 @@ void parse_zero(const json& root, ZeroConfig& z, std::vector<std::string>* warni
   }
   r.finish();
 
-  if (z.offload_param && z.offload_param->device != "none")
-    warn(warnings, "zero_optimization.offload_param.device = \"" + z.offload_param->device + "\": offload is not "
-                   "implemented by DeepSpeed.cpp yet; parameters stay on the training device");
+  // Note [Parameter offload]: only stage 3 partitions the parameters; the host step writes the updated ones
+  // straight into the host partition, so no share of the optimizer may step on the device.
+  if (z.offload_param && z.offload_param->enabled() && z.stage != 3)
+    fail("zero_optimization.offload_param.device", z.offload_param->device,
+         "offloading the parameters needs zero_optimization.stage 3 (only stage 3 partitions the parameters), got "
+         "stage " + std::to_string(z.stage));
+  if (z.offload_param && z.offload_param->enabled() && z.offload_optimizer && z.offload_optimizer->enabled() &&
+      z.offload_optimizer->ratio < 1.0)
+    fail("zero_optimization.offload_optimizer.ratio", z.offload_optimizer->ratio,
+         "Twin-Flow (ratio < 1) steps a share of the optimizer on the device, which offload_param does not support "
+         "yet (the parameters live in host memory): use ratio 1 with offload_param");
   // ZeRO-Offload steps each rank's partition of the optimizer states (Note [Optimizer offload]); stage 0 has none.
   // DeepSpeed allows ratio < 1 (Twin-Flow) at stage 3 only; our partitions are flat shards at every stage, so it
   // serves stages 1-3.

@@ -26,6 +26,7 @@
 #include "dscpp/profiler/trace.h"
 #include "runtime/dp/grad_sync.h"
 #include "runtime/offload/optimizer_offload.h"
+#include "runtime/offload/param_offload.h"
 #include "runtime/optim/grad_clip.h"
 
 namespace dscpp {
@@ -88,6 +89,7 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   const auto& ac = cfg_.activation_checkpointing;
   if (ac.number_checkpoints)
     model_->set_checkpoint_policy(checkpoint_every(model_->config().n_layer, *ac.number_checkpoints));
+  model_->set_cpu_checkpointing(ac.cpu_checkpointing);  // Note [CPU checkpointing], models/decoder.h
   if (cfg_.flops_profiler.enabled) set_trace_file("");
   if (cfg_.checkpoint.async_save) set_async_checkpointing(true);
   if (options.log && dp_rank() == 0) *options.log << model_state_report() << std::endl;
@@ -296,6 +298,7 @@ bool Engine::boundary_step() {
   set_scheduled_betas();
   const float lr = float(scheduler_.get_lr());
   if (offload_) {  // Note [Optimizer offload]: returns while the host steps its share
+    if (param_offload_) param_offload_->synchronize();  // no copy reads the host partition it writes
     offload_->step(lr, float(grad_scale));
     for (size_t k = 0; zparams_ && k < owned_.size(); k++)
       if (offload_->on_device_only(k)) zparams_->shard_updated(int(k));
@@ -309,6 +312,7 @@ bool Engine::boundary_step() {
 void Engine::optimizer_step(float lr, float grad_scale) {
   if (!optimizer_) return;
   optimizer_->begin_step();
+  if (param_offload_) return step_offloaded_params(lr, grad_scale);
   const auto& owned = owned_;
   for (size_t k = 0; k < owned.size(); k++) {
     const FlatRange r = owned[k];

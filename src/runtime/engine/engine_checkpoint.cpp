@@ -80,9 +80,12 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
   const ParamSet& ps = model_->params();
   const bool rank0 = dp_rank() == 0;
   // Stage 3 gathers the whole 16-bit model only when asked: it is a collective and needs the model's size on rank 0.
-  const bool model_file = !zparams_ || cfg_.zero_optimization.stage3_gather_16bit_weights_on_model_save;
+  // In one process (offload_param's coordinator) the model file is the parameters' only copy.
+  const bool model_file =
+      !(zparams_ && zp_.sharded()) || cfg_.zero_optimization.stage3_gather_16bit_weights_on_model_save;
   Tensor gathered;
-  if (zparams_ && model_file) gathered = gather_full_params();  // every rank takes part
+  // One process with offload_param: the host partition is the flat buffer already (no copy of the whole model).
+  if (zparams_ && model_file) gathered = param_offload_ && !zp_.sharded() ? param_shard_ : gather_full_params();
   if (rank0 && model_file) {
     NamedTensors params;
     for (int i = 0; i < ps.size(); i++) {
@@ -181,7 +184,7 @@ nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::s
   if (offload_) offload_->load(meta, named, weights);  // masters too
   else optimizer_->load_state(meta, named);
   // Parameters from the fp32 weights (the 16-bit parameters are the masters' cast after every step).
-  const Tensor w = weights.to(ps.device());
+  const Tensor w = param_offload_ ? weights : weights.to(ps.device());  // offload_param: a host partition
   if (mixed_ && !offload_) master_.copy_from(w);
   for (size_t k = 0; k < owned_.size(); k++) owned_params(k).copy_from(w.slice(owned_offset_[k], owned_[k].size()));
   if (zp_.sharded() && zp_.stage() <= 2) gather_updated_params();

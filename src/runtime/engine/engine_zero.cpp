@@ -6,6 +6,7 @@
 #include "dscpp/runtime/engine.h"
 #include "runtime/dp/grad_sync.h"
 #include "runtime/offload/optimizer_offload.h"
+#include "runtime/offload/param_offload.h"
 
 namespace dscpp {
 
@@ -17,11 +18,12 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
   ParamSet& ps = model_->params();
   const ZeroConfig& z = cfg_.zero_optimization;
   zp_ = ZeroPartition(z.stage, dp_world_size(), dp_rank(), ps.units());
+  const bool offload_params = z.offload_param && z.offload_param->enabled();  // the config allows it at stage 3
   if (!ps.flat_params().defined())
-    DSCPP_CHECK(zp_.sharded() && zp_.stage() == 3 && init_seed.has_value(), "initialize: the model was built "
-                "without its parameter buffer (ModelOptions::materialize_params false), which only ZeRO stage 3 "
-                "across ranks with EngineOptions::init_seed can initialise (this run: stage ", z.stage, ", ",
-                dp_world_size(), " rank(s))");
+    DSCPP_CHECK((zp_.sharded() || offload_params) && zp_.stage() == 3 && init_seed.has_value(), "initialize: the "
+                "model was built without its parameter buffer (ModelOptions::materialize_params false), which only "
+                "ZeRO stage 3 across ranks or with offload_param can initialise, given EngineOptions::init_seed (this "
+                "run: stage ", z.stage, ", ", dp_world_size(), " rank(s))");
   owned_ = zp_.owned();
   const std::vector<FlatRange>& owned = owned_;
   owned_offset_.clear();
@@ -32,7 +34,10 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
   DSCPP_CHECK(zp_.sharded() || ps.flat_grads().defined(), "zero_optimization.stage ", z.stage, " on ",
               dp_world_size(), " rank(s) keeps the full gradient buffer: build the model with "
               "ModelOptions::allocate_grads = true");
-  if (!dp_) return;
+  if (!dp_) {
+    if (offload_params) init_stage3(init_seed);  // Note [Parameter offload]: the coordinator in one process
+    return;
+  }
   if (zp_.sharded() && zp_.stage() >= 2) {
     ps.drop_flat_grads();  // replaced by per-unit windows and this rank's f32 partition
     MemoryCategoryScope scope(MemoryCategory::gradients);
@@ -58,18 +63,30 @@ void Engine::init_zero(std::optional<uint64_t> init_seed) {
     model_->set_unit_hooks(std::move(hooks));
     return;
   }
-  {
+  init_stage3(init_seed);
+}
+
+void Engine::init_stage3(std::optional<uint64_t> init_seed) {
+  ParamSet& ps = model_->params();
+  const ZeroConfig& z = cfg_.zero_optimization;
+  if (z.offload_param && z.offload_param->enabled()) {  // Note [Parameter offload]
+    const bool device_optimizer = !(z.offload_optimizer && z.offload_optimizer->enabled());
+    param_offload_ = std::make_unique<ParamOffload>(*z.offload_param, zp_, ps.dtype(), ps.device(), device_optimizer);
+    param_shard_ = param_offload_->partition();
+  } else {
     MemoryCategoryScope scope(MemoryCategory::parameters);
     param_shard_ = copy_group_ ? copy_group_->alloc_symmetric(zp_.shard_numel(), ps.dtype())
                                : Tensor::empty({zp_.shard_numel()}, ps.dtype(), ps.device());
   }
-  for (size_t u = 0; u < owned.size(); u++) {
-    Tensor dst = param_shard_.slice(owned_offset_[u], owned[u].size());
-    if (ps.flat_params().defined()) dst.copy_from(ps.flat_params().slice(owned[u].begin, owned[u].size()));
-    else model_->init_range(*init_seed, owned[u].begin, dst);  // sharded init: only this rank's chunks
+  for (size_t u = 0; u < zp_.units().size(); u++) {  // unit by unit: a whole-model temporary may not fit
+    const FlatRange mine = zp_.owned_in(u, zp_.rank());
+    Tensor dst = param_shard_.slice(zp_.shard_offset(u), mine.size());
+    if (ps.flat_params().defined()) dst.copy_from(ps.flat_params().slice(mine.begin, mine.size()));
+    else model_->init_range(*init_seed, mine.begin, dst);  // sharded init: only this rank's chunks
   }
   ps.drop_flat_params();
-  zparams_ = std::make_unique<ZeroParamCoordinator>(*dp_, ps, zp_, param_shard_, z);
+  zparams_ = std::make_unique<ZeroParamCoordinator>(dp_, ps, zp_, param_shard_, z, param_offload_.get());
+  const CopyEngineConfig& ce = cfg_.dscpp.copy_engine;
   if (copy_group_) zparams_->use_copy_engines(*copy_group_, ce.arena_mib);  // Note [Copy-engine ZeRO]
   ZeroParamCoordinator* c = zparams_.get();
   Model::UnitHooks hooks;
@@ -136,6 +153,7 @@ void Engine::finish_param_gathers() {
 
 void Engine::finish_updates() {
   if (offload_) offload_->finish();
+  if (param_offload_) param_offload_->synchronize();  // the host partition may be read and written
   finish_param_gathers();
 }
 
@@ -143,15 +161,22 @@ Tensor Engine::gather_full_params() {
   finish_updates();
   const ParamSet& ps = model_->params();
   if (!zparams_) return ps.flat_params().to(Device::cpu());
-  Tensor full = Tensor::empty({ps.flat_numel()}, ps.dtype(), ps.device());
+  // One process with offload_param: the host partition is the whole model, copied into host memory directly.
+  const bool host = param_offload_ && !zp_.sharded();
+  Tensor full = Tensor::empty({ps.flat_numel()}, ps.dtype(), host ? Device::cpu() : ps.device());
   zparams_->gather_all(full);
-  return full.to(Device::cpu());
+  return host ? full : full.to(Device::cpu());
 }
 
 ModelStateBytes Engine::model_state_bytes() const {
   const ParamSet& ps = model_->params();
   ModelStateBytes b;
   b.params = param_shard_.defined() ? param_shard_.nbytes() : ps.flat_params().nbytes();
+  if (param_offload_) {  // Note [Parameter offload]: the partition and its staging on the host
+    const ParamOffloadBytes p = param_offload_->bytes();
+    b.params = p.device_staging;
+    b.host_params = p.host_partition + p.host_staging;
+  }
   b.grads = grad_partition_.defined() ? grad_partition_.nbytes() : ps.flat_grads().nbytes();
   b.optimizer = master_.defined() ? master_.nbytes() : 0;
   if (optimizer_)
@@ -168,10 +193,20 @@ ModelStateBytes Engine::model_state_bytes() const {
 ModelStateBytes Engine::theoretical_model_state_bytes() const {
   // Psi = parameters (padding excluded) over the ranks (Note [Our model-state bytes], runtime/zero_estimate.h).
   const ParamSet& ps = model_->params();
-  const int stage = zp_.sharded() ? zp_.stage() : 0;
+  const int stage = zp_.sharded() || param_offload_ ? zp_.stage() : 0;
   const int states = int((offload_ ? offload_->optimizer() : *optimizer_).state_tensors().size());
   return zero_model_state_bytes(ps.num_parameters(), stage, dp_world_size(), int(dtype_size(ps.dtype())), 4, mixed_,
-                                states, offload_ ? offload_->ratio() : 0.0);
+                                states, offload_ ? offload_->ratio() : 0.0, param_offload_ != nullptr);
+}
+
+TierBytes Engine::placed_bytes() const {
+  const ModelStateBytes m = model_state_bytes();
+  TierBytes t;
+  t.gpu = m.total() + (grad_sync_ ? int64_t(grad_sync_->arena().nbytes()) : 0) +
+          (zparams_ ? int64_t(zparams_->arena().nbytes()) : 0);
+  t.cpu = m.host + m.host_params;
+  if (offload_) t.cpu += offload_->bytes().host_grads + offload_->bytes().host_staging;  // the copy slots
+  return t;
 }
 
 std::string Engine::model_state_report() const {
@@ -212,6 +247,16 @@ std::string Engine::model_state_report() const {
   int64_t copies = grad_sync_ ? grad_sync_->arena().nbytes() : 0;
   if (zparams_) copies += zparams_->arena().nbytes();
   if (copies > 0) o << "; copy-engine buffers " << gib(copies) << " GiB more";
+  if (param_offload_) {  // Note [Parameter offload]
+    const ParamOffloadBytes p = param_offload_->bytes();
+    o << "; offload_param in " << (param_offload_->pinned() && model_->params().device().is_cuda() ? "pinned " : "")
+      << "host memory: the partition " << gib(p.host_partition) << " GiB (theoretical " << gib(t.host_params)
+      << " GiB), staging " << gib(p.host_staging) << " GiB on the host and " << gib(p.device_staging)
+      << " GiB on the device";
+  }
+  const TierBytes placed = placed_bytes();
+  o << "\nplaced per rank: GPU " << gib(placed.gpu) << " GiB, CPU " << gib(placed.cpu) << " GiB, NVMe "
+    << gib(placed.nvme) << " GiB";
   return o.str();
 }
 

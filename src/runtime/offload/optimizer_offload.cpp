@@ -29,10 +29,12 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const OffloadOptimizerConfig& offload,
                                    const DscppOffloadConfig& ours, const SwapOptions& swap, const ParamSet& ps,
-                                   const ZeroPartition& zp, bool mixed, bool track_grads, const ChunkFn& params,
+                                   const ZeroPartition& zp, bool mixed, bool track_grads, bool params_on_host,
+                                   const ChunkFn& params,
                                    const ChunkFn& grads, int64_t piece_elements)
     : mixed_(mixed),
       delayed_(ours.delayed_update),
+      params_on_host_(params_on_host),
       threads_(ours.threads ? int(*ours.threads) : std::max(1, omp_get_max_threads() - 1)),
       track_grads_(track_grads),
       to_host_(ps.device()),
@@ -49,6 +51,8 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
   host_numel_ = shard_numel_ - split_;
   DSCPP_CHECK(host_numel_ > 0, "optimizer offload: offload_optimizer.ratio ", offload.ratio, " leaves nothing of ",
               shard_numel_, " elements to offload");
+  DSCPP_CHECK(!params_on_host || (split_ == 0 && !delayed_), "optimizer offload: with the parameters in host memory "
+              "(offload_param) every element steps on the host and the update is not delayed");
   const size_t U = zp.units().size();
   last_host_of_unit_.assign(U, -1);
   first_host_of_unit_.assign(U, -1);
@@ -99,7 +103,7 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
     MemoryCategoryScope scope(MemoryCategory::gradients);
     grads_buf_ = host_buffer(buffered, DType::f32, pinned);
   }
-  if (ps.dtype() != DType::f32) {
+  if (ps.dtype() != DType::f32 && !params_on_host_) {
     MemoryCategoryScope scope(MemoryCategory::parameters);
     lowp_buf_ = host_buffer(buffered, ps.dtype(), pinned);
   }
@@ -131,8 +135,9 @@ Tensor OptimizerOffload::grads_slot(size_t j) const {
 }
 
 Tensor OptimizerOffload::lowp_slot(size_t j) const {
-  if (!lowp_buf_.defined()) return Tensor();
   const Piece& p = host_piece(j);
+  if (params_on_host_ && p.params.dtype() != DType::f32) return p.params;  // the host partition itself
+  if (!lowp_buf_.defined()) return Tensor();
   if (delayed_) return lowp_buf_.slice(p.shard - split_, p.flat.size());
   return lowp_buf_.slice(int64_t(j % slots_) * slot_numel_, p.flat.size());
 }
@@ -267,6 +272,10 @@ void OptimizerOffload::update(size_t j, float lr, float grad_scale) {
 }
 
 void OptimizerOffload::send_params(size_t j) {
+  if (params_on_host_) {  // nothing goes to the device; update() wrote 16-bit parameters, f32 ones copy the masters
+    if (host_piece(j).params.dtype() == DType::f32) Tensor(host_piece(j).params).copy_from(master_of(j));
+    return;
+  }
   const Tensor lowp = lowp_slot(j);
   to_device_.copy(host_piece(j).params, lowp.defined() ? lowp : master_of(j));
   to_device_.record(params_in_[j]);

@@ -40,6 +40,9 @@
 // - NVMe (offload_optimizer.device "nvme"): the host share's masters and states live in swap files instead and the
 //   host step reads, steps and writes them one sub-group at a time (Note [NVMe optimizer states], nvme_states.h);
 //   everything else above holds as written, except the delayed update, which the config refuses with "nvme".
+// - With offload_param (Note [Parameter offload], runtime/offload/param_offload.h) the parameters' chunks are in
+//   host memory too: the host step writes the updated 16-bit values (f32 ones: the masters' copy) straight into them
+//   and nothing is copied back to the device; the next gather uploads the unit after wait_unit().
 // Results equal a run without offload as far as the optimizer kernels agree: on the CPU device bit for bit (the same
 // kernel on the same values, Note [CPU Adam exactness]); on a GPU within float rounding of the device optimizer.
 // Checkpoints hold the same tensors under the same names as without offload.
@@ -85,15 +88,18 @@ class OptimizerOffload {
   // host starts, and a slot of the copy rings is this big.
   static constexpr int64_t kPieceElements = int64_t(1) << 24;
 
-  // What the engine keeps on the device for unit u: this rank's chunk of its model-dtype parameters and of its f32
-  // gradients (the whole unit in one process), for the engine's lifetime.
+  // What the engine keeps for unit u: this rank's chunk of its model-dtype parameters (on the device, or in host
+  // memory with params_on_host) and of its f32 gradients (on the device), the whole unit in one process, for the
+  // engine's lifetime.
   using ChunkFn = std::function<Tensor(size_t unit)>;
   // ps and zp outlive this. mixed: the device parameters are a cast of f32 masters (bf16/fp16, or an f32 model on the
   // fp16/bf16 engine path); else the parameters are f32 and are the masters. track_grads (delayed update): no
-  // gradient sync reports final units, so grads_ready() follows the model's grad-ready hook. piece_elements: tests.
+  // gradient sync reports final units, so grads_ready() follows the model's grad-ready hook. params_on_host:
+  // offload_param's host partition (no Twin-Flow share, no delayed update). piece_elements: tests.
   OptimizerOffload(const OptimizerConfig& optimizer, const OffloadOptimizerConfig& offload,
                    const DscppOffloadConfig& ours, const SwapOptions& swap, const ParamSet& ps,
-                   const ZeroPartition& zp, bool mixed, bool track_grads, const ChunkFn& params, const ChunkFn& grads,
+                   const ZeroPartition& zp, bool mixed, bool track_grads, bool params_on_host, const ChunkFn& params,
+                   const ChunkFn& grads,
                    int64_t piece_elements = kPieceElements);
   ~OptimizerOffload();  // waits for the worker and the copies
   OptimizerOffload(const OptimizerOffload&) = delete;
@@ -158,7 +164,7 @@ class OptimizerOffload {
   std::unique_ptr<NvmeStates> make_nvme(const OffloadOptimizerConfig& offload, const DscppOffloadConfig& ours,
                                         const SwapOptions& swap, int rank);
 
-  bool mixed_, delayed_;
+  bool mixed_, delayed_, params_on_host_;
   int threads_;                        // OpenMP threads of the host step
   int64_t shard_numel_ = 0, split_ = 0, host_numel_ = 0;  // shard elements [split_, shard_numel_) are offloaded
   std::vector<Piece> pieces_;          // unit order; device pieces first within a unit

@@ -4,12 +4,14 @@
 #include <algorithm>
 
 #include "dscpp/core/cuda.h"
+#include "runtime/offload/param_offload.h"
 
 namespace dscpp {
 
-ZeroParamCoordinator::ZeroParamCoordinator(ProcessGroup& pg, ParamSet& ps, const ZeroPartition& zp, Tensor shard,
-                                           const ZeroConfig& z)
+ZeroParamCoordinator::ZeroParamCoordinator(ProcessGroup* pg, ParamSet& ps, const ZeroPartition& zp, Tensor shard,
+                                           const ZeroConfig& z, ParamOffload* offload)
     : pg_(pg),
+      offload_(offload),
       ps_(ps),
       zp_(zp),
       shard_(std::move(shard)),
@@ -17,12 +19,13 @@ ZeroParamCoordinator::ZeroParamCoordinator(ProcessGroup& pg, ParamSet& ps, const
       max_live_(z.stage3_max_live_parameters),
       max_reuse_(z.stage3_max_reuse_distance),
       units_(zp.units().size()) {
-  DSCPP_CHECK(zp.sharded() && zp.stage() == 3 && zp.units() == ps.units(),
-              "ZeroParamCoordinator: needs a stage-3 partition of this model");
+  DSCPP_CHECK(zp.stage() == 3 && zp.units() == ps.units() && (zp.sharded() ? pg != nullptr : offload != nullptr),
+              "ZeroParamCoordinator: needs a stage-3 partition of this model across ranks, or parameter offload");
   DSCPP_CHECK(!ps.flat_params().defined(), "ZeRO stage 3: the model must not keep a flat parameter buffer");
-  DSCPP_CHECK(shard_.numel() == zp.shard_numel() && shard_.dtype() == ps.dtype() && shard_.device() == ps.device(),
-              "ZeRO stage 3: parameter shard must be ", dtype_name(ps.dtype()), " [", zp.shard_numel(), "], got ",
-              shard_.str());
+  const Device where = offload ? Device::cpu() : ps.device();
+  DSCPP_CHECK(shard_.numel() == zp.shard_numel() && shard_.dtype() == ps.dtype() && shard_.device() == where,
+              "ZeRO stage 3: parameter shard must be ", dtype_name(ps.dtype()), " [", zp.shard_numel(), "] on ",
+              where.str(), ", got ", shard_.str());
   // DeepSpeed's threshold is per parameter; ours is per unit (the granule we gather), so only whole small units
   // (e.g. a final norm with a tied head) stay resident.
   for (size_t u = 0; u < units_.size(); u++)
@@ -39,9 +42,9 @@ int64_t copy_engine_arena_elements(int64_t wanted, int64_t least, DType dtype, D
 }
 
 void ZeroParamCoordinator::use_copy_engines(ProcessGroup& side, std::optional<int64_t> arena_mib) {
-  DSCPP_CHECK(side.size() == pg_.size() && side.rank() == pg_.rank(), "ZeRO stage 3 copy engines: group '",
-              side.name(), "' (rank ", side.rank(), " of ", side.size(), ") is not over the same ranks as '",
-              pg_.name(), "' (rank ", pg_.rank(), " of ", pg_.size(), ")");
+  DSCPP_CHECK(pg_ && side.size() == pg_->size() && side.rank() == pg_->rank(), "ZeRO stage 3 copy engines: group '",
+              side.name(), "' (rank ", side.rank(), " of ", side.size(), ") is not over the same ranks as the "
+              "coordinator's (", pg_ ? pg_->name() : std::string("none"), ")");
   // Room for the unit in use, one more (a tied head's unit is used inside another's pass), the one prefetched
   // beyond the prefetch window, and the window; persistent units keep theirs. Each slice may round up to 256 bytes.
   int64_t largest = 0, persistent = 0;
@@ -73,15 +76,21 @@ void ZeroParamCoordinator::launch_gather(int u) {
     peak_live_ = std::max(peak_live_, live_);
   }
   if (shard_hook_) shard_hook_(u);
-  Tensor in = shard_.slice(zp_.shard_offset(size_t(u)), zp_.chunk(size_t(u)));
-  if (s.in_arena) {
-    s.work = side_->all_gather(s.window, in);
-    by_copies_++;
-  } else {
-    s.work = pg_.all_gather(s.window, in);
-  }
+  s.work = gather_into(size_t(u), s.window, s.in_arena ? side_ : pg_);
+  if (s.in_arena) by_copies_++;
   gathers_++;
   s.fresh = true;
+}
+
+WorkPtr ZeroParamCoordinator::gather_into(size_t u, Tensor& window, ProcessGroup* group) {
+  const int64_t c = zp_.chunk(u);
+  if (!offload_) return group->all_gather(window, shard_.slice(zp_.shard_offset(u), c));
+  // Note [Parameter offload]: the chunk lands at this rank's block of the window, then an in-place all-gather.
+  Tensor mine = window.slice(zp_.sharded() ? zp_.rank() * c : 0, c);
+  WorkPtr upload = offload_->upload(u, mine);
+  if (!zp_.sharded()) return upload;
+  CopyStream::AsCurrent after_upload(offload_->stream());
+  return group->all_gather(window, mine);
 }
 
 bool ZeroParamCoordinator::reused_soon(int u) const {
@@ -214,8 +223,7 @@ void ZeroParamCoordinator::gather_all(Tensor& out) {
     } else {
       MemoryCategoryScope scope(MemoryCategory::communication);
       tmp = Tensor::empty({r.size()}, ps_.dtype(), ps_.device());
-      Tensor in = shard_.slice(zp_.shard_offset(u), zp_.chunk(u));
-      pg_.all_gather(tmp, in)->wait();
+      gather_into(u, tmp, pg_)->wait();
     }
     Tensor dst = out.slice(r.begin, r.size());
     dst.copy_from(tmp);
