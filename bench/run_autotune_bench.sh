@@ -78,9 +78,9 @@ printf 'model\tgpus\ttuner\ttrials\toom\twall_s\tbest\tbest_tokens_per_s\n' > "$
 for m in $models; do
   v=$(vocab_of "$m")
   data="$LOGDIR/data_$v"
-  if [ ! -f "$data/tokenizer.json" ]; then
-    python3 "$root/bench/synthetic_tokenizer.py" --vocab "$v" --out "$data" >/dev/null &&
-      "$dscpp" tokenize --tokenizer "$data/tokenizer.json" -o "$data" "$LOGDIR/corpus.txt" > "$data.log" 2>&1 ||
+  if [ ! -f "$data/tok/tokenizer.json" ]; then  # tokenize writes nowhere it reads
+    python3 "$root/bench/synthetic_tokenizer.py" --vocab "$v" --out "$data/tok" >/dev/null &&
+      "$dscpp" tokenize --tokenizer "$data/tok/tokenizer.json" -o "$data/shards" "$LOGDIR/corpus.txt" > "$data.log" 2>&1 ||
       { echo "tokenizing for $m failed: $data.log" >&2; exit 1; }
   fi
   for g in $gpus; do
@@ -89,7 +89,7 @@ for m in $models; do
       log="$LOGDIR/${m}_${g}gpu_${tuner}.log"
       echo "== $m on $g GPU(s), $tuner: $log" >&2
       "$dscpp" autotune --num_gpus "$g" --trial_timeout "$timeout" --memory_reserve_gib "$reserve" \
-          train --device cuda --model "$m" --config "$cfg" --data "$data"/*.bin --tokenizer "$data/tokenizer.json" \
+          train --device cuda --model "$m" --config "$cfg" --data "$data"/shards/*.bin --tokenizer "$data/tok/tokenizer.json" \
           --seq-len 1024 --out "$LOGDIR/out" > "$log" 2>&1 || echo "   exited with $? (see $log)" >&2
       trials=$(sed -n 's/^Trials: \([0-9]*\) run.*/\1/p' "$log")
       wall=$(sed -n 's/^Trials: .* in \([0-9.]*\) s$/\1/p' "$log")
@@ -108,5 +108,6 @@ awk -F'\t' -v OFS='\t' 'NR == 1 { print $0, "vs_grid_best", "vs_grid_wall"; next
     if ($3 == "gridsearch") { gt[key] = $8; gw[key] = $6; print $0, "", ""; next }
     b = (gt[key] > 0) ? sprintf("%.1f%%", 100 * $8 / gt[key]) : "?"
     w = (gw[key] > 0) ? sprintf("%.1f%%", 100 * $6 / gw[key]) : "?"
-    print $0, b, w }' "$LOGDIR/results.tsv" | column -t -s "$(printf '\t')"
+    print $0, b, w }' "$LOGDIR/results.tsv" |
+  if command -v column >/dev/null; then column -t -s "$(printf '\t')"; else cat; fi
 echo "(hand-tuned rows to compare with: docs/PERF.md, Llama-1B B16 and GPT-2 350M B32; every trial's folder and report: $LOGDIR)"
