@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <cstdlib>
 #include <iostream>
+#include <map>
+#include <sstream>
 
 #include "cli/autotune_cli.h"
 #include "cli/commands.h"
@@ -29,6 +32,21 @@ namespace fs = std::filesystem;
 namespace dscpp::cli {
 
 namespace {
+
+// Tests only (Note [Trial faults], src/autotune/trial_runner.cpp): DSCPP_AUTOTUNE_FAULT="exp=crash,exp=hang,...".
+std::map<std::string, std::string> trial_faults() {
+  std::map<std::string, std::string> out;
+  const char* env = std::getenv("DSCPP_AUTOTUNE_FAULT");
+  if (!env) return out;
+  std::stringstream ss(env);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    const size_t eq = item.find('=');
+    DSCPP_CHECK(eq != std::string::npos, "DSCPP_AUTOTUNE_FAULT: expected name=crash|hang|oom, got '", item, "'");
+    out[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return out;
+}
 
 using autotune::json;
 constexpr double kGiB = double(int64_t(1) << 30);
@@ -201,6 +219,7 @@ int run_autotune(const AutotuneOptions& o) {
   ro.start_profile_step = at.start_profile_step;
   ro.end_profile_step = at.end_profile_step;
   ro.log = &std::cout;
+  ro.faults = trial_faults();
   autotune::TrialRunner runner(ro, cmd, rm);
 
   std::cout << "autotune: " << model.arch << ", " << grouped(model.num_parameters()) << " parameters, " << seq_len

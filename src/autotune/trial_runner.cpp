@@ -2,7 +2,8 @@
 // z0_gas1_tmbspg2=hang"); those trials run with DSCPP_TRAIN_FAULT set, which makes `dscpp train` abort, hang, or
 // fail as out of memory at its first step (cli/trainer.cpp). A hanging trial gets a one-second timeout, so the
 // timeout path (the process group killed, the outcome recorded) is tested on a run that never ends rather than by a
-// wall-clock bound on a real one. Read here, below cli/, as test fault injection is (docs/CONFIG.md).
+// wall-clock bound on a real one. The variable is read by `dscpp autotune` (cli/) and reaches the runner as
+// RunnerOptions::faults.
 #include "dscpp/autotune/trial_runner.h"
 
 #include <fcntl.h>
@@ -49,20 +50,6 @@ void write_file(const fs::path& p, const std::string& text) {
     DSCPP_CHECK(f.good(), "autotune: cannot write ", tmp.string());
   }
   fs::rename(tmp, p);
-}
-
-std::map<std::string, std::string> read_faults() {
-  std::map<std::string, std::string> out;
-  const char* env = std::getenv("DSCPP_AUTOTUNE_FAULT");
-  if (!env) return out;
-  std::stringstream ss(env);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    const size_t eq = item.find('=');
-    DSCPP_CHECK(eq != std::string::npos, "DSCPP_AUTOTUNE_FAULT: expected name=crash|hang|oom, got '", item, "'");
-    out[item.substr(0, eq)] = item.substr(eq + 1);
-  }
-  return out;
 }
 
 std::string shell_quote(const std::string& s) {
@@ -128,7 +115,7 @@ void apply_arg_mappings(std::vector<std::string>& args, const std::map<std::stri
 }
 
 TrialRunner::TrialRunner(RunnerOptions options, TrialCommand command, ResourceManager& resources)
-    : o_(std::move(options)), cmd_(std::move(command)), rm_(resources), faults_(read_faults()) {
+    : o_(std::move(options)), cmd_(std::move(command)), rm_(resources) {
   fs::create_directories(o_.results_dir);
   fs::create_directories(o_.exps_dir);
 }
@@ -213,7 +200,7 @@ void TrialRunner::start(const Experiment& e, const Reservation& r, Running& run)
   launcher::Env env = cmd_.env;
   if (!cmd_.cpu) env.erase("CUDA_VISIBLE_DEVICES");  // the trial's --include names the devices
   double timeout = o_.timeout_s;
-  if (auto f = faults_.find(e.name); f != faults_.end()) {
+  if (auto f = o_.faults.find(e.name); f != o_.faults.end()) {
     env["DSCPP_TRAIN_FAULT"] = f->second;
     if (f->second == "hang") timeout = kHangTimeout;
   }

@@ -40,6 +40,8 @@ struct RunnerOptions {
   bool reuse = false;         // read back finished trials (autotuning.overwrite false)
   int64_t start_profile_step = 3, end_profile_step = 5;
   std::ostream* log = nullptr;  // a line per trial started and finished
+  // Tests only (Note [Trial faults]): experiment name -> crash | hang | oom, given by the command line's caller.
+  std::map<std::string, std::string> faults;
 };
 
 class TrialRunner {
@@ -62,7 +64,6 @@ class TrialRunner {
   RunnerOptions o_;
   TrialCommand cmd_;
   ResourceManager& rm_;
-  std::map<std::string, std::string> faults_;  // Note [Trial faults]: experiment name -> crash | hang | oom
   int started_ = 0;
 };
 
