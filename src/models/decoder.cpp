@@ -7,6 +7,7 @@
 #include <optional>
 #include <vector>
 
+#include "dscpp/comm/process_group.h"
 #include "dscpp/core/cuda.h"  // empty_pinned
 #include "dscpp/core/rng.h"
 #include "dscpp/kernels/ops.h"
@@ -342,8 +343,13 @@ void Decoder::backward(float dloss) {
     }
     dxf = Tensor::empty({N, C}, act_, device_);
     DSCPP_PROFILE_RANGE("model.lm_head");
-    ops::matmul_backward(dxf, params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, params_.param(m_.lm_head_id));
-    tp_.sum(dxf);  // each rank's vocabulary rows give a partial sum
+    const Tensor W = params_.param(m_.lm_head_id), dW = params_.grad(m_.lm_head_id);
+    if (tp_.on()) {  // each rank's vocabulary rows give a partial sum (Note [Input gradient overlap])
+      ops::matmul_backward(dxf, Tensor(), Tensor(), logits_, xf_, W);
+      tp_.sum_beside(dxf, [&] { ops::matmul_backward(Tensor(), dW, Tensor(), logits_, xf_, W); });
+    } else {
+      ops::matmul_backward(dxf, dW, Tensor(), logits_, xf_, W);
+    }
   }
   logits_ = Tensor();
   Tensor dres = Tensor::empty({N, C}, act_, device_);  // d(residual stream), updated in place per block

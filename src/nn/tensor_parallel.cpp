@@ -2,15 +2,28 @@
 
 #include <algorithm>
 
+#include "dscpp/comm/process_group.h"
 #include "dscpp/core/check.h"
 #include "dscpp/core/copy_2d.h"
 
 namespace dscpp {
 
+TensorParallel TensorParallel::over(ProcessGroup* g) {
+  return g && g->size() > 1 ? TensorParallel{g, g->rank(), g->size()} : TensorParallel{};
+}
+
 void TensorParallel::sum(const Tensor& t) const {
   if (!on()) return;
   Tensor x = t;
   group->all_reduce_on_stream(x, ReduceOp::sum);
+}
+
+void TensorParallel::sum_beside(const Tensor& t, const std::function<void()>& beside) const {
+  if (!on()) return beside();
+  Tensor x = t;
+  WorkPtr w = group->all_reduce(x, ReduceOp::sum);
+  beside();
+  w->wait();
 }
 
 int64_t TensorParallel::split(int64_t n, const char* what) const {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "dist/equivalence.h"
+#include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/parallel_ops.h"
 
 using namespace dscpp;

@@ -14,6 +14,7 @@
 #include "dscpp/kernels/rope_params.h"
 #include "dscpp/models/loss.h"
 #include "dscpp/nn/params.h"
+#include "dscpp/nn/tensor_parallel.h"
 
 namespace dscpp {
 

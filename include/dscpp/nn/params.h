@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "dscpp/core/tensor.h"
-#include "dscpp/nn/tensor_parallel.h"  // ShardSpec
+#include "dscpp/nn/shard_spec.h"
 
 namespace dscpp {
 
