@@ -553,6 +553,8 @@ TEST(ConfigParallel, TensorParallelKeys) {
   expect_error(with_batch(R"("tensor_parallel": {"tp": {}, "tensor_parallel": {}})"), "tensor_parallel.tensor_parallel",
                {"only one"});
   expect_error(with_batch(R"("tensor_parallel": {"autotp_size": -1})"), "tensor_parallel.autotp_size", {"-1"});
+  expect_error(with_batch(R"("tensor_parallel": {"tp_size": 2})"), "tensor_parallel.tp_size",
+               {"tensor_parallel.autotp_size", "inference config's key"});
   expect_error(with_batch(R"("tensor_parallel": {"tp": {"tp_size": 0}})"), "tensor_parallel.tp.tp_size", {"0"});
   expect_error(with_batch(R"("tensor_parallel": {"tp": {"mpu": {}}})"), "tensor_parallel.tp.mpu", {"Python object"});
   expect_error(with_batch(R"("tensor_parallel": {"injection_policy_tuple": [1]})"),

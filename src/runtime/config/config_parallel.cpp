@@ -34,6 +34,9 @@ void parse_pipeline(const json& j, PipelineConfig& p) {
 void parse_tensor_parallel(const json& j, TensorParallelConfig& t, std::vector<std::string>* warnings) {
   SectionReader r(j, "tensor_parallel");
   r.get("autotp_size", t.autotp_size, 0, 4096);
+  if (const json* v = r.raw("tp_size"))  // the inference config's spelling, one level up
+    fail(r.path("tp_size"), *v, "the training config's tensor-parallel degree is tensor_parallel.autotp_size (or "
+                                "tensor_parallel.tp.tp_size); tensor_parallel.tp_size is the inference config's key");
   if (const json* d = r.raw("dtype"); d && !d->is_null())
     warn(warnings, r.path("dtype") + " = " + value_str(*d) + " is ignored: the model's dtype follows the fp16 and "
                    "bf16 sections");
