@@ -10,13 +10,14 @@
 #include "dscpp/core/cuda.h"  // empty_pinned
 #include "dscpp/core/rng.h"
 #include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/parallel_ops.h"
 #include "dscpp/profiler/profiler.h"
 
 namespace dscpp {
 
-DecoderLayers declare_layers(ParamSet& ps, const ModelConfig& cfg) {
-  if (cfg.arch == "gpt2") return declare_gpt2(ps, cfg);
-  if (cfg.arch == "llama") return declare_llama(ps, cfg);
+DecoderLayers declare_layers(ParamSet& ps, const ModelConfig& cfg, const TensorParallel& tp) {
+  if (cfg.arch == "gpt2") return declare_gpt2(ps, cfg, tp);
+  if (cfg.arch == "llama") return declare_llama(ps, cfg, tp);
   DSCPP_FAIL("model config: unknown arch '", cfg.arch, "' (expected gpt2 or llama)");
 }
 
@@ -30,8 +31,8 @@ std::unique_ptr<Model> make_model(const ModelConfig& cfg, const ModelOptions& op
 }
 
 Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts)
-    : Model(cfg), device_(opts.device), act_(opts.dtype) {
-  m_ = declare_layers(params_, cfg_);
+    : Model(cfg), tp_(TensorParallel::over(opts.tp_group)), device_(opts.device), act_(opts.dtype) {
+  m_ = declare_layers(params_, cfg_, tp_);
   for (size_t l = 0; l < m_.blocks.size(); l++) m_.blocks[l].index = int32_t(l);
   // Units (Note [ZeRO units]): the embeddings, each block, then the final norm with an untied lm head.
   std::vector<int> starts{0};
@@ -80,8 +81,8 @@ std::vector<Decoder::InitSpec> Decoder::init_specs() const {
   auto param = [&](int id, float s, float v) {
     if (id >= 0) out.push_back({id, params_.info(id).offset, params_.info(id).numel, s, v});
   };
-  auto linear = [&](const Linear& l, float s) {
-    out.push_back({l.weight_id, params_.info(l.weight_id).offset, l.out * l.in, s, 0.0f});  // fused: one stream
+  auto linear = [&](const Linear& l, float s) {  // fused: one stream
+    out.push_back({l.weight_id, params_.info(l.weight_id).offset, l.out * l.in, s, 0.0f, l.fused});
     param(l.bias_id, 0.0f, 0.0f);
   };
   auto norm = [&](const Norm& n) { param(n.weight_id, 0.0f, 1.0f); param(n.bias_id, 0.0f, 0.0f); };
@@ -100,6 +101,23 @@ std::vector<Decoder::InitSpec> Decoder::init_specs() const {
   return out;
 }
 
+void Decoder::init_values(const InitSpec& s, uint64_t seed, int64_t lo, int64_t hi, float* out) const {
+  if (s.std <= 0) return void(std::fill(out, out + (hi - lo), s.value));
+  int64_t full_base = 0;  // the member's first element in the stream: the full members before it
+  for (int id = s.stream; id < s.stream + s.members; id++) {
+    const ParamInfo& p = params_.info(id);
+    p.shard.for_each_run(p.shape, [&](int64_t lb, int64_t fb, int64_t n) {
+      const int64_t a = std::max(lo, p.offset + lb), b = std::min(hi, p.offset + lb + n);
+      if (a >= b) return;
+      if (fb < 0) return void(std::fill(out + (a - lo), out + (b - lo), 0.0f));  // padding rows
+      draw_normals(out + (a - lo), seed, s.stream, full_base + fb + (a - p.offset - lb), b - a, s.std);
+    });
+    int64_t full_numel = 1;
+    for (int64_t d : p.shard.full_shape(p.shape)) full_numel *= d;
+    full_base += full_numel;
+  }
+}
+
 void Decoder::init_weights(uint64_t seed) {
   DSCPP_CHECK(params_.flat_params().defined(), "init_weights: the parameter buffer was not materialized "
               "(ModelOptions::materialize_params); initialise shards with init_range");
@@ -108,8 +126,7 @@ void Decoder::init_weights(uint64_t seed) {
     const Tensor t = params_.flat_params().slice(s.offset, s.numel);
     const bool direct = t.device().is_cpu() && t.dtype() == DType::f32;
     Tensor host = direct ? t : Tensor::empty({s.numel}, DType::f32, Device::cpu());
-    if (s.std > 0) draw_normals(host.data<float>(), seed, s.stream, 0, s.numel, s.std);
-    else host.fill(s.value);
+    init_values(s, seed, s.offset, s.offset + s.numel, host.data<float>());
     store_host(t, host);
     done += s.numel;
   }
@@ -127,8 +144,7 @@ void Decoder::init_range(uint64_t seed, int64_t flat_begin, const Tensor& dst) c
   for (const InitSpec& s : init_specs()) {
     const int64_t lo = std::max(s.offset, flat_begin), hi = std::min(s.offset + s.numel, end);
     if (lo >= hi) continue;
-    if (s.std > 0) draw_normals(h + (lo - flat_begin), seed, s.stream, lo - s.offset, hi - lo, s.std);
-    else std::fill(h + (lo - flat_begin), h + (hi - flat_begin), s.value);
+    init_values(s, seed, lo, hi, h + (lo - flat_begin));
   }
   store_host(dst, host);
 }
@@ -176,6 +192,8 @@ int64_t fused_head_rows(int64_t n_tokens, int64_t vocab, int64_t elem_bytes) {
 void Decoder::fuse_head_into_next_forward(float dloss, int64_t chunk_rows) {
   DSCPP_CHECK(std::isfinite(dloss) && chunk_rows >= 0, "fuse_head_into_next_forward: dloss ", dloss,
               " and chunk_rows ", chunk_rows, " must be finite and >= 0");
+  DSCPP_CHECK(!tp_.on(), "dscpp.fused_head = true with tensor parallelism: the fused head does not split the "
+              "vocabulary; set it false (the vocabulary-parallel loss never holds all the logits anyway)");
   fuse_next_ = dloss;
   fuse_rows_ = chunk_rows;
 }
@@ -224,7 +242,7 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   DSCPP_PROFILE_RANGE("model");  // range names are the module tree's paths (flops_profiler/module_tree.cpp)
   MemoryCategoryScope scope(MemoryCategory::activations);
   seq_ = seq_for(tokens);
-  const int64_t N = seq_.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
+  const int64_t N = seq_.N(), C = cfg_.n_embd, V = params_.info(m_.lm_head_id).shape[0];  // this rank's rows
   ids_ = on_device(tokens).view({N});  // the engine may pass host batches: one copy per step
   targets_ = on_device(targets).view({N});
   const Tensor host_targets = targets.device().is_cpu() ? targets.view({N}) : targets.to(Device::cpu()).view({N});
@@ -282,7 +300,15 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     losses = Tensor::empty({N}, DType::f32, device_);
     loss_lse_ = Tensor::empty({N}, DType::f32, device_);
     DSCPP_PROFILE_RANGE("model.loss");
-    ops::crossentropy_forward(losses, logits_, targets_, 0, loss_lse_);
+    if (tp_.on()) {  // Note [Vocabulary-parallel cross-entropy]
+      Tensor stats = Tensor::empty({2, N}, DType::f32, device_);
+      Tensor all = Tensor::empty({tp_.size, 2, N}, DType::f32, device_);
+      ops::crossentropy_shard_stats(stats, logits_, targets_, vocab_valid(), vocab_first());
+      tp_.group->all_gather_on_stream(all, stats);
+      ops::crossentropy_combine(losses, loss_lse_, all, targets_);
+    } else {
+      ops::crossentropy_forward(losses, logits_, targets_, 0, loss_lse_);
+    }
   }
   Tensor mean = Tensor::zeros({1}, DType::f32, device_);
   if (num_valid_) ops::add_sum(mean, losses, float(1.0 / double(num_valid_)));
@@ -308,12 +334,16 @@ void Decoder::backward(float dloss) {
   if (!dxf.defined()) {
     {  // Loss and lm head: the logits buffer becomes dlogits in place.
       DSCPP_PROFILE_RANGE("model.loss");
-      ops::crossentropy_backward(logits_, logits_, targets_, scale, 0, loss_lse_);
+      if (tp_.on())
+        ops::crossentropy_shard_backward(logits_, logits_, targets_, scale, vocab_valid(), loss_lse_, vocab_first());
+      else
+        ops::crossentropy_backward(logits_, logits_, targets_, scale, 0, loss_lse_);
       loss_lse_ = Tensor();
     }
     dxf = Tensor::empty({N, C}, act_, device_);
     DSCPP_PROFILE_RANGE("model.lm_head");
     ops::matmul_backward(dxf, params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, params_.param(m_.lm_head_id));
+    tp_.sum(dxf);  // each rank's vocabulary rows give a partial sum
   }
   logits_ = Tensor();
   Tensor dres = Tensor::empty({N, C}, act_, device_);  // d(residual stream), updated in place per block
@@ -383,9 +413,29 @@ Tensor Decoder::logits(const Tensor& tokens) {
     UnitUse use(*this, head_units(), F);
     m_.norm_f.forward(params_, xf, x);
     x = Tensor();
-    ops::matmul_forward(out.view({N, V}), xf, params_.param(m_.lm_head_id), Tensor());
+    const Tensor W = params_.param(m_.lm_head_id);
+    if (tp_.on()) {  // each rank's columns, gathered
+      Tensor part = Tensor::empty({N, W.size(0)}, act_, device_);
+      ops::matmul_forward(part, xf, W, Tensor());
+      gather_vocab_columns(*tp_.group, part, Tensor::empty({tp_.size * part.numel()}, act_, device_),
+                           out.view({N, V}));
+    } else {
+      ops::matmul_forward(out.view({N, V}), xf, W, Tensor());
+    }
   }
   return act_ == DType::f32 ? out : out.to(DType::f32);  // the contract: f32 logits
+}
+
+int64_t Decoder::vocab_valid() const {
+  return std::min(params_.info(m_.lm_head_id).shape[0], cfg_.vocab_size - vocab_first());
+}
+
+std::vector<FlatRange> Decoder::norm_duplicates() const {
+  std::vector<FlatRange> out;
+  if (!tp_.on() || tp_.rank == 0) return out;
+  for (const ParamInfo& p : params_.infos())
+    if (p.shard.replicated()) out.push_back({p.offset, p.offset + p.numel});
+  return out;
 }
 
 std::vector<int> Decoder::head_units() const {

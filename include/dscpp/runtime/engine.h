@@ -73,6 +73,11 @@ struct EngineOptions {
   // the config's dp_world_size; start-up checks that every rank has the same config and broadcasts rank 0's
   // parameters.
   ProcessGroup* dp_group = nullptr;
+  // Model parallelism (tensor and pipeline: Note [Tensor parallelism], nn/tensor_parallel.h): the ranks that hold the
+  // other parts of this rank's model replica (the same data-parallel coordinate; not owned). The global gradient
+  // norm and the fp16 overflow check are summed over it too, each parameter counted once (Model::norm_duplicates),
+  // so every rank of the job clips and skips alike. null or size 1: none.
+  ProcessGroup* model_parallel_group = nullptr;
   // ZeRO-3 sharded initialisation: a model built without its parameter buffer (ModelOptions::materialize_params
   // false) gets each rank's shard from Model::init_range(init_seed, ...), the values init_weights(init_seed) would
   // give, so the whole model never exists on one device (DeepSpeed's zero.Init). Every rank computes the same values.
@@ -187,6 +192,7 @@ class Engine {
   void set_scheduled_betas();     // OneCycle momentum cycling
 
   void init_data_parallel(const EngineOptions& options);
+  void init_model_parallel(const EngineOptions& options);  // after init_zero and init_offload: the norm's pieces
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, gradient sync, stage-3 shards
   void init_stage3(std::optional<uint64_t> init_seed);  // the parameter shard (Note [Parameter offload]: on the host)
   void init_offload();  // Note [Optimizer offload]: after init_zero
@@ -215,6 +221,14 @@ class Engine {
   std::unique_ptr<Model> model_;
   DeepSpeedConfig cfg_;
   ProcessGroup* dp_ = nullptr;              // size > 1 only
+  ProcessGroup* mp_ = nullptr;              // EngineOptions::model_parallel_group, size > 1 only
+  // Pieces (owned range k, offset in it, count) of the gradients this rank counts in the global norm: its owned
+  // ranges less Model::norm_duplicates(). Empty: all of every owned range.
+  struct NormPiece {
+    size_t k;
+    int64_t offset, count;
+  };
+  std::vector<NormPiece> norm_pieces_;
   // Note [Copy-engine reductions]: dp_'s ranks again, with CtaPolicy::zero (declared before the users that point at
   // it, so it is destroyed after them).
   std::unique_ptr<ProcessGroup> copy_group_;

@@ -85,6 +85,7 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   init_data_parallel(options);
   init_zero(options.init_seed);
   init_offload();
+  init_model_parallel(options);
   refresh_master();
   const auto& ac = cfg_.activation_checkpointing;
   if (ac.number_checkpoints)
@@ -352,9 +353,12 @@ double Engine::global_grad_sum_squares() {
     if (!dev.is_cpu()) norm_host_ = empty_pinned({1}, DType::f32);
   }
   norm_sq_.zero();
-  if (grad_partition_.defined()) ops::add_sum_squares(norm_sq_, grad_partition_);  // stage 2/3 (padding is 0)
+  if (!norm_pieces_.empty())  // model parallelism: each parameter counted by one rank of the model-parallel group
+    for (const NormPiece& p : norm_pieces_) ops::add_sum_squares(norm_sq_, owned_grads(p.k).slice(p.offset, p.count));
+  else if (grad_partition_.defined()) ops::add_sum_squares(norm_sq_, grad_partition_);  // stage 2/3 (padding is 0)
   else for (size_t k = 0; k < owned_.size(); k++) ops::add_sum_squares(norm_sq_, owned_grads(k));
   if (zp_.sharded()) dp_->all_reduce(norm_sq_, ReduceOp::sum)->wait();  // inf/nan on any rank reaches every rank
+  if (mp_) mp_->all_reduce(norm_sq_, ReduceOp::sum)->wait();
   if (dev.is_cpu()) return norm_sq_.data<float>()[0];
   copy_async(norm_host_, norm_sq_);
   cuda_stream_synchronize(dev.index);
