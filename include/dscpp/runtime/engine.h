@@ -193,6 +193,7 @@ class Engine {
 
   void init_data_parallel(const EngineOptions& options);
   void init_model_parallel(const EngineOptions& options);  // after init_zero and init_offload: the norm's pieces
+  void refuse_model_parallel_checkpoints(const char* what) const;
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, gradient sync, stage-3 shards
   void init_stage3(std::optional<uint64_t> init_seed);  // the parameter shard (Note [Parameter offload]: on the host)
   void init_offload();  // Note [Optimizer offload]: after init_zero
