@@ -12,9 +12,11 @@
 #include "cli/commands.h"
 #include "cli/text.h"
 #include "cli/rules.h"
+#include "cli/train_parallel.h"
 #include "dscpp/core/check.h"
 #include "dscpp/models/activation_memory.h"
 #include "dscpp/runtime/config.h"
+#include "dscpp/runtime/parallel_estimate.h"
 #include "dscpp/runtime/zero_estimate.h"
 
 namespace dscpp::cli {
@@ -34,7 +36,33 @@ struct EstimateOptions {
   double gpu_memory_gib = 0;     // > 0: say whether each stage fits
   bool fused_head = false;       // Note [Fused head] (DSCPP_FUSED_HEAD=1)
   bool cpu_checkpointing = false;  // Note [CPU checkpointing] (also from --deepspeed_config)
+  int tp = 1, pp = 1;            // tensor-parallel degree, pipeline stages (Note [Model states under TP and PP])
 };
+
+// Under tp x pp: per stage, the parameters one rank holds and its model states over the dp = W / (tp x pp)
+// data-parallel ranks at each ZeRO stage (bf16 params, f32 grads and master, AdamW).
+void print_parallel_states(const EstimateOptions& o, const ModelConfig& cfg, int W) {
+  DSCPP_CHECK(W % (o.tp * o.pp) == 0, "--tp ", o.tp, " x --pp ", o.pp, " = ", o.tp * o.pp, " does not divide the ",
+              W, " GPUs (--num_gpus_per_node x --num_nodes): the ranks form tp x pp x dp");
+  const int dp = W / (o.tp * o.pp);
+  TrainOptions flags;  // the same model checks as dscpp train --tp --pp, in the same words
+  flags.tp = o.tp, flags.pp = o.pp;
+  check_parallel_layout(flags, read_train_config(flags, W, nullptr), cfg);
+  const std::vector<int64_t> per_stage = stage_rank_parameters(cfg, o.tp, o.pp);  // checks tp and pp against cfg
+  std::printf("\n== DeepSpeed.cpp engine: model states per GPU under tp %d x pp %d x dp %d, bf16 params, f32 grads, "
+              "f32 master, AdamW ==\n", o.tp, o.pp, dp);
+  std::printf("(Note [Model states under TP and PP] in runtime/parallel_estimate.h: layers split uniformly over the "
+              "stages, Megatron's split within a stage; ZeRO shards each rank's states over its %d data-parallel "
+              "peer(s). Activations and pipeline buffers are not estimated under tp or pp yet)\n", dp);
+  std::printf("| pipeline stage | params per rank | ZeRO 0 GiB | ZeRO 1 GiB | ZeRO 2 GiB | ZeRO 3 GiB |\n"
+              "|---|---:|---:|---:|---:|---:|\n");
+  for (size_t s = 0; s < per_stage.size(); ++s) {
+    std::printf("| %zu | %s |", s, grouped(per_stage[s]).c_str());
+    for (int stage = 0; stage <= 3; ++stage)
+      std::printf(" %s |", format_gib(zero_model_state_bytes(per_stage[s], stage, dp, 2, 4, true, 2).total()).c_str());
+    std::printf("\n");
+  }
+}
 
 std::string z_note(const ZeroConfig& z) {
   return "prefetch " + std::to_string(z.stage3_prefetch_bucket_size) + ", max live " +
@@ -206,6 +234,11 @@ int run_estimate(const EstimateOptions& o) {
               grouped(n.largest_module).c_str(), n.largest_module_name.c_str());
   std::printf("largest ZeRO-3 unit params: %s (%s; what our engine gathers at once)\n", grouped(n.largest_unit).c_str(),
               n.largest_unit_name.c_str());
+  if (o.tp > 1 || o.pp > 1) {
+    std::printf("hardware: %d node(s) x %d GPU(s) = %d ranks\n", nodes, gpn, W);
+    print_parallel_states(o, cfg, W);
+    return 0;
+  }
   std::printf("hardware: %d node(s) x %d GPU(s) = %d data-parallel ranks\n", nodes, gpn, W);
 
   if (o.stage != "3") {
@@ -249,7 +282,8 @@ Command register_estimate_memory(CLI::App& app) {
       "  dscpp estimate-memory --model gpt2 --num_gpus_per_node 4\n"
       "  dscpp estimate-memory --config path/to/hf_model_dir --num_gpus_per_node 8 --num_nodes 2 --stage 3\n"
       "  dscpp estimate-memory --model llama-1b --num_gpus_per_node 4 --micro_batch 16 --seq_len 1024 "
-      "--gpu_memory_gib 140");
+      "--gpu_memory_gib 140\n"
+      "  dscpp estimate-memory --model llama-1b --num_gpus_per_node 8 --tp 2 --pp 2");
   std::string presets;
   for (const auto& p : ModelConfig::preset_names()) presets += (presets.empty() ? "" : ", ") + p;
   auto* model = c.app->add_option("--model,-m", o->model, "Model preset (" + presets + ")");
@@ -284,6 +318,10 @@ Command register_estimate_memory(CLI::App& app) {
                   "The loss and lm head's backward inside forward, in chunks (what DSCPP_FUSED_HEAD=1 does)");
   c.app->add_flag("--cpu_checkpointing", o->cpu_checkpointing,
                   "The checkpointed blocks' inputs in host memory (activation_checkpointing.cpu_checkpointing)");
+  c.app->add_option("--tp", o->tp, "Tensor-parallel degree: model states per rank of a tp x pp x dp layout")
+      ->capture_default_str()->check(whole(1, 4096));
+  c.app->add_option("--pp", o->pp, "Pipeline stages: model states per rank of each stage")
+      ->capture_default_str()->check(whole(1, 4096));
   c.run = [o] { return run_estimate(*o); };
   return c;
 }

@@ -40,6 +40,8 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--seed", o.seed, "Seed (default: the config's seed)")->check(whole(0));
   app->add_option("--trace", o.trace, "Write a Chrome trace (ui.perfetto.dev) of the step "
                   "flops_profiler.profile_step (default 1, counted from 0) to this file");
+  app->add_option("--tp", o.tp, "Tensor-parallel degree (overrides tensor_parallel.autotp_size)")->check(whole(1, 4096));
+  app->add_option("--pp", o.pp, "Pipeline stages (overrides pipeline.stages)")->check(whole(1, 4096));
   app->add_option("--device", o.device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
 }
 
@@ -76,6 +78,8 @@ std::vector<std::string> train_arguments(const TrainOptions& o) {
   number("--samples", o.num_samples, d.num_samples);
   number("--seed", int64_t(o.seed), int64_t(d.seed));
   text("--trace", o.trace, d.trace);
+  number("--tp", o.tp, d.tp);
+  number("--pp", o.pp, d.pp);
   text("--device", o.device, d.device);
   return a;
 }

@@ -1,5 +1,7 @@
 #include "cli/trainer.h"
 
+#include "cli/train_parallel.h"
+
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -138,6 +140,7 @@ void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const 
                       std::to_string(cfg.autotuning.end_profile_step) + " needs --steps >= it (got " +
                       std::to_string(o.steps) + "): the run ends at that step with its metrics");
   mcfg.validate();
+  check_parallel_layout(o, cfg, mcfg);
 }
 
 // Tests only: DSCPP_TRAIN_FAULT makes a run crash (abort), hang, or fail as out of memory at its first step, as a
@@ -187,9 +190,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   const int world = env.world_size, rank = env.rank;
   const bool quiet = o.quiet || rank != 0;  // only rank 0 prints
   std::vector<std::string> warnings;
-  DeepSpeedConfig cfg = o.config_path.empty()
-                            ? DeepSpeedConfig::from_string(train_default_config(o.steps, o.device), world, &warnings)
-                            : DeepSpeedConfig::from_file(o.config_path, world, &warnings);
+  DeepSpeedConfig cfg = read_train_config(o, world, &warnings);  // --tp / --pp applied: dp = world / (tp x pp)
   if (!quiet)
     for (const auto& w : warnings) log << "warning: " << w << std::endl;
   if (o.seed) cfg.seed = o.seed;
@@ -218,6 +219,15 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     pg = init_process_group(o.device == "cuda" ? "nccl" : "gloo");
     check_same_settings(*pg, *pg->store(), agreement_settings(cfg, mcfg, flags));
   }
+  // The pipe x data x model layout (comm/topology.h): the data axis goes to the engine (ZeRO) and the loader, the
+  // model axis (groups.model) to tensor parallelism, the pipe axis (groups.pipe, groups.stage) to the pipeline, and
+  // groups.model_parallel to the global gradient norm.
+  const ParallelGroups groups = make_train_groups(pg.get(), cfg);
+  const int dp = cfg.dp_world_size;
+  if (groups.model_size() > 1 || groups.pipe_size() > 1)
+    DSCPP_FAIL("--tp ", cfg.tp_size(), " --pp ", cfg.pp_size(), ": tensor and pipeline parallel training are not "
+               "built yet (the layout ", groups.topo.str(), " and its groups are; this rank is stage ", groups.stage,
+               ", data rank ", groups.data_rank, ", model rank ", groups.model_rank, ")");
 
   // 2. Data and tokenizer; the model's vocabulary follows the tokenizer's. Rank 0 builds the cache under out_dir
   // (tokenizer, token shard) while the others wait, then they read it.
@@ -248,8 +258,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   const int64_t n_seq = total_tokens > T ? (total_tokens - 1) / T : 0;
   dc.val_fraction = n_seq ? std::min(0.1, std::max(0.02, (double(B) + 0.5) / double(n_seq))) : 0.02;
   const int64_t val_B = std::max<int64_t>(1, std::min<int64_t>(B, int64_t(double(n_seq) * dc.val_fraction)));
-  dc.rank = rank;  // each rank takes its block of every global batch
-  dc.world_size = world;
+  // Each data-parallel rank takes its block of every global batch (tensor and pipeline peers: the same block).
+  split_by_data_axis(dc, groups);
   DataLoader train(dc);
   dc.rank = 0;     // every rank evaluates the same validation batches (only rank 0 prints them)
   dc.world_size = 1;
@@ -263,8 +273,8 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   // One GPU per local rank (init_process_group made the same choice for NCCL).
   mopts.device = o.device == "cuda" ? Device::cuda(env.local_rank % std::max(1, cuda_device_count())) : Device::cpu();
   mopts.dtype = model_dtype(cfg);
-  const bool zero_sharded = cfg.zero_optimization.stage > 0 && world > 1;
-  if (zero_sharded) mopts.pad_multiple = 16 * world;  // every unit splits evenly (Note [ZeRO units])
+  const bool zero_sharded = cfg.zero_optimization.stage > 0 && dp > 1;
+  if (zero_sharded) mopts.pad_multiple = 16 * dp;  // every unit splits evenly (Note [ZeRO units])
   mopts.allocate_grads = !(zero_sharded && cfg.zero_optimization.stage >= 2);  // stage 2/3: per-unit windows
   // ZeRO-3 initialises each rank's shard only (zero.Init), in host memory with offload_param (even in one process:
   // the model need not fit the device); importing a Hugging Face model needs the whole model.
@@ -281,7 +291,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (o.activation_checkpointing && !cfg.activation_checkpointing.number_checkpoints)
     model->set_checkpoint_policy(CheckpointPolicy(size_t(mcfg.n_layer), true));
   EngineOptions eopts;
-  eopts.dp_group = pg.get();
+  eopts.dp_group = groups.data;
   if (sharded_init) eopts.init_seed = cfg.seed;
   eopts.same_on_every_rank = flags;
   if (!quiet) eopts.log = &log;  // the engine reports its model-state bytes at start-up
@@ -323,7 +333,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
         << (cfg.scheduler.type.empty() ? "constant" : cfg.scheduler.type) << ", clipping " << cfg.gradient_clipping
         << ", steps " << o.steps << std::endl;
     if (pg)
-      log << "data parallel: " << world << " ranks (" << pg->backend() << "), global batch " << cfg.train_batch_size
+      log << "data parallel: " << dp << " ranks (" << pg->backend() << "), global batch " << cfg.train_batch_size
           << ", ZeRO stage " << cfg.zero_optimization.stage << ", reduce_bucket_size "
           << cfg.zero_optimization.reduce_bucket_size << ", overlap_comm "
           << (cfg.zero_optimization.overlap_comm ? "on" : "off") << std::endl;

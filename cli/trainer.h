@@ -35,6 +35,8 @@ struct TrainOptions {
   uint64_t seed = 0;                  // 0 = the config's seed
   bool quiet = false;                 // no progress lines (tests)
   std::string device = "cpu";         // "cpu" or "cuda" (bf16/fp16 from the config need cuda)
+  int tp = 0;                          // tensor-parallel degree; 0 = the config's (tensor_parallel.autotp_size)
+  int pp = 0;                          // pipeline stages; 0 = the config's (pipeline.stages)
   std::string trace;                  // Chrome trace of the flops_profiler.profile_step step ("" = none)
 };
 

@@ -474,3 +474,109 @@ TEST(Config, CurrentDeepSpeedKeys) {
   EXPECT_NE(all.find("'gradient_allreduce_op' is not implemented by DeepSpeed.cpp yet"), std::string::npos) << all;
   EXPECT_EQ(all.find("offload_optimizer"), std::string::npos) << all;  // implemented: no warning
 }
+
+// Note [Parallel degrees]: the pipeline and tensor_parallel sections, and the batch triple over dp = W / (tp x pp).
+TEST(ConfigParallel, PipelineKeysAndDefaults) {
+  auto d = DeepSpeedConfig::from_string(R"({"train_batch_size": 8})");
+  EXPECT_FALSE(d.pipeline.stages.has_value());
+  EXPECT_EQ(d.pp_size(), 1);
+  EXPECT_EQ(d.pipeline.partition, "parameters");
+  EXPECT_FALSE(d.pipeline.seed_layers);
+  EXPECT_EQ(d.pipeline.activation_checkpoint_interval, 0);
+  EXPECT_TRUE(d.pipeline.pipe_partitioned);
+  EXPECT_TRUE(d.pipeline.grad_partitioned);
+  EXPECT_EQ(d.dscpp.pipeline.virtual_stages, 1);
+
+  auto c = DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 4,
+      "pipeline": {"stages": 2, "partition": "Uniform", "seed_layers": true, "activation_checkpoint_interval": 1,
+                   "pipe_partitioned": false, "grad_partitioned": false},
+      "dscpp": {"pipeline": {"virtual_stages": 3}}})", 4);
+  EXPECT_EQ(c.pp_size(), 2);
+  EXPECT_EQ(c.pipeline.partition, "uniform");
+  EXPECT_TRUE(c.pipeline.seed_layers);
+  EXPECT_EQ(c.pipeline.activation_checkpoint_interval, 1);
+  EXPECT_FALSE(c.pipeline.pipe_partitioned);
+  EXPECT_FALSE(c.pipeline.grad_partitioned);
+  EXPECT_EQ(c.dscpp.pipeline.virtual_stages, 3);
+  EXPECT_EQ(c.dp_world_size, 2);
+  EXPECT_EQ(c.world_size, 4);
+  EXPECT_EQ(c.train_batch_size, 2 * 4 * 2);
+  EXPECT_EQ(DeepSpeedConfig::parse(c.to_json(), 4).canonical_dump(), c.canonical_dump());
+
+  auto a = DeepSpeedConfig::from_string(with_batch(R"("pipeline": {"stages": "auto", "partition": "best"})"));
+  EXPECT_EQ(a.pp_size(), 1);
+  EXPECT_EQ(a.pipeline.partition, "parameters");  // DeepSpeed's config default, its PipelineModule's meaning
+  EXPECT_EQ(DeepSpeedConfig::parse(a.to_json()).canonical_dump(), a.canonical_dump());
+
+  expect_error(with_batch(R"("pipeline": {"partition": "type:transformer"})"), "pipeline.partition",
+               {"type:transformer", "\"parameters\" or \"uniform\""});
+  expect_error(with_batch(R"("pipeline": {"partition": "profile"})"), "pipeline.partition", {"profile"});
+  expect_error(with_batch(R"("pipeline": {"stages": 0})"), "pipeline.stages", {"0"});
+  expect_error(with_batch(R"("pipeline": {"stagse": 2})"), "pipeline.stagse", {"did you mean 'stages'"});
+  expect_error(with_batch(R"("pipeline": {"activation_checkpoint_interval": -1})"),
+               "pipeline.activation_checkpoint_interval", {"-1"});
+  expect_error(with_batch(R"("dscpp": {"pipeline": {"virtual_stages": 0}})"), "dscpp.pipeline.virtual_stages", {"0"});
+  // No longer "not implemented yet": both sections are read.
+  std::vector<std::string> w;
+  DeepSpeedConfig::from_string(with_batch(R"("pipeline": {}, "tensor_parallel": {})"), 1, &w);
+  EXPECT_TRUE(w.empty()) << w.front();
+}
+
+TEST(ConfigParallel, TensorParallelKeys) {
+  auto d = DeepSpeedConfig::from_string(R"({"train_batch_size": 8})");
+  EXPECT_EQ(d.tp_size(), 1);
+  auto a = DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1,
+                                            "tensor_parallel": {"autotp_size": 2}})", 4);
+  EXPECT_EQ(a.tp_size(), 2);
+  EXPECT_EQ(a.dp_world_size, 2);
+  EXPECT_EQ(a.train_batch_size, 2);
+  // The inference config's key, inside "tp" (alias "tensor_parallel"), counts when autotp_size is not set.
+  auto b = DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1,
+                                            "tensor_parallel": {"tp": {"tp_size": 4, "tp_grain_size": 8}}})", 4);
+  EXPECT_EQ(b.tp_size(), 4);
+  EXPECT_EQ(b.dp_world_size, 1);
+  auto c = DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1,
+      "tensor_parallel": {"tensor_parallel": {"tp_size": 4, "enabled": false}}})", 4);
+  EXPECT_EQ(c.tp_size(), 1);
+  EXPECT_EQ(c.dp_world_size, 4);
+  auto same = DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1,
+      "tensor_parallel": {"autotp_size": 2, "tp": {"tp_size": 2}}})", 2);
+  EXPECT_EQ(same.tp_size(), 2);
+  EXPECT_EQ(DeepSpeedConfig::parse(same.to_json(), 2).canonical_dump(), same.canonical_dump());
+  std::vector<std::string> w;
+  DeepSpeedConfig::from_string(with_batch(R"("tensor_parallel": {"dtype": "bf16"})"), 1, &w);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("tensor_parallel.dtype"), std::string::npos) << w[0];
+
+  expect_error(with_batch(R"("tensor_parallel": {"autotp_size": 2, "tp": {"tp_size": 4}})"),
+               "tensor_parallel.autotp_size", {"autotp_size = 2", "tensor_parallel.tp.tp_size = 4", "disagree"}, 8);
+  expect_error(with_batch(R"("tensor_parallel": {"tp": {}, "tensor_parallel": {}})"), "tensor_parallel.tensor_parallel",
+               {"only one"});
+  expect_error(with_batch(R"("tensor_parallel": {"autotp_size": -1})"), "tensor_parallel.autotp_size", {"-1"});
+  expect_error(with_batch(R"("tensor_parallel": {"tp_size": 2})"), "tensor_parallel.tp_size",
+               {"tensor_parallel.autotp_size", "inference config's key"});
+  expect_error(with_batch(R"("tensor_parallel": {"tp": {"tp_size": 0}})"), "tensor_parallel.tp.tp_size", {"0"});
+  expect_error(with_batch(R"("tensor_parallel": {"tp": {"mpu": {}}})"), "tensor_parallel.tp.mpu", {"Python object"});
+  expect_error(with_batch(R"("tensor_parallel": {"injection_policy_tuple": [1]})"),
+               "tensor_parallel.injection_policy_tuple", {"null"});
+}
+
+TEST(ConfigParallel, BatchUsesTheDataParallelSize) {
+  // world 8 = tp 2 x pp 2 x dp 2: the triple counts the 2 data-parallel replicas, not the 8 ranks.
+  const char* both = R"("pipeline": {"stages": 2}, "tensor_parallel": {"autotp_size": 2})";
+  auto c = DeepSpeedConfig::from_string(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, )" +
+                                            std::string(both) + "}", 8);
+  EXPECT_EQ(c.dp_world_size, 2);
+  EXPECT_EQ(c.gradient_accumulation_steps, 4);
+  auto m = DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 3, )" + std::string(both) + "}", 8);
+  EXPECT_EQ(m.train_batch_size, 6);
+  expect_error(R"({"train_batch_size": 16, "train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 1, )" +
+                   std::string(both) + "}",
+               "", {"16 != 2 * 1 * 2"}, 8);
+  // The world must split into tp x pp x dp; the error names the key, the values and the rule.
+  expect_error(R"({"train_batch_size": 8, "pipeline": {"stages": 3}, "tensor_parallel": {"autotp_size": 2}})",
+               "pipeline.stages", {"degree 2 x pipeline.stages 3 = 6", "does not divide the world size 4",
+                                   "dp = world / (tp x pp)"}, 4);
+  expect_error(R"({"train_batch_size": 8, "tensor_parallel": {"autotp_size": 4}})", "tensor_parallel.autotp_size",
+               {"does not divide the world size 2"}, 2);
+}

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dscpp/core/check.h"
+#include "dscpp/runtime/parallel_estimate.h"
 #include "dscpp/runtime/zero_estimate.h"
 #include "tiny_models.h"
 
@@ -503,4 +504,31 @@ TEST(EstimateMemoryCli, OffloadChoicesPerTier) {
   EXPECT_GT(ours[2].cpu, ours[1].cpu);
   EXPECT_EQ(ours[3].gpu, ours[2].gpu);
   EXPECT_EQ(ours[3].cpu + ours[3].nvme, ours[2].cpu);
+}
+
+// --tp / --pp: per stage, the parameters of one rank (Note [Model states under TP and PP]) and their model states
+// over dp = GPUs / (tp x pp) at each ZeRO stage; layouts that do not fit are refused naming the flag.
+TEST(EstimateMemoryCli, TensorAndPipelineParallelStates) {
+  if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
+  std::string out;
+  ASSERT_EQ(run_capture(dscpp_binary() + " estimate-memory --model gpt2 --num_gpus_per_node 8 --tp 2 --pp 2", out), 0)
+      << out;
+  const ModelConfig cfg = ModelConfig::preset("gpt2");
+  EXPECT_NE(out.find("tp 2 x pp 2 x dp 2"), std::string::npos) << out;
+  for (int s = 0; s < 2; ++s) {
+    const int64_t n = rank_parameters(cfg, 2, 2, s);
+    const std::string row = "| " + std::to_string(s) + " | ";
+    const size_t at = out.find(row);
+    ASSERT_NE(at, std::string::npos) << out;
+    // ZeRO 0 and ZeRO 3 columns from Note [Our model-state bytes]: 18 bytes per parameter, then the sharded 2 x 8.
+    const std::string z0 = format_gib(zero_model_state_bytes(n, 0, 2, 2, 4, true, 2).total());
+    const std::string z3 = format_gib(zero_model_state_bytes(n, 3, 2, 2, 4, true, 2).total());
+    const std::string line = out.substr(at, out.find('\n', at) - at);
+    EXPECT_NE(line.find(" " + z0 + " |"), std::string::npos) << line;
+    EXPECT_NE(line.find(" " + z3 + " |"), std::string::npos) << line;
+  }
+  EXPECT_NE(run_capture(dscpp_binary() + " estimate-memory --model gpt2 --num_gpus_per_node 8 --tp 8", out), 0);
+  EXPECT_NE(out.find("--tp 8 does not divide the model's 12 attention heads"), std::string::npos) << out;
+  EXPECT_NE(run_capture(dscpp_binary() + " estimate-memory --model gpt2 --num_gpus_per_node 8 --tp 3", out), 0);
+  EXPECT_NE(out.find("does not divide the 8 GPUs"), std::string::npos) << out;
 }

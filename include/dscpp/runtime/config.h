@@ -70,6 +70,7 @@ struct DeepSpeedConfig {
   int64_t train_micro_batch_size_per_gpu = 0;  // per rank, per micro step
   int64_t gradient_accumulation_steps = 0;     // micro steps per optimizer step
   int dp_world_size = 1;                 // the data-parallel size the batch sizes were resolved with
+  int world_size = 1;                    // the job's ranks: tp x pp x dp (Note [Parallel degrees])
   OptimizerConfig optimizer;             // type "" = none
   SchedulerConfig scheduler;             // type "" = constant optimizer lr
   double gradient_clipping = 0.0;        // max global L2 norm; 0 = off (doc says 1.0)
@@ -91,16 +92,21 @@ struct DeepSpeedConfig {
   std::string communication_data_type;
   DType communication_dtype() const;     // f32, bf16 or f16
   uint64_t seed = 1234;                  // our extension: seed of every RNG (DeepSpeed takes it from the script)
+  PipelineConfig pipeline;               // pipeline parallelism
+  TensorParallelConfig tensor_parallel;  // tensor parallelism (training)
+  int tp_size() const { return int(tensor_parallel.degree()); }
+  int pp_size() const { return int(pipeline.stages.value_or(1)); }
   DscppConfig dscpp;                     // our extension: the engine's own keys (kernels, copy engines)
   AutotuningConfig autotuning;           // DeepSpeed's autotuning section (runtime/autotuning_config.h)
 
-  // dp_world_size resolves the batch-size triple. Warnings (unknown top-level keys, deprecated keys) are appended
+  // world_size: the job's ranks. The batch-size triple resolves with the data-parallel size world_size / (tp x pp)
+  // (Note [Parallel degrees], src/runtime/config/config_parallel.cpp). Warnings (unknown top-level keys, deprecated keys) are appended
   // to *warnings when given. Throws ConfigError.
-  static DeepSpeedConfig parse(const nlohmann::json& j, int dp_world_size = 1,
+  static DeepSpeedConfig parse(const nlohmann::json& j, int world_size = 1,
                                std::vector<std::string>* warnings = nullptr);
-  static DeepSpeedConfig from_string(const std::string& text, int dp_world_size = 1,
+  static DeepSpeedConfig from_string(const std::string& text, int world_size = 1,
                                      std::vector<std::string>* warnings = nullptr);  // JSON (comments allowed)
-  static DeepSpeedConfig from_file(const std::string& path, int dp_world_size = 1,
+  static DeepSpeedConfig from_file(const std::string& path, int world_size = 1,
                                    std::vector<std::string>* warnings = nullptr);
 
   nlohmann::json to_json() const;        // every resolved value; parse(to_json()) gives back the same config

@@ -137,6 +137,27 @@ struct CheckpointConfig {                // "checkpoint" (deepspeed/checkpoint/c
   bool async_save = false;               // "writer": {"decoupled": true}: save in the background (our writer)
 };
 
+struct PipelineConfig {                  // "pipeline" (runtime/config.py get_pipeline_config; Note [Parallel degrees])
+  std::optional<int64_t> stages;         // pipeline stages (>= 1); unset = "auto": 1, or dscpp train --pp
+  // How layers are split into stages: "parameters" (balance parameter counts) or "uniform" (balance layer counts).
+  // DeepSpeed's config default "best" is read as "parameters", the default of its PipelineModule (which ignores
+  // the config's key); "type:regex" is refused (our models have no per-layer class names to match).
+  std::string partition = "parameters";
+  bool seed_layers = false;              // seed each layer's initialisation by its layer index
+  int64_t activation_checkpoint_interval = 0;  // checkpoint every N layers of a stage; 0 = off
+  bool pipe_partitioned = true;          // activations sent between stages are split across the tensor-parallel ranks
+  bool grad_partitioned = true;          // so are their gradients
+};
+
+struct TensorParallelConfig {            // "tensor_parallel" (runtime/tensor_parallel/config.py TPTrainingConfig)
+  int64_t autotp_size = 0;               // the training TP degree; 0 = off (then tp.tp_size decides)
+  bool tp_enabled = true;                // tp.enabled (alias tensor_parallel.enabled): false = no TP from tp.tp_size
+  int64_t tp_size = 1;                   // tp.tp_size: the inference config's key, read here too
+  int64_t tp_grain_size = 64;            // tp.tp_grain_size: parsed; our split is by heads, not by a grain
+  // autotp_size when set, else tp.tp_size (when enabled); both set > 1 and different is a ConfigError.
+  int64_t degree() const { return autotp_size > 0 ? autotp_size : (tp_enabled ? tp_size : 1); }
+};
+
 // "dscpp": DeepSpeed.cpp's own engine keys, where DeepSpeed has none (docs/CONFIG.md, "Engine keys of ours").
 // Like every key, ranks compare them at start-up (Note [Start-up agreement]), so ranks cannot disagree on them.
 struct CopyEngineConfig {                // "dscpp.copy_engine": reductions and gathers on the GPUs' copy engines
@@ -159,11 +180,18 @@ struct DscppOffloadConfig {              // "dscpp.offload": ZeRO-Offload's opti
   double nvme_min_gbps = 1.0;
 };
 
+struct DscppPipelineConfig {             // "dscpp.pipeline": the pipeline's options of ours
+  // Model chunks per pipeline rank (Megatron's interleaved 1F1B: each rank holds virtual_stages non-adjacent chunks
+  // of layers, cutting the bubble to (p - 1) / (v m)); 1 = plain 1F1B, DeepSpeed's only schedule.
+  int64_t virtual_stages = 1;
+};
+
 struct DscppConfig {                     // "dscpp"
   std::string attention = "auto";        // "auto" | "cudnn" | "own": which kernels run attention on CUDA
   bool fused_head = false;               // lm head and loss backward inside forward, in chunks of logits
   CopyEngineConfig copy_engine;
   DscppOffloadConfig offload;
+  DscppPipelineConfig pipeline;
 };
 
 }  // namespace dscpp

@@ -53,18 +53,18 @@ json parse_json_strict(const std::string& text) {
   }
 }
 
-DeepSpeedConfig DeepSpeedConfig::from_string(const std::string& text, int dp_world_size,
+DeepSpeedConfig DeepSpeedConfig::from_string(const std::string& text, int world_size,
                                              std::vector<std::string>* warnings) {
-  return parse(parse_json_strict(text), dp_world_size, warnings);
+  return parse(parse_json_strict(text), world_size, warnings);
 }
 
-DeepSpeedConfig DeepSpeedConfig::from_file(const std::string& path, int dp_world_size,
+DeepSpeedConfig DeepSpeedConfig::from_file(const std::string& path, int world_size,
                                            std::vector<std::string>* warnings) {
   std::ifstream f(path);
   if (!f) throw ConfigError("", "Expected a string path to an existing deepspeed config, cannot open: " + path);
   std::stringstream ss;
   ss << f.rdbuf();
-  return from_string(ss.str(), dp_world_size, warnings);
+  return from_string(ss.str(), world_size, warnings);
 }
 
 template <typename T>
@@ -209,7 +209,15 @@ json DeepSpeedConfig::to_json() const {
                 {"offload", {{"delayed_update", dscpp.offload.delayed_update}, {"threads", opt(dscpp.offload.threads)},
                              {"aio_backend", dscpp.offload.aio_backend},
                              {"nvme_probe_mib", dscpp.offload.nvme_probe_mib},
-                             {"nvme_min_gbps", dscpp.offload.nvme_min_gbps}}}};
+                             {"nvme_min_gbps", dscpp.offload.nvme_min_gbps}}},
+                {"pipeline", {{"virtual_stages", dscpp.pipeline.virtual_stages}}}};
+  j["pipeline"] = {{"stages", pipeline.stages ? json(*pipeline.stages) : json("auto")},
+                   {"partition", pipeline.partition}, {"seed_layers", pipeline.seed_layers},
+                   {"activation_checkpoint_interval", pipeline.activation_checkpoint_interval},
+                   {"pipe_partitioned", pipeline.pipe_partitioned}, {"grad_partitioned", pipeline.grad_partitioned}};
+  j["tensor_parallel"] = {{"autotp_size", tensor_parallel.autotp_size},
+                          {"tp", {{"enabled", tensor_parallel.tp_enabled}, {"tp_size", tensor_parallel.tp_size},
+                                  {"tp_grain_size", tensor_parallel.tp_grain_size}}}};
   j["autotuning"] = autotuning_json(autotuning);
   j["aio"] = {{"block_size", aio.block_size}, {"queue_depth", aio.queue_depth},
               {"intra_op_parallelism", aio.intra_op_parallelism}, {"single_submit", aio.single_submit},

@@ -24,18 +24,19 @@ static const std::vector<std::string> kDeepSpeedOnlyKeys = {
     "prescale_gradients", "gradient_predivide_factor", "sparse_gradients", "amp", "zero_allow_untested_optimizer",
     "zero_force_ds_cpu_optimizer", "memory_breakdown", "dump_state", "dataloader_drop_last",
     "tensorboard", "wandb", "csv_monitor", "data_types", "elasticity",
-    "compression_training", "data_efficiency", "curriculum_learning", "pipeline",
+    "compression_training", "data_efficiency", "curriculum_learning",
     "vocabulary_size", "graph_harvesting", "sparse_attention", "nebula", "compile", "timers", "hybrid_engine",
     "seq_parallel_communication_data_type", "eigenvalue", "progressive_layer_drop", "quantize_training",
     "weight_quantization", "disable_allgather", "gradient_accumulation_dtype", "use_data_before_expert_parallel_",
     "use_data_before_expert_parallelism", "managed_gradient_accumulation", "gradient_allreduce_op", "torch_autocast",
-    "log_level", "datastates_ckpt", "tensor_parallel", "expert_parallel", "comet", "optimizer_legacy_fusion"};
+    "log_level", "datastates_ckpt", "expert_parallel", "comet", "optimizer_legacy_fusion"};
 
 static const std::vector<std::string> kTopLevelKeys = {
     "train_batch_size", "train_micro_batch_size_per_gpu", "gradient_accumulation_steps", "optimizer", "scheduler",
     "gradient_clipping", "steps_per_print", "wall_clock_breakdown", "activation_checkpointing", "fp16", "bf16",
     "bfloat16", "zero_optimization", "allgather_size", "seed", "flops_profiler",
-    "comms_logger", "checkpoint", "communication_data_type", "aio", "dscpp", "autotuning"};
+    "comms_logger", "checkpoint", "communication_data_type", "aio", "dscpp", "autotuning", "pipeline",
+    "tensor_parallel"};
 
 static void parse_fp16(const json& j, Fp16Config& f) {
   SectionReader r(j, "fp16");
@@ -160,6 +161,11 @@ static void parse_dscpp(const json& j, DscppConfig& d) {
     orr.get("nvme_min_gbps", d.offload.nvme_min_gbps, 0.0, 1e6);
     orr.finish();
   }
+  if (const json* p = r.raw("pipeline")) {
+    SectionReader pr(*p, "dscpp.pipeline");
+    pr.get("virtual_stages", d.pipeline.virtual_stages, 1, 1024);
+    pr.finish();
+  }
   r.finish();
 }
 
@@ -179,7 +185,7 @@ static void check_top_level_keys(const json& root, std::vector<std::string>* war
 
 using namespace config_detail;
 
-DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_size,
+DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int world_size,
                                        std::vector<std::string>* warnings) {
   if (!root.is_object()) fail("<root>", root, "a DeepSpeed config must be a JSON object");
   DeepSpeedConfig c;
@@ -189,7 +195,11 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int dp_world_
     const json* v = top.raw(key);
     return (v && !v->is_null()) ? v : nullptr;
   };
-  resolve_batch_sizes(root, dp_world_size, c);
+  if (world_size < 1) throw ConfigError("", "DeepSpeed config: the world size must be >= 1, got " + std::to_string(world_size));
+  if (const json* j = section("pipeline")) parse_pipeline(*j, c.pipeline);
+  if (const json* j = section("tensor_parallel")) parse_tensor_parallel(*j, c.tensor_parallel, warnings);
+  c.world_size = world_size;
+  resolve_batch_sizes(root, data_parallel_size(c, world_size), c);
   if (const json* j = section("optimizer")) parse_optimizer(*j, c.optimizer);
   if (const json* j = section("scheduler")) parse_scheduler(*j, c.scheduler, warnings);
   top.get("gradient_clipping", c.gradient_clipping, 0.0, 1e38);

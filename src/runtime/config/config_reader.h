@@ -17,5 +17,9 @@ void resolve_batch_sizes(const json& root, int dp_world_size, DeepSpeedConfig& o
 void parse_aio(const json& j, AioConfig& out);       // config_nvme.cpp
 void check_nvme_offload(const DeepSpeedConfig& c);   // the rules of offload_optimizer.device "nvme" across sections
 void warn(std::vector<std::string>* warnings, const std::string& msg);
+// config_parallel.cpp (Note [Parallel degrees])
+void parse_pipeline(const json& j, PipelineConfig& out);
+void parse_tensor_parallel(const json& j, TensorParallelConfig& out, std::vector<std::string>* warnings);
+int data_parallel_size(const DeepSpeedConfig& c, int world_size);  // world / (tp x pp); ConfigError if not whole
 
 }  // namespace dscpp::config_detail

@@ -1,0 +1,173 @@
+// `dscpp train`'s 3D layout (cli/train_parallel.h): --tp / --pp override the config's keys, the checks made before
+// any work name the flag, the value and the rule, the loader splits over the data axis only (tensor and pipeline
+// peers read the same micro-batches), and the launched job builds its groups before refusing what is not built yet.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "cli/train_parallel.h"
+#include "dist/multiprocess.h"
+#include "dscpp/data/shard.h"
+#include "e2e/cli_workspace.h"
+
+using namespace dscpp;
+using namespace dscpp::test;
+
+namespace {
+
+std::string config_error(const std::function<void()>& f, std::string* key = nullptr) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    if (key) *key = e.key;
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void expect_parts(const std::string& text, std::initializer_list<const char*> parts) {
+  for (const char* p : parts) EXPECT_NE(text.find(p), std::string::npos) << "'" << p << "' not in: " << text;
+}
+
+TEST(TrainParallel, FlagsOverrideTheConfigKeys) {
+  nlohmann::json j = {{"train_micro_batch_size_per_gpu", 2},
+                      {"tensor_parallel", {{"autotp_size", 4}, {"tp", {{"tp_size", 4}}}}},
+                      {"pipeline", {{"stages", 4}, {"partition", "uniform"}}}};
+  TrainOptions o;
+  o.tp = 2;
+  o.pp = 3;
+  apply_parallel_flags(j, o);
+  const DeepSpeedConfig c = DeepSpeedConfig::parse(j, 12);
+  EXPECT_EQ(c.tp_size(), 2);  // the flag, and tp.tp_size 4 no longer disagrees
+  EXPECT_EQ(c.pp_size(), 3);
+  EXPECT_EQ(c.pipeline.partition, "uniform");  // other keys stay
+  EXPECT_EQ(c.dp_world_size, 2);
+  EXPECT_EQ(c.train_batch_size, 4);
+  nlohmann::json none = {{"train_batch_size", 8}};
+  apply_parallel_flags(none, TrainOptions{});
+  EXPECT_FALSE(none.contains("pipeline") || none.contains("tensor_parallel"));
+}
+
+TEST(TrainParallel, ChecksNameTheFlagTheValueAndTheRule) {
+  ModelConfig m = ModelConfig::preset("gpt2-tiny");
+  m.n_head = 6, m.n_kv_head = 2, m.n_ffn = 96, m.n_embd = 48, m.n_layer = 4;
+  auto cfg_for = [](int tp, int pp, int world, int virtual_stages = 1) {
+    return DeepSpeedConfig::from_string(
+        R"({"train_micro_batch_size_per_gpu": 1, "tensor_parallel": {"autotp_size": )" + std::to_string(tp) +
+            R"(}, "pipeline": {"stages": )" + std::to_string(pp) + R"(}, "dscpp": {"pipeline": {"virtual_stages": )" +
+            std::to_string(virtual_stages) + "}}}",
+        world);
+  };
+  TrainOptions flags;
+  flags.tp = 2;
+  flags.pp = 2;
+  check_parallel_layout(flags, cfg_for(2, 2, 4), m);  // 6 heads, 2 KV heads, 96 wide, 4 layers: fine
+  std::string key;
+  expect_parts(config_error([&] { check_parallel_layout(TrainOptions{}, cfg_for(3, 1, 3), m); }, &key),
+               {"DeepSpeed config: tensor_parallel degree 3", "model's 2 KV heads (n_kv_head)"});
+  EXPECT_EQ(key, "tensor_parallel.autotp_size");
+  flags.tp = 4;
+  expect_parts(config_error([&] { check_parallel_layout(flags, cfg_for(4, 1, 4), m); }),
+               {"--tp 4 does not divide the model's 6 attention heads (n_head)"});
+  m.n_head = 8, m.n_kv_head = 4, m.n_ffn = 90;
+  expect_parts(config_error([&] { check_parallel_layout(flags, cfg_for(4, 1, 4), m); }),
+               {"--tp 4", "90 MLP width (n_ffn)"});
+  flags.tp = 0;
+  flags.pp = 5;
+  expect_parts(config_error([&] { check_parallel_layout(flags, cfg_for(1, 5, 5), m); }, &key),
+               {"--pp 5 exceeds the model's 4 layers"});
+  EXPECT_EQ(key, "pipeline.stages");
+  expect_parts(config_error([&] { check_parallel_layout(TrainOptions{}, cfg_for(1, 2, 2, 3), m); }),
+               {"pipeline.stages 2 x dscpp.pipeline.virtual_stages 3 exceeds the model's 4 layers"});
+}
+
+// 8 Gloo ranks as pp 2 x dp 2 x tp 2, each building the trainer's groups and its training loader from them: the
+// four ranks of one data coordinate read the same batches; the two coordinates read disjoint halves of each global
+// batch.
+TEST(TrainParallel, LoaderSplitsOverTheDataAxisOnly) {
+  const fs::path dir = fs::temp_directory_path() / ("dscpp_train_parallel_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::vector<int32_t> tokens(4000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i);  // its position: distinct first tokens name distinct sequences
+  write_token_shard((dir / "s.bin").string(), tokens, 4000);
+  const int world = 8;
+  const int64_t B = 2, T = 8, steps = 3;
+  expect_all_pass(run_ranks(world, [&](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, world, "127.0.0.1", port, std::chrono::seconds(30));
+    TrainOptions o;
+    o.tp = 2;
+    o.pp = 2;
+    const DeepSpeedConfig cfg = read_train_config(o, world, nullptr);
+    ASSERT_EQ(cfg.dp_world_size, 2);
+    const ParallelGroups g = make_train_groups(pg.get(), cfg);
+    DataLoaderConfig dc;
+    dc.shards = {(dir / "s.bin").string()};
+    dc.batch_size = B;
+    dc.seq_len = T;
+    split_by_data_axis(dc, g);
+    DataLoader dl(dc);
+    std::ofstream out(dir / ("rank" + std::to_string(rank)), std::ios::binary);
+    out << g.data_rank << "\n";
+    Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
+    for (int s = 0; s < steps; ++s) {
+      dl.next_batch(x, y);
+      for (int64_t i = 0; i < B; ++i) out << x.data<int32_t>()[i * T] << " ";  // each sequence's first token
+      out << "\n";
+    }
+  }));
+  std::map<int, std::string> by_data;  // data coordinate -> its batches
+  for (int r = 0; r < world; ++r) {
+    std::ifstream in(dir / ("rank" + std::to_string(r)));
+    int data_rank = -1;
+    in >> data_rank;
+    EXPECT_EQ(data_rank, (r / 2) % 2) << "rank " << r;  // pipe x data x model, the model axis fastest
+    const std::string rest(std::istreambuf_iterator<char>(in), {});
+    ASSERT_GT(rest.size(), size_t(steps)) << "rank " << r;
+    auto [it, fresh] = by_data.emplace(data_rank, rest);
+    if (!fresh) {
+      EXPECT_EQ(it->second, rest) << "rank " << r << " reads other batches than its replica's first rank";
+    }
+  }
+  ASSERT_EQ(by_data.size(), 2u);
+  std::set<int> firsts;  // both replicas' sequences: 2 x B x steps distinct ones
+  for (const auto& [d, text] : by_data) {
+    std::istringstream in(text);
+    for (int v; in >> v;) firsts.insert(v);
+  }
+  EXPECT_EQ(firsts.size(), size_t(2 * B * steps));
+  fs::remove_all(dir);
+}
+
+// The launched job: validation before any work, then the groups, then the refusal of what is not built yet.
+TEST(TrainParallelCli, LaunchedTpBuildsItsGroupsThenSaysNotBuiltYet) {
+  if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
+  if (!gloo_available()) GTEST_SKIP() << "no gloo in this build";
+  CliWorkspace ws("train_parallel");  // a 2-layer model with 2 heads
+  auto launch = [&](int n, const std::string& out, const std::string& extra, int* rc) {
+    return run_command(dscpp_binary() + " launch --nproc_per_node " + std::to_string(n) +
+                           " --master_port 0 -H /nonexistent" + ws.train_args(out) + " --steps 1 " + extra,
+                       rc);
+  };
+  int rc = 0;
+  std::string out = launch(2, "tp2", "--tp 2", &rc);
+  EXPECT_NE(rc, 0) << out;
+  expect_parts(out, {"not built yet", "pipe=1 x data=1 x model=2", "model rank 0", "model rank 1"});
+  EXPECT_FALSE(fs::exists(ws.dir / "tp2" / "data")) << "refused after the data work started:\n" << out;
+
+  out = launch(2, "tp2pp2", "--tp 2 --pp 2", &rc);
+  EXPECT_NE(rc, 0) << out;
+  expect_parts(out, {"tensor_parallel degree 2 x pipeline.stages 2 = 4 does not divide the world size 2",
+                     "--tp 2 sets tensor_parallel.autotp_size, --pp 2 sets pipeline.stages"});
+  out = launch(3, "pp3", "--pp 3", &rc);
+  EXPECT_NE(rc, 0) << out;
+  expect_parts(out, {"--pp 3 exceeds the model's 2 layers"});
+  out = launch(3, "tp3", "--tp 3", &rc);
+  EXPECT_NE(rc, 0) << out;
+  expect_parts(out, {"--tp 3 does not divide the model's 2 attention heads"});
+  for (const char* o : {"tp2pp2", "pp3", "tp3"}) EXPECT_FALSE(fs::exists(ws.dir / o / "data")) << o;
+}
+
+}  // namespace
