@@ -84,6 +84,15 @@ struct EngineOptions {
   // Tests only: let dscpp.copy_engine.enabled run over a Gloo group (the same steps on the host), so the copy-engine
   // path can be exercised on the CPU. Production code leaves it off: the key then needs an NCCL group.
   bool copy_engine_over_gloo = false;
+  // Model parallelism (pipeline stages, tensor-parallel ranks; not owned): the other ranks holding parts of this
+  // rank's model replica, those with the same data-parallel coordinate. The gradient norm's sum of squares is summed
+  // over this group too (after the data-parallel sum), so clipping and the fp16 overflow check see the whole model's
+  // gradients and every rank clips and skips alike. null = the model is whole on every data-parallel rank.
+  ProcessGroup* model_parallel_group = nullptr;
+  // Flat ranges of parameters whose gradients another rank of the model-parallel group also holds and counts in the
+  // norm (a pipeline's tied token table on its last stage; a tensor-parallel layer's replicated parameters on all
+  // but one rank): left out of this rank's sum so that each counts once.
+  std::vector<FlatRange> norm_replicas;
   // What else every rank must share, named as the user sets it (the trainer's flags: {"--steps", "800"}, ...):
   // checked with the config and the model before the first collective (Note [Start-up agreement]).
   Settings same_on_every_rank;
@@ -98,8 +107,12 @@ class Engine {
   // device only when asked (Note [Loss without a sync], models/loss.h). A loss that is not finite (not fp16) stops
   // the step that would apply its gradients, before anything changes.
   Loss forward(const Tensor& tokens, const Tensor& targets);
-  void backward();
+  void backward() { backward_part(true); }
   void step();
+  // Pipeline parallelism (Note [Pipeline engine], runtime/pipe_engine.h): a micro-batch's backward on a rank holding
+  // several chunks of layers is several model backwards; all but its last pass completes = false, so only that one
+  // counts as the micro-batch's (the accumulation boundary's gradient sync runs there).
+  void backward_part(bool completes_micro_batch);
 
   bool is_gradient_accumulation_boundary() const;
   int64_t global_steps() const { return global_steps_; }
@@ -215,6 +228,8 @@ class Engine {
   std::unique_ptr<Model> model_;
   DeepSpeedConfig cfg_;
   ProcessGroup* dp_ = nullptr;              // size > 1 only
+  ProcessGroup* mp_ = nullptr;              // EngineOptions::model_parallel_group, size > 1 only
+  std::vector<FlatRange> norm_replicas_;    // EngineOptions::norm_replicas
   // Note [Copy-engine reductions]: dp_'s ranks again, with CtaPolicy::zero (declared before the users that point at
   // it, so it is destroyed after them).
   std::unique_ptr<ProcessGroup> copy_group_;

@@ -1,0 +1,163 @@
+// Pipeline parallelism (Note [Pipeline engine], runtime/pipe_engine.h) on forked Gloo ranks: PP 2 (1F1B and
+// interleaved) and PP 2 x DP 2 give the parameters, losses and gradient norms of one process training the whole
+// model on the same global batch (gradient accumulation, clipping, fp16 loss scaling, activation checkpointing), within
+// Note [Equivalence tolerances]; a rank that fails mid-pipeline ends the others with an error, not a hang.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "dist/equivalence.h"
+#include "dscpp/runtime/pipe_engine.h"
+#include "runtime/pipe/partition.h"
+
+namespace dscpp::test {
+namespace {
+
+struct PipeCase {
+  DistCase dist;          // model, optimizer, precision, gas, stage; dist.world is the data-parallel size
+  int stages = 2, virtual_stages = 1;
+  std::string method = "parameters";
+};
+
+using Named = std::map<std::string, std::vector<float>>;
+
+Named named_map(Model& m) {
+  Named out;
+  const ParamSet& ps = m.params();
+  Tensor f = ps.flat_params().to(Device::cpu());
+  for (const ParamInfo& p : ps.infos()) out[p.name].assign(f.data<float>() + p.offset, f.data<float>() + p.offset + p.numel);
+  return out;
+}
+
+struct Run {
+  Named init, params;
+  std::vector<float> losses, norms;
+};
+
+constexpr int64_t kSteps = 3;
+
+// The whole model in one process over the global batch: data-parallel rank d's micro-batches are d * gas + j.
+Run reference(const PipeCase& c) {
+  const DistCase ref = reference_case(c.dist);
+  auto e = make_engine(ref, nullptr);
+  Run out;
+  out.init = named_map(e->model());
+  Tensor x = Tensor::empty({batch(ref), seq(ref)}, DType::i32), y = Tensor::empty({batch(ref), seq(ref)}, DType::i32);
+  for (int64_t s = 0; s < kSteps; s++) {
+    for (int64_t j = 0; j < ref.gas; j++) {
+      micro_batch(ref, s, j, x, y);
+      e->forward(x, y);
+      e->backward();
+      e->step();
+    }
+    out.losses.push_back(e->last_loss());
+    out.norms.push_back(float(e->last_grad_norm()));
+  }
+  out.params = named_map(e->model());
+  return out;
+}
+
+Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
+  const DistCase& d = c.dist;
+  const int dp_world = dp ? dp->size() : 1;
+  DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(d), dp_world);
+  const ModelConfig mc = model_config(d);
+  const auto parts = partition_layers(c.method, pipe_item_params(mc), c.stages * c.virtual_stages);
+  ModelOptions mo;
+  mo.pad_multiple = 16 * dp_world;
+  mo.allocate_grads = !(d.stage >= 2 && dp_world > 1);
+  auto m = make_pipeline_stage(mc, StageLayers::of_rank(parts, pipe.rank(), c.stages, c.virtual_stages), mo);
+  m->init_weights(42);
+  EngineOptions eo;
+  eo.dp_group = dp;
+  eo.mixed_precision_on_f32_model = d.precision == "fp16";
+  auto pe = initialize_pipeline(std::move(m), cfg, eo, {&pipe, c.virtual_stages});
+  Run out;
+  out.init = named_map(pe->engine().model());
+  const int dp_rank = dp ? dp->rank() : 0;
+  for (int64_t s = 0; s < kSteps; s++) {
+    PipelineEngine::MicroBatches mbs;
+    for (int64_t j = 0; j < d.gas; j++) {
+      Tensor x = Tensor::empty({batch(d), seq(d)}, DType::i32), y = Tensor::empty({batch(d), seq(d)}, DType::i32);
+      micro_batch(d, s, dp_rank * d.gas + j, x, y);
+      mbs.push_back({x, y});
+    }
+    out.losses.push_back(pe->train_batch(mbs));
+    out.norms.push_back(float(pe->engine().last_grad_norm()));
+  }
+  EXPECT_THROW(pe->forward(Tensor(), Tensor()), Error);
+  EXPECT_THROW(pe->step(), Error);
+  out.params = named_map(pe->engine().model());
+  return out;
+}
+
+void expect_matches(const Run& got, const Run& want, const PipeCase& c, const std::string& what) {
+  const double S = double(c.dist.world * c.dist.gas), u = unit_roundoff("f32");
+  auto per_step = [&](const std::vector<float>& ref) {
+    return [&](size_t s) { return rounding_bound(u, S, int64_t(s) + 1, ref[s]); };
+  };
+  expect_within(got.norms, want.norms, per_step(want.norms), what + ": gradient norms");
+  expect_within(got.losses, want.losses, per_step(want.losses), what + ": losses");
+  EXPECT_GT(*std::min_element(want.norms.begin(), want.norms.end()), 0.05) << "clipping never engaged";
+  for (const auto& [name, p] : got.params) {
+    ASSERT_TRUE(want.params.count(name)) << name;
+    const auto& w = want.params.at(name);
+    const auto& w0 = want.init.at(name);
+    ASSERT_EQ(got.init.at(name), w0) << what << ": " << name << " starts elsewhere";
+    std::vector<float> update(w.size());
+    for (size_t i = 0; i < w.size(); i++) update[i] = w[i] - w0[i];
+    ASSERT_GT(max_abs(update), 0.0) << name << " never moved";
+    const double ub = rounding_bound(u, S, kSteps, max_abs(update));
+    expect_within(p, w, [&](size_t i) { return ub + kHeadroom * u * double(kSteps) * std::fabs(w[i]); },
+                  what + ": " + name + " after " + std::to_string(kSteps) + " steps");
+  }
+}
+
+// PP 2 on 2 ranks (dist.world 1), or PP 2 x DP 2 on 4 ranks: pipelines {0, 1} and {2, 3}, data groups {0, 2}, {1, 3}.
+void run_case(const PipeCase& c) {
+  std::string why;
+  if (!can_run(c.dist, &why)) GTEST_SKIP() << why;
+  const int dp_world = c.dist.world, world = c.stages * dp_world;
+  DistCase ranks = c.dist;
+  ranks.world = world;
+  on_ranks(ranks, [&](ProcessGroup& pg, int rank) {
+    std::unique_ptr<ProcessGroup> pipe_sub, dp_sub;
+    for (int d = 0; d < dp_world; d++) {
+      std::vector<int> members;
+      for (int s = 0; s < c.stages; s++) members.push_back(d * c.stages + s);
+      auto g = pg.new_subgroup(members);
+      if (g) pipe_sub = std::move(g);
+    }
+    for (int s = 0; s < c.stages && dp_world > 1; s++) {
+      std::vector<int> members;
+      for (int d = 0; d < dp_world; d++) members.push_back(d * c.stages + s);
+      auto g = pg.new_subgroup(members);
+      if (g) dp_sub = std::move(g);
+    }
+    ProcessGroup& pipe = dp_world > 1 ? *pipe_sub : pg;
+    const Run got = train_pipeline(c, pipe, dp_sub.get());
+    const Run want = reference(c);
+    expect_matches(got, want, c, "rank " + std::to_string(rank));
+    leave_together(pg);
+  });
+}
+
+PipeCase pipe_case(const std::string& arch, int virtual_stages, int dp, int stage = 0) {
+  PipeCase c;
+  c.dist = dist_case(dp, stage, arch, [&](DistCase& d) {
+    d.gas = 4;
+    d.precision = "fp16";
+    d.n_layer = 4;
+  });
+  c.virtual_stages = virtual_stages;
+  if (virtual_stages > 1) c.method = "uniform";  // 6 items in 4 parts
+  return c;
+}
+
+TEST(PipeEngine, OneFOneBEqualsOneProcessGpt2) { run_case(pipe_case("gpt2", 1, 1)); }
+TEST(PipeEngine, OneFOneBEqualsOneProcessLlama) { run_case(pipe_case("llama", 1, 1)); }
+TEST(PipeEngine, InterleavedEqualsOneProcessGpt2) { run_case(pipe_case("gpt2", 2, 1)); }
+TEST(PipeEngine, InterleavedEqualsOneProcessLlama) { run_case(pipe_case("llama", 2, 1)); }
+
+}  // namespace
+}  // namespace dscpp::test
