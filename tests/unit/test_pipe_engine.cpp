@@ -21,10 +21,10 @@ struct PipeCase {
 
 using Named = std::map<std::string, std::vector<float>>;
 
-Named named_map(Model& m) {
+Named named_map(Engine& e) {  // a collective over the data-parallel group at stage 3
   Named out;
-  const ParamSet& ps = m.params();
-  Tensor f = ps.flat_params().to(Device::cpu());
+  Tensor f = e.gather_full_params().to(DType::f32);
+  const ParamSet& ps = e.model().params();
   for (const ParamInfo& p : ps.infos()) out[p.name].assign(f.data<float>() + p.offset, f.data<float>() + p.offset + p.numel);
   return out;
 }
@@ -41,7 +41,7 @@ Run reference(const PipeCase& c) {
   const DistCase ref = reference_case(c.dist);
   auto e = make_engine(ref, nullptr);
   Run out;
-  out.init = named_map(e->model());
+  out.init = named_map(*e);
   Tensor x = Tensor::empty({batch(ref), seq(ref)}, DType::i32), y = Tensor::empty({batch(ref), seq(ref)}, DType::i32);
   for (int64_t s = 0; s < kSteps; s++) {
     for (int64_t j = 0; j < ref.gas; j++) {
@@ -53,7 +53,7 @@ Run reference(const PipeCase& c) {
     out.losses.push_back(e->last_loss());
     out.norms.push_back(float(e->last_grad_norm()));
   }
-  out.params = named_map(e->model());
+  out.params = named_map(*e);
   return out;
 }
 
@@ -73,7 +73,7 @@ Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
   eo.mixed_precision_on_f32_model = d.precision == "fp16";
   auto pe = initialize_pipeline(std::move(m), cfg, eo, {&pipe, c.virtual_stages});
   Run out;
-  out.init = named_map(pe->engine().model());
+  out.init = named_map(pe->engine());
   const int dp_rank = dp ? dp->rank() : 0;
   for (int64_t s = 0; s < kSteps; s++) {
     PipelineEngine::MicroBatches mbs;
@@ -87,7 +87,7 @@ Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
   }
   EXPECT_THROW(pe->forward(Tensor(), Tensor()), Error);
   EXPECT_THROW(pe->step(), Error);
-  out.params = named_map(pe->engine().model());
+  out.params = named_map(pe->engine());
   return out;
 }
 
@@ -158,6 +158,15 @@ TEST(PipeEngine, OneFOneBEqualsOneProcessGpt2) { run_case(pipe_case("gpt2", 1, 1
 TEST(PipeEngine, OneFOneBEqualsOneProcessLlama) { run_case(pipe_case("llama", 1, 1)); }
 TEST(PipeEngine, InterleavedEqualsOneProcessGpt2) { run_case(pipe_case("gpt2", 2, 1)); }
 TEST(PipeEngine, InterleavedEqualsOneProcessLlama) { run_case(pipe_case("llama", 2, 1)); }
+
+// PP 2 x DP 2: ZeRO over the data-parallel axis. A tied table's copies are summed after the data-parallel average,
+// which only stage 0 keeps whole (PipelineEngine refuses the others); Llama unties its head.
+TEST(PipeEngine, PipeTimesDataStage0Gpt2) { run_case(pipe_case("gpt2", 1, 2, 0)); }
+TEST(PipeEngine, PipeTimesDataStage1Llama) { run_case(pipe_case("llama", 1, 2, 1)); }
+TEST(PipeEngine, PipeTimesDataStage2Llama) { run_case(pipe_case("llama", 1, 2, 2)); }
+TEST(PipeEngine, PipeTimesDataStage2InterleavedLlama) { run_case(pipe_case("llama", 2, 2, 2)); }
+TEST(PipeEngine, PipeTimesDataStage3Llama) { run_case(pipe_case("llama", 1, 2, 3)); }
+TEST(PipeEngine, PipeTimesDataStage3InterleavedLlama) { run_case(pipe_case("llama", 2, 2, 3)); }
 
 }  // namespace
 }  // namespace dscpp::test

@@ -49,8 +49,6 @@ PipelineEngine::PipelineEngine(std::unique_ptr<Engine> engine, PipeOptions o)
     throw ConfigError("zero_optimization.stage", "zero_optimization.stage " +
                       std::to_string(c.zero_optimization.stage) + " with pipeline parallelism and data parallelism "
                       "is not supported for a tied embedding (tie_embeddings) yet; use stage 0 or an untied model");
-  DSCPP_CHECK(c.zero_optimization.stage <= 2, "zero_optimization.stage 3 with pipeline parallelism is not supported "
-              "yet (stages 0-2 are)");
   if (tied) tied_ = pipe_->new_subgroup({0, stages_ - 1});  // every pipe rank takes part; the two get the group
   // The tied group's members must be the two copies, whatever the partition.
   DSCPP_CHECK(!tied || (stage_ != 0 && stage_ != stages_ - 1) || stage().tied_table_id() >= 0,
