@@ -168,5 +168,47 @@ TEST(PipeEngine, PipeTimesDataStage2InterleavedLlama) { run_case(pipe_case("llam
 TEST(PipeEngine, PipeTimesDataStage3Llama) { run_case(pipe_case("llama", 1, 2, 3)); }
 TEST(PipeEngine, PipeTimesDataStage3InterleavedLlama) { run_case(pipe_case("llama", 2, 2, 3)); }
 
+// The last stage fails on micro-batch 2 (targets of the wrong shape) while the first is mid-schedule: the first must
+// end with an error naming the failed rank, well before its (long) timeout, not hang.
+TEST(PipeEngine, ARankFailingMidPipelineEndsTheOthers) {
+  const PipeCase c = pipe_case("gpt2", 1, 1);
+  if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
+  const auto results = run_ranks(2, [&](int rank, int port) {
+    omp_set_num_threads(1);
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(120));
+    const DistCase& d = c.dist;
+    DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(d), 1);
+    const ModelConfig mc = model_config(d);
+    const auto parts = partition_layers(c.method, pipe_item_params(mc), 2);
+    auto m = make_pipeline_stage(mc, StageLayers::of_rank(parts, rank, 2, 1));
+    m->init_weights(42);
+    EngineOptions eo;
+    eo.mixed_precision_on_f32_model = true;
+    auto pe = initialize_pipeline(std::move(m), cfg, eo, {pg.get(), 1});
+    PipelineEngine::MicroBatches mbs;
+    for (int64_t j = 0; j < d.gas; j++) {
+      const int64_t T = rank == 1 && j == 2 ? seq(d) - 1 : seq(d);
+      Tensor x = Tensor::zeros({batch(d), seq(d)}, DType::i32), y = Tensor::zeros({batch(d), T}, DType::i32);
+      mbs.push_back({x, y});
+    }
+    if (rank == 1) {
+      pe->train_batch(mbs);  // throws at micro-batch 2's load
+      return;
+    }
+    try {
+      pe->train_batch(mbs);
+      ADD_FAILURE() << "train_batch finished without the last stage";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.find("timed out"), std::string::npos) << "noticed only at the timeout: " << what;
+      EXPECT_NE(what.find("failed rank: rank 1"), std::string::npos) << what;
+    }
+  }, std::chrono::seconds(180));
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_TRUE(results[0].passed) << results[0].message;
+  EXPECT_FALSE(results[1].passed);
+  EXPECT_NE(results[1].message.find("micro-batch 2"), std::string::npos) << results[1].message;
+}
+
 }  // namespace
 }  // namespace dscpp::test
