@@ -25,7 +25,8 @@ Named named_map(Engine& e) {  // a collective over the data-parallel group at st
   Named out;
   Tensor f = e.gather_full_params().to(DType::f32);
   const ParamSet& ps = e.model().params();
-  for (const ParamInfo& p : ps.infos()) out[p.name].assign(f.data<float>() + p.offset, f.data<float>() + p.offset + p.numel);
+  for (const ParamInfo& p : ps.infos())
+    out[p.name].assign(f.data<float>() + p.offset, f.data<float>() + p.offset + p.numel);
   return out;
 }
 
