@@ -44,6 +44,7 @@ struct Run {
   Named init, params;
   std::vector<float> losses, norms;
   int64_t skipped = 0;
+  float eval_loss = 0;  // after training: the mean loss of step 0's micro-batches, forwards only
 };
 
 PipeCase reference_case_of(PipeCase c) {
@@ -74,6 +75,10 @@ Run reference(const PipeCase& c) {
   }
   out.params = named_map(*e);
   out.skipped = e->skipped_steps();
+  for (int64_t j = 0; j < ref.gas; j++) {
+    micro_batch(ref, 0, j, x, y);
+    out.eval_loss += e->model().forward(x, y).value() / float(ref.gas);
+  }
   return out;
 }
 
@@ -95,20 +100,27 @@ Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
   Run out;
   out.init = named_map(pe->engine());
   const int dp_rank = dp ? dp->rank() : 0;
-  for (int64_t s = 0; s < c.steps; s++) {
+  auto step_batch = [&](int64_t s) {
     PipelineEngine::MicroBatches mbs;
     for (int64_t j = 0; j < d.gas; j++) {
       Tensor x = Tensor::empty({batch(d), seq(d)}, DType::i32), y = Tensor::empty({batch(d), seq(d)}, DType::i32);
       micro_batch(d, s, dp_rank * d.gas + j, x, y);
       mbs.push_back({x, y});
     }
-    out.losses.push_back(pe->train_batch(mbs));
+    return mbs;
+  };
+  for (int64_t s = 0; s < c.steps; s++) {
+    out.losses.push_back(pe->train_batch(step_batch(s)));
     out.norms.push_back(float(pe->engine().last_grad_norm()));
   }
   EXPECT_THROW(pe->forward(Tensor(), Tensor()), Error);
   EXPECT_THROW(pe->step(), Error);
   out.params = named_map(pe->engine());
   out.skipped = pe->engine().skipped_steps();
+  const int64_t steps = pe->engine().global_steps();
+  out.eval_loss = pe->eval_batch(step_batch(0));
+  EXPECT_EQ(pe->eval_batch(step_batch(0)), out.eval_loss) << "eval_batch changed something";
+  EXPECT_EQ(pe->engine().global_steps(), steps);
   return out;
 }
 
@@ -124,6 +136,8 @@ void expect_matches(const Run& got, const Run& want, const PipeCase& c, const st
   }
   expect_within(got_norms, want_norms, per_step(want_norms), what + ": gradient norms");
   expect_within(got.losses, want.losses, per_step(want.losses), what + ": losses");
+  const double eval_bound = rounding_bound(u, S, c.steps + 1, want.eval_loss);
+  expect_within({got.eval_loss}, {want.eval_loss}, [&](size_t) { return eval_bound; }, what + ": eval_batch loss");
   EXPECT_GT(*std::max_element(want_norms.begin(), want_norms.end()), 0.05) << "clipping never engaged";
   if (c.scale_power > 8) EXPECT_GT(want.skipped, 0) << "no step overflowed";
   EXPECT_EQ(got.skipped, want.skipped) << what << ": fp16 overflow skips differ from one process's";

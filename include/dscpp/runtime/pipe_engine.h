@@ -22,6 +22,7 @@
 // others only their shape.
 #pragma once
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -67,6 +68,11 @@ class PipelineEngine {
   std::unique_ptr<ProcessGroup> tied_;  // the first and last stage, when they hold the two copies of a tied table
   int stage_ = 0, stages_ = 1, virtual_stages_ = 1;
 };
+
+// The layers of pipe rank `stage` of `stages` with `virtual_stages` chunks each, split by pipeline.partition_method
+// ("parameters" or "uniform": DeepSpeed's partition_balanced over pipe_item_params, or partition_uniform).
+StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method, int stages, int virtual_stages,
+                              int stage);
 
 // The flat ranges a pipeline stage's model holds that another stage counts in the gradient norm (the last stage's
 // copy of a tied table): EngineOptions::norm_replicas.

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "dscpp/kernels/ops.h"
+#include "runtime/pipe/partition.h"
 #include "runtime/pipe/schedule.h"
 
 namespace dscpp {
@@ -12,6 +13,12 @@ namespace dscpp {
 namespace {
 bool holds_head(PipelineStage& s, int64_t n_layer) { return s.layers().chunks.back().second == n_layer + 2; }
 }  // namespace
+
+StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method, int stages, int virtual_stages,
+                              int stage) {
+  const auto parts = partition_layers(method, pipe_item_params(cfg), int64_t(stages) * virtual_stages);
+  return StageLayers::of_rank(parts, stage, stages, virtual_stages);
+}
 
 std::vector<FlatRange> pipe_norm_replicas(Model& m) {
   auto* s = dynamic_cast<PipelineStage*>(&m);
