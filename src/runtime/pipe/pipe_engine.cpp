@@ -56,6 +56,12 @@ PipelineEngine::PipelineEngine(std::unique_ptr<Engine> engine, PipeOptions o)
     throw ConfigError("zero_optimization.stage", "zero_optimization.stage " +
                       std::to_string(c.zero_optimization.stage) + " with pipeline parallelism and data parallelism "
                       "is not supported for a tied embedding (tie_embeddings) yet; use stage 0 or an untied model");
+  // A micro-batch's backward in several parts would meet the offloaded step's hand-over of the gradients in its first
+  // part (Engine::backward_part); untested, so refused.
+  if (virtual_stages_ > 1 && engine_->offload())
+    throw ConfigError("zero_optimization.offload_optimizer", "zero_optimization.offload_optimizer with interleaved "
+                      "pipeline stages (dscpp.pipeline.virtual_stages " + std::to_string(virtual_stages_) +
+                      ") is not supported yet; use virtual_stages 1");
   if (tied) tied_ = pipe_->new_subgroup({0, stages_ - 1});  // every pipe rank takes part; the two get the group
   // The tied group's members must be the two copies, whatever the partition.
   DSCPP_CHECK(!tied || (stage_ != 0 && stage_ != stages_ - 1) || stage().tied_table_id() >= 0,
