@@ -2,10 +2,11 @@
 // CPU rank over Gloo) under dscpp launch; public API only.
 //   dscpp launch --num_gpus 2 -- build/pipe_bench [--pp 2] [--virtual-stages 1] [--micro-batches 8] [--batch 1]
 //       [--seq 2048] [--steps 5] [--warmup 2] [--zero-stage 0] [--checkpointing] [--partition parameters]
-//       [--arch llama] [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F --n-vocab V]
+//       [--arch llama] [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F --n-vocab V] [--untie]
 // The ranks form pp stages x dp = world / pp data-parallel replicas, pipe-major as DeepSpeed's topology (rank =
 // stage * dp + d). The model is Llama-1B's shape (or GPT-2 124M's with --arch gpt2) unless --n-* override it; bf16
-// with f32 masters on GPUs, f32 on the CPU; AdamW, clipping 1.0, random tokens.
+// with f32 masters on GPUs, f32 on the CPU; AdamW, clipping 1.0, random tokens. --untie: an lm head of its own (Llama 3
+// 8B's; Llama-1B ties it to the token table, which ZeRO >= 1 over data parallelism does not take yet).
 // Step time: train_batch (micro-batches = gradient_accumulation_steps), the slowest rank's, median of the timed steps.
 // The bubble: after the timed steps each rank runs the forwards and backwards of its chunks for the same micro-batches
 // alone, without communication (its compute time C_r); the pipeline's share of the step is the step time less the
@@ -34,7 +35,7 @@ constexpr double kPeakBf16Flops = 989.4e12;  // H100/H200 SXM dense bf16
 
 struct Args {
   int64_t pp = 2, vp = 1, m = 8, batch = 1, seq = 2048, steps = 5, warmup = 2, stage = 0;
-  bool checkpointing = false;
+  bool checkpointing = false, untie = false;
   std::string partition = "parameters", arch = "llama";
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0, n_vocab = 0;
 };
@@ -42,7 +43,7 @@ struct Args {
 const char* kUsage =
     "pipe_bench [--pp 2] [--virtual-stages 1] [--micro-batches 8] [--batch 1] [--seq 2048] [--steps 5] [--warmup 2]\n"
     "  [--zero-stage 0] [--checkpointing] [--partition parameters|uniform] [--arch llama|gpt2]\n"
-    "  [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F --n-vocab V]\n";
+    "  [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F --n-vocab V] [--untie]\n";
 
 double seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -84,7 +85,8 @@ double solo_compute(Model& model, const PipelineEngine::MicroBatches& mbs, Devic
 int main(int argc, char** argv) {
   Args a;
   const bench::Flags flags{"pipe_bench", kUsage};
-  flags.parse(argc, argv, {"checkpointing"}, [&](const std::string&) { a.checkpointing = true; },
+  flags.parse(argc, argv, {"checkpointing", "untie"},
+              [&](const std::string& k) { (k == "untie" ? a.untie : a.checkpointing) = true; },
               [&](const std::string& k, const std::string& v) {
                 if (k == "partition") a.partition = v;
                 else if (k == "arch") a.arch = v;
@@ -133,6 +135,7 @@ int main(int argc, char** argv) {
     if (a.n_kv_head) mc.n_kv_head = a.n_kv_head;
     if (a.n_ffn) mc.n_ffn = a.n_ffn;
     if (a.n_vocab) mc.vocab_size = a.n_vocab;
+    if (a.untie) mc.tie_embeddings = false;
     mc.max_seq_len = std::max(mc.max_seq_len, a.seq);
     std::string json = R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.batch) +
                        R"(, "gradient_accumulation_steps": )" + std::to_string(a.m) +
