@@ -6,7 +6,7 @@
 //       [--steps 10] [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]
 //       [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]
 //       [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F --n-vocab V]
-//       [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head]
+//       [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head] [--tp N]
 // --model is --models. --bucket: zero_optimization.reduce_bucket_size in elements (0: DeepSpeed's default 5e8);
 // --overlap: overlap_comm (reductions during backward; PyTorch DDP's 25 MB buckets are --bucket 6250000 in f32).
 // --zero-stage: one stage or a comma list, each a fresh engine on a fresh sub-group of the ranks. Stage >= 1 builds
@@ -16,6 +16,9 @@
 // --comm-dtype: communication_data_type (gradients reduced in bf16 instead of f32).
 // --copy-engine: dscpp.copy_engine.enabled (Note [Copy-engine reductions]; needs --overlap at stages 0 and 2;
 // stage 1, which has no copy-engine path, runs without it). --fused-head: dscpp.fused_head (Note [Fused head]).
+// --tp N: tensor parallelism over groups of N consecutive ranks (Note [Tensor parallelism]; DeepSpeed's topology:
+// the model axis varies fastest), data parallelism with ZeRO over the world / N groups; the ranks of one tensor group
+// train on the same batches, so tokens/s counts each data-parallel replica's tokens once.
 // --checkpointing: activation checkpointing of every block. --n-*: override the preset's shape (the model is then
 // named <arch>-L<L>-C<C>), e.g. a Llama of 7B parameters for a memory probe.
 // --trace: a Chrome trace of step 1 (a warm-up step) per rank, FILE.rank<r> (scripts/check_trace.py).
@@ -64,7 +67,7 @@ constexpr double kPeakBf16Flops = 989.4e12;  // H100/H200 SXM dense bf16
 struct Args {
   std::vector<std::string> models{"gpt2", "gpt2-medium"};
   std::vector<int> stages{0};
-  int64_t batch = 32, seq = 1024, steps = 10, warmup = 3, bucket = 0;
+  int64_t batch = 32, seq = 1024, steps = 10, warmup = 3, bucket = 0, tp = 1;
   int64_t reuse = 0, prefetch = 50000000;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0, n_vocab = 0;  // 0: the preset's
   bool overlap = false, checkpointing = false, nvtx_step = false, copy_engine = false, fused_head = false;
@@ -78,7 +81,7 @@ const bench::Flags kFlags{
     "                [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]\n"
     "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
     "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F] [--n-vocab V]\n"
-    "                [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head] [--nvtx-step]\n"
+    "                [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head] [--nvtx-step] [--tp N]\n"
     "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n"};
 [[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
@@ -117,6 +120,7 @@ Args parse(int argc, char** argv) {
     else if (k == "steps") a.steps = to_int(v, 1);
     else if (k == "warmup") a.warmup = to_int(v, 0);
     else if (k == "bucket") a.bucket = to_int(v, 0);
+    else if (k == "tp") a.tp = to_int(v, 1);
     else if (k == "trace") a.trace = v;
     else if (k == "comm-dtype") a.comm_dtype = v;
     else usage("unknown option --" + k);
@@ -195,17 +199,37 @@ bool is_oom(const std::string& what) {
 
 // Trains one model at one ZeRO stage for warmup + steps steps on every rank; rank 0 prints the STATES and RESULT
 // rows. pg: a fresh group for this engine (start-up compares configs through per-group store keys).
-void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* pg, Device device) {
-  const int world = pg ? pg->size() : 1, rank = pg ? pg->rank() : 0;
+void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* world_pg, Device device) {
+  const int world = world_pg ? world_pg->size() : 1, rank = world_pg ? world_pg->rank() : 0;
+  if (world % a.tp != 0) throw std::runtime_error("--tp " + std::to_string(a.tp) + " does not divide the " +
+                                                  std::to_string(world) + " ranks");
+  // --tp: tensor groups of consecutive ranks, data groups across them (every rank calls every new_subgroup).
+  std::unique_ptr<ProcessGroup> tp_group, data_group;
+  ProcessGroup* pg = world_pg;
+  if (a.tp > 1) {
+    for (int g = 0; g < world / int(a.tp); g++) {
+      std::vector<int> ranks;
+      for (int r = 0; r < a.tp; r++) ranks.push_back(g * int(a.tp) + r);
+      if (auto s = world_pg->new_subgroup(ranks)) tp_group = std::move(s);
+    }
+    for (int t = 0; t < a.tp; t++) {
+      std::vector<int> ranks;
+      for (int r = t; r < world; r += int(a.tp)) ranks.push_back(r);
+      if (auto s = world_pg->new_subgroup(ranks)) data_group = std::move(s);
+    }
+    pg = data_group->size() > 1 ? data_group.get() : nullptr;
+  }
+  const int dp = pg ? pg->size() : 1, dp_rank = pg ? pg->rank() : 0;
   Allocator& dev_alloc = allocator_for(device);
   const ModelConfig mc = bench_model(name, a);
-  const std::string label = model_label(name, mc, a);
-  const DeepSpeedConfig cfg = bench_config(a, stage, mc.n_layer, world);
+  const std::string label = model_label(name, mc, a) + (a.tp > 1 ? "-tp" + std::to_string(a.tp) : "");
+  const DeepSpeedConfig cfg = bench_config(a, stage, mc.n_layer, dp);
   ModelOptions mo;
   mo.dtype = model_dtype(cfg);
   mo.device = device;
-  const bool sharded = stage > 0 && world > 1;
-  if (sharded) mo.pad_multiple = 16 * world;           // every unit splits evenly (Note [ZeRO units])
+  mo.tp_group = tp_group.get();
+  const bool sharded = stage > 0 && dp > 1;
+  if (sharded) mo.pad_multiple = 16 * dp;              // every unit splits evenly (Note [ZeRO units])
   mo.allocate_grads = !(sharded && stage >= 2);        // stage 2/3: per-unit gradient windows
   // Stage 3 initialises each rank's shard only (zero.Init, as dscpp train): no whole model on any GPU or host, and
   // the init runs in parallel across ranks, so the largest-model probe is bounded by the shards.
@@ -215,13 +239,17 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
   if (!sharded_init) model->init_weights(1234);
   EngineOptions eo;
   eo.dp_group = pg;
+  eo.model_parallel_group = tp_group.get();
   if (sharded_init) eo.init_seed = 1234;
   auto engine = initialize(std::move(model), cfg, eo);
-  if (rank == 0) {
+  if (rank == 0 && a.tp > 1) {  // the estimator does not split the model yet
+    std::printf("STATES\t%s\tstage %d: %s\n", label.c_str(), stage, engine->model_state_report().c_str());
+    std::fflush(stdout);
+  } else if (rank == 0) {
     // Note [ZeRO buffer estimate]: the predicted peak beside the engine's report, to hold against RESULT's measured one.
     TrainingMemorySetup ms;
     ms.stage = stage;
-    ms.world_size = world;
+    ms.world_size = dp;
     ms.zero = cfg.zero_optimization;
     ms.fp32_master = mo.dtype != DType::f32;
     ms.optimizer_states = int(engine->optimizer().state_tensors().size());
@@ -241,7 +269,7 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
   // between steps hides it, and the slowest rank's times are taken after the loop.
   const int64_t n_steps = a.warmup + a.steps;
   std::vector<Tensor> xs, ys;
-  Rng rng(42 + uint64_t(rank));  // each rank its own batch, as a data-parallel loader
+  Rng rng(42 + uint64_t(dp_rank));  // each replica its own batch, as a data-parallel loader
   for (int64_t s = 0; s < n_steps; s++) {
     xs.push_back(Tensor::empty({a.batch, a.seq}, DType::i32));
     ys.push_back(Tensor::empty({a.batch, a.seq}, DType::i32));
@@ -269,13 +297,13 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
                    (long long)s, step_ms.back(), engine->last_loss());
   }
   cuda_synchronize(device.index);
-  if (pg) step_ms = all_reduce_values(*pg, step_ms, ReduceOp::max, device);  // each step's slowest rank
+  if (world_pg) step_ms = all_reduce_values(*world_pg, step_ms, ReduceOp::max, device);  // each step's slowest rank
   std::vector<double> ms(step_ms.begin() + a.warmup, step_ms.end());
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
   double peak = double(dev_alloc.stats().peak_bytes) / double(1ull << 30);
-  if (pg) peak = all_reduce_values(*pg, {float(peak)}, ReduceOp::max, device)[0];
-  const double per_gpu = double(a.batch * a.seq) / (med / 1e3);
+  if (world_pg) peak = all_reduce_values(*world_pg, {float(peak)}, ReduceOp::max, device)[0];
+  const double per_gpu = double(dp) * double(a.batch * a.seq) / (med / 1e3) / double(world);
   const double mfu = 100.0 * per_gpu * mc.train_flops_per_token(a.seq) / kPeakBf16Flops;
   if (rank == 0)
     print_row(label, a, world, {fmt(per_gpu * world, 0), fmt(per_gpu, 0), fmt(med, 2), fmt(peak, 2),

@@ -178,6 +178,10 @@ void add_embedding() {
         add("embedding_backward", t, sh + " dtable=" + dt_name(g)).in("dout", {s.N, s.C}, t)
             .ints("ids", {s.N}, 0, int(s.V)).acc("dtable", {s.V, s.C}, g, s.N)
             .run([](const Args& a) { ops::embedding_backward(a["dtable"], a["dout"], a["ids"]); });
+      // The middle shard's gradient: only its rows' ids contribute.
+      add("embedding_shard_backward", t, sh).in("dout", {s.N, s.C}, t).ints("ids", {s.N}, 0, int(3 * s.V))
+          .acc("dtable", {s.V, s.C}, f32, s.N)
+          .run([V = s.V](const Args& a) { ops::embedding_shard_backward(a["dtable"], a["dout"], a["ids"], V); });
     }
 }
 
@@ -384,6 +388,27 @@ void add_crossentropy() {
                                            a.opt(with_lse, "lse"));
               });
         }
+      // Note [Vocabulary-parallel cross-entropy]: the middle shard of three (targets below, inside and above its
+      // columns), then three shards' stats joined.
+      add("crossentropy_shard_stats", t, sh).in("logits", {s.N, s.Vp}, t, -4, 4)
+          .ints("targets", {s.N}, 0, int(3 * s.V)).out("stats", {2, s.N}, f32, s.Vp).with_prep(ignore_some)
+          .run([=](const Args& a) { ops::crossentropy_shard_stats(a["stats"], a["logits"], a["targets"], s.V, s.V); });
+      for (bool in_place : {false, true}) {
+        Case& b = add("crossentropy_shard_backward", t, sh + (in_place ? " in-place" : ""))
+                      .in("logits", {s.N, s.Vp}, t, -4, 4).ints("targets", {s.N}, 0, int(3 * s.V))
+                      .in("lse", {s.N}, f32, 2, 3);
+        (in_place ? b.inplace("dlogits", "logits", s.Vp) : b.out("dlogits", {s.N, s.Vp}, t, s.Vp))
+            .with_prep(ignore_some).run([=](const Args& a) {
+              ops::crossentropy_shard_backward(a["dlogits"], a["logits"], a["targets"], 1.0f / float(s.N), s.V,
+                                               a["lse"], s.V);
+            });
+      }
+    }
+  for (int64_t S : {int64_t(1), int64_t(2), int64_t(8)})
+    for (int64_t N : {int64_t(1), int64_t(37), int64_t(4096)}) {
+      add("crossentropy_combine", f32, dims({{"S", S}, {"N", N}})).in("stats", {S, 2, N}, f32, -8, 8)
+          .ints("targets", {N}, -1, 100).out("losses", {N}, f32, S).out("lse", {N}, f32, S)
+          .run([](const Args& a) { ops::crossentropy_combine(a["losses"], a["lse"], a["stats"], a["targets"]); });
     }
 }
 

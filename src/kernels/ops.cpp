@@ -138,16 +138,31 @@ void embedding_shard_forward(const Tensor& out, const Tensor& ids, const Tensor&
                                table.size(1), table.size(0), first);
 }
 
-void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
-  const char* op = "embedding_backward";
+namespace {
+// dout[N, C] scattered into dtable[V, C] by ids[N]: the checks of both scatters. True on CUDA.
+bool check_scatter(const char* op, const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
   const bool cuda = on_cuda(op, {{"dtable", dtable}, {"dout", dout}, {"ids", ids}});
   need_dtype(op, {"ids", ids}, DType::i32);
   const DType t = need_act(op, {"dout", dout}, cuda);
   need_param(op, {"dtable", dtable}, t, cuda);
   if (dtable.dim() != 2) fail(op, "dtable has shape ", shape_str(dtable.shape()), ", expected [V, C]");
-  const int64_t V = dtable.size(0), C = dtable.size(1), N = ids.numel();
-  need_rows(op, {"dout", dout}, N, C);
+  need_rows(op, {"dout", dout}, ids.numel(), dtable.size(1));
+  return cuda;
+}
+}  // namespace
+
+void embedding_shard_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids, int64_t first) {
+  const char* op = "embedding_shard_backward";
+  if (check_scatter(op, dtable, dout, ids)) CUDA_DISPATCH(op, embedding_shard_backward, dtable, dout, ids, first);
+  cpu::embedding_shard_backward(dtable.data<float>(), dout.data<float>(), ids.data<int32_t>(), ids.numel(),
+                                dtable.size(1), dtable.size(0), first);
+}
+
+void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+  const char* op = "embedding_backward";
+  const bool cuda = check_scatter(op, dtable, dout, ids);
   if (cuda) CUDA_DISPATCH(op, embedding_backward, dtable, dout, ids);
+  const int64_t V = dtable.size(0), C = dtable.size(1), N = ids.numel();
   need_indices(op, "ids", ids.data<int32_t>(), N, 0, V);
   cpu::embedding_backward(dtable.data<float>(), dout.data<float>(), ids.data<int32_t>(), N, C);
 }
@@ -736,6 +751,48 @@ void crossentropy_backward(const Tensor& dlogits, const Tensor& logits, const Te
   need_indices(op, "targets", targets.data<int32_t>(), d.N, INT32_MIN, d.V);
   cpu::crossentropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(),
                              lse.defined() ? lse.data<float>() : nullptr, dloss, d.N, d.V, d.Vp);
+}
+
+void crossentropy_shard_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int64_t V,
+                              int64_t first) {
+  const char* op = "crossentropy_shard_stats";
+  const bool cuda = on_cuda(op, {{"stats", stats}, {"logits", logits}, {"targets", targets}});
+  const CeDims d = ce_checked(op, logits, targets, V, cuda);
+  need_dtype(op, {"stats", stats}, DType::f32);
+  need_numel(op, {"stats", stats}, 2 * d.N, "2 N");
+  if (cuda) CUDA_DISPATCH(op, crossentropy_shard_stats, stats, logits, targets, d.V, first);
+  cpu::crossentropy_shard_stats(stats.data<float>(), logits.data<float>(), targets.data<int32_t>(), d.N, d.V, d.Vp,
+                                first);
+}
+
+void crossentropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& stats, const Tensor& targets) {
+  const char* op = "crossentropy_combine";
+  const bool cuda = on_cuda(op, {{"losses", losses}, {"lse", lse}, {"stats", stats}, {"targets", targets}});
+  const int64_t N = losses.numel();
+  for (const Arg& a : {Arg{"losses", losses}, Arg{"lse", lse}, Arg{"stats", stats}}) need_dtype(op, a, DType::f32);
+  need_numel(op, {"lse", lse}, N, "N");
+  need_dtype(op, {"targets", targets}, DType::i32);
+  need_numel(op, {"targets", targets}, N, "N");
+  if (N == 0 || stats.numel() % (2 * N) != 0 || stats.numel() == 0)
+    fail(op, "stats has ", stats.numel(), " elements, expected S x 2 x N with N = ", N);
+  if (cuda) CUDA_DISPATCH(op, crossentropy_combine, losses, lse, stats, targets);
+  cpu::crossentropy_combine(losses.data<float>(), lse.data<float>(), stats.data<float>(), targets.data<int32_t>(), N,
+                            stats.numel() / (2 * N));
+}
+
+void crossentropy_shard_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                                 int64_t V, const Tensor& lse, int64_t first) {
+  const char* op = "crossentropy_shard_backward";
+  const bool cuda =
+      on_cuda(op, {{"dlogits", dlogits}, {"logits", logits}, {"targets", targets}, {"lse", lse}});
+  const CeDims d = ce_checked(op, logits, targets, V, cuda);
+  need_dtype(op, {"dlogits", dlogits}, logits.dtype());
+  need_rows(op, {"dlogits", dlogits}, d.N, d.Vp);
+  need_dtype(op, {"lse", lse}, DType::f32);
+  need_numel(op, {"lse", lse}, d.N, "N");
+  if (cuda) CUDA_DISPATCH(op, crossentropy_shard_backward, dlogits, logits, targets, dloss, d.V, lse, first);
+  cpu::crossentropy_backward(dlogits.data<float>(), logits.data<float>(), targets.data<int32_t>(), lse.data<float>(),
+                             dloss, d.N, d.V, d.Vp, first);
 }
 
 // ---- optimizers (adam_update and sgd_update are in kernels/cpu/optim.cpp) ----

@@ -10,13 +10,14 @@
 #include "dscpp/core/cuda.h"  // empty_pinned
 #include "dscpp/core/rng.h"
 #include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/parallel_ops.h"
 #include "dscpp/profiler/profiler.h"
 
 namespace dscpp {
 
-DecoderLayers declare_layers(ParamSet& ps, const ModelConfig& cfg) {
-  if (cfg.arch == "gpt2") return declare_gpt2(ps, cfg);
-  if (cfg.arch == "llama") return declare_llama(ps, cfg);
+DecoderLayers declare_layers(ParamSet& ps, const ModelConfig& cfg, const TensorParallel& tp) {
+  if (cfg.arch == "gpt2") return declare_gpt2(ps, cfg, tp);
+  if (cfg.arch == "llama") return declare_llama(ps, cfg, tp);
   DSCPP_FAIL("model config: unknown arch '", cfg.arch, "' (expected gpt2 or llama)");
 }
 
@@ -35,7 +36,7 @@ std::unique_ptr<Model> make_pipeline_stage(const ModelConfig& cfg, const StageLa
 }
 
 Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts, const StageLayers& layers)
-    : Model(cfg), device_(opts.device), act_(opts.dtype) {
+    : Model(cfg), tp_(TensorParallel::over(opts.tp_group)), device_(opts.device), act_(opts.dtype) {
   declare_stage(layers);
   // Units (Note [ZeRO units]): the embeddings, each block, then the final norm with an untied lm head.
   std::vector<int> starts;
@@ -65,7 +66,7 @@ std::vector<std::pair<int, int>> item_ids(const DecoderLayers& full, const Param
 
 std::vector<int64_t> pipe_item_params(const ModelConfig& cfg) {
   ParamSet all;
-  const DecoderLayers full = declare_layers(all, cfg);
+  const DecoderLayers full = declare_layers(all, cfg, TensorParallel{});
   std::vector<int64_t> out;
   for (auto [b, e] : item_ids(full, all)) {
     int64_t n = 0;
@@ -99,8 +100,11 @@ void Decoder::declare_stage(const StageLayers& layers) {
                 "at least one layer (fewer pipeline stages x virtual stages than layers)");
     prev = e;
   }
+  const bool whole = layers.chunks.size() == 1 && layers.chunks[0] == std::make_pair(int64_t(0), items);
+  DSCPP_CHECK(whole || !tp_.on(), "tensor parallelism with pipeline stages is not supported yet (the layers "
+              "declare their shards whole)");
   ParamSet all;  // declaration only: the whole model's ids and names
-  const DecoderLayers full = declare_layers(all, cfg_);
+  const DecoderLayers full = declare_layers(all, cfg_, tp_);
   const auto ids = item_ids(full, all);
   const bool tied = full.lm_head_id == full.wte.table_id;
   std::vector<bool> keep(size_t(all.size()), false);
@@ -109,7 +113,7 @@ void Decoder::declare_stage(const StageLayers& layers) {
       for (int id = ids[size_t(it)].first; id < ids[size_t(it)].second; id++) keep[size_t(id)] = true;
   if (tied && layers.chunks.back().second == items) keep[size_t(full.wte.table_id)] = true;  // the head's copy
   params_.set_declare_filter([&](const std::string& name) { return keep[size_t(all.find(name))]; });
-  m_ = declare_layers(params_, cfg_);
+  m_ = declare_layers(params_, cfg_, tp_);
   params_.set_declare_filter(nullptr);
   for (size_t l = 0; l < m_.blocks.size(); l++) m_.blocks[l].index = int32_t(l);
   std::erase_if(m_.blocks, [](const Block& b) { return b.norm1.weight_id < 0; });
@@ -170,11 +174,11 @@ std::vector<Decoder::InitSpec> Decoder::init_specs() const {
   std::vector<InitSpec> out;
   // Each parameter draws from the stream of its id in the whole model, so a pipeline stage holds the same values.
   auto param = [&](int id, float s, float v) {
-    if (id >= 0) out.push_back({stream_[size_t(id)], params_.info(id).offset, params_.info(id).numel, s, v});
+    if (id >= 0) out.push_back({id, stream_[size_t(id)], params_.info(id).offset, params_.info(id).numel, s, v});
   };
-  auto linear = [&](const Linear& l, float s) {
-    // fused: one stream
-    out.push_back({stream_[size_t(l.weight_id)], params_.info(l.weight_id).offset, l.out * l.in, s, 0.0f});
+  auto linear = [&](const Linear& l, float s) {  // fused: one stream
+    out.push_back({l.weight_id, stream_[size_t(l.weight_id)], params_.info(l.weight_id).offset, l.out * l.in, s,
+                   0.0f, l.fused});
     param(l.bias_id, 0.0f, 0.0f);
   };
   auto norm = [&](const Norm& n) { param(n.weight_id, 0.0f, 1.0f); param(n.bias_id, 0.0f, 0.0f); };
@@ -193,6 +197,23 @@ std::vector<Decoder::InitSpec> Decoder::init_specs() const {
   return out;
 }
 
+void Decoder::init_values(const InitSpec& s, uint64_t seed, int64_t lo, int64_t hi, float* out) const {
+  if (s.std <= 0) return void(std::fill(out, out + (hi - lo), s.value));
+  int64_t full_base = 0;  // the member's first element in the stream: the full members before it
+  for (int id = s.id; id < s.id + s.members; id++) {
+    const ParamInfo& p = params_.info(id);
+    p.shard.for_each_run(p.shape, [&](int64_t lb, int64_t fb, int64_t n) {
+      const int64_t a = std::max(lo, p.offset + lb), b = std::min(hi, p.offset + lb + n);
+      if (a >= b) return;
+      if (fb < 0) return void(std::fill(out + (a - lo), out + (b - lo), 0.0f));  // padding rows
+      draw_normals(out + (a - lo), seed, s.stream, full_base + fb + (a - p.offset - lb), b - a, s.std);
+    });
+    int64_t full_numel = 1;
+    for (int64_t d : p.shard.full_shape(p.shape)) full_numel *= d;
+    full_base += full_numel;
+  }
+}
+
 void Decoder::init_weights(uint64_t seed) {
   DSCPP_CHECK(params_.flat_params().defined(), "init_weights: the parameter buffer was not materialized "
               "(ModelOptions::materialize_params); initialise shards with init_range");
@@ -201,8 +222,7 @@ void Decoder::init_weights(uint64_t seed) {
     const Tensor t = params_.flat_params().slice(s.offset, s.numel);
     const bool direct = t.device().is_cpu() && t.dtype() == DType::f32;
     Tensor host = direct ? t : Tensor::empty({s.numel}, DType::f32, Device::cpu());
-    if (s.std > 0) draw_normals(host.data<float>(), seed, s.stream, 0, s.numel, s.std);
-    else host.fill(s.value);
+    init_values(s, seed, s.offset, s.offset + s.numel, host.data<float>());
     store_host(t, host);
     done += s.numel;
   }
@@ -220,8 +240,7 @@ void Decoder::init_range(uint64_t seed, int64_t flat_begin, const Tensor& dst) c
   for (const InitSpec& s : init_specs()) {
     const int64_t lo = std::max(s.offset, flat_begin), hi = std::min(s.offset + s.numel, end);
     if (lo >= hi) continue;
-    if (s.std > 0) draw_normals(h + (lo - flat_begin), seed, s.stream, lo - s.offset, hi - lo, s.std);
-    else std::fill(h + (lo - flat_begin), h + (hi - flat_begin), s.value);
+    init_values(s, seed, lo, hi, h + (lo - flat_begin));
   }
   store_host(dst, host);
 }
@@ -269,6 +288,8 @@ int64_t fused_head_rows(int64_t n_tokens, int64_t vocab, int64_t elem_bytes) {
 void Decoder::fuse_head_into_next_forward(float dloss, int64_t chunk_rows) {
   DSCPP_CHECK(std::isfinite(dloss) && chunk_rows >= 0, "fuse_head_into_next_forward: dloss ", dloss,
               " and chunk_rows ", chunk_rows, " must be finite and >= 0");
+  DSCPP_CHECK(!tp_.on(), "dscpp.fused_head = true with tensor parallelism: the fused head does not split the "
+              "vocabulary; set it false (the vocabulary-parallel loss never holds all the logits anyway)");
   fuse_next_ = dloss;
   fuse_rows_ = chunk_rows;
 }
@@ -321,7 +342,8 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   DSCPP_PROFILE_RANGE("model");  // range names are the module tree's paths (flops_profiler/module_tree.cpp)
   MemoryCategoryScope scope(MemoryCategory::activations);
   seq_ = seq_for(tokens);
-  const int64_t N = seq_.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
+  const int64_t N = seq_.N(), C = cfg_.n_embd;
+  const int64_t V = ch.head ? params_.info(m_.lm_head_id).shape[0] : 0;  // this rank's rows
   if (ch.embed) ids_ = on_device(tokens).view({N});  // the engine may pass host batches: one copy per step
   Tensor host_targets;
   if (ch.head) {
@@ -393,7 +415,15 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     losses = Tensor::empty({N}, DType::f32, device_);
     loss_lse_ = Tensor::empty({N}, DType::f32, device_);
     DSCPP_PROFILE_RANGE("model.loss");
-    ops::crossentropy_forward(losses, logits_, targets_, 0, loss_lse_);
+    if (tp_.on()) {  // Note [Vocabulary-parallel cross-entropy]
+      Tensor stats = Tensor::empty({2, N}, DType::f32, device_);
+      Tensor all = Tensor::empty({tp_.size, 2, N}, DType::f32, device_);
+      ops::crossentropy_shard_stats(stats, logits_, targets_, vocab_valid(), vocab_first());
+      tp_.group->all_gather_on_stream(all, stats);
+      ops::crossentropy_combine(losses, loss_lse_, all, targets_);
+    } else {
+      ops::crossentropy_forward(losses, logits_, targets_, 0, loss_lse_);
+    }
   }
   Tensor mean = Tensor::zeros({1}, DType::f32, device_);
   if (num_valid_) ops::add_sum(mean, losses, float(1.0 / double(num_valid_)));
@@ -428,12 +458,17 @@ void Decoder::backward(float dloss) {
     if (!dxf.defined()) {
       {  // Loss and lm head: the logits buffer becomes dlogits in place.
         DSCPP_PROFILE_RANGE("model.loss");
-        ops::crossentropy_backward(logits_, logits_, targets_, scale, 0, loss_lse_);
+        if (tp_.on())
+          ops::crossentropy_shard_backward(logits_, logits_, targets_, scale, vocab_valid(), loss_lse_,
+                                           vocab_first());
+        else
+          ops::crossentropy_backward(logits_, logits_, targets_, scale, 0, loss_lse_);
         loss_lse_ = Tensor();
       }
       dxf = Tensor::empty({N, C}, act_, device_);
       DSCPP_PROFILE_RANGE("model.lm_head");
       ops::matmul_backward(dxf, params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, params_.param(m_.lm_head_id));
+      tp_.sum(dxf);  // each rank's vocabulary rows give a partial sum
     }
     logits_ = Tensor();
     dres = Tensor::empty({N, C}, act_, device_);
@@ -539,9 +574,32 @@ Tensor Decoder::logits(const Tensor& tokens) {
     UnitUse use(*this, head_units(), F);
     m_.norm_f.forward(params_, xf, x);
     x = Tensor();
-    ops::matmul_forward(out.view({N, V}), xf, params_.param(m_.lm_head_id), Tensor());
+    const Tensor W = params_.param(m_.lm_head_id);
+    if (tp_.on()) {  // each rank's columns, gathered
+      Tensor part = Tensor::empty({N, W.size(0)}, act_, device_);
+      ops::matmul_forward(part, xf, W, Tensor());
+      gather_vocab_columns(*tp_.group, part, Tensor::empty({tp_.size * part.numel()}, act_, device_),
+                           out.view({N, V}));
+    } else {
+      ops::matmul_forward(out.view({N, V}), xf, W, Tensor());
+    }
   }
   return act_ == DType::f32 ? out : out.to(DType::f32);  // the contract: f32 logits
+}
+
+int64_t Decoder::vocab_valid() const {
+  return std::min(params_.info(m_.lm_head_id).shape[0], cfg_.vocab_size - vocab_first());
+}
+
+std::vector<FlatRange> Decoder::norm_duplicates() const {
+  std::vector<FlatRange> out;
+  // Note [Pipeline stage]: the last stage's copy of a tied table; the first stage's counts.
+  if (const int id = tied_table_id(); id >= 0 && chunks_.back().head)
+    out.push_back({params_.info(id).offset, params_.info(id).offset + params_.info(id).numel});
+  if (!tp_.on() || tp_.rank == 0) return out;
+  for (const ParamInfo& p : params_.infos())
+    if (p.shard.replicated()) out.push_back({p.offset, p.offset + p.numel});
+  return out;
 }
 
 std::vector<int> Decoder::head_units() const {

@@ -37,9 +37,17 @@ struct DecoderLayers {
   int lm_head_id = -1;  // == wte.table_id when tied
 };
 
-DecoderLayers declare_gpt2(ParamSet& ps, const ModelConfig& cfg);
-DecoderLayers declare_llama(ParamSet& ps, const ModelConfig& cfg);
-DecoderLayers declare_layers(ParamSet& ps, const ModelConfig& cfg);  // dispatches on cfg.arch
+// Each family's tensor table; under tensor parallelism (tp.on()) this rank's shard of it.
+DecoderLayers declare_gpt2(ParamSet& ps, const ModelConfig& cfg, const TensorParallel& tp);
+DecoderLayers declare_llama(ParamSet& ps, const ModelConfig& cfg, const TensorParallel& tp);
+DecoderLayers declare_layers(ParamSet& ps, const ModelConfig& cfg, const TensorParallel& tp);  // on cfg.arch
+// The token table [vocab rows, C]: the whole vocabulary, or this rank's rows of it (vocabulary-parallel).
+Embedding declare_vocab_table(ParamSet& ps, const std::string& name, const ModelConfig& cfg, const TensorParallel& tp);
+// Note [Tensor parallelism]: marks a declared block's shards and sets its layers' tensor parallelism. qkv_members:
+// the full rows and part count of each member of the qkv weight (GPT-2: one member of 3 parts; Llama: q, k, v);
+// attn_in: the full input columns of the output projection; ffn: the full MLP width. Nothing without tp.on().
+void shard_block(ParamSet& ps, Block& b, const TensorParallel& tp,
+                 const std::vector<std::pair<int64_t, int>>& qkv_members, int64_t attn_in, int64_t ffn);
 
 // The whole model, or a pipeline stage of it (Note [Pipeline stage], models/pipe_stage.h): the same code runs the
 // blocks of the selected chunk, with the embeddings and the head where the chunk holds them.
@@ -53,6 +61,8 @@ class Decoder final : public Model, public PipelineStage {
   Tensor logits(const Tensor& tokens) override;
   void fuse_head_into_next_forward(float dloss, int64_t chunk_rows) override;
   void set_kernel_policy(const KernelPolicy& k) override;
+  std::vector<FlatRange> norm_duplicates() const override;
+  TensorParallel tensor_parallel() const override { return tp_; }
   // Note [CPU checkpointing]: per block, its input's host copy from the last forward until the end of its backward.
   const std::vector<Tensor>& host_checkpoints() const { return host_x_; }
 
@@ -94,12 +104,21 @@ class Decoder final : public Model, public PipelineStage {
   void release();
   // How init_weights fills the flat buffer: each range draws N(0, std) from Philox stream `stream` (std > 0) or
   // holds `value`. Fused weights are one range with their first member's stream.
+  // Under tensor parallelism each element draws the value of its place in the full parameter (ShardSpec), so a
+  // shard holds the slice of what one process would initialise.
   struct InitSpec {
-    int stream;
+    int id;      // the first parameter
+    int stream;  // its id in the whole model (a pipeline stage's ids differ): its Philox stream
     int64_t offset, numel;
     float std, value;
+    int members = 1;  // ParamSet members from `id` on (a fused weight) that this range covers
   };
   std::vector<InitSpec> init_specs() const;
+  // out[0, hi - lo) (=) spec s's values of the flat elements [lo, hi) (within s).
+  void init_values(const InitSpec& s, uint64_t seed, int64_t lo, int64_t hi, float* out) const;
+  // Note [Vocabulary-parallel cross-entropy]: this rank's first vocabulary column and its count of real ones.
+  int64_t vocab_first() const { return tp_.rank * params_.info(m_.lm_head_id).shape[0]; }
+  int64_t vocab_valid() const;
   void grads_ready(int id);  // reports parameter `id`'s gradient final to the hook (id < 0: nothing)
   // Note [CPU checkpointing]
   bool offloads_input(int64_t l) const { return cpu_ckpt_ && !ckpt_.empty() && ckpt_[size_t(l)]; }
@@ -137,6 +156,7 @@ class Decoder final : public Model, public PipelineStage {
   std::vector<int> stream_;       // per parameter id: its id in the whole model (its Philox stream at init)
   Tensor input_, output_, dout_, dinput_;  // Note [Pipeline stage]
   std::map<int64_t, Activations> stash_;
+  TensorParallel tp_;
   Device device_;
   DType act_ = DType::f32;        // activations and logits: the parameter dtype (f32, bf16 or f16)
   Tensor pos_;                    // cached positions: row b*T + t holds t, i32 [B*T]

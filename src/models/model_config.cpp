@@ -215,7 +215,7 @@ ModelConfig ModelConfig::from_hf_json(const nlohmann::json& j, bool shapes_only)
 std::vector<ParamInfo> ModelConfig::tensor_table() const {
   validate();
   ParamSet ps;
-  declare_layers(ps, *this);
+  declare_layers(ps, *this, TensorParallel{});
   return ps.infos();
 }
 

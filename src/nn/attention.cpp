@@ -15,6 +15,7 @@ void CausalSelfAttention::forward(const ParamSet& ps, const Tensor& out, const T
   lse_ = Tensor::empty({s.B, H, s.T}, DType::f32, dev);
   ops::attention_forward(att_, lse_, qkv_out_, s.B, s.T, H, Hkv, D, backend);
   proj.forward(ps, out, att_);
+  tp.sum(out);
 }
 
 void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
@@ -34,6 +35,7 @@ void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const
   datt = Tensor();
   if (rope) ops::rope_backward(dqkv, s.pos, H, Hkv, D, rope_params);
   qkv.backward(ps, dinp, dqkv, make_inp());  // a made input lives for this GEMM only
+  tp.sum(dinp);
 }
 
 void CausalSelfAttention::release() {

@@ -1,6 +1,7 @@
 #include "dscpp/nn/embedding.h"
 
 #include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/parallel_ops.h"
 
 namespace dscpp {
 
@@ -11,11 +12,14 @@ Embedding Embedding::declare(ParamSet& ps, const std::string& name, int64_t V, i
 }
 
 void Embedding::forward(const ParamSet& ps, const Tensor& out, const Tensor& ids) const {
-  ops::embedding_forward(out, ids, ps.param(table_id));
+  if (!tp.on()) return ops::embedding_forward(out, ids, ps.param(table_id));
+  ops::embedding_shard_forward(out, ids, ps.param(table_id), first);
+  tp.sum(out);
 }
 
 void Embedding::backward(const ParamSet& ps, const Tensor& dout, const Tensor& ids) const {
-  ops::embedding_backward(ps.grad(table_id), dout, ids);
+  if (!tp.on()) return ops::embedding_backward(ps.grad(table_id), dout, ids);
+  ops::embedding_shard_backward(ps.grad(table_id), dout, ids, first);
 }
 
 }  // namespace dscpp

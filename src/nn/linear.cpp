@@ -43,7 +43,7 @@ Tensor Linear::bias_grad(const ParamSet& ps) const {
 }
 
 void Linear::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual) const {
-  ops::matmul_forward(out, inp, weight(ps), bias(ps), residual);
+  ops::matmul_forward(out, inp, weight(ps), bias_in_forward ? bias(ps) : Tensor(), residual);
 }
 
 void Linear::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) const {

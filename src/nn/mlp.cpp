@@ -17,7 +17,8 @@ void Mlp::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, cons
     up.forward(ps, pre_, inp);
     ops::swiglu_forward(act_, pre_);
   }
-  down.forward(ps, out, act_, residual);
+  down.forward(ps, out, act_, tp.rank == 0 ? residual : Tensor());
+  tp.sum(out);
 }
 
 void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
@@ -36,6 +37,7 @@ void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout,
     ops::matmul_dgelu_backward(dpre, dout, down.weight(ps), pre_);
     down.backward(ps, Tensor(), dout, act_);
     up.backward(ps, dinp, dpre, make_inp());
+    tp.sum(dinp);
     return;
   }
   Tensor dact = Tensor::empty({N, ffn}, dout.dtype(), dout.device());
@@ -44,6 +46,7 @@ void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout,
   ops::swiglu_backward(dpre, dact, pre_);
   dact = Tensor();
   up.backward(ps, dinp, dpre, make_inp());  // a made input lives for this GEMM only
+  tp.sum(dinp);
 }
 
 void Mlp::release() {

@@ -98,6 +98,12 @@ class Model {
   // backward goes on. Only the parameters lying wholly inside the range are final. Empty = no calls.
   using GradReadyHook = std::function<void(int64_t flat_begin, int64_t flat_end)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+  // Model parallelism: flat ranges whose gradients another rank of the model-parallel group also holds and counts in
+  // the global gradient norm (a tensor-parallel rank other than 0: its replicated parameters), so the norm leaves
+  // them out here. Empty without model parallelism.
+  virtual std::vector<FlatRange> norm_duplicates() const { return {}; }
+  // Tensor parallelism: this rank's part of the model axis (off without it).
+  virtual TensorParallel tensor_parallel() const { return {}; }
   // ZeRO-3 (Note [ZeRO units], nn/zero_partition.h): before(unit, pass) runs before forward, backward or
   // logits() use the parameters of params().units()[unit], after(unit, pass) once that use is over, so the engine
   // can gather a unit's parameters just in time and release them. Calls nest (a unit may be in use twice, e.g. the
@@ -127,6 +133,9 @@ struct ModelOptions {
   int64_t pad_multiple = 16;
   bool allocate_grads = true;  // false: no flat gradient buffer (ZeRO-2/3 attach per-unit windows)
   bool materialize_params = true;  // false: no flat parameter buffer (ZeRO-3 shards come from Model::init_range)
+  // Tensor parallelism (Note [Tensor parallelism], nn/tensor_parallel.h): the model axis's group (not owned; must
+  // outlive the model); the model then holds this rank's shard of every split parameter. null or size 1: none.
+  ProcessGroup* tp_group = nullptr;
 };
 
 // Note [Fused head]: tokens per chunk of the fused loss and lm head: about 256 MiB of logits, between 256 tokens and

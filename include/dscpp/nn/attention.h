@@ -7,6 +7,7 @@
 #include "dscpp/kernels/attention_backend.h"
 #include "dscpp/kernels/rope_params.h"
 #include "dscpp/nn/linear.h"
+#include "dscpp/nn/tensor_parallel.h"
 
 namespace dscpp {
 
@@ -24,6 +25,9 @@ struct CausalSelfAttention {
   bool rope = false;
   RopeParams rope_params;  // theta, and Llama 3 frequency scaling when set
   AttentionBackend backend = AttentionBackend::automatic;  // the model's KernelPolicy::attention
+  // Note [Tensor parallelism]: qkv holds this rank's heads (n_head and n_kv_head are its own), proj its columns;
+  // forward sums the output over the ranks, backward the input gradient.
+  TensorParallel tp;
 
   // out[N,C] (=). Keeps qkv, attention output and lse until release().
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const SeqInfo& s);

@@ -4,11 +4,16 @@
 #include <string>
 
 #include "dscpp/nn/params.h"
+#include "dscpp/nn/tensor_parallel.h"
 
 namespace dscpp {
 
 struct Embedding {
   int table_id = -1;  // -1: absent (e.g. Llama has no position table)
+  // Vocabulary-parallel (Note [Tensor parallelism]): the table holds rows [first, first + rows) of the vocabulary;
+  // forward sums the ranks' lookups (each 0 where the id is not its own).
+  TensorParallel tp;
+  int64_t first = 0;
 
   static Embedding declare(ParamSet& ps, const std::string& name, int64_t V, int64_t C);  // weight decay on
   bool defined() const { return table_id >= 0; }

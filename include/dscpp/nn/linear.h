@@ -15,6 +15,9 @@ struct Linear {
   int bias_id = -1;  // -1: no bias
   int fused = 1;     // ParamSet members that make up W (and b, when present)
   int64_t in = 0, out = 0;
+  // Note [Tensor parallelism]: a row-parallel projection on a rank other than 0 leaves its bias out of forward (rank
+  // 0 adds it once, before the partial outputs are summed); its gradient is still computed on every rank.
+  bool bias_in_forward = true;
 
   // Declares `<name>.weight` [out, in] (weight decay) and, if `bias`, `<name>.bias` [out] (no decay).
   static Linear declare(ParamSet& ps, const std::string& name, int64_t out, int64_t in, bool bias);

@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "dscpp/nn/linear.h"
+#include "dscpp/nn/tensor_parallel.h"
 
 namespace dscpp {
 
@@ -14,7 +15,10 @@ struct Mlp {
   MlpKind kind = MlpKind::gelu;
   Linear up;    // gelu: c_fc [F, C]; swiglu: gate_up [2F, C]
   Linear down;  // [C, F]
-  int64_t ffn = 0;  // F
+  int64_t ffn = 0;  // F (this rank's columns under tensor parallelism)
+  // Note [Tensor parallelism]: up holds this rank's columns, down its rows of the input; forward sums the output
+  // over the ranks (the residual added by rank 0 alone), backward the input gradient.
+  TensorParallel tp;
 
   // out[N,C] (=) = mlp(inp) (+ residual[N,C], added by the down projection's GEMM)
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual = Tensor());

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/nn/tensor_parallel.h"  // ShardSpec
 
 namespace dscpp {
 
@@ -36,6 +37,7 @@ struct ParamInfo {
   int64_t offset = 0;  // element offset in the flat buffer
   int64_t numel = 0;
   bool weight_decay = true;  // false for biases and norm weights
+  ShardSpec shard;           // under tensor parallelism, the part of the full parameter this rank holds
 };
 
 class ParamSet {
@@ -49,6 +51,8 @@ class ParamSet {
   // names unchanged).
   void set_declare_filter(std::function<bool(const std::string& name)> keep) { keep_ = std::move(keep); }
 
+  // Under tensor parallelism: which part of the full parameter `id` holds (Note [Tensor parallelism]).
+  void set_shard(int id, const ShardSpec& s) { infos_.at(size_t(id)).shard = s; }
   // The parameters that start a unit (ids, ascending; id 0 is always a unit start). Before materialize().
   void set_unit_starts(std::vector<int> first_ids);
 

@@ -73,6 +73,11 @@ struct EngineOptions {
   // the config's dp_world_size; start-up checks that every rank has the same config and broadcasts rank 0's
   // parameters.
   ProcessGroup* dp_group = nullptr;
+  // Model parallelism (tensor and pipeline: Note [Tensor parallelism], nn/tensor_parallel.h): the ranks that hold the
+  // other parts of this rank's model replica (the same data-parallel coordinate; not owned). The global gradient
+  // norm and the fp16 overflow check are summed over it too, each parameter counted once (Model::norm_duplicates),
+  // so every rank of the job clips and skips alike. null or size 1: none.
+  ProcessGroup* model_parallel_group = nullptr;
   // ZeRO-3 sharded initialisation: a model built without its parameter buffer (ModelOptions::materialize_params
   // false) gets each rank's shard from Model::init_range(init_seed, ...), the values init_weights(init_seed) would
   // give, so the whole model never exists on one device (DeepSpeed's zero.Init). Every rank computes the same values.
@@ -84,15 +89,6 @@ struct EngineOptions {
   // Tests only: let dscpp.copy_engine.enabled run over a Gloo group (the same steps on the host), so the copy-engine
   // path can be exercised on the CPU. Production code leaves it off: the key then needs an NCCL group.
   bool copy_engine_over_gloo = false;
-  // Model parallelism (pipeline stages, tensor-parallel ranks; not owned): the other ranks holding parts of this
-  // rank's model replica, those with the same data-parallel coordinate. The gradient norm's sum of squares is summed
-  // over this group too (after the data-parallel sum), so clipping and the fp16 overflow check see the whole model's
-  // gradients and every rank clips and skips alike. null = the model is whole on every data-parallel rank.
-  ProcessGroup* model_parallel_group = nullptr;
-  // Flat ranges of parameters whose gradients another rank of the model-parallel group also holds and counts in the
-  // norm (a pipeline's tied token table on its last stage; a tensor-parallel layer's replicated parameters on all
-  // but one rank): left out of this rank's sum so that each counts once.
-  std::vector<FlatRange> norm_replicas;
   // What else every rank must share, named as the user sets it (the trainer's flags: {"--steps", "800"}, ...):
   // checked with the config and the model before the first collective (Note [Start-up agreement]).
   Settings same_on_every_rank;
@@ -200,6 +196,8 @@ class Engine {
   void set_scheduled_betas();     // OneCycle momentum cycling
 
   void init_data_parallel(const EngineOptions& options);
+  void init_model_parallel(const EngineOptions& options);  // after init_zero and init_offload: the norm's pieces
+  void refuse_model_parallel_checkpoints(const char* what) const;
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, gradient sync, stage-3 shards
   void init_stage3(std::optional<uint64_t> init_seed);  // the parameter shard (Note [Parameter offload]: on the host)
   void init_offload();  // Note [Optimizer offload]: after init_zero
@@ -229,7 +227,13 @@ class Engine {
   DeepSpeedConfig cfg_;
   ProcessGroup* dp_ = nullptr;              // size > 1 only
   ProcessGroup* mp_ = nullptr;              // EngineOptions::model_parallel_group, size > 1 only
-  std::vector<FlatRange> norm_replicas_;    // EngineOptions::norm_replicas
+  // Pieces (owned range k, offset in it, count) of the gradients this rank counts in the global norm: its owned
+  // ranges less Model::norm_duplicates(). Empty: all of every owned range.
+  struct NormPiece {
+    size_t k;
+    int64_t offset, count;
+  };
+  std::vector<NormPiece> norm_pieces_;
   // Note [Copy-engine reductions]: dp_'s ranks again, with CtaPolicy::zero (declared before the users that point at
   // it, so it is destroyed after them).
   std::unique_ptr<ProcessGroup> copy_group_;

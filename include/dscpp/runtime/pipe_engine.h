@@ -11,7 +11,7 @@
 // tensor per micro-batch and chunk. What the pipeline adds to the step:
 // - the gradient norm's sum of squares (hence clipping and the overflow check) is summed over the model-parallel
 //   group (EngineOptions::model_parallel_group: the pipe group, or pipe x tensor), the last stage's copy of a tied
-//   token table left out (EngineOptions::norm_replicas) so it counts once;
+//   token table left out (Model::norm_duplicates) so it counts once;
 // - a tied table's two copies (first and last stage) have their gradients summed over a 2-rank group of those stages
 //   after the last backward (the schedule's reduce_tied_grads), so both copies step identically;
 // - a micro-batch's backward on a rank with several chunks completes at its last chunk (Engine::backward_part): the
@@ -74,12 +74,8 @@ class PipelineEngine {
 StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method, int stages, int virtual_stages,
                               int stage);
 
-// The flat ranges a pipeline stage's model holds that another stage counts in the gradient norm (the last stage's
-// copy of a tied table): EngineOptions::norm_replicas.
-std::vector<FlatRange> pipe_norm_replicas(Model& stage_model);
-
 // deepspeed.initialize() for a PipelineModule: model is a pipeline stage; options.model_parallel_group defaults to
-// the pipe group and options.norm_replicas to pipe_norm_replicas(model).
+// the pipe group (with tensor parallelism too, pass the pipe x tensor group).
 std::unique_ptr<PipelineEngine> initialize_pipeline(std::unique_ptr<Model> model, const DeepSpeedConfig& config,
                                                     EngineOptions options, PipeOptions pipe);
 

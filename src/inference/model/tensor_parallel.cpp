@@ -6,7 +6,7 @@
 #include "dscpp/comm/peer_all_reduce.h"
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/check.h"
-#include "dscpp/core/copy_2d.h"
+#include "dscpp/nn/tensor_parallel.h"  // gather_vocab_columns
 
 namespace dscpp::inference {
 
@@ -45,14 +45,7 @@ void tp_sum(const TpShard& tp, Tensor& x) {
 }
 
 void tp_gather_logits(const TpShard& tp, const Tensor& part, const Tensor& gathered, const Tensor& logits) {
-  const int64_t S = logits.size(0), V = logits.size(1), Vs = tp.vocab_rows;
-  Tensor all = gathered.slice(0, tp.size * S * Vs);
-  tp.group->all_gather_on_stream(all, part);
-  for (int r = 0; r < tp.size; r++) {  // rank r's block [S, Vs] -> columns [r Vs, r Vs + its real rows)
-    const int64_t first = r * Vs, cols = std::min(Vs, V - first);
-    if (cols > 0) copy_2d_async(logits.view_at(first, {logits.numel() - first}), V, all.slice(r * S * Vs, S * Vs), Vs,
-                                S, cols);
-  }
+  gather_vocab_columns(*tp.group, part, gathered, logits);
 }
 
 }  // namespace dscpp::inference

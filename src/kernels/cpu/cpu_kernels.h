@@ -18,6 +18,9 @@ void embedding_forward(float* out, const int32_t* ids, const float* table, int64
 void embedding_shard_forward(float* out, const int32_t* ids, const float* table, int64_t N, int64_t C, int64_t V,
                              int64_t first);
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C);  // dtable[V,C] (+=)
+// dtable[ids - first] (+=) dout for ids in [first, first + V); other rows contribute nothing
+void embedding_shard_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C, int64_t V,
+                              int64_t first);
 
 // matmul.cpp. Weight in nn.Linear layout w[OC,C].
 // out[N,OC] = inp[N,C] @ w[OC,C]^T + bias[OC]   (bias may be null)
@@ -148,6 +151,12 @@ void crossentropy_forward(float* losses, float* lse, const float* logits, const 
 // dlogits[N,Vp] (=) = dloss * (softmax - onehot), 0 in ignored rows and padded columns; may alias logits.
 // lse (nullable): the forward's, so the softmax is exp(x - lse) in one pass.
 void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, const float* lse, float dloss,
-                           int64_t N, int64_t V, int64_t Vp);
+                           int64_t N, int64_t V, int64_t Vp, int64_t first = 0);
+// A vocabulary shard holding columns [first, first + V): stats[0][n] = logsumexp(logits[n, :V]), stats[1][n] = the
+// target's logit where the target is in the shard, else 0; both 0 in ignored rows. stats f32 [2, N].
+void crossentropy_shard_stats(float* stats, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                              int64_t Vp, int64_t first);
+// S shards' stats [S, 2, N] joined: lse[n] = log sum_s exp(stats[s][0][n]), losses[n] = lse[n] - sum_s stats[s][1][n].
+void crossentropy_combine(float* losses, float* lse, const float* stats, const int32_t* targets, int64_t N, int64_t S);
 
 }  // namespace dscpp::cpu

@@ -1,4 +1,5 @@
 // Token embedding lookup and its gradient scatter-add.
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -20,7 +21,8 @@ void embedding_shard_forward(float* out, const int32_t* ids, const float* table,
   }
 }
 
-void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C) {
+void embedding_shard_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C, int64_t V,
+                              int64_t first) {
   // Several rows may hit the same id, so threads split the channels, not the rows: no two threads touch the same
   // element and every element sums its rows in order n = 0..N-1 (deterministic).
   const int64_t block = 64;
@@ -29,11 +31,17 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
   for (int64_t cb = 0; cb < nblocks; cb++) {
     const int64_t c0 = cb * block, c1 = c0 + block < C ? c0 + block : C;
     for (int64_t n = 0; n < N; n++) {
-      float* dst = dtable + int64_t(ids[n]) * C;
+      const int64_t row = int64_t(ids[n]) - first;
+      if (row < 0 || row >= V) continue;
+      float* dst = dtable + row * C;
       const float* src = dout + n * C;
       for (int64_t c = c0; c < c1; c++) dst[c] += src[c];
     }
   }
+}
+
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t N, int64_t C) {
+  embedding_shard_backward(dtable, dout, ids, N, C, INT64_MAX, 0);
 }
 
 }  // namespace dscpp::cpu

@@ -13,6 +13,7 @@
 // path) gives a NaN loss and gradient. Logits T (f32, bf16, f16); losses and lse f32; dlogits T.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/parallel_ops_cuda.h"
 
 namespace dscpp::cuda {
 namespace {
@@ -116,7 +117,7 @@ __global__ void ce_fwd_kernel(float* losses, float* lse_out, const T* logits, co
 
 // dx = dloss * 2^(y - lse2) - dloss [c == t] over the row; c >= V gets 0.
 template <typename T, int VEC>
-__device__ __forceinline__ void grad_vector(T* drow, const T* row, int64_t c, int64_t V, int32_t t, float lse2,
+__device__ __forceinline__ void grad_vector(T* drow, const T* row, int64_t c, int64_t V, int64_t t, float lse2,
                                             float dloss, float bad) {
   float x[VEC];
   load_f<T, VEC>(row + c, x);
@@ -130,13 +131,14 @@ __device__ __forceinline__ void grad_vector(T* drow, const T* row, int64_t c, in
 
 template <typename T, int VEC>
 __global__ void ce_bwd_kernel(T* dlogits, const T* logits, const int32_t* targets, const float* lse_in, float dloss,
-                              int64_t V, int64_t Vp) {
+                              int64_t V, int64_t Vp, int64_t first, bool shard) {
   const int64_t n = blockIdx.x;
-  const int32_t t = targets[n];
+  const int32_t target = targets[n];
+  const int64_t t = int64_t(target) - first;  // the target's column here; a shard may not hold it
   const T* row = logits + n * Vp;
   T* drow = dlogits + n * Vp;
   const int64_t stride = int64_t(blockDim.x) * VEC;
-  if (t < 0) {
+  if (target < 0) {
     for (int64_t c = int64_t(threadIdx.x) * VEC; c < Vp; c += stride) {
       float z[VEC];
 #pragma unroll
@@ -147,7 +149,7 @@ __global__ void ce_bwd_kernel(T* dlogits, const T* logits, const int32_t* target
   }
   const float lse = lse_in ? lse_in[n] : row_lse<T, VEC>(row, V);
   const float lse2 = lse * kLog2e;
-  const float bad = t < V ? 0.0f : __int_as_float(0x7fc00000);  // out-of-range target: NaN gradient
+  const float bad = shard || t < V ? 0.0f : __int_as_float(0x7fc00000);  // out-of-range target: NaN gradient
   int64_t c = int64_t(threadIdx.x) * VEC;
   for (; c + (kUnroll - 1) * stride + VEC <= Vp; c += kUnroll * stride) {
     float x[kUnroll * VEC];  // all loads first (Note [Streaming the logits]), then compute and store
@@ -167,6 +169,44 @@ __global__ void ce_bwd_kernel(T* dlogits, const T* logits, const int32_t* target
   for (; c < Vp; c += stride) grad_vector<T, VEC>(drow, row, c, V, t, lse2, dloss, bad);
 }
 
+// Note [Vocabulary-parallel cross-entropy]: one block per row of the shard.
+template <typename T, int VEC>
+__global__ void ce_shard_stats_kernel(float* stats, const T* logits, const int32_t* targets, int64_t N, int64_t V,
+                                      int64_t Vp, int64_t first) {
+  const int64_t n = blockIdx.x;
+  const int32_t target = targets[n];
+  if (target < 0) {
+    if (threadIdx.x == 0) stats[n] = stats[N + n] = 0.0f;
+    return;
+  }
+  const T* row = logits + n * Vp;
+  const float lse = row_lse<T, VEC>(row, V);
+  if (threadIdx.x == 0) {
+    const int64_t t = int64_t(target) - first;
+    stats[n] = lse;
+    stats[N + n] = t >= 0 && t < V ? to_f(row[t]) : 0.0f;
+  }
+}
+
+__global__ void ce_combine_kernel(float* losses, float* lse, const float* stats, const int32_t* targets, int64_t N,
+                                  int64_t S) {
+  const int64_t n = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  if (targets[n] < 0) {
+    losses[n] = lse[n] = 0.0f;
+    return;
+  }
+  float mx = -INFINITY, target = 0.0f;
+  for (int64_t s = 0; s < S; s++) mx = fmaxf(mx, stats[s * 2 * N + n]);
+  float sum = 0.0f;
+  for (int64_t s = 0; s < S; s++) {
+    sum += expf(stats[s * 2 * N + n] - mx);
+    target += stats[s * 2 * N + N + n];
+  }
+  lse[n] = mx + logf(sum);
+  losses[n] = lse[n] - target;
+}
+
 }  // namespace
 
 // ---- raw launchers ---- logits[N, Vp], softmax over the first V columns; lse may be null.
@@ -183,12 +223,13 @@ void launch_crossentropy_forward(float* losses, float* lse, const T* logits, con
 
 template <typename T>
 void launch_crossentropy_backward(T* dlogits, const T* logits, const int32_t* targets, const float* lse, float dloss,
-                                  int64_t N, int64_t V, int64_t Vp, cudaStream_t s) {
+                                  int64_t N, int64_t V, int64_t Vp, cudaStream_t s, int64_t first = 0,
+                                  bool shard = false) {
   constexpr int VEC = 16 / sizeof(T);
   if (Vp % VEC == 0 && all_aligned16(dlogits, logits))
-    ce_bwd_kernel<T, VEC><<<unsigned(N), kBlock, 0, s>>>(dlogits, logits, targets, lse, dloss, V, Vp);
+    ce_bwd_kernel<T, VEC><<<unsigned(N), kBlock, 0, s>>>(dlogits, logits, targets, lse, dloss, V, Vp, first, shard);
   else
-    ce_bwd_kernel<T, 1><<<unsigned(N), kBlock, 0, s>>>(dlogits, logits, targets, lse, dloss, V, Vp);
+    ce_bwd_kernel<T, 1><<<unsigned(N), kBlock, 0, s>>>(dlogits, logits, targets, lse, dloss, V, Vp, first, shard);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
@@ -218,6 +259,45 @@ void crossentropy_backward(const Tensor& dlogits, const Tensor& logits, const Te
     using T = std::remove_pointer_t<decltype(tag)>;
     launch_crossentropy_backward<T>(ptr<T>(dlogits), ptr<T>(logits), ptr<int32_t>(targets), lse_p, dloss, N, V, Vp,
                                     L.stream);
+  });
+}
+
+void crossentropy_shard_stats(const Tensor& stats, const Tensor& logits, const Tensor& targets, int64_t V,
+                              int64_t first) {
+  const int64_t Vp = logits.size(-1), N = logits.numel() / Vp;
+  if (N == 0) return;
+  OpLaunch L(stats);
+  dispatch_float("crossentropy_shard_stats", logits.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    constexpr int VEC = 16 / sizeof(T);
+    if (Vp % VEC == 0 && all_aligned16(ptr<T>(logits)))
+      ce_shard_stats_kernel<T, VEC><<<unsigned(N), kBlock, 0, L.stream>>>(ptr<float>(stats), ptr<T>(logits),
+                                                                         ptr<int32_t>(targets), N, V, Vp, first);
+    else
+      ce_shard_stats_kernel<T, 1><<<unsigned(N), kBlock, 0, L.stream>>>(ptr<float>(stats), ptr<T>(logits),
+                                                                       ptr<int32_t>(targets), N, V, Vp, first);
+    DSCPP_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void crossentropy_combine(const Tensor& losses, const Tensor& lse, const Tensor& stats, const Tensor& targets) {
+  const int64_t N = losses.numel(), S = stats.numel() / (2 * std::max<int64_t>(N, 1));
+  if (N == 0) return;
+  OpLaunch L(losses);
+  ce_combine_kernel<<<unsigned(ceil_div(N, int64_t(256))), 256, 0, L.stream>>>(
+      ptr<float>(losses), ptr<float>(lse), ptr<float>(stats), ptr<int32_t>(targets), N, S);
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
+void crossentropy_shard_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets, float dloss,
+                                 int64_t V, const Tensor& lse, int64_t first) {
+  const int64_t Vp = logits.size(-1), N = logits.numel() / Vp;
+  if (N == 0) return;
+  OpLaunch L(dlogits);
+  dispatch_float("crossentropy_shard_backward", logits.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    launch_crossentropy_backward<T>(ptr<T>(dlogits), ptr<T>(logits), ptr<int32_t>(targets), ptr<const float>(lse),
+                                    dloss, N, V, Vp, L.stream, first, true);
   });
 }
 

@@ -51,23 +51,24 @@ __global__ void iota_kernel(int32_t* x, int64_t n) {
 // Block (i, y) does work only when sorted position i starts a run of equal ids.
 template <typename T, typename G, int V>
 __global__ void embedding_bwd_kernel(G* dtable, const T* dout, const int32_t* sorted_ids, const int32_t* order,
-                                     int64_t N, int64_t C, int64_t vocab) {
+                                     int64_t N, int64_t C, int64_t vocab, int64_t first) {
   const int64_t i = blockIdx.x;
-  const int32_t id = sorted_ids[i];
-  if (i > 0 && sorted_ids[i - 1] == id) return;  // not a run start
-  if (id < 0 || id >= vocab) return;               // out-of-range ids contribute nothing
+  const int32_t key = sorted_ids[i];
+  if (i > 0 && sorted_ids[i - 1] == key) return;  // not a run start
+  const int64_t id = int64_t(key) - first;
+  if (id < 0 || id >= vocab) return;               // ids outside the table (or the shard) contribute nothing
   const int64_t c = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * V;
   if (c >= C) return;
   float acc[V];
 #pragma unroll
   for (int k = 0; k < V; k++) acc[k] = 0.0f;
-  for (int64_t j = i; j < N && sorted_ids[j] == id; j++) {
+  for (int64_t j = i; j < N && sorted_ids[j] == key; j++) {
     float d[V];
     load_f<T, V>(dout + int64_t(order[j]) * C + c, d);
 #pragma unroll
     for (int k = 0; k < V; k++) acc[k] += d[k];
   }
-  G* row = dtable + int64_t(id) * C + c;
+  G* row = dtable + id * C + c;
   float cur[V];
   load_f<G, V>(row, cur);
 #pragma unroll
@@ -96,7 +97,7 @@ void launch_embedding_forward(T* out, const int32_t* ids, const T* table, int64_
 // dtable[vocab, C] += scatter of dout[N, C] by ids[N] (Note [Deterministic embedding backward]).
 template <typename T, typename G>
 void launch_embedding_backward(G* dtable, const T* dout, const int32_t* ids, int64_t N, int64_t C, int64_t vocab,
-                               cudaStream_t s) {
+                               cudaStream_t s, int64_t first = 0) {
   DSCPP_CHECK(N <= INT32_MAX, "embedding_backward: N = ", N, " tokens exceeds the sort's 32-bit index");
   const int n = int(N);
   size_t sort_bytes = 0;
@@ -119,10 +120,10 @@ void launch_embedding_backward(G* dtable, const T* dout, const int32_t* ids, int
   constexpr int V = 16 / (sizeof(T) < sizeof(G) ? sizeof(T) : sizeof(G));
   if (C % V == 0 && all_aligned16(dtable, dout)) {
     const dim3 grid(unsigned(N), unsigned(ceil_div(C, int64_t(kBlock) * V)));
-    embedding_bwd_kernel<T, G, V><<<grid, kBlock, 0, s>>>(dtable, dout, sorted_ids, order, N, C, vocab);
+    embedding_bwd_kernel<T, G, V><<<grid, kBlock, 0, s>>>(dtable, dout, sorted_ids, order, N, C, vocab, first);
   } else {
     const dim3 grid(unsigned(N), unsigned(ceil_div(C, kBlock)));
-    embedding_bwd_kernel<T, G, 1><<<grid, kBlock, 0, s>>>(dtable, dout, sorted_ids, order, N, C, vocab);
+    embedding_bwd_kernel<T, G, 1><<<grid, kBlock, 0, s>>>(dtable, dout, sorted_ids, order, N, C, vocab, first);
   }
   DSCPP_CUDA_CHECK_LAUNCH();
   DSCPP_CUDA_CHECK(cudaFreeAsync(scratch, s));
@@ -149,15 +150,19 @@ void embedding_shard_forward(const Tensor& out, const Tensor& ids, const Tensor&
   });
 }
 
-void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+void embedding_shard_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids, int64_t first) {
   const int64_t vocab = dtable.size(0), C = dtable.size(1), N = ids.numel();
   if (N == 0 || C == 0) return;
   OpLaunch L(dtable);
   dispatch_act_param("embedding_backward", dout.dtype(), dtable.dtype(), [&](auto* tt, auto* gt) {
     using T = std::remove_pointer_t<decltype(tt)>;
     using G = std::remove_pointer_t<decltype(gt)>;
-    launch_embedding_backward<T, G>(ptr<G>(dtable), ptr<T>(dout), ptr<int32_t>(ids), N, C, vocab, L.stream);
+    launch_embedding_backward<T, G>(ptr<G>(dtable), ptr<T>(dout), ptr<int32_t>(ids), N, C, vocab, L.stream, first);
   });
+}
+
+void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {
+  embedding_shard_backward(dtable, dout, ids, 0);
 }
 
 }  // namespace dscpp::cuda

@@ -83,10 +83,9 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   }
   model_->set_kernel_policy(KernelPolicy{parse_attention_backend(cfg_.dscpp.attention)});
   init_data_parallel(options);
-  if (options.model_parallel_group && options.model_parallel_group->size() > 1) mp_ = options.model_parallel_group;
-  norm_replicas_ = options.norm_replicas;
   init_zero(options.init_seed);
   init_offload();
+  init_model_parallel(options);
   refresh_master();
   const auto& ac = cfg_.activation_checkpointing;
   if (ac.number_checkpoints)
@@ -359,21 +358,12 @@ double Engine::global_grad_sum_squares() {
     if (!dev.is_cpu()) norm_host_ = empty_pinned({1}, DType::f32);
   }
   norm_sq_.zero();
-  // Stage 2/3 keep the owned gradients back to back in one partition (padding is 0).
-  if (grad_partition_.defined() && norm_replicas_.empty()) ops::add_sum_squares(norm_sq_, grad_partition_);
-  else for (size_t k = 0; k < owned_.size(); k++) {
-    const FlatRange r = owned_[k];
-    int64_t at = r.begin;  // the parts of the range outside every replica (norm_replicas_ is ascending, disjoint)
-    for (const FlatRange& x : norm_replicas_) {
-      const int64_t lo = std::max(x.begin, r.begin), hi = std::min(x.end, r.end);
-      if (lo >= hi) continue;
-      if (lo > at) ops::add_sum_squares(norm_sq_, owned_grads(k).slice(at - r.begin, lo - at));
-      at = hi;
-    }
-    if (at < r.end) ops::add_sum_squares(norm_sq_, owned_grads(k).slice(at - r.begin, r.end - at));
-  }
+  if (!norm_pieces_.empty())  // model parallelism: each parameter counted by one rank of the model-parallel group
+    for (const NormPiece& p : norm_pieces_) ops::add_sum_squares(norm_sq_, owned_grads(p.k).slice(p.offset, p.count));
+  else if (grad_partition_.defined()) ops::add_sum_squares(norm_sq_, grad_partition_);  // stage 2/3 (padding is 0)
+  else for (size_t k = 0; k < owned_.size(); k++) ops::add_sum_squares(norm_sq_, owned_grads(k));
   if (zp_.sharded()) dp_->all_reduce(norm_sq_, ReduceOp::sum)->wait();  // inf/nan on any rank reaches every rank
-  if (mp_) mp_->all_reduce(norm_sq_, ReduceOp::sum)->wait();            // the other parts of the model
+  if (mp_) mp_->all_reduce(norm_sq_, ReduceOp::sum)->wait();
   if (dev.is_cpu()) return norm_sq_.data<float>()[0];
   copy_async(norm_host_, norm_sq_);
   cuda_stream_synchronize(dev.index);

@@ -68,8 +68,17 @@ void Engine::wait_for_checkpoint() {
   if (async_ckpt_) async_ckpt_->wait();
 }
 
+// The tags hold one model replica's files per data-parallel rank: the ranks of a tensor or pipeline group would write
+// each other's files. Checked before anything is written or read.
+void Engine::refuse_model_parallel_checkpoints(const char* what) const {
+  DSCPP_CHECK(!mp_, what, ": checkpoints of tensor- or pipeline-parallel training are not built yet (each rank of the "
+              "model-parallel group '", mp_ ? mp_->name() : "", "' holds another part of the model); train with "
+              "tensor_parallel.autotp_size 1 and one pipeline stage to save");
+}
+
 void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const nlohmann::json& client_state,
                              int keep_last, const std::string& extra_file, const std::string& extra_file_name) {
+  refuse_model_parallel_checkpoints("save_checkpoint");
   finish_updates();  // the parameters written are the updated (offload) and gathered (stage 1/2) ones
   if (tag.empty()) tag = "global_step" + std::to_string(global_steps_);
   const auto t0 = std::chrono::steady_clock::now();
@@ -150,6 +159,7 @@ ModelConfig read_checkpoint_model_config(const std::string& load_dir, const std:
 }
 
 nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::string& tag) {
+  refuse_model_parallel_checkpoints("load_checkpoint");
   wait_for_checkpoint();  // a save in flight must finish before its files are read
   finish_updates();  // and an offloaded update or a stage-1/2 gather before the parameters are overwritten
   std::string t = tag;

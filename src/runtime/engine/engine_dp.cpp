@@ -2,6 +2,8 @@
 // for printing. The gradient synchronisation (Note [Gradient sync]) is set up in engine_zero.cpp.
 #include "dscpp/runtime/engine.h"
 
+#include <algorithm>
+
 namespace dscpp {
 
 namespace {
@@ -56,6 +58,29 @@ void Engine::init_data_parallel(const EngineOptions& options) {
   // same values on every rank instead.
   if (params.defined()) pg->broadcast(params, 0)->wait();
   dp_ = pg;
+}
+
+void Engine::init_model_parallel(const EngineOptions& options) {
+  ProcessGroup* mp = options.model_parallel_group;
+  if (!mp || mp->size() == 1) return;
+  if (offload_ || param_offload_)
+    throw ConfigError("zero_optimization.offload_optimizer", "zero_optimization.offload_optimizer / offload_param "
+                      "with tensor or pipeline parallelism: not supported yet (the host step's gradient norm is "
+                      "not summed over the model-parallel ranks); set their device to \"none\"");
+  mp_ = mp;
+  std::vector<FlatRange> dup = model_->norm_duplicates();
+  std::sort(dup.begin(), dup.end(), [](const FlatRange& a, const FlatRange& b) { return a.begin < b.begin; });
+  // Every rank keeps at least one piece, so the norm takes this path on all of them.
+  for (size_t k = 0; k < owned_.size(); k++) {
+    int64_t at = owned_[k].begin;
+    for (const FlatRange& d : dup) {
+      if (d.end <= at || d.begin >= owned_[k].end) continue;
+      if (d.begin > at) norm_pieces_.push_back({k, at - owned_[k].begin, d.begin - at});
+      at = std::max(at, d.end);
+    }
+    if (at < owned_[k].end) norm_pieces_.push_back({k, at - owned_[k].begin, owned_[k].end - at});
+  }
+  if (norm_pieces_.empty() && !owned_.empty()) norm_pieces_.push_back({0, 0, 0});
 }
 
 float Engine::global_last_loss() {

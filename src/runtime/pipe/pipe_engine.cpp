@@ -10,29 +10,15 @@
 
 namespace dscpp {
 
-namespace {
-bool holds_head(PipelineStage& s, int64_t n_layer) { return s.layers().chunks.back().second == n_layer + 2; }
-}  // namespace
-
 StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method, int stages, int virtual_stages,
                               int stage) {
   const auto parts = partition_layers(method, pipe_item_params(cfg), int64_t(stages) * virtual_stages);
   return StageLayers::of_rank(parts, stage, stages, virtual_stages);
 }
 
-std::vector<FlatRange> pipe_norm_replicas(Model& m) {
-  auto* s = dynamic_cast<PipelineStage*>(&m);
-  DSCPP_CHECK(s, "pipeline parallelism needs a pipeline stage model (make_pipeline_stage)");
-  const int id = s->tied_table_id();
-  if (id < 0 || !holds_head(*s, m.config().n_layer)) return {};  // the first stage's copy counts
-  const ParamInfo& p = m.params().info(id);
-  return {{p.offset, p.offset + p.numel}};
-}
-
 std::unique_ptr<PipelineEngine> initialize_pipeline(std::unique_ptr<Model> model, const DeepSpeedConfig& config,
                                                     EngineOptions options, PipeOptions pipe) {
   if (!options.model_parallel_group) options.model_parallel_group = pipe.pipe_group;
-  if (options.norm_replicas.empty()) options.norm_replicas = pipe_norm_replicas(*model);
   return std::make_unique<PipelineEngine>(initialize(std::move(model), config, options), pipe);
 }
 
@@ -56,12 +42,6 @@ PipelineEngine::PipelineEngine(std::unique_ptr<Engine> engine, PipeOptions o)
     throw ConfigError("zero_optimization.stage", "zero_optimization.stage " +
                       std::to_string(c.zero_optimization.stage) + " with pipeline parallelism and data parallelism "
                       "is not supported for a tied embedding (tie_embeddings) yet; use stage 0 or an untied model");
-  // A micro-batch's backward in several parts would meet the offloaded step's hand-over of the gradients in its first
-  // part (Engine::backward_part); untested, so refused.
-  if (virtual_stages_ > 1 && engine_->offload())
-    throw ConfigError("zero_optimization.offload_optimizer", "zero_optimization.offload_optimizer with interleaved "
-                      "pipeline stages (dscpp.pipeline.virtual_stages " + std::to_string(virtual_stages_) +
-                      ") is not supported yet; use virtual_stages 1");
   if (tied) tied_ = pipe_->new_subgroup({0, stages_ - 1});  // every pipe rank takes part; the two get the group
   // The tied group's members must be the two copies, whatever the partition.
   DSCPP_CHECK(!tied || (stage_ != 0 && stage_ != stages_ - 1) || stage().tied_table_id() >= 0,

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# On a machine with 2 GPUs: what 3D-parallel training checks, in one call (< 600 s). Stages (default: all):
+#   build    a fresh sm_90a build (scripts/gpu/check.sh build)
+#   ops      the tensor-parallel shard ops (embedding and cross-entropy shards, the shards' join) against their CPU
+#            references (test_ops)
+#   tp       the Llama-3.2-3B shape (bf16, AdamW, B 4, T 2048, activation checkpointing) on 2 GPUs: ZeRO-3 data
+#            parallelism, then tensor parallelism 2 (ZeRO 0), in the same call (bench/dp_bench.cpp; P3D_TP_ARGS adds
+#            flags to both)
+#   pp       the same shape with pipeline parallelism 2, where bench/pp_bench exists
+# Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
+set -uo pipefail
+default_steps=(build ops tp pp)
+source "$(dirname "$0")/stages.sh"
+launch="./build-gpu/dscpp launch --nproc_per_node 2 --master_port 0 -H /nonexistent --"
+shape="--models llama-1b --n-layer 28 --n-embd 3072 --n-head 24 --n-kv-head 8 --n-ffn 8192 --n-vocab 128256"
+if want ops; then
+  for op in embedding_shard crossentropy_shard crossentropy_combine; do
+    timeout 120 ./build-gpu/tests/test_ops --op $op > "$OUT/test_ops_$op.log" 2>&1
+    echo "test_ops --op $op rc=$?: $(tail -1 "$OUT/test_ops_$op.log")"
+    grep -E "^FAIL" "$OUT/test_ops_$op.log" | head -5
+  done
+  el ops
+fi
+if want tp; then
+  common="$shape --batch 4 --seq 2048 --steps 6 --warmup 2 --checkpointing --overlap ${P3D_TP_ARGS:-}"
+  { timeout 240 $launch ./build-gpu/bench/dp_bench $common --zero-stage 3;
+    timeout 240 $launch ./build-gpu/bench/dp_bench $common --zero-stage 0 --tp 2; } > "$OUT/tp_train.txt" 2>&1
+  echo "tp train rc=$?"
+  grep -E "RESULT|STATES|error|rank [0-9]:" "$OUT/tp_train.txt" | head -12
+  grep -E "step [0-9]+:" "$OUT/tp_train.txt" | tail -4
+  el tp
+fi
+if want pp && [ -x ./build-gpu/bench/pp_bench ]; then
+  timeout 240 $launch ./build-gpu/bench/pp_bench $shape --batch 4 --seq 2048 --micro-batches 8 ${P3D_PP_ARGS:-} \
+    > "$OUT/pp_train.txt" 2>&1
+  echo "pp train rc=$?"
+  grep -E "RESULT|bubble|error|rank [0-9]:" "$OUT/pp_train.txt" | head -12
+  el pp
+fi

@@ -1,0 +1,260 @@
+// Tensor parallelism (Note [Tensor parallelism], nn/tensor_parallel.h) on forked Gloo ranks: each rank's shard of a
+// fresh model is the slice of the one-process model's initialisation; TP 2, and TP 2 x DP 2 with ZeRO, train to the
+// parameters of one process with the same global batch (gradient accumulation, clipping, activation checkpointing,
+// the fp16 path's loss scaling); the gathered logits are the one-process logits.
+#include <gtest/gtest.h>
+
+#include "dist/equivalence.h"
+#include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/parallel_ops.h"
+
+using namespace dscpp;
+using dscpp::test::DistCase;
+using dscpp::test::expect_all_pass;
+using dscpp::test::run_ranks;
+
+namespace {
+
+Tensor nans(const Shape& shape) {  // poisoned: an element an op leaves unwritten shows
+  Tensor t = Tensor::empty(shape, DType::f32);
+  t.fill(std::nanf(""));
+  return t;
+}
+
+constexpr auto kTimeout = std::chrono::seconds(30);
+
+class NeedsGloo : public ::testing::Environment {
+  void SetUp() override {
+    if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kNeedsGloo = ::testing::AddGlobalTestEnvironment(new NeedsGloo);
+
+// Rank r's ShardSpec of a parameter whose rank-`own` spec is s (every rank's shard has the same shape).
+ShardSpec spec_of_rank(const ShardSpec& s, const Shape& local, int r) {
+  ShardSpec o = s;
+  if (s.dim == 0) o.begin = int64_t(r) * (local[0] / s.parts);
+  if (s.dim == 1) o.begin = int64_t(r) * local[1];
+  return o;
+}
+
+// The full model's parameters (named layout) from every tensor-parallel rank's shard (named layout): a collective.
+std::vector<float> unshard(ProcessGroup& tp, const ParamSet& ps, const std::vector<float>& mine) {
+  Tensor in = Tensor::empty({int64_t(mine.size())}, DType::f32);
+  std::copy(mine.begin(), mine.end(), in.data<float>());
+  Tensor all = Tensor::empty({tp.size() * in.numel()}, DType::f32);
+  tp.all_gather(all, in)->wait();
+  std::vector<float> full;
+  int64_t at = 0;  // the parameter's start in each rank's named layout
+  for (const ParamInfo& p : ps.infos()) {
+    const Shape fs = p.shard.full_shape(p.shape);
+    int64_t n = 1;
+    for (int64_t d : fs) n *= d;
+    std::vector<float> t(size_t(n), 0.0f);
+    for (int r = 0; r < (p.shard.replicated() ? 1 : tp.size()); r++) {
+      const float* src = all.data<float>() + r * in.numel() + at;
+      spec_of_rank(p.shard, p.shape, r).for_each_run(p.shape, [&](int64_t lb, int64_t fb, int64_t c) {
+        if (fb >= 0) std::copy(src + lb, src + lb + c, t.begin() + fb);
+      });
+    }
+    full.insert(full.end(), t.begin(), t.end());
+    at += p.numel;
+  }
+  return full;
+}
+
+// The tensor-parallel engine of case c: model axis `tp`, data axis `dp` (null: one replica).
+std::unique_ptr<Engine> make_tp_engine(const DistCase& c, ProcessGroup* tp, ProcessGroup* dp) {
+  const int world = dp ? dp->size() : 1;
+  DeepSpeedConfig cfg = DeepSpeedConfig::from_string(test::config_json(c), world);
+  ModelOptions mo;
+  mo.pad_multiple = 16 * world;
+  mo.allocate_grads = !(c.stage >= 2 && world > 1);
+  mo.tp_group = tp;
+  auto m = make_model(test::model_config(c), mo);
+  m->init_weights(42);
+  EngineOptions o;
+  o.dp_group = dp;
+  o.model_parallel_group = tp;
+  o.mixed_precision_on_f32_model = c.precision == "fp16";
+  return initialize(std::move(m), cfg, o);
+}
+
+// Trains case c on this rank (data-parallel rank `dp_rank` of `dp_size`) and the one-process reference of the
+// global batch, and compares losses, norms and the gathered parameters.
+void expect_tp_equals_one_process(const DistCase& c, ProcessGroup& tp, ProcessGroup* dp) {
+  const int dp_size = dp ? dp->size() : 1, dp_rank = dp ? dp->rank() : 0;
+  auto e = make_tp_engine(c, &tp, dp);
+  test::Trained got = test::train(*e, c, dp_rank, c.gas);
+  const ParamSet& ps = e->model().params();
+  got.init = unshard(tp, ps, got.init);
+  got.params = unshard(tp, ps, got.params);
+
+  DistCase rc = c;
+  rc.gas = c.gas * dp_size;
+  rc.stage = 0;
+  auto ref = test::make_engine(rc, nullptr);
+  test::Trained want = test::train(*ref, rc, 0, rc.gas);
+
+  const std::string what = c.arch + " tp" + std::to_string(tp.size()) + " dp" + std::to_string(dp_size) + " stage " +
+                           std::to_string(c.stage) + " " + c.precision;
+  ASSERT_EQ(got.init, want.init) << what << ": the shards are not the one-process initialisation";
+  // Splitting the GEMMs' inner sums over the ranks and the log-sum-exp over the vocabulary reorders f32 sums of a few
+  // hundred terms; the bound is Note [Equivalence tolerances]'s with 256 summands per step.
+  const double u = test::unit_roundoff("f32"), S = 256;
+  auto per_step = [&](const std::vector<float>& ref) {
+    return [&, ref](size_t s) { return test::rounding_bound(u, S, int64_t(s) + 1, ref[s]); };
+  };
+  test::expect_within(got.losses, want.losses, per_step(want.losses), what + ": losses");
+  test::expect_within(got.norms, want.norms, per_step(want.norms), what + ": gradient norms");
+  std::vector<float> update(want.params.size());
+  for (size_t i = 0; i < update.size(); i++) update[i] = want.params[i] - want.init[i];
+  const double bound = test::rounding_bound(u, S, int64_t(want.losses.size()), test::max_abs(update)) +
+                       4 * u * test::max_abs(want.params);
+  test::expect_within(got.params, want.params, [&](size_t) { return bound; }, what + ": parameters");
+  for (size_t s = 0; s < want.norms.size(); s++)  // clipping engaged: the case tests the global norm
+    EXPECT_GT(want.norms[s], 0.05f) << what << ": step " << s;
+}
+
+void tp_only(const DistCase& c) {
+  expect_all_pass(run_ranks(2, [&](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    expect_tp_equals_one_process(c, *pg, nullptr);
+    test::leave_together(*pg);
+  }, std::chrono::seconds(120)));
+}
+
+}  // namespace
+
+TEST(TensorParallel, ShardRunsMapLocalElementsToTheFullTensor) {
+  // GPT-2's c_attn rows of rank 1 of 2: C = 4, 3 parts (q | k | v) of 4 rows, 2 local rows per part, 3 columns.
+  const ShardSpec qkv{0, 3, 2, 12};
+  std::vector<std::tuple<int64_t, int64_t, int64_t>> runs;
+  qkv.for_each_run({6, 3}, [&](int64_t l, int64_t f, int64_t n) { runs.emplace_back(l, f, n); });
+  EXPECT_EQ(runs, (std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 6, 6}, {6, 18, 6}, {12, 30, 6}}));
+  // Columns [2, 4) of a [2, 5] matrix.
+  runs.clear();
+  ShardSpec{1, 1, 2, 5}.for_each_run({2, 2}, [&](int64_t l, int64_t f, int64_t n) { runs.emplace_back(l, f, n); });
+  EXPECT_EQ(runs, (std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 2, 2}, {2, 7, 2}}));
+  // The last vocabulary shard of 97 rows over 2 ranks: 48 real rows, then one row of padding.
+  runs.clear();
+  ShardSpec{0, 1, 49, 97}.for_each_run({49, 3}, [&](int64_t l, int64_t f, int64_t n) { runs.emplace_back(l, f, n); });
+  EXPECT_EQ(runs, (std::vector<std::tuple<int64_t, int64_t, int64_t>>{{0, 147, 144}, {144, -1, 3}}));
+  EXPECT_EQ(qkv.full_shape({6, 3}), (Shape{12, 3}));
+}
+
+TEST(TensorParallel, VocabularyParallelCrossEntropyIsTheWholeVocabularys) {
+  // Three shards of a 10-column vocabulary (4, 4 and 2 real of 4 columns), against crossentropy_forward/backward.
+  const int64_t N = 5, V = 10, R = 4;
+  Tensor logits = Tensor::empty({N, V}, DType::f32), targets = Tensor::empty({N}, DType::i32);
+  Rng rng(RngState{7, 0, 4});
+  for (int64_t i = 0; i < logits.numel(); i++) logits.data<float>()[i] = 3 * rng.normal();
+  for (int64_t n = 0; n < N; n++) targets.data<int32_t>()[n] = n == 2 ? -1 : int32_t(rng.next_u32() % V);
+  Tensor losses = Tensor::empty({N}, DType::f32), lse = Tensor::empty({N}, DType::f32);
+  ops::crossentropy_forward(losses, logits, targets, 0, lse);
+  Tensor dlogits = Tensor::empty({N, V}, DType::f32);
+  ops::crossentropy_backward(dlogits, logits, targets, 0.5f, 0, lse);
+
+  Tensor stats = Tensor::empty({3, 2, N}, DType::f32);
+  std::vector<Tensor> part(3);
+  for (int r = 0; r < 3; r++) {
+    part[size_t(r)] = nans({N, R});  // padding columns: never read
+    const int64_t valid = std::min(R, V - r * R);
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t c = 0; c < valid; c++)
+        part[size_t(r)].data<float>()[n * R + c] = logits.data<float>()[n * V + r * R + c];
+    ops::crossentropy_shard_stats(stats.view_at(r * 2 * N, {2, N}), part[size_t(r)], targets, valid, r * R);
+  }
+  Tensor got = nans({N}), got_lse = nans({N});
+  ops::crossentropy_combine(got, got_lse, stats, targets);
+  for (int64_t n = 0; n < N; n++) {
+    EXPECT_NEAR(got.data<float>()[n], losses.data<float>()[n], 1e-5f) << "row " << n;
+    EXPECT_NEAR(got_lse.data<float>()[n], lse.data<float>()[n], 1e-5f) << "row " << n;
+  }
+  for (int r = 0; r < 3; r++) {
+    const int64_t valid = std::min(R, V - r * R);
+    Tensor d = nans({N, R});
+    ops::crossentropy_shard_backward(d, part[size_t(r)], targets, 0.5f, valid, got_lse, r * R);
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t c = 0; c < R; c++) {
+        const float want = c < valid ? dlogits.data<float>()[n * V + r * R + c] : 0.0f;
+        EXPECT_NEAR(d.data<float>()[n * R + c], want, 1e-6f) << "shard " << r << " row " << n << " col " << c;
+      }
+  }
+}
+
+TEST(TensorParallel, TwoRanksTrainLikeOneProcessGpt2) {
+  tp_only(test::dist_case(2, 0, "gpt2", [](DistCase& c) { c.gas = 2; }));
+}
+
+TEST(TensorParallel, TwoRanksTrainLikeOneProcessLlamaFp16Path) {
+  tp_only(test::dist_case(2, 0, "llama", [](DistCase& c) {
+    c.gas = 2;
+    c.precision = "fp16";
+  }));
+}
+
+// 4 ranks: the model axis varies fastest (DeepSpeed's topology): tensor groups {0, 1}, {2, 3}; data groups {0, 2},
+// {1, 3}. ZeRO shards over the data axis.
+TEST(TensorParallel, TimesDataParallelWithZeroTrainsLikeOneProcess) {
+  for (int stage : {1, 2, 3})
+    for (const char* arch : {"gpt2", "llama"}) {
+      const DistCase c = test::dist_case(2, stage, arch, [](DistCase& d) { d.gas = 2; });
+      expect_all_pass(run_ranks(4, [&](int rank, int port) {
+        auto world = new_process_group("gloo", rank, 4, "127.0.0.1", port, kTimeout);
+        std::unique_ptr<ProcessGroup> tp, dp;
+        for (const std::vector<int>& g : {std::vector<int>{0, 1}, {2, 3}})
+          if (auto s = world->new_subgroup(g)) tp = std::move(s);
+        for (const std::vector<int>& g : {std::vector<int>{0, 2}, {1, 3}})
+          if (auto s = world->new_subgroup(g)) dp = std::move(s);
+        expect_tp_equals_one_process(c, *tp, dp.get());
+        test::leave_together(*world);
+      }, std::chrono::seconds(180)));
+    }
+}
+
+TEST(TensorParallel, GatheredLogitsAreTheOneProcessLogits) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    expect_all_pass(run_ranks(2, [&](int rank, int port) {
+      auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+      const ModelConfig cfg = test_fixtures::tiny_model_config(arch);
+      ModelOptions mo;
+      mo.tp_group = pg.get();
+      auto sharded = make_model(cfg, mo);
+      auto whole = make_model(cfg);
+      sharded->init_weights(3);
+      whole->init_weights(3);
+      Tensor tokens = Tensor::empty({2, 8}, DType::i32);
+      for (int64_t i = 0; i < tokens.numel(); i++) tokens.data<int32_t>()[i] = int32_t((i * 37 + 5) % cfg.vocab_size);
+      const Tensor got = sharded->logits(tokens), want = whole->logits(tokens);
+      ASSERT_EQ(got.shape(), want.shape());
+      double worst = 0, scale = 0;
+      for (int64_t i = 0; i < got.numel(); i++) {
+        worst = std::max(worst, double(std::fabs(got.data<float>()[i] - want.data<float>()[i])));
+        scale = std::max(scale, double(std::fabs(want.data<float>()[i])));
+      }
+      EXPECT_LE(worst, 1e-5 * scale) << arch;
+      EXPECT_GT(scale, 0.0) << arch;
+      test::leave_together(*pg);
+    }));
+  }
+}
+
+TEST(TensorParallel, RefusesWhatItDoesNotSplit) {
+  expect_all_pass(run_ranks(2, [&](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    ModelConfig cfg = test_fixtures::tiny_model_config("llama");
+    cfg.n_ffn = 81;
+    ModelOptions mo;
+    mo.tp_group = pg.get();
+    try {
+      make_model(cfg, mo);
+      ADD_FAILURE() << "an MLP of 81 columns was split over 2 ranks";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("n_ffn = 81 is not divisible"), std::string::npos) << e.what();
+    }
+    auto m = make_model(test_fixtures::tiny_model_config("gpt2"), mo);
+    EXPECT_THROW(m->fuse_head_into_next_forward(1.0f), Error);
+    test::leave_together(*pg);
+  }));
+}
