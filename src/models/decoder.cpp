@@ -23,26 +23,120 @@ DecoderLayers declare_layers(ParamSet& ps, const ModelConfig& cfg, const TensorP
 }
 
 std::unique_ptr<Model> make_model(const ModelConfig& cfg, const ModelOptions& opts) {
+  return make_pipeline_stage(cfg, StageLayers::whole(cfg.n_layer), opts);
+}
+
+std::unique_ptr<Model> make_pipeline_stage(const ModelConfig& cfg, const StageLayers& layers,
+                                           const ModelOptions& opts) {
   cfg.validate();
   DSCPP_CHECK(opts.dtype == DType::f32 || opts.dtype == DType::bf16 || opts.dtype == DType::f16,
               "make_model: model dtype must be f32, bf16 or f16, got ", dtype_name(opts.dtype));
   DSCPP_CHECK(opts.dtype == DType::f32 || opts.device.is_cuda(), "make_model: a ", dtype_name(opts.dtype),
               " model needs a CUDA device (the CPU kernels are f32 only); build it with dtype f32 on the CPU");
-  return std::make_unique<Decoder>(cfg, opts);
+  return std::make_unique<Decoder>(cfg, opts, layers);
 }
 
-Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts)
+Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts, const StageLayers& layers)
     : Model(cfg), tp_(TensorParallel::over(opts.tp_group)), device_(opts.device), act_(opts.dtype) {
-  m_ = declare_layers(params_, cfg_, tp_);
-  for (size_t l = 0; l < m_.blocks.size(); l++) m_.blocks[l].index = int32_t(l);
+  declare_stage(layers);
   // Units (Note [ZeRO units]): the embeddings, each block, then the final norm with an untied lm head.
-  std::vector<int> starts{0};
+  std::vector<int> starts;
+  if (table_unit_) starts.push_back(0);
   for (const Block& b : m_.blocks) starts.push_back(b.norm1.weight_id);
-  starts.push_back(m_.norm_f.weight_id);
+  if (chunks_.back().head) starts.push_back(m_.norm_f.weight_id);
   params_.set_unit_starts(starts);
   // Gradients accumulate in f32 whatever the parameter dtype (mixed precision: the optimizer steps f32 masters).
   params_.materialize(opts.dtype, opts.device, 16, opts.pad_multiple, DType::f32, opts.allocate_grads,
                       opts.materialize_params);
+}
+
+namespace {
+// The whole model's parameter ids of each pipeline item (Note [Pipeline stage]): [first, end) per item.
+std::vector<std::pair<int, int>> item_ids(const DecoderLayers& full, const ParamSet& all) {
+  std::vector<std::pair<int, int>> out;
+  int begin = 0;
+  for (const Block& b : full.blocks) {
+    out.push_back({begin, b.norm1.weight_id});
+    begin = b.norm1.weight_id;
+  }
+  out.push_back({begin, full.norm_f.weight_id});
+  out.push_back({full.norm_f.weight_id, all.size()});
+  return out;
+}
+}  // namespace
+
+std::vector<int64_t> pipe_item_params(const ModelConfig& cfg) {
+  ParamSet all;
+  const DecoderLayers full = declare_layers(all, cfg, TensorParallel{});
+  std::vector<int64_t> out;
+  for (auto [b, e] : item_ids(full, all)) {
+    int64_t n = 0;
+    for (int id = b; id < e; id++) n += all.info(id).numel;
+    out.push_back(n);
+  }
+  if (full.lm_head_id == full.wte.table_id) out.back() += all.info(full.wte.table_id).numel;  // the copy
+  return out;
+}
+
+StageLayers StageLayers::of_rank(const std::vector<int64_t>& parts, int rank, int stages, int virtual_stages) {
+  DSCPP_CHECK(int64_t(parts.size()) == int64_t(stages) * virtual_stages + 1 && rank >= 0 && rank < stages,
+              "pipeline partition of ", parts.size(), " boundaries for rank ", rank, " of ", stages, " x ",
+              virtual_stages, " virtual stages");
+  StageLayers out;
+  for (int c = 0; c < virtual_stages; c++) {
+    const size_t k = size_t(c) * size_t(stages) + size_t(rank);
+    out.chunks.push_back({parts[k], parts[k + 1]});
+  }
+  return out;
+}
+
+void Decoder::declare_stage(const StageLayers& layers) {
+  const int64_t L = cfg_.n_layer, items = L + 2;
+  layers_ = layers;
+  DSCPP_CHECK(!layers.chunks.empty(), "pipeline stage without layers");
+  int64_t prev = 0;
+  for (auto [b, e] : layers.chunks) {
+    DSCPP_CHECK(b >= prev && b < e && e <= items, "pipeline stage: chunk [", b, ", ", e, ") of the ", items,
+                " layers (embeddings, ", L, " blocks, head) is empty, out of order or out of range: a stage needs "
+                "at least one layer (fewer pipeline stages x virtual stages than layers)");
+    prev = e;
+  }
+  const bool whole = layers.chunks.size() == 1 && layers.chunks[0] == std::make_pair(int64_t(0), items);
+  DSCPP_CHECK(whole || !tp_.on(), "tensor parallelism with pipeline stages is not supported yet (the layers "
+              "declare their shards whole)");
+  ParamSet all;  // declaration only: the whole model's ids and names
+  const DecoderLayers full = declare_layers(all, cfg_, tp_);
+  const auto ids = item_ids(full, all);
+  const bool tied = full.lm_head_id == full.wte.table_id;
+  std::vector<bool> keep(size_t(all.size()), false);
+  for (auto [b, e] : layers.chunks)
+    for (int64_t it = b; it < e; it++)
+      for (int id = ids[size_t(it)].first; id < ids[size_t(it)].second; id++) keep[size_t(id)] = true;
+  if (tied && layers.chunks.back().second == items) keep[size_t(full.wte.table_id)] = true;  // the head's copy
+  params_.set_declare_filter([&](const std::string& name) { return keep[size_t(all.find(name))]; });
+  m_ = declare_layers(params_, cfg_, tp_);
+  params_.set_declare_filter(nullptr);
+  for (size_t l = 0; l < m_.blocks.size(); l++) m_.blocks[l].index = int32_t(l);
+  std::erase_if(m_.blocks, [](const Block& b) { return b.norm1.weight_id < 0; });
+  for (int id = 0; id < params_.size(); id++) stream_.push_back(all.find(params_.info(id).name));
+  table_unit_ = m_.wte.defined();
+  int64_t first_block = 0;
+  for (auto [b, e] : layers.chunks) {
+    const int64_t lo = std::max<int64_t>(b, 1) - 1, hi = std::min(e, L + 1) - 1;  // global blocks [lo, hi)
+    Chunk c{first_block, first_block + std::max<int64_t>(0, hi - lo), b == 0, e == items};
+    first_block = c.b1;
+    chunks_.push_back(c);
+  }
+}
+
+void Decoder::select_chunk(int chunk) {
+  DSCPP_CHECK(chunk >= 0 && chunk < int(chunks_.size()), "pipeline stage: chunk ", chunk, " of ", chunks_.size());
+  chunk_ = chunk;
+}
+
+int Decoder::tied_table_id() const {
+  const bool tied = m_.wte.defined() && m_.lm_head_id == m_.wte.table_id;
+  return tied && chunks_.front().embed != chunks_.back().head ? m_.wte.table_id : -1;
 }
 
 // ---- initialisation ----
@@ -79,11 +173,13 @@ std::vector<Decoder::InitSpec> Decoder::init_specs() const {
   const float std = 0.02f;
   const float std_resid = 0.02f / std::sqrt(2.0f * float(cfg_.n_layer));  // residual output projections
   std::vector<InitSpec> out;
+  // Each parameter draws from the stream of its id in the whole model, so a pipeline stage holds the same values.
   auto param = [&](int id, float s, float v) {
-    if (id >= 0) out.push_back({id, params_.info(id).offset, params_.info(id).numel, s, v});
+    if (id >= 0) out.push_back({id, stream_[size_t(id)], params_.info(id).offset, params_.info(id).numel, s, v});
   };
   auto linear = [&](const Linear& l, float s) {  // fused: one stream
-    out.push_back({l.weight_id, params_.info(l.weight_id).offset, l.out * l.in, s, 0.0f, l.fused});
+    out.push_back({l.weight_id, stream_[size_t(l.weight_id)], params_.info(l.weight_id).offset, l.out * l.in, s,
+                   0.0f, l.fused});
     param(l.bias_id, 0.0f, 0.0f);
   };
   auto norm = [&](const Norm& n) { param(n.weight_id, 0.0f, 1.0f); param(n.bias_id, 0.0f, 0.0f); };
@@ -105,7 +201,7 @@ std::vector<Decoder::InitSpec> Decoder::init_specs() const {
 void Decoder::init_values(const InitSpec& s, uint64_t seed, int64_t lo, int64_t hi, float* out) const {
   if (s.std <= 0) return void(std::fill(out, out + (hi - lo), s.value));
   int64_t full_base = 0;  // the member's first element in the stream: the full members before it
-  for (int id = s.stream; id < s.stream + s.members; id++) {
+  for (int id = s.id; id < s.id + s.members; id++) {
     const ParamInfo& p = params_.info(id);
     p.shard.for_each_run(p.shape, [&](int64_t lb, int64_t fb, int64_t n) {
       const int64_t a = std::max(lo, p.offset + lb), b = std::min(hi, p.offset + lb + n);
@@ -231,25 +327,33 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   DSCPP_CHECK(targets.dtype() == DType::i32 && targets.shape() == tokens.shape(), "targets ", targets.str(),
               " do not match tokens ", tokens.str());
   const int64_t L = cfg_.n_layer;
+  const Chunk& ch = chunks_[size_t(chunk_)];
+  const int64_t nb = ch.b1 - ch.b0;
   DSCPP_CHECK(ckpt_.empty() || int64_t(ckpt_.size()) == L, "checkpoint policy has ", ckpt_.size(),
               " flags for ", L, " blocks");
+  DSCPP_CHECK(!cpu_ckpt_ || (chunks_.size() == 1 && ch.embed && ch.head), "activation_checkpointing."
+              "cpu_checkpointing is not supported on a pipeline stage (Note [Pipeline stage])");
   // A fused forward has added its lm head's gradient already: without its backward, that gradient would stay.
   DSCPP_CHECK(!fused_dloss_, "forward() after a forward with a fused head and no backward(): that forward's lm head "
               "gradient is already accumulated (Note [Fused head]); with DSCPP_FUSED_HEAD=1 every training forward "
               "needs its backward (evaluate with Model::logits, or without the knob)");
   release();
-  fused_dloss_ = fuse_next_;  // Note [Fused head]: this forward only
+  if (ch.head) fused_dloss_ = fuse_next_;  // Note [Fused head]: this forward only
   fuse_next_.reset();
   DSCPP_PROFILE_RANGE("model");  // range names are the module tree's paths (flops_profiler/module_tree.cpp)
   MemoryCategoryScope scope(MemoryCategory::activations);
   seq_ = seq_for(tokens);
-  const int64_t N = seq_.N(), C = cfg_.n_embd, V = params_.info(m_.lm_head_id).shape[0];  // this rank's rows
-  ids_ = on_device(tokens).view({N});  // the engine may pass host batches: one copy per step
-  targets_ = on_device(targets).view({N});
-  const Tensor host_targets = targets.device().is_cpu() ? targets.view({N}) : targets.to(Device::cpu()).view({N});
+  const int64_t N = seq_.N(), C = cfg_.n_embd;
+  const int64_t V = ch.head ? params_.info(m_.lm_head_id).shape[0] : 0;  // this rank's rows
+  if (ch.embed) ids_ = on_device(tokens).view({N});  // the engine may pass host batches: one copy per step
+  Tensor host_targets;
+  if (ch.head) {
+    targets_ = on_device(targets).view({N});
+    host_targets = targets.device().is_cpu() ? targets.view({N}) : targets.to(Device::cpu()).view({N});
+  }
 
   const UnitPass F = UnitPass::forward;
-  x_.assign(size_t(L + 1), Tensor());
+  x_.assign(size_t(nb + 1), Tensor());
   if (cpu_ckpt_) {  // Note [CPU checkpointing]
     host_x_.assign(size_t(L), Tensor());
     stashed_ev_.resize(size_t(L));
@@ -260,21 +364,32 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
       to_device_ = std::make_unique<CopyStream>(device_);
     }
   }
-  {
+  if (ch.embed) {
     DSCPP_PROFILE_RANGE("model.embeddings");
     UnitUse use(*this, {kEmbedUnit}, F);
     x_[0] = embed(ids_, seq_);
+  } else {  // Note [Pipeline stage]: the previous chunk's output
+    DSCPP_CHECK(input_.defined() && input_.shape() == Shape({N, C}), "pipeline stage: forward of layers [",
+                layers_.chunks[size_t(chunk_)].first, ", ...) needs an input hidden state [", N, ", ", C,
+                "] (set_input), got ", input_.defined() ? input_.str() : std::string("none"));
+    x_[0] = on_device(input_);
+    input_ = Tensor();
   }
-  for (int64_t l = 0; l < L; l++) {
-    DSCPP_PROFILE_RANGE("model.blocks.*", int32_t(l));
-    UnitUse use(*this, {block_unit(l)}, F);
-    bool checkpointed = !ckpt_.empty() && ckpt_[size_t(l)];
+  for (int64_t l = 0; l < nb; l++) {
+    Block& b = m_.blocks[size_t(ch.b0 + l)];
+    DSCPP_PROFILE_RANGE("model.blocks.*", b.index);
+    UnitUse use(*this, {block_unit(ch.b0 + l)}, F);
+    bool checkpointed = !ckpt_.empty() && ckpt_[size_t(b.index)];
     x_[size_t(l + 1)] = Tensor::empty({N, C}, act_, device_);
     if (offloads_input(l)) stash_input(l);
-    m_.blocks[size_t(l)].forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, !checkpointed);
+    b.forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, !checkpointed);
     drop_stashed(l);
   }
   drop_stashed(-1);
+  if (!ch.head) {
+    output_ = x_[size_t(nb)];
+    return Loss(Tensor::zeros({1}, DType::f32, device_));  // the loss is the last stage's
+  }
   // Ignored targets have loss 0: the mean is the sum over the valid count, which the host knows from the targets.
   const int32_t* tp = host_targets.data<int32_t>();
   num_valid_ = 0;
@@ -286,7 +401,7 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     UnitUse use(*this, head_units(), F);
     {
       DSCPP_PROFILE_RANGE("model.norm_f");
-      stf_ = m_.norm_f.forward(params_, xf_, x_[size_t(L)]);
+      stf_ = m_.norm_f.forward(params_, xf_, x_[size_t(nb)]);
     }
     DSCPP_PROFILE_RANGE("model.lm_head");
     if (fused_dloss_) {
@@ -317,57 +432,73 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
 }
 
 void Decoder::backward(float dloss) {
-  DSCPP_CHECK(logits_.defined() || dxf_.defined(), "backward() without a forward() to go with it");
+  const Chunk& ch = chunks_[size_t(chunk_)];
+  const int64_t nb = ch.b1 - ch.b0, N = seq_.N(), C = cfg_.n_embd;
+  DSCPP_CHECK(ch.head ? logits_.defined() || dxf_.defined() : int64_t(x_.size()) == nb + 1,
+              "backward() without a forward() to go with it");
+  DSCPP_CHECK(ch.head || (dout_.defined() && dout_.shape() == Shape({N, C})), "pipeline stage: backward of layers "
+              "ending at ", layers_.chunks[size_t(chunk_)].second, " needs d(output) [", N, ", ", C,
+              "] (set_output_grad)");
   DSCPP_CHECK(!fused_dloss_ || *fused_dloss_ == dloss, "backward(", dloss, ") after a forward whose fused head was "
               "made for backward(", fused_dloss_.value_or(0.0f), ") (Note [Fused head])");
   fused_dloss_.reset();  // the promise is kept, even if this backward fails part way
+  dinput_ = Tensor();
   DSCPP_PROFILE_RANGE("model");
   MemoryCategoryScope scope(MemoryCategory::activations);
-  const int64_t L = cfg_.n_layer, N = seq_.N(), C = cfg_.n_embd;
   const float scale = num_valid_ ? dloss / float(num_valid_) : 0.0f;
 
   const UnitPass B = UnitPass::backward;
-  // A fused head has done the loss's and the lm head's backward: only the final norm's parameters are read here.
-  std::optional<UnitUse> head_use(std::in_place, *this,
-                                  dxf_.defined() ? std::vector<int>{int(L) + 1} : head_units(), B);
-  Tensor dxf = dxf_;
-  dxf_ = Tensor();
-  if (!dxf.defined()) {
-    {  // Loss and lm head: the logits buffer becomes dlogits in place.
-      DSCPP_PROFILE_RANGE("model.loss");
-      if (tp_.on())
-        ops::crossentropy_shard_backward(logits_, logits_, targets_, scale, vocab_valid(), loss_lse_, vocab_first());
-      else
-        ops::crossentropy_backward(logits_, logits_, targets_, scale, 0, loss_lse_);
-      loss_lse_ = Tensor();
+  Tensor dres;  // d(residual stream), updated in place per block
+  if (ch.head) {
+    const int head = block_unit(int64_t(m_.blocks.size()));
+    // A fused head has done the loss's and the lm head's backward: only the final norm's parameters are read here.
+    std::optional<UnitUse> head_use(std::in_place, *this,
+                                    dxf_.defined() ? std::vector<int>{head} : head_units(), B);
+    Tensor dxf = dxf_;
+    dxf_ = Tensor();
+    if (!dxf.defined()) {
+      {  // Loss and lm head: the logits buffer becomes dlogits in place.
+        DSCPP_PROFILE_RANGE("model.loss");
+        if (tp_.on())
+          ops::crossentropy_shard_backward(logits_, logits_, targets_, scale, vocab_valid(), loss_lse_,
+                                           vocab_first());
+        else
+          ops::crossentropy_backward(logits_, logits_, targets_, scale, 0, loss_lse_);
+        loss_lse_ = Tensor();
+      }
+      dxf = Tensor::empty({N, C}, act_, device_);
+      DSCPP_PROFILE_RANGE("model.lm_head");
+      const Tensor W = params_.param(m_.lm_head_id), dW = params_.grad(m_.lm_head_id);
+      if (tp_.on()) {  // each rank's vocabulary rows give a partial sum (Note [Input gradient overlap])
+        ops::matmul_backward(dxf, Tensor(), Tensor(), logits_, xf_, W);
+        tp_.sum_beside(dxf, [&] { ops::matmul_backward(Tensor(), dW, Tensor(), logits_, xf_, W); });
+      } else {
+        ops::matmul_backward(dxf, dW, Tensor(), logits_, xf_, W);
+      }
     }
-    dxf = Tensor::empty({N, C}, act_, device_);
-    DSCPP_PROFILE_RANGE("model.lm_head");
-    const Tensor W = params_.param(m_.lm_head_id), dW = params_.grad(m_.lm_head_id);
-    if (tp_.on()) {  // each rank's vocabulary rows give a partial sum (Note [Input gradient overlap])
-      ops::matmul_backward(dxf, Tensor(), Tensor(), logits_, xf_, W);
-      tp_.sum_beside(dxf, [&] { ops::matmul_backward(Tensor(), dW, Tensor(), logits_, xf_, W); });
-    } else {
-      ops::matmul_backward(dxf, dW, Tensor(), logits_, xf_, W);
+    logits_ = Tensor();
+    dres = Tensor::empty({N, C}, act_, device_);
+    {
+      DSCPP_PROFILE_RANGE("model.norm_f");
+      m_.norm_f.backward(params_, dres, dxf, x_[size_t(nb)], stf_);
     }
+    dxf = xf_ = Tensor();
+    stf_.release();
+    grads_ready(m_.norm_f.weight_id);
+    grads_ready(m_.norm_f.bias_id);
+    // A tied head's table is final only after the embedding backward, where this stage has one.
+    if (m_.lm_head_id != m_.wte.table_id || !chunks_.front().embed) grads_ready(m_.lm_head_id);
+    head_use.reset();
+  } else {  // Note [Pipeline stage]: the next chunk's d(input)
+    dres = on_device(dout_);
+    dout_ = Tensor();
   }
-  logits_ = Tensor();
-  Tensor dres = Tensor::empty({N, C}, act_, device_);  // d(residual stream), updated in place per block
-  {
-    DSCPP_PROFILE_RANGE("model.norm_f");
-    m_.norm_f.backward(params_, dres, dxf, x_[size_t(L)], stf_);
-  }
-  dxf = xf_ = Tensor();
-  stf_.release();
-  grads_ready(m_.norm_f.weight_id);
-  grads_ready(m_.norm_f.bias_id);
-  if (m_.lm_head_id != m_.wte.table_id) grads_ready(m_.lm_head_id);  // tied: wte is final only after the embedding
-  head_use.reset();
 
-  for (int64_t l = L - 1; l >= 0; l--) {
-    Block& b = m_.blocks[size_t(l)];
-    DSCPP_PROFILE_RANGE("model.blocks.*", int32_t(l));  // backward time includes the recomputed forward
-    UnitUse use(*this, {block_unit(l)}, B);
+  for (int64_t l = nb - 1; l >= 0; l--) {
+    const size_t i = size_t(ch.b0 + l);
+    Block& b = m_.blocks[i];
+    DSCPP_PROFILE_RANGE("model.blocks.*", b.index);  // backward time includes the recomputed forward
+    UnitUse use(*this, {block_unit(int64_t(i))}, B);
     if (offloads_input(l)) {  // Note [CPU checkpointing]: this block's input, and the next one's on its way
       if (!fetched_[size_t(l)]) fetch_input(l);
       fetched_ev_[size_t(l)].make_current_stream_wait();
@@ -382,21 +513,51 @@ void Decoder::backward(float dloss) {
     b.backward(params_, dres, x_[size_t(l)], seq_);
     x_[size_t(l + 1)] = Tensor();
     if (grad_ready_hook_) {  // a block's parameters are declared together: [its first, the next block's first)
-      const int next = l + 1 < L ? m_.blocks[size_t(l + 1)].norm1.weight_id : m_.norm_f.weight_id;
-      grad_ready_hook_(params_.info(b.norm1.weight_id).offset, params_.info(next).offset);
+      const int next = i + 1 < m_.blocks.size() ? m_.blocks[i + 1].norm1.weight_id : m_.norm_f.weight_id;
+      grad_ready_hook_(params_.info(b.norm1.weight_id).offset,
+                       next >= 0 ? params_.info(next).offset : params_.units()[size_t(block_unit(int64_t(i)))].end);
     }
   }
-  {
+  if (ch.embed) {
     DSCPP_PROFILE_RANGE("model.embeddings");
     m_.wte.backward(params_, dres, ids_);
     if (m_.wpe.defined()) m_.wpe.backward(params_, dres, seq_.pos);
+    grads_ready(m_.wte.table_id);
+    grads_ready(m_.wpe.table_id);
+  } else {
+    dinput_ = dres;
   }
-  grads_ready(m_.wte.table_id);
-  grads_ready(m_.wpe.table_id);
   release();
 }
 
+void Decoder::stash(int64_t key) {
+  DSCPP_CHECK(!stash_.count(key), "pipeline stage: activations under key ", key, " stashed twice");
+  Activations a{chunk_, std::move(x_), m_.blocks, xf_, dxf_, logits_, loss_lse_, ids_, targets_, stf_, seq_,
+                num_valid_, fused_dloss_};
+  stash_.emplace(key, std::move(a));
+  fused_dloss_.reset();
+  release();  // drops this decoder's handles only: the stash holds its own
+}
+
+void Decoder::unstash(int64_t key) {
+  auto it = stash_.find(key);
+  DSCPP_CHECK(it != stash_.end(), "pipeline stage: no activations stashed under key ", key);
+  release();
+  Activations& a = it->second;
+  chunk_ = a.chunk;
+  x_ = std::move(a.x);
+  m_.blocks = std::move(a.blocks);
+  xf_ = a.xf, dxf_ = a.dxf, logits_ = a.logits, loss_lse_ = a.loss_lse, ids_ = a.ids, targets_ = a.targets;
+  stf_ = a.stf;
+  seq_ = a.seq;
+  num_valid_ = a.num_valid;
+  fused_dloss_ = a.fused_dloss;
+  stash_.erase(it);
+}
+
 Tensor Decoder::logits(const Tensor& tokens) {
+  DSCPP_CHECK(chunks_.size() == 1 && chunks_[0].embed && chunks_[0].head, "logits() needs the whole model, not a "
+              "pipeline stage (evaluate a pipeline with eval_batch)");
   MemoryCategoryScope scope(MemoryCategory::activations);
   SeqInfo s = seq_for(tokens);
   const int64_t N = s.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
@@ -438,6 +599,9 @@ int64_t Decoder::vocab_valid() const {
 
 std::vector<FlatRange> Decoder::norm_duplicates() const {
   std::vector<FlatRange> out;
+  // Note [Pipeline stage]: the last stage's copy of a tied table; the first stage's counts.
+  if (const int id = tied_table_id(); id >= 0 && chunks_.back().head)
+    out.push_back({params_.info(id).offset, params_.info(id).offset + params_.info(id).numel});
   if (!tp_.on() || tp_.rank == 0) return out;
   for (const ParamInfo& p : params_.infos())
     if (p.shard.replicated()) out.push_back({p.offset, p.offset + p.numel});
@@ -445,7 +609,7 @@ std::vector<FlatRange> Decoder::norm_duplicates() const {
 }
 
 std::vector<int> Decoder::head_units() const {
-  const int fin = int(cfg_.n_layer) + 1;
+  const int fin = block_unit(int64_t(m_.blocks.size()));
   if (m_.lm_head_id == m_.wte.table_id) return {fin, kEmbedUnit};  // the tied head reads the token table
   return {fin};
 }
@@ -503,7 +667,7 @@ void Decoder::release() {
   x_.clear();
   host_x_.clear();  // the pinned allocator reuses a block once the current stream has passed its frees
   stashed_ = -1;
-  xf_ = dxf_ = logits_ = loss_lse_ = ids_ = targets_ = Tensor();
+  xf_ = dxf_ = logits_ = loss_lse_ = ids_ = targets_ = output_ = Tensor();
   stf_.release();
   num_valid_ = 0;
   fused_dloss_.reset();

@@ -16,12 +16,14 @@
 // backward. The values make a round trip unchanged: losses and gradients are bit-identical. On a CPU device the
 // copies are made at once into separate host buffers, freeing the originals, so the tests follow the GPU's steps.
 #pragma once
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
 
 #include "dscpp/core/copy_stream.h"
 #include "dscpp/models/model.h"
+#include "dscpp/models/pipe_stage.h"
 #include "dscpp/nn/block.h"
 #include "dscpp/nn/embedding.h"
 
@@ -47,9 +49,11 @@ Embedding declare_vocab_table(ParamSet& ps, const std::string& name, const Model
 void shard_block(ParamSet& ps, Block& b, const TensorParallel& tp,
                  const std::vector<std::pair<int64_t, int>>& qkv_members, int64_t attn_in, int64_t ffn);
 
-class Decoder final : public Model {
+// The whole model, or a pipeline stage of it (Note [Pipeline stage], models/pipe_stage.h): the same code runs the
+// blocks of the selected chunk, with the embeddings and the head where the chunk holds them.
+class Decoder final : public Model, public PipelineStage {
  public:
-  Decoder(const ModelConfig& cfg, const ModelOptions& opts);
+  Decoder(const ModelConfig& cfg, const ModelOptions& opts, const StageLayers& layers);
   void init_weights(uint64_t seed) override;
   void init_range(uint64_t seed, int64_t flat_begin, const Tensor& dst) const override;
   Loss forward(const Tensor& tokens, const Tensor& targets) override;
@@ -62,7 +66,37 @@ class Decoder final : public Model {
   // Note [CPU checkpointing]: per block, its input's host copy from the last forward until the end of its backward.
   const std::vector<Tensor>& host_checkpoints() const { return host_x_; }
 
+  // PipelineStage
+  const StageLayers& layers() const override { return layers_; }
+  void select_chunk(int chunk) override;
+  void set_input(const Tensor& hidden) override { input_ = hidden; }
+  Tensor output() const override { return output_; }
+  void set_output_grad(const Tensor& d) override { dout_ = d; }
+  Tensor input_grad() const override { return dinput_; }
+  void stash(int64_t key) override;
+  void unstash(int64_t key) override;
+  void drop_activations() override { release(); }
+  int tied_table_id() const override;
+
  private:
+  // A chunk's blocks are m_.blocks[b0, b1) (m_.blocks holds this stage's blocks, ascending); `embed` / `head`: it
+  // begins with the embeddings / ends with the final norm, lm head and loss.
+  struct Chunk {
+    int64_t b0 = 0, b1 = 0;
+    bool embed = false, head = false;
+  };
+  // What one forward keeps for its backward (Note [Pipeline stage]: stashed per micro-batch and chunk).
+  struct Activations {
+    int chunk = 0;
+    std::vector<Tensor> x;
+    std::vector<Block> blocks;
+    Tensor xf, dxf, logits, loss_lse, ids, targets;
+    NormStats stf;
+    SeqInfo seq;
+    int64_t num_valid = 0;
+    std::optional<float> fused_dloss;
+  };
+  void declare_stage(const StageLayers& layers);  // m_, chunks_ and stream_ for the layers held
   void fused_head_forward(const Tensor& losses, float scale);  // Note [Fused head]
   SeqInfo seq_for(const Tensor& tokens);
   Tensor embed(const Tensor& ids, const SeqInfo& s);
@@ -73,10 +107,11 @@ class Decoder final : public Model {
   // Under tensor parallelism each element draws the value of its place in the full parameter (ShardSpec), so a
   // shard holds the slice of what one process would initialise.
   struct InitSpec {
-    int stream;
+    int id;      // the first parameter
+    int stream;  // its id in the whole model (a pipeline stage's ids differ): its Philox stream
     int64_t offset, numel;
     float std, value;
-    int members = 1;  // ParamSet members from `stream` on (a fused weight) that this range covers
+    int members = 1;  // ParamSet members from `id` on (a fused weight) that this range covers
   };
   std::vector<InitSpec> init_specs() const;
   // out[0, hi - lo) (=) spec s's values of the flat elements [lo, hi) (within s).
@@ -92,8 +127,10 @@ class Decoder final : public Model {
   void fetch_input(int64_t l);        // backward: x_l back onto the device, queued after the current work
 
   // Units (params().units()): 0 the embeddings, 1 + l block l, L + 1 the final norm (+ an untied lm head).
+  // On a stage: unit 0 is the token table's (the embeddings, or a tied head's copy) when held, then each held block,
+  // then the head's.
   static constexpr int kEmbedUnit = 0;
-  static int block_unit(int64_t l) { return int(l) + 1; }
+  int block_unit(int64_t l) const { return int(l) + (table_unit_ ? 1 : 0); }
   std::vector<int> head_units() const;  // what the final norm + lm head read
   // Brackets a use of units' parameters with the unit hooks (before in order, after in reverse), exception-safe.
   class UnitUse {
@@ -112,6 +149,13 @@ class Decoder final : public Model {
   };
 
   DecoderLayers m_;
+  StageLayers layers_;
+  std::vector<Chunk> chunks_;
+  int chunk_ = 0;
+  bool table_unit_ = true;        // unit 0 holds the token table
+  std::vector<int> stream_;       // per parameter id: its id in the whole model (its Philox stream at init)
+  Tensor input_, output_, dout_, dinput_;  // Note [Pipeline stage]
+  std::map<int64_t, Activations> stash_;
   TensorParallel tp_;
   Device device_;
   DType act_ = DType::f32;        // activations and logits: the parameter dtype (f32, bf16 or f16)

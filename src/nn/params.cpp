@@ -6,6 +6,7 @@ namespace dscpp {
 
 int ParamSet::add(const std::string& name, const Shape& shape, bool weight_decay) {
   DSCPP_CHECK(!materialized(), "parameter '", name, "' declared after materialize()");
+  if (keep_ && !keep_(name)) return -1;
   DSCPP_CHECK(!by_name_.count(name), "parameter '", name, "' declared twice");
   ParamInfo p;
   p.name = name;
@@ -21,6 +22,12 @@ int ParamSet::add(const std::string& name, const Shape& shape, bool weight_decay
 int ParamSet::add_fused(const std::vector<std::pair<std::string, Shape>>& members, bool weight_decay) {
   DSCPP_CHECK(!members.empty(), "empty fused parameter group");
   int first = -1;
+  if (keep_) {
+    const bool kept = keep_(members[0].first);
+    for (const auto& mem : members)
+      DSCPP_CHECK(keep_(mem.first) == kept, "declare filter splits the fused group of '", members[0].first, "'");
+    if (!kept) return -1;
+  }
   for (size_t i = 0; i < members.size(); i++) {
     int id = add(members[i].first, members[i].second, weight_decay);
     if (i == 0) first = id;

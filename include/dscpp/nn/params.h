@@ -46,6 +46,10 @@ class ParamSet {
   int add(const std::string& name, const Shape& shape, bool weight_decay);
   // Members are laid out back to back with no padding; returns the first member's id (the others follow).
   int add_fused(const std::vector<std::pair<std::string, Shape>>& members, bool weight_decay);
+  // Declares only the parameters `keep` accepts: add() and add_fused() return -1 for the others (a fused group is
+  // kept or left whole), so a pipeline stage declares the whole model's layers and holds its own (Hugging Face
+  // names unchanged).
+  void set_declare_filter(std::function<bool(const std::string& name)> keep) { keep_ = std::move(keep); }
 
   // Under tensor parallelism: which part of the full parameter `id` holds (Note [Tensor parallelism]).
   void set_shard(int id, const ShardSpec& s) { infos_.at(size_t(id)).shard = s; }
@@ -111,6 +115,7 @@ class ParamSet {
   std::vector<FlatRange> units_;
   std::vector<Tensor> param_window_, grad_window_;  // per unit; undefined when not attached
   GradWindowProvider grad_provider_;
+  std::function<bool(const std::string&)> keep_;
 };
 
 }  // namespace dscpp

@@ -103,8 +103,12 @@ class Engine {
   // device only when asked (Note [Loss without a sync], models/loss.h). A loss that is not finite (not fp16) stops
   // the step that would apply its gradients, before anything changes.
   Loss forward(const Tensor& tokens, const Tensor& targets);
-  void backward();
+  void backward() { backward_part(true); }
   void step();
+  // Pipeline parallelism (Note [Pipeline engine], runtime/pipe_engine.h): a micro-batch's backward on a rank holding
+  // several chunks of layers is several model backwards; all but its last pass completes = false, so only that one
+  // counts as the micro-batch's (the accumulation boundary's gradient sync runs there).
+  void backward_part(bool completes_micro_batch);
 
   bool is_gradient_accumulation_boundary() const;
   int64_t global_steps() const { return global_steps_; }

@@ -214,10 +214,15 @@ float Engine::take_mean_loss() {
   return mean;
 }
 
-void Engine::backward() {
+void Engine::backward_part(bool completes) {
   auto t0 = Clock::now();
   if (profiling_) prof_->set_phase(Phase::backward);
   ProfileRange r(prof_.get(), "backward");
+  if (!completes) {  // a chunk of a pipeline rank's micro-batch: gradients accumulate; the sync waits for its last
+    model_->backward(backward_scale());
+    times_.backward_ms += ms_since(t0);
+    return;
+  }
   const bool boundary = is_gradient_accumulation_boundary();
   if (offload_) {  // Note [Optimizer offload]: the last host step may still be reading the gradients
     const bool zero = offload_->reads_device_grads();

@@ -1,0 +1,160 @@
+// The pipeline engine (Note [Pipeline engine], runtime/pipe_engine.h): runs a schedule's instructions
+// (Note [Pipeline schedules], schedule.h) over the stage's Engine.
+#include "dscpp/runtime/pipe_engine.h"
+
+#include <map>
+
+#include "dscpp/kernels/ops.h"
+#include "runtime/pipe/partition.h"
+#include "runtime/pipe/schedule.h"
+
+namespace dscpp {
+
+StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method, int stages, int virtual_stages,
+                              int stage) {
+  const auto parts = partition_layers(method, pipe_item_params(cfg), int64_t(stages) * virtual_stages);
+  return StageLayers::of_rank(parts, stage, stages, virtual_stages);
+}
+
+std::unique_ptr<PipelineEngine> initialize_pipeline(std::unique_ptr<Model> model, const DeepSpeedConfig& config,
+                                                    EngineOptions options, PipeOptions pipe) {
+  if (!options.model_parallel_group) options.model_parallel_group = pipe.pipe_group;
+  return std::make_unique<PipelineEngine>(initialize(std::move(model), config, options), pipe);
+}
+
+PipelineEngine::PipelineEngine(std::unique_ptr<Engine> engine, PipeOptions o)
+    : engine_(std::move(engine)), pipe_(o.pipe_group), virtual_stages_(o.virtual_stages) {
+  DSCPP_CHECK(engine_ && pipe_, "PipelineEngine: needs an engine and the pipe group");
+  stage_ = pipe_->rank();
+  stages_ = pipe_->size();
+  Model& m = engine_->model();
+  DSCPP_CHECK(dynamic_cast<PipelineStage*>(&m), "PipelineEngine: the engine's model is not a pipeline stage "
+              "(build it with make_pipeline_stage)");
+  const int chunks = int(stage().layers().chunks.size());
+  DSCPP_CHECK(chunks == virtual_stages_, "PipelineEngine: the stage holds ", chunks, " chunks of layers but "
+              "dscpp.pipeline.virtual_stages is ", virtual_stages_);
+  PipeShape{stages_, int(engine_->config().gradient_accumulation_steps), virtual_stages_}.validate();
+  const DeepSpeedConfig& c = engine_->config();
+  const bool tied = m.config().tie_embeddings && stages_ > 1;
+  // Note [Pipeline engine]: the tied copies' gradients are summed after the data-parallel reduction, which a
+  // partitioned gradient (ZeRO >= 1) holds as chunks laid out differently on the two stages.
+  if (tied && engine_->dp_world_size() > 1 && c.zero_optimization.stage >= 1)
+    throw ConfigError("zero_optimization.stage", "zero_optimization.stage " +
+                      std::to_string(c.zero_optimization.stage) + " with pipeline parallelism and data parallelism "
+                      "is not supported for a tied embedding (tie_embeddings) yet; use stage 0 or an untied model");
+  if (tied) tied_ = pipe_->new_subgroup({0, stages_ - 1});  // every pipe rank takes part; the two get the group
+  // The tied group's members must be the two copies, whatever the partition.
+  DSCPP_CHECK(!tied || (stage_ != 0 && stage_ != stages_ - 1) || stage().tied_table_id() >= 0,
+              "PipelineEngine: stage ", stage_, " has no copy of the tied token table");
+}
+
+PipelineEngine::~PipelineEngine() = default;
+
+PipelineStage& PipelineEngine::stage() { return dynamic_cast<PipelineStage&>(engine_->model()); }
+
+Loss PipelineEngine::forward(const Tensor&, const Tensor&) {
+  DSCPP_FAIL("PipelineEngine: forward() is not available under pipeline parallelism: only train_batch() and "
+             "eval_batch() run micro-batches (DeepSpeed's PipelineError)");
+}
+void PipelineEngine::backward() {
+  DSCPP_FAIL("PipelineEngine: backward() is not available under pipeline parallelism: only train_batch() runs it");
+}
+void PipelineEngine::step() {
+  DSCPP_FAIL("PipelineEngine: step() is not available under pipeline parallelism: train_batch() steps the optimizer");
+}
+
+float PipelineEngine::train_batch(const MicroBatches& batch) { return run(batch, true); }
+float PipelineEngine::eval_batch(const MicroBatches& batch) { return run(batch, false); }
+
+float PipelineEngine::run(const MicroBatches& batch, bool train) {
+  const int64_t m = engine_->config().gradient_accumulation_steps;
+  DSCPP_CHECK(int64_t(batch.size()) == m, train ? "train_batch" : "eval_batch", ": ", batch.size(),
+              " micro-batches, but gradient_accumulation_steps is ", m, " (a pipeline batch is that many)");
+  // Eval runs the model alone (Engine::model() lands any pending update first), leaving the engine's counters.
+  Model& model = engine_->model();
+  PipelineStage& st = stage();
+  const ModelConfig& mc = model.config();
+  const int64_t items = mc.n_layer + 2;
+  const ParamSet& ps = model.params();
+  const auto& chunks = st.layers().chunks;
+  const auto list = build_schedule({stages_, int(m), virtual_stages_}, train)[size_t(stage_)];
+  auto key = [&](const PipeInstr& i) { return int64_t(i.mb) * virtual_stages_ + i.chunk; };
+  auto hidden = [&](int mb) {
+    const Tensor& x = batch[size_t(mb)].first;
+    return Tensor::empty({x.numel(), mc.n_embd}, ps.dtype(), ps.device());
+  };
+  std::map<int64_t, Tensor> inbox, outbox;  // received / to send, by key
+  Tensor loss_sum = Tensor::zeros({1}, DType::f32, ps.device());
+  int64_t completed = 0;
+  for (const PipeInstr& i : list) {
+    const bool embed = i.mb >= 0 && chunks[size_t(i.chunk)].first == 0;
+    const bool head = i.mb >= 0 && chunks[size_t(i.chunk)].second == items;
+    switch (i.op) {
+      case PipeOp::load_micro_batch: {
+        const auto& [x, y] = batch[size_t(i.mb)];
+        DSCPP_CHECK(x.dtype() == DType::i32 && x.dim() == 2 && y.shape() == x.shape(), "micro-batch ", i.mb,
+                    ": tokens and targets must be i32 [B, T] alike, got ", x.str(), " and ", y.str());
+        break;
+      }
+      case PipeOp::recv_activation:
+      case PipeOp::recv_grad: {
+        Tensor t = hidden(i.mb);
+        pipe_->recv(t, i.peer)->wait();
+        inbox[key(i)] = t;
+        break;
+      }
+      case PipeOp::send_activation:
+      case PipeOp::send_grad: {
+        auto it = outbox.find(key(i));
+        DSCPP_CHECK(it != outbox.end(), "pipeline: nothing to ", to_string(i));
+        pipe_->send(it->second, i.peer)->wait();
+        outbox.erase(it);
+        break;
+      }
+      case PipeOp::forward: {
+        const auto& [x, y] = batch[size_t(i.mb)];
+        st.select_chunk(i.chunk);
+        if (!embed) st.set_input(inbox.extract(key(i)).mapped());
+        const Loss l = train ? engine_->forward(x, y) : model.forward(x, y);
+        if (head) ops::add_inplace(loss_sum, l.tensor());
+        else outbox[key(i)] = st.output();
+        if (train) st.stash(key(i));
+        else st.drop_activations();
+        break;
+      }
+      case PipeOp::backward: {
+        st.unstash(key(i));
+        if (!head) st.set_output_grad(inbox.extract(key(i)).mapped());
+        const bool completes = i.chunk == 0;  // a micro-batch's backward ends at this rank's first chunk
+        engine_->backward_part(completes);
+        if (!embed) outbox[key(i)] = st.input_grad();
+        if (completes && ++completed < m) engine_->step();  // the boundary's step waits for the tied reduction
+        break;
+      }
+      case PipeOp::reduce_tied_grads:
+        if (tied_) {
+          Tensor g = model.params().grad(st.tied_table_id());
+          tied_->all_reduce(g, ReduceOp::sum)->wait();
+        }
+        break;
+      case PipeOp::optimizer_step:
+        engine_->step();
+        break;
+    }
+  }
+  DSCPP_CHECK(inbox.empty() && outbox.empty(), "pipeline: ", inbox.size(), " received and ", outbox.size(),
+              " unsent tensors left after the schedule");
+  // The loss: the last stage's mean, averaged over the data-parallel ranks, then broadcast along the pipeline.
+  Tensor loss = Tensor::zeros({1}, DType::f32, ps.device());
+  if (is_last_stage()) {
+    float mean = loss_sum.to(Device::cpu()).data<float>()[0] / float(m);
+    if (ProcessGroup* dp = engine_->dp_group()) mean = all_reduce_values(*dp, {mean}, ReduceOp::avg, ps.device())[0];
+    Tensor h = Tensor::empty({1}, DType::f32, Device::cpu());
+    h.data<float>()[0] = mean;
+    loss.copy_from(h);
+  }
+  if (stages_ > 1) pipe_->broadcast(loss, stages_ - 1)->wait();
+  return loss.to(Device::cpu()).data<float>()[0];
+}
+
+}  // namespace dscpp
