@@ -141,6 +141,20 @@ void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const 
                       std::to_string(o.steps) + "): the run ends at that step with its metrics");
   mcfg.validate();
   check_parallel_layout(o, cfg, mcfg);
+  if (cfg.pp_size() > 1)
+    throw ConfigError("pipeline.stages", "--pp " + std::to_string(cfg.pp_size()) + ": dscpp train does not drive the "
+                      "pipeline engine yet (PipelineEngine::train_batch, runtime/pipe_engine.h, does); use --pp 1");
+  if (cfg.tp_size() > 1) {
+    const std::string tp = "--tp " + std::to_string(cfg.tp_size());
+    if (!o.no_save)
+      throw ConfigError("tensor_parallel.autotp_size", tp + ": checkpoints of tensor-parallel training are not built "
+                        "yet, so this run could not save its work; pass --no-save to train without checkpoints");
+    DSCPP_CHECK(!o.resume && o.init_from.empty(), tp, ": --resume and --init-from load whole-model checkpoints, "
+                "which a tensor-parallel rank's shard cannot take yet");
+    if (cfg.dscpp.fused_head)
+      throw ConfigError("dscpp.fused_head", "dscpp.fused_head = true with " + tp + ": the fused head does not split "
+                        "the vocabulary; set it false");
+  }
 }
 
 // Tests only: DSCPP_TRAIN_FAULT makes a run crash (abort), hang, or fail as out of memory at its first step, as a
@@ -208,6 +222,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   const Settings flags = {{"--steps", std::to_string(o.steps)},
                           {"--seq-len", std::to_string(T)},
                           {"--save-every", std::to_string(o.save_every)},
+                          {"--no-save", o.no_save ? "true" : "false"},
                           {"--eval-every", std::to_string(o.eval_every)},
                           {"--samples", std::to_string(o.num_samples)},
                           {"--resume", o.resume ? "true" : "false"},
@@ -224,10 +239,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   // groups.model_parallel to the global gradient norm.
   const ParallelGroups groups = make_train_groups(pg.get(), cfg);
   const int dp = cfg.dp_world_size;
-  if (groups.model_size() > 1 || groups.pipe_size() > 1)
-    DSCPP_FAIL("--tp ", cfg.tp_size(), " --pp ", cfg.pp_size(), ": tensor and pipeline parallel training are not "
-               "built yet (the layout ", groups.topo.str(), " and its groups are; this rank is stage ", groups.stage,
-               ", data rank ", groups.data_rank, ", model rank ", groups.model_rank, ")");
+  const int replica_ranks = groups.model_size() * groups.pipe_size();  // ranks that train one replica's tokens
 
   // 2. Data and tokenizer; the model's vocabulary follows the tokenizer's. Rank 0 builds the cache under out_dir
   // (tokenizer, token shard) while the others wait, then they read it.
@@ -282,6 +294,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   const bool sharded_init = (zero_sharded || (op && op->enabled())) && cfg.zero_optimization.stage == 3 &&
                             o.init_from.empty();
   mopts.materialize_params = !sharded_init;
+  mopts.tp_group = groups.model;  // Note [Tensor parallelism]: this rank's shard of the model
   auto model = make_model(mcfg, mopts);
   if (!sharded_init) model->init_weights(cfg.seed);
   if (!o.init_from.empty()) {
@@ -292,6 +305,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     model->set_checkpoint_policy(CheckpointPolicy(size_t(mcfg.n_layer), true));
   EngineOptions eopts;
   eopts.dp_group = groups.data;
+  eopts.model_parallel_group = groups.model_parallel;
   if (sharded_init) eopts.init_seed = cfg.seed;
   eopts.same_on_every_rank = flags;
   if (!quiet) eopts.log = &log;  // the engine reports its model-state bytes at start-up
@@ -312,6 +326,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     if (!quiet) log << "resumed from " << ckpt_dir << "/" << resume_tag << " at step " << engine->global_steps() << std::endl;
   }
   auto save = [&] {
+    if (o.no_save) return;
     DataLoaderState s = train.state();
     nlohmann::json cs = {{"dataloader", {{"epoch", s.epoch}, {"position", s.position}, {"seed", s.seed}}}};
     engine->save_checkpoint(ckpt_dir, "", cs, o.keep_last, data.tokenizer_path, "tokenizer.json");
@@ -389,7 +404,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
       // Collectives at print steps (the same steps on every rank): the loss averaged, tokens/s summed over ranks.
       const float loss = engine->global_last_loss();
       double tps = window_tokens / window_seconds;
-      if (pg) tps = all_reduce_values(*pg, {float(tps)}, ReduceOp::sum, mopts.device)[0];
+      if (pg) tps = all_reduce_values(*pg, {float(tps)}, ReduceOp::sum, mopts.device)[0] / replica_ranks;
       double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
       double eta = train_seconds / double(step - start_step) * double(o.steps - step);
       char line[256];
@@ -423,7 +438,9 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   }
   int64_t steps_run = engine->global_steps() - start_step;
   res.tokens_per_second = steps_run ? double(steps_run * B * T * gas) / train_seconds : 0.0;
-  if (pg) res.tokens_per_second = all_reduce_values(*pg, {float(res.tokens_per_second)}, ReduceOp::sum, mopts.device)[0];
+  if (pg)
+    res.tokens_per_second =
+        all_reduce_values(*pg, {float(res.tokens_per_second)}, ReduceOp::sum, mopts.device)[0] / replica_ranks;
   res.peak_tensor_bytes = device_alloc.stats().peak_bytes;
   res.predicted_peak_bytes = predicted.peak_bytes;
   res.peak_rss_bytes = peak_rss_bytes();
@@ -453,13 +470,13 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
       log << "attention: " << (att.cudnn_forward ? "cuDNN fused" : "own kernels") << " (" << att.cudnn_forward
           << " cuDNN / " << att.own_forward << " own forward calls; dscpp.attention is \"" << cfg.dscpp.attention
           << "\": auto, cudnn or own)" << std::endl;
-    log << "checkpoint: " << ckpt_dir << "/" << read_latest_tag(ckpt_dir) << std::endl;
+    if (!o.no_save) log << "checkpoint: " << ckpt_dir << "/" << read_latest_tag(ckpt_dir) << std::endl;
   }
 
   // 4. Samples. Under ZeRO-3 every forward gathers parameters (a collective), so every rank generates the same
   // samples in step (same seeds) and rank 0 prints them.
   const char* prompts[] = {"The ", "A man", "Q:", "Life is", "I think"};
-  const bool all_ranks_generate = engine->zero_params() != nullptr;
+  const bool all_ranks_generate = engine->zero_params() != nullptr || groups.model != nullptr;  // collectives
   for (int i = 0; (rank == 0 || all_ranks_generate) && i < o.num_samples; i++) {
     std::string prompt = prompts[i % 5];
     std::vector<int32_t> ids = data.tokenizer.encode(prompt);

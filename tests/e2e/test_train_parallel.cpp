@@ -1,6 +1,7 @@
 // `dscpp train`'s 3D layout (cli/train_parallel.h): --tp / --pp override the config's keys, the checks made before
 // any work name the flag, the value and the rule, the loader splits over the data axis only (tensor and pipeline
-// peers read the same micro-batches), and the launched job builds its groups before refusing what is not built yet.
+// peers read the same micro-batches), and the launched job: tensor parallelism trains with --no-save, and layouts
+// that do not fit are refused before any work.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -141,8 +142,9 @@ TEST(TrainParallel, LoaderSplitsOverTheDataAxisOnly) {
   fs::remove_all(dir);
 }
 
-// The launched job: validation before any work, then the groups, then the refusal of what is not built yet.
-TEST(TrainParallelCli, LaunchedTpBuildsItsGroupsThenSaysNotBuiltYet) {
+// The launched job: validation before any work; tensor parallelism trains with --no-save (its checkpoints are not
+// built yet, so a run that would save is refused before any work).
+TEST(TrainParallelCli, LaunchedTpTrainsWithoutCheckpointsAndRefusesToSave) {
   if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
   if (!gloo_available()) GTEST_SKIP() << "no gloo in this build";
   CliWorkspace ws("train_parallel");  // a 2-layer model with 2 heads
@@ -154,8 +156,13 @@ TEST(TrainParallelCli, LaunchedTpBuildsItsGroupsThenSaysNotBuiltYet) {
   int rc = 0;
   std::string out = launch(2, "tp2", "--tp 2", &rc);
   EXPECT_NE(rc, 0) << out;
-  expect_parts(out, {"not built yet", "pipe=1 x data=1 x model=2", "model rank 0", "model rank 1"});
+  expect_parts(out, {"--tp 2: checkpoints of tensor-parallel training are not built yet", "pass --no-save"});
   EXPECT_FALSE(fs::exists(ws.dir / "tp2" / "data")) << "refused after the data work started:\n" << out;
+
+  out = launch(2, "tp2run", "--tp 2 --no-save", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  expect_parts(out, {"step     1/1 | loss", "val loss"});
+  EXPECT_FALSE(fs::exists(ws.dir / "tp2run" / "checkpoints" / "latest")) << out;
 
   out = launch(2, "tp2pp2", "--tp 2 --pp 2", &rc);
   EXPECT_NE(rc, 0) << out;
