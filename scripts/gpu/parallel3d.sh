@@ -6,10 +6,12 @@
 #   tp       the Llama-3.2-3B shape (bf16, AdamW, B 4, T 2048, activation checkpointing) on 2 GPUs: ZeRO-3 data
 #            parallelism, then tensor parallelism 2 (ZeRO 0), in the same call (bench/dp_bench.cpp; P3D_TP_ARGS adds
 #            flags to both)
-#   pp       the same shape with pipeline parallelism 2, where bench/pp_bench exists
+#   pp       the same shape with pipeline parallelism 2 (bench/pipe_bench.cpp: 1F1B with 8 and 16 micro-batches of 2,
+#            interleaved with 2 virtual stages), each with its measured bubble against (p-1)/(vm+p-1)
+#   train    dscpp train --tp 2 --no-save on the built-in corpus (NCCL), a smoke run of the trainer's TP path
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
-default_steps=(build ops tp pp)
+default_steps=(build ops tp pp train)
 source "$(dirname "$0")/stages.sh"
 launch="./build-gpu/dscpp launch --nproc_per_node 2 --master_port 0 -H /nonexistent --"
 shape="--models llama-1b --n-layer 28 --n-embd 3072 --n-head 24 --n-kv-head 8 --n-ffn 8192 --n-vocab 128256"
@@ -30,10 +32,19 @@ if want tp; then
   grep -E "step [0-9]+:" "$OUT/tp_train.txt" | tail -4
   el tp
 fi
-if want pp && [ -x ./build-gpu/bench/pp_bench ]; then
-  timeout 240 $launch ./build-gpu/bench/pp_bench $shape --batch 4 --seq 2048 --micro-batches 8 ${P3D_PP_ARGS:-} \
-    > "$OUT/pp_train.txt" 2>&1
+if want pp; then
+  pb="./build-gpu/pipe_bench --arch llama --n-layer 28 --n-embd 3072 --n-head 24 --n-kv-head 8 --n-ffn 8192"
+  pb="$pb --n-vocab 128256 --seq 2048 --batch 2 --checkpointing --steps 4 --warmup 2 ${P3D_PP_ARGS:-}"
+  { timeout 150 $launch $pb --pp 2 --micro-batches 8; timeout 150 $launch $pb --pp 2 --micro-batches 16;
+    timeout 150 $launch $pb --pp 2 --micro-batches 8 --virtual-stages 2; } > "$OUT/pp_train.txt" 2>&1
   echo "pp train rc=$?"
-  grep -E "RESULT|bubble|error|rank [0-9]:" "$OUT/pp_train.txt" | head -12
+  grep -E "RESULT|error|rank [0-9]:" "$OUT/pp_train.txt" | head -12
   el pp
+fi
+if want train; then
+  timeout 150 $launch ./build-gpu/dscpp train --device cuda --tp 2 --no-save --steps 60 --out "$OUT/tp_run" \
+    > "$OUT/tp_dscpp_train.txt" 2>&1
+  echo "dscpp train --tp 2 rc=$?"
+  grep -E "step +[0-9]+/|val loss|trained|error" "$OUT/tp_dscpp_train.txt" | tail -5
+  el train
 fi
