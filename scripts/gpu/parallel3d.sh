@@ -43,6 +43,7 @@ if want pp; then
 fi
 if want train; then
   timeout 150 $launch ./build-gpu/dscpp train --device cuda --tp 2 --no-save --steps 60 --out "$OUT/tp_run" \
+    --data README.md docs/ARCHITECTURE.md docs/CONFIG.md docs/PERF.md \
     > "$OUT/tp_dscpp_train.txt" 2>&1
   echo "dscpp train --tp 2 rc=$?"
   grep -E "step +[0-9]+/|val loss|trained|error" "$OUT/tp_dscpp_train.txt" | tail -5
