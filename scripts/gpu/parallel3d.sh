@@ -3,9 +3,8 @@
 #   build    a fresh sm_90a build (scripts/gpu/check.sh build)
 #   ops      the tensor-parallel shard ops (embedding and cross-entropy shards, the shards' join) against their CPU
 #            references (test_ops)
-#   tp       the Llama-3.2-3B shape (bf16, AdamW, B 4, T 2048, activation checkpointing) on 2 GPUs: ZeRO-3 data
-#            parallelism, then tensor parallelism 2 (ZeRO 0), in the same call (bench/dp_bench.cpp; P3D_TP_ARGS adds
-#            flags to both)
+#   tp       the Llama-3.2-3B shape (bf16, AdamW, B 4, T 2048) on 2 GPUs: ZeRO-3 data parallelism, then tensor
+#            parallelism 2 (ZeRO 0), with activation checkpointing and without, in the same call (bench/dp_bench.cpp)
 #   pp       the same shape with pipeline parallelism 2 (bench/pipe_bench.cpp: 1F1B with 8 and 16 micro-batches of 2,
 #            interleaved with 2 virtual stages), each with its measured bubble against (p-1)/(vm+p-1)
 #   train    dscpp train --tp 2 --no-save on the built-in corpus (NCCL), a smoke run of the trainer's TP path
@@ -24,11 +23,14 @@ if want ops; then
   el ops
 fi
 if want tp; then
-  common="$shape --batch 4 --seq 2048 --steps 6 --warmup 2 --checkpointing --overlap ${P3D_TP_ARGS:-}"
-  { timeout 240 $launch ./build-gpu/bench/dp_bench $common --zero-stage 3;
-    timeout 240 $launch ./build-gpu/bench/dp_bench $common --zero-stage 0 --tp 2; } > "$OUT/tp_train.txt" 2>&1
+  # With activation checkpointing, then without (P3D_TP_ARGS adds flags to all four runs).
+  common="$shape --batch 4 --seq 2048 --steps 6 --warmup 2 --overlap ${P3D_TP_ARGS:-}"
+  { for ck in --checkpointing ""; do
+      timeout 200 $launch ./build-gpu/bench/dp_bench $common $ck --zero-stage 3
+      timeout 200 $launch ./build-gpu/bench/dp_bench $common $ck --zero-stage 0 --tp 2
+    done; } > "$OUT/tp_train.txt" 2>&1
   echo "tp train rc=$?"
-  grep -E "RESULT|STATES|error|rank [0-9]:" "$OUT/tp_train.txt" | head -12
+  grep -E "RESULT|error|rank [0-9]:" "$OUT/tp_train.txt" | head -12
   grep -E "step [0-9]+:" "$OUT/tp_train.txt" | tail -4
   el tp
 fi
