@@ -104,7 +104,8 @@ ActivationWorkload workload(const EstimateOptions& o, const DeepSpeedConfig& ds,
 
 // Note [Memory tiers]: per rank on each tier, for each offload choice at stage 3, DeepSpeed's estimate beside ours.
 // Model states and the engine's buffers only (micro_batch 0), or the training peak with activations and ZeRO's
-// buffers. The NVMe row moves offload_optimizer's masters and states onto the disk; its swap buffers are not counted.
+// buffers. The NVMe row keeps offload_optimizer's masters and states in swap files, stepped through host buffers of
+// the largest sub-group (Note [NVMe optimizer states]); DeepSpeed's estimator has no NVMe case.
 void print_offload_choices(const EstimateOptions& o, const ModelConfig& cfg, int W, const ModelParamCounts& n,
                            bool with_workload) {
   const DeepSpeedConfig ds = workload_config(o, W);
@@ -126,7 +127,7 @@ void print_offload_choices(const EstimateOptions& o, const ModelConfig& cfg, int
               "|---|---:|---:|---:|---:|---:|\n");
   for (const Choice& c : {Choice{"none", false, false, false}, Choice{"optimizer cpu", true, false, false},
                           Choice{"optimizer + param cpu", true, true, false},
-                          Choice{"optimizer nvme + param cpu", true, true, true}}) {
+                          Choice{"optimizer nvme", true, false, true}}) {
     TrainingMemorySetup s;
     s.stage = 3;
     s.world_size = W;
@@ -136,7 +137,7 @@ void print_offload_choices(const EstimateOptions& o, const ModelConfig& cfg, int
     s.zero.offload_param.reset();
     if (c.optimizer) {
       s.zero.offload_optimizer = ds.zero_optimization.offload_optimizer.value_or(OffloadOptimizerConfig());
-      s.zero.offload_optimizer->device = "cpu", s.zero.offload_optimizer->ratio = 1.0;
+      s.zero.offload_optimizer->device = c.nvme ? "nvme" : "cpu", s.zero.offload_optimizer->ratio = 1.0;
       s.offload_ratio = 1.0;
     }
     if (c.params) {
@@ -146,8 +147,7 @@ void print_offload_choices(const EstimateOptions& o, const ModelConfig& cfg, int
     s.fp32_master = w.act != DType::f32;
     s.gradient_accumulation_steps = std::max<int64_t>(1, ds.gradient_accumulation_steps);
     const TrainingMemoryEstimate e = estimate_training_memory(cfg, w, s);
-    TierBytes t = with_workload ? e.peak : e.placed;
-    if (c.nvme) t.nvme = e.states.host, t.cpu -= e.states.host;
+    const TierBytes t = with_workload ? e.peak : e.placed;
     const DsMemEstimate d = estimate_zero3_model_states_mem_needs(n.total, n.largest_module, o.num_gpus_per_node,
                                                                   o.num_nodes, c.optimizer, c.params, true,
                                                                   o.additional_buffer_factor);
@@ -158,7 +158,8 @@ void print_offload_choices(const EstimateOptions& o, const ModelConfig& cfg, int
   }
   std::printf("Ours keep f32 gradients on the GPU (4 bytes per parameter of the rank's shard; DeepSpeed's estimate "
               "counts none) and step an f32 master and AdamW's two states on the host (12 bytes; DeepSpeed 16), the "
-              "16-bit partition with offload_param (2). DeepSpeed's figures are model states alone.\n");
+              "16-bit partition with offload_param (2); with NVMe the host holds swap buffers of the largest "
+              "sub-group (zero_optimization.sub_group_size) instead. DeepSpeed's figures are model states alone.\n");
 }
 
 // Model states + activations + ZeRO's buffers per GPU, for each stage (Note [Activation estimate]).

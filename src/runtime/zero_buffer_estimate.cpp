@@ -15,6 +15,7 @@
 #include <deque>
 
 #include "dscpp/runtime/zero_estimate.h"
+#include "dscpp/swap/swap_file.h"
 #include "runtime/dp/grad_sync.h"
 #include "runtime/offload/optimizer_offload.h"
 
@@ -26,10 +27,12 @@ bool offloads_params(const TrainingMemorySetup& s) {
   return s.stage == 3 && s.zero.offload_param && s.zero.offload_param->enabled();
 }
 
-// Offload's buffers beyond the model states, as OptimizerOffload (its copy slots) and ParamOffload (its staging)
-// make them from the units' chunks (Note [Memory tiers]).
+// Offload's buffers beyond the model states, as OptimizerOffload (its copy slots; with device "nvme" its swap files
+// and buffers, Note [NVMe optimizer states]) and ParamOffload (its staging) make them from the units' chunks (Note
+// [Memory tiers]).
 struct OffloadBuffers {
-  int64_t optimizer_host = 0;                   // gradient and 16-bit copy slots
+  int64_t optimizer_host = 0;                   // gradient and 16-bit copy slots, NVMe swap buffers
+  int64_t nvme = 0;                             // NVMe: the masters' and states' swap files
   int64_t params_host = 0, params_device = 0;   // staging
 };
 OffloadBuffers offload_buffers(const std::vector<int64_t>& units, int world, const TrainingMemorySetup& s,
@@ -39,18 +42,31 @@ OffloadBuffers offload_buffers(const std::vector<int64_t>& units, int world, con
   int64_t shard = 0, largest_chunk = 0;
   for (int64_t u : units) shard += u / world, largest_chunk = std::max(largest_chunk, u / world);
   if (s.offload_ratio > 0 && s.stage >= 1) {  // Twin-Flow's device share ends on a multiple of 64 elements
+    const auto& oo = s.zero.offload_optimizer;
+    const bool nvme = oo && oo->device == "nvme";
     const int64_t split = s.offload_ratio >= 1.0 ? 0 : int64_t((1.0 - s.offload_ratio) * double(shard)) / 64 * 64;
-    const int64_t piece = OptimizerOffload::kPieceElements;
+    const int64_t piece = nvme ? std::min(OptimizerOffload::kPieceElements, s.zero.sub_group_size)
+                               : OptimizerOffload::kPieceElements;
     int64_t off = 0, pieces = 0, largest = 0, host = 0;
+    std::vector<int64_t> groups{0};  // NVMe sub-groups: runs of whole pieces of at most sub_group_size elements
     for (int64_t u : units) {
-      const int64_t from = std::max(off, split), to = off + u / world;
-      if (to > from) host += to - from, pieces += (to - from + piece - 1) / piece;
-      if (to > from) largest = std::max(largest, std::min(piece, to - from));
-      off = to;
+      for (int64_t b0 = std::max(off, split), e = b0; b0 < off + u / world; b0 = e) {
+        e = std::min(off + u / world, b0 + piece);
+        host += e - b0, pieces++, largest = std::max(largest, e - b0);
+        if (groups.back() > 0 && groups.back() + (e - b0) > s.zero.sub_group_size) groups.push_back(0);
+        groups.back() += e - b0;
+      }
+      off += u / world;
     }
-    const int64_t count = s.zero.offload_optimizer ? s.zero.offload_optimizer->buffer_count : 4;
+    const int64_t count = oo ? oo->buffer_count : 4;
     const int64_t buffered = s.delayed_update ? host : std::min(count, pieces) * largest;
     b.optimizer_host = buffered * (4 + (param_bytes != 4 && !params ? param_bytes : 0));
+    if (nvme) {  // each group's weights and states in files of 4096-byte blocks; slots of the largest group
+      const int64_t T = 1 + s.optimizer_states;
+      int64_t cap = 0;
+      for (int64_t g : groups) b.nvme += T * aio_aligned(g * 4), cap = std::max(cap, aio_aligned(g * 4) / 4);
+      b.optimizer_host += std::min(count / T, int64_t(groups.size())) * T * cap * 4;
+    }
   }
   if (params) {
     const OffloadParamConfig& p = *s.zero.offload_param;
@@ -197,6 +213,7 @@ TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const Ac
   const OffloadBuffers ob = offload_buffers(units, sharded ? s.world_size : 1, s, pb);
   e.states.params += ob.params_device;
   e.states.host_params += ob.params_host;
+  if (ob.nvme > 0) e.states.nvme = ob.nvme, e.states.host = 0;  // Note [NVMe optimizer states]
   e.activations = estimate_activation_memory(cfg, w);
   // The coordinator records the sequence of unit uses in the first micro-step and follows it afterwards: so do we.
   std::vector<int> seq;
@@ -229,8 +246,10 @@ TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const Ac
   e.peak_at = together.peak_at;
   e.placed.gpu = e.states.total();
   e.placed.cpu = e.states.host + e.states.host_params + ob.optimizer_host;
+  e.placed.nvme = e.states.nvme;
   e.peak.gpu = e.peak_bytes;
   e.peak.cpu = e.placed.cpu + (w.cuda ? e.activations.host_bytes : 0);  // on the CPU device: in peak_bytes
+  e.peak.nvme = e.placed.nvme;
   return e;
 }
 

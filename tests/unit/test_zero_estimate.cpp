@@ -471,8 +471,7 @@ TEST(EstimateMemoryCli, OffloadChoicesPerTier) {
   };
   std::vector<TierBytes> ours;
   for (const Row& r : {Row{"none", false, false, false}, Row{"optimizer cpu", true, false, false},
-                       Row{"optimizer + param cpu", true, true, false},
-                       Row{"optimizer nvme + param cpu", true, true, true}}) {
+                       Row{"optimizer + param cpu", true, true, false}, Row{"optimizer nvme", true, false, true}}) {
     TrainingMemorySetup s;
     s.stage = 3;
     s.world_size = 2;
@@ -480,15 +479,14 @@ TEST(EstimateMemoryCli, OffloadChoicesPerTier) {
     if (r.opt) {
       s.offload_ratio = 1.0;
       s.zero.offload_optimizer = OffloadOptimizerConfig();
-      s.zero.offload_optimizer->device = "cpu";
+      s.zero.offload_optimizer->device = r.nvme ? "nvme" : "cpu";
     }
     if (r.par) {
       s.zero.offload_param = OffloadParamConfig();
       s.zero.offload_param->device = "cpu";
     }
     const TrainingMemoryEstimate e = estimate_training_memory(cfg, w, s);
-    TierBytes t = e.placed;
-    if (r.nvme) t.nvme = e.states.host, t.cpu -= e.states.host;
+    const TierBytes t = e.placed;
     ours.push_back(t);
     const Ref d = ref_zero3(double(n.total), double(n.largest_module), 2, 1, r.opt, r.par, true, 1.5);
     const std::string ds = r.nvme ? "- | - | " : fmt("%.2f | ", d.gpu / kGiB) + fmt("%.2f | ", d.cpu / 2 / kGiB);
@@ -497,13 +495,16 @@ TEST(EstimateMemoryCli, OffloadChoicesPerTier) {
     EXPECT_NE(out.find(row), std::string::npos) << "missing '" << row << "' in\n" << out;
   }
   // What each choice moves: the optimizer (12 bytes per parameter of the shard, and its copy slots), then the 16-bit
-  // parameters (2, and the pageable partition's staging), then the optimizer again, onto the disk.
-  EXPECT_GT(ours[0].gpu - ours[1].gpu, 0.95 * 12.0 * double(n.total) / 2) << "the optimizer left the GPU";
-  EXPECT_GT(ours[1].gpu - ours[2].gpu, 0.95 * 2.0 * double(n.total) / 2) << "the parameters left the GPU";
+  // parameters (2, and the pageable partition's staging); or the optimizer onto the disk (12 bytes there, in 4096-byte
+  // blocks; the host keeps one sub-group's slot: the whole shard at the default sub_group_size of 1e9).
+  const double shard = double(n.total) / 2;
+  EXPECT_GT(ours[0].gpu - ours[1].gpu, 0.95 * 12.0 * shard) << "the optimizer left the GPU";
+  EXPECT_GT(ours[1].gpu - ours[2].gpu, 0.95 * 2.0 * shard) << "the parameters left the GPU";
   EXPECT_EQ(ours[0].cpu, 0);
   EXPECT_GT(ours[2].cpu, ours[1].cpu);
-  EXPECT_EQ(ours[3].gpu, ours[2].gpu);
-  EXPECT_EQ(ours[3].cpu + ours[3].nvme, ours[2].cpu);
+  EXPECT_EQ(ours[3].gpu, ours[1].gpu);
+  EXPECT_NEAR(double(ours[3].nvme), 12.0 * shard, 0.01 * shard);
+  EXPECT_NEAR(double(ours[3].cpu), double(ours[1].cpu), 0.01 * shard) << "the states' slot replaces the states";
 }
 
 // --tp / --pp: per stage, the parameters of one rank (Note [Model states under TP and PP]) and their model states

@@ -143,9 +143,9 @@ struct TrainingMemorySetup {
   bool delayed_update = false;        // dscpp.offload.delayed_update: whole-shard copy buffers
 };
 // Note [Memory tiers]: `placed` is what the engine allocates at start-up on each tier, as Engine::placed_bytes()
-// reports it (model states; offload's host states, partition, staging buffers and copy slots); `peak` adds the
-// device's high-water mark of a micro-step and cpu_checkpointing's host copies. NVMe stays 0 until something swaps
-// there.
+// reports it (model states; offload's host states, partition, staging buffers and copy slots; offload_optimizer
+// device "nvme": its swap files and buffers); `peak` adds the device's high-water mark of a micro-step and
+// cpu_checkpointing's host copies.
 struct TrainingMemoryEstimate {
   ModelStateBytes states;             // with offload_param's staging (device: params; host: host_params)
   ActivationEstimate activations;     // alone

@@ -204,8 +204,8 @@ TierBytes Engine::placed_bytes() const {
   TierBytes t;
   t.gpu = m.total() + (grad_sync_ ? int64_t(grad_sync_->arena().nbytes()) : 0) +
           (zparams_ ? int64_t(zparams_->arena().nbytes()) : 0);
-  t.cpu = m.host + m.host_params;
-  if (offload_) t.cpu += offload_->bytes().host_grads + offload_->bytes().host_staging;  // the copy slots
+  t.cpu = m.host_params + (offload_ ? offload_->bytes().host() : 0);  // with the copy slots and swap buffers
+  t.nvme = m.nvme;
   return t;
 }
 
@@ -239,10 +239,6 @@ std::string Engine::model_state_report() const {
     o << ", copy slots for gradients " << gib(h.host_grads) << " GiB and parameters " << gib(h.host_staging)
       << " GiB, host total " << gib(h.host()) << " GiB";
   }
-  // What this rank placed on each tier: the model states on its device, the offload's host buffers, its swap files.
-  const int64_t host_bytes = offload_ ? offload_->bytes().host() : 0, nvme_bytes = offload_ ? a.nvme : 0;
-  o << "; placed on " << model_->params().device().str() << " " << gib(a.total()) << " GiB, host "
-    << gib(host_bytes) << " GiB, NVMe " << gib(nvme_bytes) << " GiB";
   // Note [Copy-engine reductions], Note [Copy-engine ZeRO]: registered buffers beyond the model states.
   int64_t copies = grad_sync_ ? grad_sync_->arena().nbytes() : 0;
   if (zparams_) copies += zparams_->arena().nbytes();
@@ -254,9 +250,11 @@ std::string Engine::model_state_report() const {
       << " GiB), staging " << gib(p.host_staging) << " GiB on the host and " << gib(p.device_staging)
       << " GiB on the device";
   }
+  // Note [Memory tiers]: what this rank placed on each tier: the model states and the engine's standing buffers on
+  // its device, offload's host buffers, its swap files.
   const TierBytes placed = placed_bytes();
-  o << "\nplaced per rank: GPU " << gib(placed.gpu) << " GiB, CPU " << gib(placed.cpu) << " GiB, NVMe "
-    << gib(placed.nvme) << " GiB";
+  o << "; placed on " << model_->params().device().str() << " " << gib(placed.gpu) << " GiB, host "
+    << gib(placed.cpu) << " GiB, NVMe " << gib(placed.nvme) << " GiB";
   return o.str();
 }
 
