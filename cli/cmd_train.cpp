@@ -1,5 +1,6 @@
 // dscpp train: the main job. With no arguments it trains a small GPT on the built-in corpus (Debian's fortunes),
 // saves a checkpoint and prints samples.
+#include <cstdlib>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -24,6 +25,8 @@ Command register_train(CLI::App& app) {
       "Model presets: " + [] { std::string s; for (auto& n : ModelConfig::preset_names()) s += n + " "; return s; }());
   add_train_options(c.app, *o);
   c.run = [o] {
+    // Tests only: a fault for the autotuner's trial tests to provoke in this child process (Note [Trial faults]).
+    if (const char* f = std::getenv("DSCPP_TRAIN_FAULT")) o->fault = f;
     if (!o->trace.empty()) {
       std::vector<InputPath> reads = {{"--config", o->config_path}, {"--model", o->model}, {"--tokenizer", o->tokenizer}};
       for (const auto& d : o->data) reads.push_back({"--data", d});

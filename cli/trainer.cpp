@@ -157,13 +157,11 @@ void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const 
   }
 }
 
-// Tests only: DSCPP_TRAIN_FAULT makes a run crash (abort), hang, or fail as out of memory at its first step, as a
-// real one might; the autotuner's trial tests set it for chosen trials (Note [Trial faults],
-// src/autotune/trial_runner.cpp).
-void inject_train_fault() {
-  const char* f = std::getenv("DSCPP_TRAIN_FAULT");
-  if (!f || !*f) return;
-  const std::string what = f;
+// Tests only (TrainOptions::fault, which `dscpp train` takes from DSCPP_TRAIN_FAULT): the run crashes (abort), hangs,
+// or fails as out of memory at its first step, as a real one might; the autotuner's trial tests set it for chosen
+// trials (Note [Trial faults], src/autotune/trial_runner.cpp).
+void inject_train_fault(const std::string& what) {
+  if (what.empty()) return;
   if (what == "crash") {
     std::fprintf(stderr, "DSCPP_TRAIN_FAULT=crash: aborting\n");
     std::abort();
@@ -385,7 +383,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   double train_seconds = 0, window_seconds = 0;
   int64_t window_tokens = 0;
   auto run_start = Clock::now();
-  inject_train_fault();
+  inject_train_fault(o.fault);
   while (engine->global_steps() < o.steps && !engine->autotuning_finished()) {
     auto t0 = Clock::now();
     for (int64_t micro = 0; micro < gas; micro++) {

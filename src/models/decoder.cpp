@@ -468,13 +468,8 @@ void Decoder::backward(float dloss) {
       }
       dxf = Tensor::empty({N, C}, act_, device_);
       DSCPP_PROFILE_RANGE("model.lm_head");
-      const Tensor W = params_.param(m_.lm_head_id), dW = params_.grad(m_.lm_head_id);
-      if (tp_.on()) {  // each rank's vocabulary rows give a partial sum (Note [Input gradient overlap])
-        ops::matmul_backward(dxf, Tensor(), Tensor(), logits_, xf_, W);
-        tp_.sum_beside(dxf, [&] { ops::matmul_backward(Tensor(), dW, Tensor(), logits_, xf_, W); });
-      } else {
-        ops::matmul_backward(dxf, dW, Tensor(), logits_, xf_, W);
-      }
+      ops::matmul_backward(dxf, params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, params_.param(m_.lm_head_id));
+      tp_.sum(dxf);  // each rank's vocabulary rows give a partial sum
     }
     logits_ = Tensor();
     dres = Tensor::empty({N, C}, act_, device_);

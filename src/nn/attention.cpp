@@ -34,7 +34,8 @@ void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const
   ops::attention_backward(dqkv, datt, qkv_out_, att_, lse_, s.B, s.T, H, Hkv, D, backend);
   datt = Tensor();
   if (rope) ops::rope_backward(dqkv, s.pos, H, Hkv, D, rope_params);
-  qkv.backward_summed(ps, dinp, dqkv, make_inp(), tp);  // a made input lives for these GEMMs only
+  qkv.backward(ps, dinp, dqkv, make_inp());  // a made input lives for this GEMM only
+  tp.sum(dinp);
 }
 
 void CausalSelfAttention::release() {

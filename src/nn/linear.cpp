@@ -50,12 +50,4 @@ void Linear::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout
   ops::matmul_backward(dinp, weight_grad(ps), bias_grad(ps), dout, inp, weight(ps));
 }
 
-void Linear::backward_summed(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
-                             const TensorParallel& tp) const {
-  if (!tp.on()) return backward(ps, dinp, dout, inp);
-  const Tensor w = weight(ps);
-  ops::matmul_backward(dinp, Tensor(), Tensor(), dout, inp, w);
-  tp.sum_beside(dinp, [&] { ops::matmul_backward(Tensor(), weight_grad(ps), bias_grad(ps), dout, inp, w); });
-}
-
 }  // namespace dscpp

@@ -36,7 +36,8 @@ void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout,
     Tensor dpre = Tensor::empty({N, ffn}, dout.dtype(), dout.device());
     ops::matmul_dgelu_backward(dpre, dout, down.weight(ps), pre_);
     down.backward(ps, Tensor(), dout, act_);
-    up.backward_summed(ps, dinp, dpre, make_inp(), tp);
+    up.backward(ps, dinp, dpre, make_inp());
+    tp.sum(dinp);
     return;
   }
   Tensor dact = Tensor::empty({N, ffn}, dout.dtype(), dout.device());
@@ -44,7 +45,8 @@ void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout,
   Tensor dpre = Tensor::empty(pre_.shape(), dout.dtype(), dout.device());
   ops::swiglu_backward(dpre, dact, pre_);
   dact = Tensor();
-  up.backward_summed(ps, dinp, dpre, make_inp(), tp);  // a made input lives for these GEMMs only
+  up.backward(ps, dinp, dpre, make_inp());  // a made input lives for this GEMM only
+  tp.sum(dinp);
 }
 
 void Mlp::release() {

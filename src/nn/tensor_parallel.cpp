@@ -18,14 +18,6 @@ void TensorParallel::sum(const Tensor& t) const {
   group->all_reduce_on_stream(x, ReduceOp::sum);
 }
 
-void TensorParallel::sum_beside(const Tensor& t, const std::function<void()>& beside) const {
-  if (!on()) return beside();
-  Tensor x = t;
-  WorkPtr w = group->all_reduce(x, ReduceOp::sum);
-  beside();
-  w->wait();
-}
-
 int64_t TensorParallel::split(int64_t n, const char* what) const {
   DSCPP_CHECK(n % size == 0, "tensor parallelism: ", what, " = ", n, " is not divisible by the tensor-parallel size ",
               size, " (tensor_parallel.autotp_size / --tp)");

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "dscpp/nn/params.h"
-#include "dscpp/nn/tensor_parallel.h"
 
 namespace dscpp {
 
@@ -35,10 +34,6 @@ struct Linear {
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual = Tensor()) const;
   // dinp[N,C] (=, skipped when undefined); dW += dout^T inp; db += sum_n dout
   void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) const;
-  // The same for a column-parallel projection: dinp (=) the sum over tp's ranks, overlapped with the weight gradient
-  // (Note [Input gradient overlap], nn/tensor_parallel.h).
-  void backward_summed(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
-                       const TensorParallel& tp) const;
 };
 
 }  // namespace dscpp

@@ -11,11 +11,6 @@
 // gradients, so they stay identical with no communication. The token table and the lm head are split by vocabulary
 // rows (Note [Vocabulary-parallel cross-entropy]), padded so every rank holds the same count.
 //
-// Note [Input gradient overlap]: a first projection's input gradient is summed over the ranks while the same
-// projection's weight gradient GEMM runs (Linear::backward_summed): the two are independent, so the all-reduce on the
-// group's stream hides behind the GEMM, as Megatron-LM's asynchronous tensor-parallel all-reduce does. Forward's
-// sums have nothing independent beside them and stay on the compute stream.
-//
 // Note [Vocabulary-parallel cross-entropy]: rank r's logits hold columns [first, first + V_r) of the vocabulary. Each
 // rank computes its rows' log-sum-exp and the target's logit where the target is one of its columns
 // (ops::crossentropy_shard_stats), the ranks all-gather those 2 N floats and each joins them into the loss and the
@@ -24,7 +19,6 @@
 // sum, all-reduced like a first projection's.
 #pragma once
 #include <cstdint>
-#include <functional>
 
 #include "dscpp/core/tensor.h"
 #include "dscpp/nn/shard_spec.h"
@@ -41,9 +35,6 @@ struct TensorParallel {
   bool on() const { return size > 1; }
   // t (=) the sum of every rank's t, on the compute stream; nothing without tensor parallelism.
   void sum(const Tensor& t) const;
-  // The same sum on the group's stream while beside() queues independent work on the compute stream (Note [Input
-  // gradient overlap]); returns once the compute stream waits for both.
-  void sum_beside(const Tensor& t, const std::function<void()>& beside) const;
   // n / size, refused (naming `what`) unless size divides n.
   int64_t split(int64_t n, const char* what) const;
   // The rows of a vocabulary of V split over the ranks: ceil(V / size) each, the last ones padded.
