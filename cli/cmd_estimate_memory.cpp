@@ -17,6 +17,8 @@
 #include "dscpp/models/activation_memory.h"
 #include "dscpp/runtime/config.h"
 #include "dscpp/runtime/parallel_estimate.h"
+#include "dscpp/runtime/pipe_engine.h"
+#include "dscpp/runtime/training_memory.h"
 #include "dscpp/runtime/zero_estimate.h"
 
 namespace dscpp::cli {
@@ -39,29 +41,95 @@ struct EstimateOptions {
   int tp = 1, pp = 1;            // tensor-parallel degree, pipeline stages (Note [Model states under TP and PP])
 };
 
+// "embeddings, blocks 0-5" / "blocks 6-11, head": a chunk's pipeline items (Note [Pipeline stage]), chunks by "; ".
+std::string describe_layers(const StageLayers& layers, int64_t L) {
+  std::string out;
+  for (auto [b, e] : layers.chunks) {
+    std::string c;
+    if (b == 0) c = "embeddings";
+    const int64_t b0 = std::max<int64_t>(b, 1) - 1, b1 = std::min<int64_t>(e, L + 1) - 1;
+    if (b1 > b0) c += (c.empty() ? "" : ", ") + ("blocks " + std::to_string(b0) + "-" + std::to_string(b1 - 1));
+    if (e == L + 2) c += (c.empty() ? "" : ", ") + std::string("head");
+    out += (out.empty() ? "" : "; ") + c;
+  }
+  return out;
+}
+
 // Under tp x pp: per stage, the parameters one rank holds and its model states over the dp = W / (tp x pp)
-// data-parallel ranks at each ZeRO stage (bf16 params, f32 grads and master, AdamW).
-void print_parallel_states(const EstimateOptions& o, const ModelConfig& cfg, int W) {
+// data-parallel ranks at each ZeRO stage (bf16 params, f32 grads and master, AdamW); given a workload, each stage's
+// training peak under the pipeline schedule (Note [Pipeline memory estimate]) and the bubble.
+void print_parallel_states(const EstimateOptions& o, const ModelConfig& cfg, int W, bool with_workload) {
   DSCPP_CHECK(W % (o.tp * o.pp) == 0, "--tp ", o.tp, " x --pp ", o.pp, " = ", o.tp * o.pp, " does not divide the ",
               W, " GPUs (--num_gpus_per_node x --num_nodes): the ranks form tp x pp x dp");
-  const int dp = W / (o.tp * o.pp);
-  TrainOptions flags;  // the same model checks as dscpp train --tp --pp, in the same words
-  flags.tp = o.tp, flags.pp = o.pp;
-  check_parallel_layout(flags, read_train_config(flags, W, nullptr), cfg);
-  const std::vector<int64_t> per_stage = stage_rank_parameters(cfg, o.tp, o.pp);  // checks tp and pp against cfg
+  TrainOptions flags;  // the same config and model checks as dscpp train --tp --pp, in the same words
+  flags.tp = o.tp, flags.pp = o.pp, flags.config_path = o.deepspeed_config;
+  const DeepSpeedConfig ds = read_train_config(flags, W, nullptr);
+  check_parallel_layout(flags, ds, cfg);
+  PipelineLayout lay;
+  lay.tp = o.tp, lay.pp = o.pp, lay.dp = W / (o.tp * o.pp);
+  lay.virtual_stages = int(ds.dscpp.pipeline.virtual_stages);
+  lay.partition_method = ds.pipeline.partition;
+  lay.micro_batches = ds.gradient_accumulation_steps;
+  std::vector<StageLayers> layers;
+  for (int s = 0; s < o.pp; s++)
+    layers.push_back(pipe_stage_layers(cfg, lay.partition_method, lay.pp, lay.virtual_stages, s));
   std::printf("\n== DeepSpeed.cpp engine: model states per GPU under tp %d x pp %d x dp %d, bf16 params, f32 grads, "
-              "f32 master, AdamW ==\n", o.tp, o.pp, dp);
-  std::printf("(Note [Model states under TP and PP] in runtime/parallel_estimate.h: layers split uniformly over the "
-              "stages, Megatron's split within a stage; ZeRO shards each rank's states over its %d data-parallel "
-              "peer(s). Activations and pipeline buffers are not estimated under tp or pp yet)\n", dp);
-  std::printf("| pipeline stage | params per rank | ZeRO 0 GiB | ZeRO 1 GiB | ZeRO 2 GiB | ZeRO 3 GiB |\n"
-              "|---|---:|---:|---:|---:|---:|\n");
-  for (size_t s = 0; s < per_stage.size(); ++s) {
-    std::printf("| %zu | %s |", s, grouped(per_stage[s]).c_str());
+              "f32 master, AdamW ==\n", lay.tp, lay.pp, lay.dp);
+  std::printf("(Note [Model states under TP and PP] in runtime/parallel_estimate.h: layers split by "
+              "pipeline.partition_method \"%s\"%s, Megatron's split within a stage; ZeRO shards each rank's states "
+              "over its %d data-parallel peer(s))\n", lay.partition_method.c_str(),
+              lay.virtual_stages > 1 ? (" into " + std::to_string(lay.virtual_stages) + " chunks per stage").c_str()
+                                     : "", lay.dp);
+  std::printf("| pipeline stage | layers | params per rank | ZeRO 0 GiB | ZeRO 1 GiB | ZeRO 2 GiB | ZeRO 3 GiB |\n"
+              "|---|---|---:|---:|---:|---:|---:|\n");
+  for (int s = 0; s < o.pp; ++s) {
+    const int64_t n = rank_parameters(cfg, lay.tp, layers[size_t(s)]);
+    std::printf("| %d | %s | %s |", s, describe_layers(layers[size_t(s)], cfg.n_layer).c_str(), grouped(n).c_str());
     for (int stage = 0; stage <= 3; ++stage)
-      std::printf(" %s |", format_gib(zero_model_state_bytes(per_stage[s], stage, dp, 2, 4, true, 2).total()).c_str());
+      std::printf(" %s |", format_gib(zero_model_state_bytes(n, stage, lay.dp, 2, 4, true, 2).total()).c_str());
     std::printf("\n");
   }
+  const double bubble = pipeline_bubble(lay.pp, lay.micro_batches, lay.virtual_stages);
+  std::printf("pipeline bubble in theory: (p - 1) / (%sm + p - 1) = %d / %lld = %.1f%% of a train_batch "
+              "(m = gradient_accumulation_steps %lld%s)\n", lay.virtual_stages > 1 ? "v " : "", lay.pp - 1,
+              (long long)(lay.virtual_stages * lay.micro_batches + lay.pp - 1), 100.0 * bubble,
+              (long long)lay.micro_batches,
+              lay.virtual_stages > 1 ? (", v = dscpp.pipeline.virtual_stages " +
+                                        std::to_string(lay.virtual_stages)).c_str() : "");
+  if (!with_workload) {
+    std::printf("Give --micro_batch or --deepspeed_config for activations and the peak per stage.\n");
+    return;
+  }
+  TrainingMemoryInputs in = training_memory_inputs(cfg, ds, 0, true);
+  ActivationWorkload& w = in.workload;
+  if (o.micro_batch) w.micro_batch = o.micro_batch;
+  w.seq_len = o.seq_len ? o.seq_len : cfg.max_seq_len;
+  if (o.deepspeed_config.empty()) w.act = DType::bf16;
+  if (o.number_checkpoints >= 0) w.checkpoint = checkpoint_every(cfg.n_layer, o.number_checkpoints);
+  w.fused_head = w.fused_head || o.fused_head;
+  w.cpu_checkpointing = w.cpu_checkpointing || o.cpu_checkpointing;
+  const std::vector<StageMemory> stages = estimate_pipeline_memory(cfg, lay, w, in.setup);
+  const int64_t nc = std::count(w.checkpoint.begin(), w.checkpoint.end(), true);
+  std::printf("\n== DeepSpeed.cpp engine: training peak per GPU under tp %d x pp %d x dp %d, ZeRO %d, %s, micro-batch "
+              "%lld x %lld tokens, %lld micro-batches, %s, activation checkpointing on %lld of %lld blocks ==\n",
+              lay.tp, lay.pp, lay.dp, in.setup.stage, dtype_name(w.act), (long long)w.micro_batch,
+              (long long)w.seq_len, (long long)lay.micro_batches,
+              lay.virtual_stages > 1 ? ("interleaved 1F1B, " + std::to_string(lay.virtual_stages) + " chunks per "
+                                        "stage").c_str() : "1F1B", (long long)nc, (long long)cfg.n_layer);
+  std::printf("(Note [Pipeline memory estimate] in runtime/parallel_estimate.h: activations split by tp as Megatron "
+              "splits them, the residual stream and norms whole; each stage holds up to `in flight` micro-batches' "
+              "activations under the schedule, with the received activations and gradients)\n");
+  std::printf("| stage | layers | params per rank | model states GiB | activations per micro-batch GiB | in flight | "
+              "activations peak GiB | peak GiB | at |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n");
+  for (size_t s = 0; s < stages.size(); s++) {
+    const StageMemory& m = stages[s];
+    std::printf("| %zu | %s | %s | %s | %s | %d | %s | %s | %s |\n", s, describe_layers(m.layers, cfg.n_layer).c_str(),
+                grouped(m.params).c_str(), format_gib(m.states.total()).c_str(),
+                format_gib(m.micro_batch_bytes).c_str(), m.in_flight, format_gib(m.activation_peak).c_str(),
+                format_gib(m.peak_bytes()).c_str(), m.peak_at.c_str());
+  }
+  std::printf("Not included: ZeRO's gathered parameters and gradient windows, NCCL's buffers, the allocator's cache "
+              "and fragmentation, cuBLASLt's workspace, the CUDA context (~0.5-1 GiB).\n");
 }
 
 std::string z_note(const ZeroConfig& z) {
@@ -235,9 +303,10 @@ int run_estimate(const EstimateOptions& o) {
               grouped(n.largest_module).c_str(), n.largest_module_name.c_str());
   std::printf("largest ZeRO-3 unit params: %s (%s; what our engine gathers at once)\n", grouped(n.largest_unit).c_str(),
               n.largest_unit_name.c_str());
+  const bool with_workload = o.micro_batch != 0 || !o.deepspeed_config.empty();
   if (o.tp > 1 || o.pp > 1) {
     std::printf("hardware: %d node(s) x %d GPU(s) = %d ranks\n", nodes, gpn, W);
-    print_parallel_states(o, cfg, W);
+    print_parallel_states(o, cfg, W, with_workload);
     return 0;
   }
   std::printf("hardware: %d node(s) x %d GPU(s) = %d data-parallel ranks\n", nodes, gpn, W);
@@ -260,7 +329,6 @@ int run_estimate(const EstimateOptions& o) {
               "dscpp.offload.delayed_update adds 6 bytes per param. DeepSpeed's offload rows above count 16-bit "
               "gradients that leave the GPU: at stage 2 gpu 2P, cpu P x max(4G, 16) x 1.5 per node)\n");
   std::fputs(format_model_state_table(n.total, W, 2, 4, true, 2, 1.0).c_str(), stdout);
-  const bool with_workload = o.micro_batch != 0 || !o.deepspeed_config.empty();
   print_offload_choices(o, cfg, W, n, with_workload);
   if (!with_workload) {
     std::printf("Not included: activations, communication buckets, the ZeRO-3 gather buffer, allocator cache, CUDA "
@@ -319,9 +387,9 @@ Command register_estimate_memory(CLI::App& app) {
                   "The loss and lm head's backward inside forward, in chunks (what DSCPP_FUSED_HEAD=1 does)");
   c.app->add_flag("--cpu_checkpointing", o->cpu_checkpointing,
                   "The checkpointed blocks' inputs in host memory (activation_checkpointing.cpu_checkpointing)");
-  c.app->add_option("--tp", o->tp, "Tensor-parallel degree: model states per rank of a tp x pp x dp layout")
+  c.app->add_option("--tp", o->tp, "Tensor-parallel degree: model states, activations and peak per rank of a tp x pp x dp layout")
       ->capture_default_str()->check(whole(1, 4096));
-  c.app->add_option("--pp", o->pp, "Pipeline stages: model states per rank of each stage")
+  c.app->add_option("--pp", o->pp, "Pipeline stages: memory per rank of each stage under the schedule, and the bubble")
       ->capture_default_str()->check(whole(1, 4096));
   c.run = [o] { return run_estimate(*o); };
   return c;

@@ -21,6 +21,7 @@ class Replay final : public ReplayLedger {
     const int64_t b = (bytes + granule_ - 1) / granule_ * granule_;
     sizes_.push_back(b);
     live_ += b;
+    phase_peak_ = std::max(phase_peak_, live_);
     if (live_ > peak_) {
       peak_ = live_;
       peak_at_ = where_;
@@ -36,10 +37,12 @@ class Replay final : public ReplayLedger {
   void at(std::string where) { where_ = std::move(where); }
   int64_t live() const { return live_; }
   int64_t peak() const { return peak_; }
+  int64_t phase_peak() const { return phase_peak_; }  // the high-water mark since begin_phase()
+  void begin_phase() { phase_peak_ = live_; }
   const std::string& peak_at() const { return peak_at_; }
 
  private:
-  int64_t granule_, live_ = 0, peak_ = 0;
+  int64_t granule_, live_ = 0, peak_ = 0, phase_peak_ = 0;
   std::vector<int64_t> sizes_;
   std::string where_, peak_at_;
 };
@@ -118,18 +121,32 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
   const int64_t L = cfg.n_layer;
   DSCPP_CHECK(w.checkpoint.empty() || int64_t(w.checkpoint.size()) == L, "activation estimate: ",
               w.checkpoint.size(), " checkpoint flags for ", L, " blocks");
+  const int64_t tp = w.tp;
+  DSCPP_CHECK(tp >= 1 && cfg.n_head % tp == 0 && cfg.n_kv_head % tp == 0 && cfg.n_ffn % tp == 0,
+              "activation estimate: the tensor-parallel size ", tp, " must divide n_head ", cfg.n_head,
+              ", n_kv_head ", cfg.n_kv_head, " and n_ffn ", cfg.n_ffn);
+  DSCPP_CHECK(tp == 1 || !w.fused_head, "activation estimate: the fused head does not split the vocabulary "
+              "(dscpp.fused_head with tensor parallelism)");
+  // Note [Activations under TP and PP]: this chunk's items and blocks [b0, b1).
+  const int64_t first = w.first_item, end = w.end_item ? w.end_item : L + 2;
+  DSCPP_CHECK(first >= 0 && first < end && end <= L + 2, "activation estimate: pipeline items [", first, ", ", end,
+              ") outside the ", L + 2, " of the model");
+  const bool embed = first == 0, head = end == L + 2, whole = embed && head;
+  const int64_t b0 = std::max<int64_t>(first, 1) - 1, b1 = std::min<int64_t>(end, L + 1) - 1;
+  DSCPP_CHECK(whole || (!hooks.start && !hooks.unit_use && !hooks.grads_written && !hooks.grads_ready && !hooks.end),
+              "activation estimate: replay hooks number the whole model's units");
   const bool gpt2 = cfg.arch == "gpt2";
   Shapes s{};
   s.B = w.micro_batch;
   s.T = w.seq_len;
   s.N = s.B * s.T;
   s.C = cfg.n_embd;
-  s.F = cfg.n_ffn;
+  s.F = cfg.n_ffn / tp;
   s.U = gpt2 ? s.F : 2 * s.F;
-  s.V = cfg.vocab_size;
-  s.H = cfg.n_head;
-  s.HD = cfg.n_head * cfg.head_dim();
-  s.Q = (cfg.n_head + 2 * cfg.n_kv_head) * cfg.head_dim();
+  s.V = (cfg.vocab_size + tp - 1) / tp;  // TensorParallel::vocab_rows
+  s.H = cfg.n_head / tp;
+  s.HD = s.H * cfg.head_dim();
+  s.Q = (cfg.n_head + 2 * cfg.n_kv_head) / tp * cfg.head_dim();
   s.a = int64_t(dtype_size(w.act));
   s.norm_stats = gpt2 ? 2 : 1;
   s.gelu = gpt2;
@@ -157,17 +174,23 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
   // Decoder::forward
   r.at("forward");
   if (hooks.start) hooks.start(r);
-  r.alloc(s.N * 4);  // seq_for: the positions, kept from the first forward on
+  int64_t kept = r.live();
+  r.alloc(s.N * 4);  // seq_for: the positions, kept from the first forward on (and shared by micro-batches)
+  kept = r.live() - kept;
   std::vector<Replay::Id> step;  // freed by release() at the end of backward
-  if (w.cuda) {      // host batches copied to the device: ids_, targets_
-    step.push_back(r.alloc(s.N * 4));
-    step.push_back(r.alloc(s.N * 4));
+  if (w.cuda) {      // host batches copied to the device: ids_ (with the embeddings), targets_ (with the head)
+    if (embed) step.push_back(r.alloc(s.N * 4));
+    if (head) step.push_back(r.alloc(s.N * 4));
   }
   std::vector<Replay::Id> x(static_cast<size_t>(L + 1));
-  use(0, true);
-  x[0] = r.alloc(NC);  // embed()
-  if (gpt2) r.temp(NC);  // the position embeddings, added in place
-  use(0, false);
+  if (embed) {
+    use(0, true);
+    x[0] = r.alloc(NC);  // embed()
+    if (gpt2) r.temp(NC);  // the position embeddings, added in place
+    use(0, false);
+  } else {
+    x[size_t(b0)] = r.alloc(NC);  // set_input: the previous stage's hidden state, received
+  }
   std::vector<BlockSaved> blocks(static_cast<size_t>(L));
   // Note [CPU checkpointing]: offloaded inputs; their host copies are in the ledger only on the CPU device.
   auto offloaded = [&](int64_t l) { return w.cpu_checkpointing && checkpointed(l); };
@@ -176,7 +199,7 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
     if (stashed >= 0 && stashed != keep) r.free(x[size_t(std::exchange(stashed, -1))]);
     if (keep >= 0 && offloaded(keep)) stashed = keep;
   };
-  for (int64_t l = 0; l < L; l++) {
+  for (int64_t l = b0; l < b1; l++) {
     r.at("forward of block " + std::to_string(l));
     use(int(l) + 1, true);
     x[size_t(l + 1)] = r.alloc(NC);
@@ -190,57 +213,72 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
     use(int(l) + 1, false);
   }
   drop_stashed(-1);
-  r.at("forward: the lm head and the loss");
-  Replay::Id xf = r.alloc(NC), logits = 0, loss_lse = 0, dxf = 0, losses = 0;
-  if (!w.fused_head) logits = r.alloc(s.N * s.V * s.a);
-  head_use(true);
+  Replay::Id xf = 0, logits = 0, loss_lse = 0, dxf = 0, losses = 0;
   std::vector<Replay::Id> stf;
-  for (int i = 0; i < s.norm_stats; i++) stf.push_back(r.alloc(s.N * 4));
-  if (w.fused_head) {  // Note [Fused head]: Decoder::fused_head_forward
-    losses = r.alloc(s.N * 4);
-    written(tied ? 0 : fin);  // the lm head's weight gradient
-    dxf = r.alloc(NC);
-    const int64_t rows = w.fused_head_rows ? std::min(w.fused_head_rows, s.N) : fused_head_rows(s.N, s.V, s.a);
-    const Replay::Id chunk = r.alloc(rows * s.V * s.a), lse = r.alloc(rows * 4);
-    r.free(chunk);
-    r.free(lse);
-    r.free(xf);
+  if (head) {
+    r.at("forward: the lm head and the loss");
+    xf = r.alloc(NC);
+    if (!w.fused_head) logits = r.alloc(s.N * s.V * s.a);
+    head_use(true);
+    for (int i = 0; i < s.norm_stats; i++) stf.push_back(r.alloc(s.N * 4));
+    if (w.fused_head) {  // Note [Fused head]: Decoder::fused_head_forward
+      losses = r.alloc(s.N * 4);
+      written(tied ? 0 : fin);  // the lm head's weight gradient
+      dxf = r.alloc(NC);
+      const int64_t rows = w.fused_head_rows ? std::min(w.fused_head_rows, s.N) : fused_head_rows(s.N, s.V, s.a);
+      const Replay::Id chunk = r.alloc(rows * s.V * s.a), lse = r.alloc(rows * 4);
+      r.free(chunk);
+      r.free(lse);
+      r.free(xf);
+    }
+    head_use(false);
+    if (!w.fused_head) {
+      losses = r.alloc(s.N * 4);
+      loss_lse = r.alloc(s.N * 4);
+      if (tp > 1) {  // Note [Vocabulary-parallel cross-entropy]: this rank's statistics, then every rank's
+        const Replay::Id stats = r.alloc(2 * s.N * 4), all = r.alloc(tp * 2 * s.N * 4);
+        r.free(all);
+        r.free(stats);
+      }
+    }
   }
-  head_use(false);
-  if (!w.fused_head) {
-    losses = r.alloc(s.N * 4);
-    loss_lse = r.alloc(s.N * 4);
-  }
-  r.alloc(4);  // the mean loss, held by the returned Loss
-  r.free(losses);
-  const int64_t end_of_forward = r.live();
+  const Replay::Id mean = r.alloc(4);  // held by the returned Loss (a stage without the head returns a zero)
+  if (head) r.free(losses);
+  const int64_t end_of_forward = r.live(), forward_peak = r.phase_peak();
 
   // Decoder::backward
-  r.at("backward: the loss and the lm head");
-  if (w.fused_head) {
-    use(fin, true);  // the final norm's parameters only
+  r.begin_phase();
+  Replay::Id dres = 0;
+  if (head) {
+    r.at("backward: the loss and the lm head");
+    if (w.fused_head) {
+      use(fin, true);  // the final norm's parameters only
+    } else {
+      head_use(true);
+      r.free(loss_lse);  // the cross-entropy gradient overwrites the logits in place
+      dxf = r.alloc(NC);
+      written(tied ? 0 : fin);  // the lm head's weight gradient
+      r.free(logits);
+    }
+    dres = r.alloc(NC);
+    written(fin);  // the final norm's
+    r.free(dxf);
+    if (!w.fused_head) r.free(xf);
+    for (Replay::Id id : stf) r.free(id);
+    ready(fin);
+    if (w.fused_head) use(fin, false);
+    else head_use(false);
   } else {
-    head_use(true);
-    r.free(loss_lse);  // the cross-entropy gradient overwrites the logits in place
-    dxf = r.alloc(NC);
-    written(tied ? 0 : fin);  // the lm head's weight gradient
-    r.free(logits);
+    r.at("backward: the received d(output)");
+    dres = r.alloc(NC);  // set_output_grad: the next stage's d(input), received
   }
-  const Replay::Id dres = r.alloc(NC);
-  written(fin);  // the final norm's
-  r.free(dxf);
-  if (!w.fused_head) r.free(xf);
-  for (Replay::Id id : stf) r.free(id);
-  ready(fin);
-  if (w.fused_head) use(fin, false);
-  else head_use(false);
   std::vector<bool> fetched(static_cast<size_t>(L), false);
-  for (int64_t l = L - 1; l >= 0; l--) {
+  for (int64_t l = b1 - 1; l >= b0; l--) {
     r.at("backward of block " + std::to_string(l) + (checkpointed(l) ? " (recomputed)" : ""));
     use(int(l) + 1, true);
     if (offloaded(l)) {  // fetch_input: this block's input unless it came ahead, and the next one down
       if (!fetched[size_t(l)]) x[size_t(l)] = r.alloc(NC), fetched[size_t(l)] = true;
-      for (int64_t j = l - 1; j >= 0; j--)
+      for (int64_t j = l - 1; j >= b0; j--)
         if (offloaded(j)) {
           x[size_t(j)] = r.alloc(NC), fetched[size_t(j)] = true;
           break;
@@ -252,20 +290,27 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
     ready(int(l) + 1);
     use(int(l) + 1, false);
   }
-  r.at("backward: the embeddings");
+  r.at(embed ? "backward: the embeddings" : "backward: d(input) to send");
   written(0);
   ready(0);
-  r.free(x[0]);
+  r.free(x[size_t(b0)]);
   for (Replay::Id id : step) r.free(id);
-  r.free(dres);
+  if (embed) r.free(dres);  // else it is the stage's d(input), kept until sent
   r.at("after backward");
   if (hooks.end) hooks.end(r);
+  const int64_t backward_peak = r.phase_peak();
+  r.free(mean);
+  const int64_t after_backward = r.live();
 
   ActivationEstimate e;
   e.peak_bytes = r.peak();
   e.peak_at = r.peak_at();
   e.end_of_forward = end_of_forward;
   e.host_bytes = host_bytes;
+  e.forward_peak = forward_peak;
+  e.backward_peak = backward_peak;
+  e.after_backward = after_backward;
+  e.kept_bytes = kept;
   return e;
 }
 

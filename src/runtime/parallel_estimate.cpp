@@ -1,21 +1,25 @@
-// Note [Model states under TP and PP], runtime/parallel_estimate.h.
+// Note [Model states under TP and PP] and Note [Pipeline memory estimate], runtime/parallel_estimate.h.
 #include "dscpp/runtime/parallel_estimate.h"
 
+#include <algorithm>
+#include <map>
 #include <string>
 
 #include "dscpp/core/check.h"
+#include "dscpp/runtime/pipe_engine.h"
+#include "runtime/pipe/schedule.h"
 
 namespace dscpp {
 
 static bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
 
-// The block a tensor belongs to ("transformer.h.3." / "model.layers.3."), or -1 for the embeddings and the head.
-static int64_t block_of(const std::string& name) {
+// The pipeline item a tensor belongs to (Note [Pipeline stage]): 0 the embeddings, 1 + b block b, L + 1 the head.
+static int64_t item_of(const std::string& name, int64_t L) {
   for (const char* prefix : {".h.", ".layers."}) {
     const size_t at = name.find(prefix);
-    if (at != std::string::npos) return std::stoll(name.substr(at + std::string(prefix).size()));
+    if (at != std::string::npos) return 1 + std::stoll(name.substr(at + std::string(prefix).size()));
   }
-  return -1;
+  return has(name, "lm_head.") || has(name, "ln_f.") || has(name, "model.norm.") ? L + 1 : 0;
 }
 
 static bool replicated_across_tp(const std::string& name) {
@@ -26,24 +30,22 @@ static bool replicated_across_tp(const std::string& name) {
 static bool is_vocab(const std::string& name) { return has(name, "wte.") || has(name, "embed_tokens.") ||
                                                         has(name, "lm_head."); }
 
-int64_t rank_parameters(const ModelConfig& cfg, int tp, int pp, int stage) {
+int64_t rank_parameters(const ModelConfig& cfg, int tp, const StageLayers& layers) {
   DSCPP_CHECK(tp >= 1 && cfg.n_head % tp == 0 && cfg.n_kv_head % tp == 0 && cfg.n_ffn % tp == 0,
               "rank_parameters: tp ", tp, " must divide n_head ", cfg.n_head, ", n_kv_head ", cfg.n_kv_head,
               " and n_ffn ", cfg.n_ffn);
-  DSCPP_CHECK(pp >= 1 && pp <= cfg.n_layer && stage >= 0 && stage < pp, "rank_parameters: stage ", stage, " of ", pp,
-              " for ", cfg.n_layer, " layers");
-  const int64_t base = cfg.n_layer / pp, extra = cfg.n_layer % pp;
-  const int64_t first = stage * base + std::min<int64_t>(stage, extra), last = first + base + (stage < extra);
+  const int64_t L = cfg.n_layer;
+  auto holds = [&](int64_t item) {
+    for (auto [b, e] : layers.chunks)
+      if (item >= b && item < e) return true;
+    return false;
+  };
   const int64_t padded_vocab = (cfg.vocab_size + tp - 1) / tp * tp;
-  const bool first_stage = stage == 0, last_stage = stage == pp - 1;
+  const bool tied_copy = cfg.tie_embeddings && holds(L + 1) && !holds(0);
   int64_t n = 0;
   for (const ParamInfo& p : cfg.tensor_table()) {
-    const int64_t block = block_of(p.name);
-    int64_t copies = 0;  // of this tensor on this stage
-    if (block >= 0) copies = block >= first && block < last;
-    else if (has(p.name, "lm_head.") || has(p.name, "ln_f.") || has(p.name, "model.norm.")) copies = last_stage;
-    else copies = first_stage + (has(p.name, "wte.") || has(p.name, "embed_tokens.")) * cfg.tie_embeddings *
-                                    (last_stage && pp > 1);  // a tied head's copy
+    const bool table = has(p.name, "wte.") || has(p.name, "embed_tokens.");
+    const int64_t copies = holds(item_of(p.name, L)) + (table && tied_copy);
     if (!copies) continue;
     int64_t per_rank = p.numel;
     if (is_vocab(p.name)) per_rank = padded_vocab / tp * (p.numel / cfg.vocab_size);
@@ -53,10 +55,72 @@ int64_t rank_parameters(const ModelConfig& cfg, int tp, int pp, int stage) {
   return n;
 }
 
-std::vector<int64_t> stage_rank_parameters(const ModelConfig& cfg, int tp, int pp) {
-  std::vector<int64_t> v;
-  for (int s = 0; s < pp; ++s) v.push_back(rank_parameters(cfg, tp, pp, s));
-  return v;
+double pipeline_bubble(int stages, int64_t micro_batches, int virtual_stages) {
+  return double(stages - 1) / double(int64_t(virtual_stages) * micro_batches + stages - 1);
+}
+
+namespace {
+
+// The activations of one rank over its instruction list (Note [Pipeline memory estimate]).
+void walk_schedule(StageMemory& out, const std::vector<PipeInstr>& list, const std::vector<ActivationEstimate>& chunk,
+                   int64_t hidden_bytes) {
+  int64_t live = 0;
+  for (const ActivationEstimate& e : chunk) live = std::max(live, e.kept_bytes);  // the decoder's positions
+  std::map<std::pair<int, int>, int64_t> stashed;
+  auto reach = [&](int64_t bytes, const PipeInstr& i) {
+    if (bytes <= out.activation_peak) return;
+    out.activation_peak = bytes;
+    out.peak_at = std::string(i.op == PipeOp::forward ? "forward" : "backward") + " of micro-batch " +
+                  std::to_string(i.mb) + ", chunk " + std::to_string(i.chunk);
+  };
+  for (const PipeInstr& i : list) {
+    if (i.op == PipeOp::send_grad) live -= hidden_bytes;  // the chunk's d(input), kept since its backward
+    if (i.op != PipeOp::forward && i.op != PipeOp::backward) continue;
+    const ActivationEstimate& e = chunk[size_t(i.chunk)];
+    if (i.op == PipeOp::forward) {
+      reach(live + e.forward_peak - e.kept_bytes, i);
+      stashed[{i.mb, i.chunk}] = e.end_of_forward - e.kept_bytes;
+      live += e.end_of_forward - e.kept_bytes;
+      out.in_flight = std::max(out.in_flight, int(stashed.size()));
+    } else {
+      auto it = stashed.find({i.mb, i.chunk});
+      DSCPP_CHECK(it != stashed.end(), "pipeline estimate: backward of micro-batch ", i.mb, " before its forward");
+      live -= it->second;
+      stashed.erase(it);
+      reach(live + e.backward_peak - e.kept_bytes, i);
+      live += e.after_backward - e.kept_bytes;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<StageMemory> estimate_pipeline_memory(const ModelConfig& cfg, const PipelineLayout& lay,
+                                                  const ActivationWorkload& w, const TrainingMemorySetup& s) {
+  const PipeShape shape{lay.pp, int(lay.micro_batches), lay.virtual_stages};
+  const auto schedule = build_schedule(shape, /*train=*/true);
+  const int64_t granule = w.cuda ? 512 : 1;
+  const int64_t hidden = (w.micro_batch * w.seq_len * cfg.n_embd * int64_t(dtype_size(w.act)) + granule - 1) /
+                         granule * granule;
+  std::vector<StageMemory> out;
+  for (int r = 0; r < lay.pp; r++) {
+    StageMemory m;
+    m.layers = pipe_stage_layers(cfg, lay.partition_method, lay.pp, lay.virtual_stages, r);
+    m.params = rank_parameters(cfg, lay.tp, m.layers);
+    const bool offload_params = s.zero.offload_param && s.zero.offload_param->enabled();
+    m.states = zero_model_state_bytes(m.params, s.stage, lay.dp, int(dtype_size(w.act)), 4, s.fp32_master,
+                                      s.optimizer_states, s.stage >= 1 ? s.offload_ratio : 0.0, offload_params);
+    std::vector<ActivationEstimate> chunk;
+    for (auto [b, e] : m.layers.chunks) {
+      ActivationWorkload cw = w;
+      cw.tp = lay.tp, cw.first_item = b, cw.end_item = e;
+      chunk.push_back(estimate_activation_memory(cfg, cw));
+      m.micro_batch_bytes += chunk.back().end_of_forward - chunk.back().kept_bytes;
+    }
+    walk_schedule(m, schedule[size_t(r)], chunk, hidden);
+    out.push_back(std::move(m));
+  }
+  return out;
 }
 
 }  // namespace dscpp

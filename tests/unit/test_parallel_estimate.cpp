@@ -6,6 +6,7 @@
 
 #include "dscpp/core/check.h"
 #include "dscpp/runtime/parallel_estimate.h"
+#include "dscpp/runtime/pipe_engine.h"
 
 using namespace dscpp;
 
@@ -19,9 +20,13 @@ ModelConfig gpt2(int64_t vocab) {
   return c;
 }
 
+// The layers of stage s of pp, split uniformly over the L + 2 pipeline items (Note [Pipeline stage]).
+StageLayers uniform(const ModelConfig& c, int pp, int s) { return pipe_stage_layers(c, "uniform", pp, 1, s); }
+int64_t rank_params(const ModelConfig& c, int tp, int pp, int s) { return rank_parameters(c, tp, uniform(c, pp, s)); }
+
 TEST(ParallelEstimate, WholeModelAtOneRank) {
   for (const ModelConfig& c : {gpt2(100), ModelConfig::preset("llama-tiny")})
-    EXPECT_EQ(rank_parameters(c, 1, 1, 0), c.num_parameters()) << c.arch;
+    EXPECT_EQ(rank_params(c, 1, 1, 0), c.num_parameters()) << c.arch;
 }
 
 TEST(ParallelEstimate, Gpt2TwoByTwo) {
@@ -30,15 +35,16 @@ TEST(ParallelEstimate, Gpt2TwoByTwo) {
   const int64_t split = 3 * C * C + 3 * C + C * C + C * F + F + F * C;  // c_attn, attn.c_proj.weight, c_fc, mlp.c_proj.weight
   const int64_t block = whole + split / 2, stage_blocks = 2 * block;
   const ModelConfig c = gpt2(101);                                      // 101 pads to 102: 51 rows per rank
-  EXPECT_EQ(rank_parameters(c, 2, 2, 0), stage_blocks + 51 * C + 16 * C);  // + wte shard + wpe
-  EXPECT_EQ(rank_parameters(c, 2, 2, 1), stage_blocks + 2 * C + 51 * C);   // + ln_f + the tied head's copy
-  // pp 3 over 4 layers: 2, 1, 1 blocks.
-  const auto v = stage_rank_parameters(c, 1, 3);
+  EXPECT_EQ(rank_params(c, 2, 2, 0), stage_blocks + 51 * C + 16 * C);  // + wte shard + wpe
+  EXPECT_EQ(rank_params(c, 2, 2, 1), stage_blocks + 2 * C + 51 * C);   // + ln_f + the tied head's copy
+  // pp 3 over the 6 items: the embeddings and block 0, blocks 1-2, block 3 and the head.
   const int64_t b1 = whole + split;
-  ASSERT_EQ(v.size(), 3u);
-  EXPECT_EQ(v[0], 2 * b1 + 101 * C + 16 * C);
-  EXPECT_EQ(v[1], b1);
-  EXPECT_EQ(v[2], b1 + 2 * C + 101 * C);
+  EXPECT_EQ(rank_params(c, 1, 3, 0), b1 + 101 * C + 16 * C);
+  EXPECT_EQ(rank_params(c, 1, 3, 1), 2 * b1);
+  EXPECT_EQ(rank_params(c, 1, 3, 2), b1 + 2 * C + 101 * C);
+  // Interleaved, 2 stages x 2 chunks of the 6 items ([0, 2), [2, 4) | [4, 5), [5, 6)): stage 1 holds blocks 1-2 and
+  // the head, with the tied table's copy.
+  EXPECT_EQ(rank_parameters(c, 2, pipe_stage_layers(c, "uniform", 2, 2, 1)), 2 * block + 2 * C + 51 * C);
 }
 
 TEST(ParallelEstimate, LlamaGqaUntied) {
@@ -48,15 +54,14 @@ TEST(ParallelEstimate, LlamaGqaUntied) {
   c.tie_embeddings = false;
   const int64_t C = 32, kv = 2 * 8, F = 64;
   const int64_t block = 2 * C + (C * C + 2 * C * kv + C * C + 3 * C * F) / 2;  // norms whole; q, k, v, o, MLP split
-  EXPECT_EQ(rank_parameters(c, 2, 1, 0), 2 * block + 25 * C + C + 25 * C);   // embed, norm, lm_head
-  EXPECT_EQ(rank_parameters(c, 2, 2, 0), block + 25 * C);
-  EXPECT_EQ(rank_parameters(c, 2, 2, 1), block + C + 25 * C);
+  EXPECT_EQ(rank_params(c, 2, 1, 0), 2 * block + 25 * C + C + 25 * C);   // embed, norm, lm_head
+  EXPECT_EQ(rank_params(c, 2, 2, 0), block + 25 * C);
+  EXPECT_EQ(rank_params(c, 2, 2, 1), block + C + 25 * C);
 }
 
 TEST(ParallelEstimate, RefusesLayoutsThatDoNotFit) {
-  EXPECT_THROW(rank_parameters(gpt2(100), 3, 1, 0), Error);  // 3 does not divide 4 heads
-  EXPECT_THROW(rank_parameters(gpt2(100), 1, 5, 0), Error);  // 5 stages, 4 layers
-  EXPECT_THROW(rank_parameters(gpt2(100), 1, 2, 2), Error);
+  EXPECT_THROW(rank_params(gpt2(100), 3, 1, 0), Error);  // 3 does not divide 4 heads
+  EXPECT_THROW(rank_params(gpt2(100), 1, 2, 2), Error);  // stage 2 of 2
 }
 
 }  // namespace

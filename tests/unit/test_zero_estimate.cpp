@@ -16,6 +16,7 @@
 
 #include "dscpp/core/check.h"
 #include "dscpp/runtime/parallel_estimate.h"
+#include "dscpp/runtime/pipe_engine.h"
 #include "dscpp/runtime/zero_estimate.h"
 #include "tiny_models.h"
 
@@ -517,7 +518,7 @@ TEST(EstimateMemoryCli, TensorAndPipelineParallelStates) {
   const ModelConfig cfg = ModelConfig::preset("gpt2");
   EXPECT_NE(out.find("tp 2 x pp 2 x dp 2"), std::string::npos) << out;
   for (int s = 0; s < 2; ++s) {
-    const int64_t n = rank_parameters(cfg, 2, 2, s);
+    const int64_t n = rank_parameters(cfg, 2, pipe_stage_layers(cfg, "parameters", 2, 1, s));
     const std::string row = "| " + std::to_string(s) + " | ";
     const size_t at = out.find(row);
     ASSERT_NE(at, std::string::npos) << out;

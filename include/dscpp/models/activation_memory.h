@@ -32,7 +32,20 @@ struct ActivationWorkload {
   bool fused_head = false;     // Note [Fused head] (models/model.h): the loss and lm head's backward inside forward
   int64_t fused_head_rows = 0; // its tokens per chunk; 0: fused_head_rows()
   bool cpu_checkpointing = false;  // Note [CPU checkpointing] (models/decoder.h): checkpointed inputs in host memory
+  // Note [Activations under TP and PP]: the tensor-parallel degree (this rank's heads, KV groups, MLP columns and
+  // vocabulary rows) and the pipeline items [first_item, end_item) of one chunk (Note [Pipeline stage],
+  // models/pipe_stage.h: 0 the embeddings, 1..L the blocks, L + 1 the head); end_item 0: the whole model.
+  int tp = 1;
+  int64_t first_item = 0, end_item = 0;
 };
+
+// Note [Activations under TP and PP]: Megatron's tensor parallelism (Note [Tensor parallelism], nn/tensor_parallel.h)
+// splits what a block keeps for its heads and MLP columns (q/k/v, the attention output and its log-sum-exp, the MLP's
+// pre-activation and activation) and the logits over the tp ranks; the residual stream, the norms' inputs, outputs and
+// statistics stay whole on every rank (there is no sequence parallelism). The replay is tensor-parallel rank 0's, the
+// one that adds the residual into the down projection (on the CPU a temporary the others do not take). A pipeline
+// chunk without the embeddings starts from the received hidden state [N, C] (the replay's x_0), and one without the
+// head from the received d(output) [N, C]; its d(input) stays after backward until it is sent (after_backward).
 
 // Note [Replay hooks]: the engine's own buffers come and go at the model's hooks (Model::UnitHooks,
 // Model::GradReadyHook) and where backward first writes a unit's gradients (ParamSet's gradient windows). A caller
@@ -61,6 +74,10 @@ struct ActivationEstimate {
   // cpu_checkpointing: the checkpointed inputs' host copies, all held at the end of forward. On a CUDA device they are
   // host memory, not in peak_bytes; on the CPU device the host is the device, and they are in it.
   int64_t host_bytes = 0;
+  int64_t forward_peak = 0;    // the high-water mark during forward
+  int64_t backward_peak = 0;   // ... during backward, counting what forward left (end_of_forward)
+  int64_t after_backward = 0;  // what backward leaves once the loss is dropped: the positions, a chunk's d(input)
+  int64_t kept_bytes = 0;      // of those, what every micro-batch shares (the positions, cached by the decoder)
 };
 
 ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const ActivationWorkload& w,
