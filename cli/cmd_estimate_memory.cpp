@@ -38,6 +38,7 @@ struct EstimateOptions {
   double gpu_memory_gib = 0;     // > 0: say whether each stage fits
   bool fused_head = false;       // Note [Fused head] (DSCPP_FUSED_HEAD=1)
   bool cpu_checkpointing = false;  // Note [CPU checkpointing] (also from --deepspeed_config)
+  int64_t micro_batches = 0;     // under --pp: 0 = gradient_accumulation_steps of --deepspeed_config
   int tp = 1, pp = 1;            // tensor-parallel degree, pipeline stages (Note [Model states under TP and PP])
 };
 
@@ -69,7 +70,7 @@ void print_parallel_states(const EstimateOptions& o, const ModelConfig& cfg, int
   lay.tp = o.tp, lay.pp = o.pp, lay.dp = W / (o.tp * o.pp);
   lay.virtual_stages = int(ds.dscpp.pipeline.virtual_stages);
   lay.partition_method = ds.pipeline.partition;
-  lay.micro_batches = ds.gradient_accumulation_steps;
+  lay.micro_batches = o.micro_batches ? o.micro_batches : ds.gradient_accumulation_steps;
   std::vector<StageLayers> layers;
   for (int s = 0; s < o.pp; s++)
     layers.push_back(pipe_stage_layers(cfg, lay.partition_method, lay.pp, lay.virtual_stages, s));
@@ -91,7 +92,7 @@ void print_parallel_states(const EstimateOptions& o, const ModelConfig& cfg, int
   }
   const double bubble = pipeline_bubble(lay.pp, lay.micro_batches, lay.virtual_stages);
   std::printf("pipeline bubble in theory: (p - 1) / (%sm + p - 1) = %d / %lld = %.1f%% of a train_batch "
-              "(m = gradient_accumulation_steps %lld%s)\n", lay.virtual_stages > 1 ? "v " : "", lay.pp - 1,
+              "(m = %lld micro-batches%s)\n", lay.virtual_stages > 1 ? "v " : "", lay.pp - 1,
               (long long)(lay.virtual_stages * lay.micro_batches + lay.pp - 1), 100.0 * bubble,
               (long long)lay.micro_batches,
               lay.virtual_stages > 1 ? (", v = dscpp.pipeline.virtual_stages " +
@@ -104,7 +105,7 @@ void print_parallel_states(const EstimateOptions& o, const ModelConfig& cfg, int
   ActivationWorkload& w = in.workload;
   if (o.micro_batch) w.micro_batch = o.micro_batch;
   w.seq_len = o.seq_len ? o.seq_len : cfg.max_seq_len;
-  if (o.deepspeed_config.empty()) w.act = DType::bf16;
+  if (o.deepspeed_config.empty()) w.act = DType::bf16, in.setup.fp32_master = true;  // as the states table above
   if (o.number_checkpoints >= 0) w.checkpoint = checkpoint_every(cfg.n_layer, o.number_checkpoints);
   w.fused_head = w.fused_head || o.fused_head;
   w.cpu_checkpointing = w.cpu_checkpointing || o.cpu_checkpointing;
@@ -391,6 +392,9 @@ Command register_estimate_memory(CLI::App& app) {
       ->capture_default_str()->check(whole(1, 4096));
   c.app->add_option("--pp", o->pp, "Pipeline stages: memory per rank of each stage under the schedule, and the bubble")
       ->capture_default_str()->check(whole(1, 4096));
+  c.app->add_option("--micro_batches", o->micro_batches,
+                    "Micro-batches per pipeline batch (default: gradient_accumulation_steps of --deepspeed_config)")
+      ->check(whole(0));
   c.run = [o] { return run_estimate(*o); };
   return c;
 }
