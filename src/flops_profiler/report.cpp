@@ -34,8 +34,8 @@ StepSummary summarize_step(const FlopsTotals& t, const StepMeasure& m) {
   if (s.iter_ms > 0) {
     s.tokens_per_s = double(m.tokens) / (s.iter_ms * 1e-3);
     s.samples_per_s = double(m.samples) / (s.iter_ms * 1e-3);
-    s.model_flops_per_s = t.model_flops_per_token * s.tokens_per_s;
-    s.hw_flops_per_s = t.model_flops_recompute_per_token * s.tokens_per_s;
+    s.model_flops_per_s = t.model_flops_per_token * s.tokens_per_s / m.model_parallel;
+    s.hw_flops_per_s = t.model_flops_recompute_per_token * s.tokens_per_s / m.model_parallel;
     if (m.peak_flops > 0) s.mfu = s.model_flops_per_s / m.peak_flops;
   }
   return s;
@@ -164,6 +164,8 @@ std::string format_flops_profile(const ModuleNode& tree, const ModuleTimeMap& ti
        "2 x MACs, other = elementwise), FLOPS (per second), model FLOPs (matmuls only, without recomputation: the\n"
        "MFU numerator), fwd/bwd latency (forward/backward), step (optimizer), iter (fwd + bwd + step).\n\n";
   row(s, "world size", std::to_string(m.world_size));
+  if (m.model_parallel > 1)
+    row(s, "model parallel (tp x pp; the counts below are the whole model's)", std::to_string(m.model_parallel));
   row(s, "samples per device per step", std::to_string(m.samples));
   row(s, "tokens per device per step", std::to_string(m.tokens));
   row(s, "params per device", format_si(double(t.params), ""));
@@ -186,7 +188,8 @@ std::string format_flops_profile(const ModuleNode& tree, const ModuleTimeMap& ti
   row(s, "iter latency", ms_str(st.iter_ms));
   row(s, "tokens/second per device", st.iter_ms > 0 ? format_si(st.tokens_per_s, "") : "-");
   row(s, "samples/second per device", st.iter_ms > 0 ? format_si(st.samples_per_s, "") : "-");
-  row(s, "model FLOPS per device = model FLOPs per token * tokens/s",
+  row(s, m.model_parallel > 1 ? "model FLOPS per device = model FLOPs per token * tokens/s / (tp x pp)"
+                              : "model FLOPS per device = model FLOPs per token * tokens/s",
       st.iter_ms > 0 ? format_si(st.model_flops_per_s, "FLOPS") : "-");
   row(s, "hardware FLOPS per device (with recomputation)", st.iter_ms > 0 ? format_si(st.hw_flops_per_s, "FLOPS") : "-");
   char mfu[64];

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "dscpp/core/check.h"
 #include "dscpp/runtime/pipe_engine.h"
@@ -61,11 +62,18 @@ double pipeline_bubble(int stages, int64_t micro_batches, int virtual_stages) {
 
 namespace {
 
-// The activations of one rank over its instruction list (Note [Pipeline memory estimate]).
+// The activations of one rank over its instruction list (Note [Pipeline memory estimate]), in the steady state: what
+// the previous train_batch left (the positions; a chunk's last d(input), which the decoder keeps until its next
+// backward) is live from the start.
 void walk_schedule(StageMemory& out, const std::vector<PipeInstr>& list, const std::vector<ActivationEstimate>& chunk,
-                   int64_t hidden_bytes) {
+                   const std::vector<bool>& sends_grad, int64_t hidden_bytes, int64_t loss_bytes) {
   int64_t live = 0;
   for (const ActivationEstimate& e : chunk) live = std::max(live, e.kept_bytes);  // the decoder's positions
+  bool pending = false;  // a d(input) the decoder still holds
+  for (const PipeInstr& i : list)
+    if (i.op == PipeOp::backward) pending = sends_grad[size_t(i.chunk)];
+  if (pending) live += hidden_bytes;
+  out.between_batches = live;
   std::map<std::pair<int, int>, int64_t> stashed;
   auto reach = [&](int64_t bytes, const PipeInstr& i) {
     if (bytes <= out.activation_peak) return;
@@ -74,21 +82,23 @@ void walk_schedule(StageMemory& out, const std::vector<PipeInstr>& list, const s
                   std::to_string(i.mb) + ", chunk " + std::to_string(i.chunk);
   };
   for (const PipeInstr& i : list) {
-    if (i.op == PipeOp::send_grad) live -= hidden_bytes;  // the chunk's d(input), kept since its backward
     if (i.op != PipeOp::forward && i.op != PipeOp::backward) continue;
     const ActivationEstimate& e = chunk[size_t(i.chunk)];
     if (i.op == PipeOp::forward) {
       reach(live + e.forward_peak - e.kept_bytes, i);
-      stashed[{i.mb, i.chunk}] = e.end_of_forward - e.kept_bytes;
-      live += e.end_of_forward - e.kept_bytes;
+      const int64_t held = e.end_of_forward - e.kept_bytes - loss_bytes;  // the engine drops the returned Loss
+      stashed[{i.mb, i.chunk}] = held;
+      live += held;
       out.in_flight = std::max(out.in_flight, int(stashed.size()));
     } else {
       auto it = stashed.find({i.mb, i.chunk});
       DSCPP_CHECK(it != stashed.end(), "pipeline estimate: backward of micro-batch ", i.mb, " before its forward");
-      live -= it->second;
+      live -= it->second + loss_bytes;  // the replay's backward counts its Loss as held
       stashed.erase(it);
-      reach(live + e.backward_peak - e.kept_bytes, i);
-      live += e.after_backward - e.kept_bytes;
+      if (std::exchange(pending, false)) live -= hidden_bytes;  // the last d(input), dropped as backward begins
+      reach(live + loss_bytes + e.backward_peak - e.kept_bytes, i);
+      live += loss_bytes + e.after_backward - e.kept_bytes;  // with this chunk's d(input)
+      pending = sends_grad[size_t(i.chunk)];
     }
   }
 }
@@ -117,7 +127,9 @@ std::vector<StageMemory> estimate_pipeline_memory(const ModelConfig& cfg, const 
       chunk.push_back(estimate_activation_memory(cfg, cw));
       m.micro_batch_bytes += chunk.back().end_of_forward - chunk.back().kept_bytes;
     }
-    walk_schedule(m, schedule[size_t(r)], chunk, hidden);
+    std::vector<bool> sends_grad;  // a chunk without the embeddings leaves its d(input) for the previous stage
+    for (auto [b, e] : m.layers.chunks) sends_grad.push_back(b > 0);
+    walk_schedule(m, schedule[size_t(r)], chunk, sends_grad, hidden, w.cuda ? 512 : 4);
     out.push_back(std::move(m));
   }
   return out;

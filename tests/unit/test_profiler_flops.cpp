@@ -186,6 +186,11 @@ TEST(ProfilerFlops, StepSummaryMfu) {
   m.peak_flops = kPeakBf16FlopsH100;
   s = summarize_step(t, m);
   EXPECT_DOUBLE_EQ(s.mfu, 1e9 * (4096 / 0.032) / 989.4e12);
+  m.model_parallel = 4;  // tp 2 x pp 2: each GPU does a quarter of the model's FLOPs for the same tokens
+  s = summarize_step(t, m);
+  EXPECT_DOUBLE_EQ(s.tokens_per_s, 4096 / 0.032);
+  EXPECT_DOUBLE_EQ(s.mfu, 1e9 * (4096 / 0.032) / 4 / 989.4e12);
+  EXPECT_DOUBLE_EQ(s.hw_flops_per_s, 1.25e9 * 4096 / 0.032 / 4);
 }
 
 TEST(ProfilerFlops, ReportLayout) {

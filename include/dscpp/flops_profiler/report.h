@@ -27,6 +27,9 @@ struct StepMeasure {               // one profiled step on one device; 0 = not m
   double fwd_ms = 0, bwd_ms = 0, step_ms = 0;  // iter = fwd + bwd + step
   double peak_flops = 0;           // per device; 0 = unknown (MFU N/A)
   int world_size = 1;
+  // tp x pp: the ranks one model replica is split over. Each device does 1 / model_parallel of the model's FLOPs for
+  // its tokens (Megatron's MFU: model FLOPs / (tp x pp) per GPU); the module tree stays the whole model's.
+  int model_parallel = 1;
 };
 
 struct StepSummary {

@@ -48,6 +48,7 @@ struct StageMemory {
   int64_t micro_batch_bytes = 0;  // activations one micro-batch keeps from forward into backward, all chunks
   int in_flight = 0;              // most (micro-batch, chunk) activation sets held at once
   int64_t activation_peak = 0;    // activations and pipeline buffers at the stage's high-water mark
+  int64_t between_batches = 0;    // of those, what one train_batch leaves for the next (positions, a d(input))
   std::string peak_at;            // e.g. "backward of micro-batch 0, chunk 0"
   int64_t peak_bytes() const { return states.total() + activation_peak; }
 };

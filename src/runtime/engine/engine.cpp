@@ -22,6 +22,7 @@
 #include "dscpp/flops_profiler/module_tree.h"
 #include "dscpp/flops_profiler/report.h"
 #include "dscpp/kernels/ops.h"
+#include "dscpp/models/pipe_stage.h"
 #include "dscpp/profiler/memory_report.h"
 #include "dscpp/profiler/trace.h"
 #include "runtime/dp/grad_sync.h"
@@ -126,14 +127,16 @@ void Engine::profile_finish_step() {
   prof_->set_enabled(false);
   prof_->resolve();
   if (dp_rank() == 0 && cfg_.flops_profiler.enabled) {
+    int64_t rows = prof_rows_;  // a pipeline rank runs each micro-batch's forward once per chunk it holds
+    if (const auto* st = dynamic_cast<const PipelineStage*>(model_.get())) rows /= int64_t(st->layers().chunks.size());
     FlopsOptions fo;
-    fo.batch = prof_rows_;
+    fo.batch = rows;
     fo.seq_len = prof_T_;
     fo.checkpoint = model_->checkpoint_policy();
     const ModuleNode tree = build_module_tree(model_->config(), fo);
     StepMeasure m;
-    m.samples = prof_rows_;
-    m.tokens = prof_rows_ * prof_T_;
+    m.samples = rows;
+    m.tokens = rows * prof_T_;
     for (const auto& [key, st] : prof_->stats()) {
       if (key.first == "forward") m.fwd_ms += st.total_ms;
       if (key.first == "backward") m.bwd_ms += st.total_ms;
@@ -141,6 +144,7 @@ void Engine::profile_finish_step() {
     }
     m.peak_flops = model_->params().device().is_cuda() ? kPeakBf16FlopsH100 : 0.0;  // CPU: MFU N/A
     m.world_size = dp_world_size();
+    m.model_parallel = mp_ ? mp_->size() : 1;
     ReportOptions ro;
     ro.profile_step = cfg_.flops_profiler.profile_step;
     ro.module_depth = int(cfg_.flops_profiler.module_depth);
