@@ -164,10 +164,10 @@ TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
 }
 
 // Note [Pipeline memory estimate]: PP 2 under 1F1B and interleaved (2 chunks per stage) on two forked Gloo ranks, 4
-// micro-batches (stage 0 holds two at once, interleaved five chunks' worth): the CPU allocator's peak over a train_batch (the second: the optimizer's states exist) above what the first
-// left is each stage's estimated activation peak above what a batch leaves, within the one [N, C] tensor Gloo's
-// worker may still hold (above), or 4 bytes under it when the base was read while the worker still held the previous
-// batch's broadcast loss.
+// micro-batches (stage 0 holds two at once, interleaved five chunks' worth): the CPU allocator's peak over a
+// train_batch (the second: the optimizer's states exist) above what the first left is each stage's estimated
+// activation peak above what a batch leaves, within the one [N, C] tensor Gloo's worker may still hold (above), or 4
+// bytes under it when the base was read while the worker still held the previous batch's broadcast loss.
 TEST(PipelineMemory, PipelineEstimateMatchesTheCpuAllocator) {
   if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (const char* arch : {"gpt2", "llama"})
@@ -208,13 +208,12 @@ TEST(PipelineMemory, PipelineEstimateMatchesTheCpuAllocator) {
           w.checkpoint = checkpoint_every(cfg.n_layer, ckpt);
           const StageMemory est = estimate_pipeline_memory(cfg, lay, w, adamw_zero(0))[size_t(rank)];
           const std::string what = std::string(arch) + " checkpoints " + std::to_string(ckpt) + " chunks " +
-                                   std::to_string(v) + " stage " +
-                                   std::to_string(rank) + " (peak at " + est.peak_at + ", " +
+                                   std::to_string(v) + " stage " + std::to_string(rank) + " (peak at " +
+                                   est.peak_at + ", " +
                                    std::to_string(est.in_flight) + " in flight)";
           EXPECT_GE(measured, est.activation_peak - est.between_batches - 4) << what;
           EXPECT_LE(measured, est.activation_peak - est.between_batches + B * T * cfg.n_embd * 4) << what;
           test::leave_together(*pg);
         }, std::chrono::seconds(60)));
       }
-    }
 }
