@@ -529,6 +529,25 @@ TEST(EstimateMemoryCli, TensorAndPipelineParallelStates) {
     EXPECT_NE(line.find(" " + z0 + " |"), std::string::npos) << line;
     EXPECT_NE(line.find(" " + z3 + " |"), std::string::npos) << line;
   }
+  EXPECT_NE(out.find("1 / 2 = 50.0% of a train_batch"), std::string::npos) << out;  // one micro-batch by default
+  // With a workload: each stage's peak under 1F1B with 8 micro-batches, and the bubble 1 / 9.
+  ASSERT_EQ(run_capture(dscpp_binary() + " estimate-memory --model gpt2 --num_gpus_per_node 8 --tp 2 --pp 2 "
+                        "--micro_batch 2 --seq_len 512 --micro_batches 8", out), 0) << out;
+  EXPECT_NE(out.find("1 / 9 = 11.1% of a train_batch"), std::string::npos) << out;
+  PipelineLayout lay;
+  lay.tp = 2, lay.pp = 2, lay.dp = 2, lay.micro_batches = 8;
+  ActivationWorkload w;
+  w.micro_batch = 2, w.seq_len = 512, w.act = DType::bf16, w.checkpoint = checkpoint_every(cfg.n_layer, 0);
+  TrainingMemorySetup ts;  // ZeRO 0, bf16 with f32 masters, AdamW
+  const auto stages = estimate_pipeline_memory(cfg, lay, w, ts);
+  ASSERT_EQ(stages.size(), 2u);
+  EXPECT_EQ(stages[0].in_flight, 2);
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const std::string tail = " | " + std::to_string(stages[s].in_flight) + " | " +
+                             format_gib(stages[s].activation_peak) + " | " + format_gib(stages[s].peak_bytes()) +
+                             " | " + stages[s].peak_at + " |";
+    EXPECT_NE(out.find(tail), std::string::npos) << stages[s].activation_peak << " missing '" << tail << "' in\n" << out;
+  }
   EXPECT_NE(run_capture(dscpp_binary() + " estimate-memory --model gpt2 --num_gpus_per_node 8 --tp 8", out), 0);
   EXPECT_NE(out.find("--tp 8 does not divide the model's 12 attention heads"), std::string::npos) << out;
   EXPECT_NE(run_capture(dscpp_binary() + " estimate-memory --model gpt2 --num_gpus_per_node 8 --tp 3", out), 0);
