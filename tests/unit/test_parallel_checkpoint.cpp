@@ -14,6 +14,7 @@
 
 #include "checkpoint_fixtures.h"
 #include "dist/tensor_parallel_fixtures.h"
+#include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/checkpoint/universal.h"
 #include "dscpp/runtime/pipe_engine.h"
 #include "runtime/pipe/partition.h"
@@ -170,6 +171,35 @@ TEST(ParallelCheckpoint, TensorParallelTagResumesUnderEveryLayout) {
     EXPECT_EQ(read_floats(tmp / "universal.losses"), read_floats(tmp / "direct.losses"));
     resume_under(base, {2, 1, 3}, tmp / "ckpt", u.out_tag, tmp / "universal_tp.losses");
     expect_close_losses(read_floats(tmp / "universal_tp.losses"), want, "universal -> tp2 dp1 stage 3");
+    fs::remove_all(tmp);
+  }
+}
+
+// A Hugging Face folder fine-tuned under tensor parallelism (--init-from): each rank takes its slices, padding zero.
+TEST(ParallelCheckpoint, HuggingFaceFolderLoadsIntoTensorParallelSlices) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    SCOPED_TRACE(arch);
+    const fs::path tmp = test_fixtures::checkpoint_test_dir(std::string("tphf_") + arch);
+    const ModelConfig cfg = test_fixtures::tiny_model_config(arch);
+    auto whole = make_model(cfg);
+    whole->init_weights(7);
+    export_hf_model(*whole, tmp / "hf");
+    const ParamSet& wps = whole->params();
+    const std::vector<float> want = named(wps, wps.flat_params());
+    expect_all_pass(run_ranks(2, [&](int rank, int port) {
+      omp_set_num_threads(1);  // as on_layout
+      auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+      ModelOptions mo;
+      mo.tp_group = pg.get();
+      auto m = make_model(cfg, mo);
+      Tensor(m->params().flat_params()).fill(std::nanf(""));  // every element, padding rows included, must be written
+      load_hf_model(tmp / "hf", *m);
+      const ParamSet& ps = m->params();
+      const std::vector<float> mine = named(ps, ps.flat_params());
+      for (float v : mine) ASSERT_FALSE(std::isnan(v)) << "an element was not loaded";
+      EXPECT_EQ(unshard(*pg, ps, mine), want) << "rank " << rank;
+      leave_together(*pg);
+    }));
     fs::remove_all(tmp);
   }
 }
