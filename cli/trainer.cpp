@@ -146,11 +146,6 @@ void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const 
                       "pipeline engine yet (PipelineEngine::train_batch, runtime/pipe_engine.h, does); use --pp 1");
   if (cfg.tp_size() > 1) {
     const std::string tp = "--tp " + std::to_string(cfg.tp_size());
-    if (!o.no_save)
-      throw ConfigError("tensor_parallel.autotp_size", tp + ": checkpoints of tensor-parallel training are not built "
-                        "yet, so this run could not save its work; pass --no-save to train without checkpoints");
-    DSCPP_CHECK(!o.resume && o.init_from.empty(), tp, ": --resume and --init-from load whole-model checkpoints, "
-                "which a tensor-parallel rank's shard cannot take yet");
     if (cfg.dscpp.fused_head)
       throw ConfigError("dscpp.fused_head", "dscpp.fused_head = true with " + tp + ": the fused head does not split "
                         "the vocabulary; set it false");

@@ -1,7 +1,7 @@
 // `dscpp train`'s 3D layout (cli/train_parallel.h): --tp / --pp override the config's keys, the checks made before
 // any work name the flag, the value and the rule, the loader splits over the data axis only (tensor and pipeline
-// peers read the same micro-batches), and the launched job: tensor parallelism trains with --no-save, and layouts
-// that do not fit are refused before any work.
+// peers read the same micro-batches), and the launched job: tensor parallelism trains, saves, and resumes under
+// another layout, and layouts that do not fit are refused before any work.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -142,22 +142,35 @@ TEST(TrainParallel, LoaderSplitsOverTheDataAxisOnly) {
   fs::remove_all(dir);
 }
 
-// The launched job: validation before any work; tensor parallelism trains with --no-save (its checkpoints are not
-// built yet, so a run that would save is refused before any work).
-TEST(TrainParallelCli, LaunchedTpTrainsWithoutCheckpointsAndRefusesToSave) {
+// The launched job: validation before any work; tensor parallelism saves a checkpoint that one process resumes.
+TEST(TrainParallelCli, LaunchedTpSavesAndOneProcessResumes) {
   if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
   if (!gloo_available()) GTEST_SKIP() << "no gloo in this build";
   CliWorkspace ws("train_parallel");  // a 2-layer model with 2 heads
-  auto launch = [&](int n, const std::string& out, const std::string& extra, int* rc) {
+  auto launch = [&](int n, const std::string& out, const std::string& extra, int* rc, int steps = 1) {
     return run_command(dscpp_binary() + " launch --nproc_per_node " + std::to_string(n) +
-                           " --master_port 0 -H /nonexistent" + ws.train_args(out) + " --steps 1 " + extra,
+                           " --master_port 0 -H /nonexistent" + ws.train_args(out) + " --steps " +
+                           std::to_string(steps) + " " + extra,
                        rc);
   };
   int rc = 0;
   std::string out = launch(2, "tp2", "--tp 2", &rc);
-  EXPECT_NE(rc, 0) << out;
-  expect_parts(out, {"--tp 2: checkpoints of tensor-parallel training are not built yet", "pass --no-save"});
-  EXPECT_FALSE(fs::exists(ws.dir / "tp2" / "data")) << "refused after the data work started:\n" << out;
+  EXPECT_EQ(rc, 0) << out;
+  expect_parts(out, {"step     1/1 | loss", "val loss", "checkpoint: "});
+  EXPECT_TRUE(fs::exists(ws.dir / "tp2" / "checkpoints" / "global_step1" / "mp_rank_01" / "engine_state.json")) << out;
+  const std::string ckpt = (ws.dir / "tp2" / "checkpoints").string();
+  out = run_command(dscpp_binary() + " ckpt inspect " + ckpt, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  expect_parts(out, {"model parallel: 2 parts, tensor-parallel size 2", "mp_rank_01/: ", "all checksums ok"});
+  // The whole model from the two slices: a Hugging Face folder.
+  out = run_command(dscpp_binary() + " ckpt export " + ckpt + " --format safetensors -o " +
+                        (ws.dir / "tp2_hf").string() + " 2>&1",
+                    &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_TRUE(fs::exists(ws.dir / "tp2_hf" / "config.json")) << out;
+  out = launch(1, "tp2", "--resume", &rc, 2);  // the same global batch in one process
+  EXPECT_EQ(rc, 0) << out;
+  expect_parts(out, {"resumed from", "at step 1", "step     2/2 | loss"});
 
   out = launch(2, "tp2run", "--tp 2 --no-save", &rc);
   EXPECT_EQ(rc, 0) << out;
