@@ -175,7 +175,8 @@ int run_inspect(const CkptOptions& o) {
     print_zero(st, manifest, tdir);
     if (st.contains(kModelParallelKey)) {  // Note [Model-parallel checkpoints]
       const nlohmann::json& mp = st.at(kModelParallelKey);
-      std::printf("model parallel: %s parts, tensor-parallel size %s\n", mp.value("size", nlohmann::json()).dump().c_str(),
+      std::printf("model parallel: %s parts, tensor-parallel size %s\n",
+                  mp.value("size", nlohmann::json()).dump().c_str(),
                   mp.value("tensor_parallel_size", nlohmann::json()).dump().c_str());
       for (const auto& part : mp.value("parts", std::vector<std::string>())) {
         const std::string f = part + "engine_state.json";
