@@ -195,6 +195,9 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
   // Note [CPU checkpointing]: offloaded inputs; their host copies are in the ledger only on the CPU device.
   auto offloaded = [&](int64_t l) { return w.cpu_checkpointing && checkpointed(l); };
   int64_t stashed = -1, host_bytes = 0;
+  // Note [Partitioned activations]: a checkpointed input kept as this rank's rows.
+  auto partitioned = [&](int64_t l) { return w.partition_activations && tp > 1 && !offloaded(l) && checkpointed(l); };
+  const int64_t rows = (s.N + tp - 1) / tp;
   auto drop_stashed = [&](int64_t keep) {  // Decoder::drop_stashed
     if (stashed >= 0 && stashed != keep) r.free(x[size_t(std::exchange(stashed, -1))]);
     if (keep >= 0 && offloaded(keep)) stashed = keep;
@@ -209,6 +212,10 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
     }
     blocks[size_t(l)] = block_forward(r, s);
     if (checkpointed(l)) blocks[size_t(l)].free_all(r);  // release(): only the block's input and output stay
+    if (partitioned(l)) {  // keep_rows, then the whole input goes
+      const Replay::Id part = r.alloc(rows * s.C * s.a);
+      r.free(std::exchange(x[size_t(l)], part));
+    }
     drop_stashed(l);
     use(int(l) + 1, false);
   }
@@ -283,6 +290,10 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
           x[size_t(j)] = r.alloc(NC), fetched[size_t(j)] = true;
           break;
         }
+    }
+    if (partitioned(l)) {  // gather_rows, then the rows go
+      const Replay::Id full = r.alloc(rows * tp * s.C * s.a);
+      r.free(std::exchange(x[size_t(l)], full));
     }
     if (checkpointed(l)) blocks[size_t(l)] = block_forward(r, s);  // writes into x_{l+1}, which exists
     block_backward(r, s, blocks[size_t(l)], [&] { written(int(l) + 1); });

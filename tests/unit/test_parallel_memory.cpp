@@ -4,6 +4,8 @@
 // on two forked Gloo ranks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "dist/equivalence.h"
 #include "dscpp/core/allocator.h"
 #include "dscpp/runtime/parallel_estimate.h"
@@ -116,51 +118,63 @@ TEST(PipelineMemory, Bubble) {
 }
 
 // Note [Activations under TP and PP]: the replay with w.tp = 2 is tensor-parallel rank 0's allocator peak over a
-// forward and backward of the whole model; rank 1 (no residual temporary on the CPU) stays under it. Either rank may
-// measure one [N, C] tensor more, varying from run to run: Gloo's worker thread holds the handle of the tensor it
-// sums (a closure's copy) and may drop it after the caller has moved on to its next allocation.
+// forward and backward of the whole model, with and without partition_activations; rank 1 (no residual temporary on
+// the CPU) stays under it. Either rank may measure one [N, C] tensor more, varying from run to run: Gloo's worker
+// thread holds the handle of the tensor it sums (a closure's copy) and may drop it after the caller has moved on to
+// its next allocation.
 TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
   if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (const char* arch : {"gpt2", "llama"})
-    for (int ckpt : {0, 1}) {
-      test::expect_all_pass(test::run_ranks(2, [&](int rank, int port) {
-        auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(30));
-        ModelConfig cfg = tiny_model_config(arch);
-        cfg.n_layer = 3;
-        ModelOptions mo;
-        mo.tp_group = pg.get();
-        auto m = make_model(cfg, mo);
-        m->init_weights(7);
-        ActivationWorkload w = f32_cpu(3, 16);
-        w.tp = 2;
-        w.checkpoint = checkpoint_every(cfg.n_layer, ckpt);
-        m->set_checkpoint_policy(w.checkpoint);
-        Tensor x = Tensor::empty({3, 16}, DType::i32), y = Tensor::empty({3, 16}, DType::i32);
-        for (int64_t i = 0; i < x.numel(); i++) {
-          x.data<int32_t>()[i] = int32_t((i * 37 + 5) % cfg.vocab_size);
-          y.data<int32_t>()[i] = int32_t((i * 11 + 3) % cfg.vocab_size);
-        }
-        Allocator& a = cpu_allocator();
-        const int64_t base = a.stats().current_bytes;
-        a.reset_peak();
-        {
-          Loss loss = m->forward(x, y);
-          m->backward(1.0f);
-          EXPECT_TRUE(std::isfinite(loss.value()));
-        }
-        const int64_t measured = a.stats().peak_bytes - base;
-        const ActivationEstimate e = estimate_activation_memory(cfg, w);
-        const std::string what = std::string(arch) + " checkpoints " + std::to_string(ckpt) + " rank " +
-                                 std::to_string(rank) + " (peak at " + e.peak_at + ")";
-        const int64_t hidden = 3 * 16 * cfg.n_embd * 4;
-        if (rank == 0) EXPECT_GE(measured, e.peak_bytes) << what;
-        EXPECT_LE(measured, e.peak_bytes + hidden) << what;
-        ActivationWorkload whole = w;
-        whole.tp = 1;
-        EXPECT_LT(e.peak_bytes, estimate_activation_memory(cfg, whole).peak_bytes) << what;
-        test::leave_together(*pg);
-      }, std::chrono::seconds(60)));
-    }
+    for (int ckpt : {0, 1, 3})
+      for (bool partition : {false, true}) {
+        if (partition && !ckpt) continue;
+        test::expect_all_pass(test::run_ranks(2, [&](int rank, int port) {
+          auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(30));
+          ModelConfig cfg = tiny_model_config(arch);
+          cfg.n_layer = 3;
+          ModelOptions mo;
+          mo.tp_group = pg.get();
+          auto m = make_model(cfg, mo);
+          m->init_weights(7);
+          ActivationWorkload w = f32_cpu(3, 16);
+          w.tp = 2;
+          w.checkpoint = checkpoint_every(cfg.n_layer, ckpt);
+          m->set_checkpoint_policy(w.checkpoint);
+          w.partition_activations = partition;
+          m->set_partition_activations(partition);
+          Tensor x = Tensor::empty({3, 16}, DType::i32), y = Tensor::empty({3, 16}, DType::i32);
+          for (int64_t i = 0; i < x.numel(); i++) {
+            x.data<int32_t>()[i] = int32_t((i * 37 + 5) % cfg.vocab_size);
+            y.data<int32_t>()[i] = int32_t((i * 11 + 3) % cfg.vocab_size);
+          }
+          Allocator& a = cpu_allocator();
+          const int64_t base = a.stats().current_bytes;
+          a.reset_peak();
+          {
+            Loss loss = m->forward(x, y);
+            m->backward(1.0f);
+            EXPECT_TRUE(std::isfinite(loss.value()));
+          }
+          const int64_t measured = a.stats().peak_bytes - base;
+          const ActivationEstimate e = estimate_activation_memory(cfg, w);
+          const std::string what = std::string(arch) + " checkpoints " + std::to_string(ckpt) +
+                                   (partition ? " partition_activations" : "") + " rank " +
+                                   std::to_string(rank) + " (peak at " + e.peak_at + ")";
+          const int64_t hidden = 3 * 16 * cfg.n_embd * 4;
+          if (rank == 0) EXPECT_GE(measured, e.peak_bytes) << what;
+          EXPECT_LE(measured, e.peak_bytes + hidden) << what;
+          ActivationWorkload whole = w;
+          whole.tp = 1;
+          EXPECT_LT(e.peak_bytes, estimate_activation_memory(cfg, whole).peak_bytes) << what;
+          ActivationWorkload unpartitioned = w;
+          unpartitioned.partition_activations = false;
+          if (partition)  // each checkpointed input held as its rows: (N - ceil(N / 2)) x C x 4 bytes less
+            EXPECT_EQ(estimate_activation_memory(cfg, unpartitioned).end_of_forward - e.end_of_forward,
+                      std::count(w.checkpoint.begin(), w.checkpoint.end(), true) * (48 - 24) * cfg.n_embd * 4)
+                << what;
+          test::leave_together(*pg);
+        }, std::chrono::seconds(60)));
+      }
 }
 
 // Note [Pipeline memory estimate]: PP 2 under 1F1B and interleaved (2 chunks per stage) on two forked Gloo ranks, 4

@@ -37,6 +37,7 @@ struct ActivationWorkload {
   // models/pipe_stage.h: 0 the embeddings, 1..L the blocks, L + 1 the head); end_item 0: the whole model.
   int tp = 1;
   int64_t first_item = 0, end_item = 0;
+  bool partition_activations = false;  // Note [Partitioned activations] (models/decoder.h), under tp > 1
 };
 
 // Note [Activations under TP and PP]: Megatron's tensor parallelism (Note [Tensor parallelism], nn/tensor_parallel.h)
@@ -46,6 +47,8 @@ struct ActivationWorkload {
 // one that adds the residual into the down projection (on the CPU a temporary the others do not take). A pipeline
 // chunk without the embeddings starts from the received hidden state [N, C] (the replay's x_0), and one without the
 // head from the received d(output) [N, C]; its d(input) stays after backward until it is sent (after_backward).
+// With partition_activations a checkpointed block's input shrinks to this rank's ceil(N / tp) rows after its
+// forward and is gathered whole again before its recompute.
 
 // Note [Replay hooks]: the engine's own buffers come and go at the model's hooks (Model::UnitHooks,
 // Model::GradReadyHook) and where backward first writes a unit's gradients (ParamSet's gradient windows). A caller
