@@ -1,12 +1,14 @@
 // Pipeline parallelism (Note [Pipeline engine], runtime/pipe_engine.h) on forked Gloo ranks: PP 2 (1F1B and
-// interleaved) and PP 2 x DP 2 give the parameters, losses and gradient norms of one process training the whole
-// model on the same global batch (gradient accumulation, clipping, fp16 loss scaling, activation checkpointing), within
+// interleaved), PP 2 x DP 2, TP 2 x PP 2 and TP 2 x PP 2 x DP 2 give the parameters, losses and gradient norms of
+// one process training the whole model on the same global batch (gradient accumulation, clipping, fp16 loss scaling, activation checkpointing), within
 // Note [Equivalence tolerances]; a rank that fails mid-pipeline ends the others with an error, not a hang.
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "dist/equivalence.h"
+#include "dist/tp_shards.h"
+#include "dscpp/comm/topology.h"
 #include "dscpp/runtime/pipe_engine.h"
 #include "runtime/pipe/partition.h"
 
@@ -16,6 +18,7 @@ namespace {
 struct PipeCase {
   DistCase dist;          // model, optimizer, precision, gas, stage; dist.world is the data-parallel size
   int stages = 2, virtual_stages = 1;
+  int tp = 1;             // tensor-parallel ranks per stage
   std::string method = "parameters";
   int scale_power = 8;    // fp16.initial_scale_power: high enough, the first steps overflow and are skipped
   int64_t steps = 3;
@@ -31,12 +34,20 @@ std::string json(const PipeCase& c) {
 
 using Named = std::map<std::string, std::vector<float>>;
 
-Named named_map(Engine& e) {  // a collective over the data-parallel group at stage 3
-  Named out;
-  Tensor f = e.gather_full_params().to(DType::f32);
+// The full parameters this rank holds shards of (tp: its tensor-parallel group, null for none): a collective over
+// the data-parallel group at stage 3, and over tp.
+Named named_map(Engine& e, ProcessGroup* tp = nullptr) {
   const ParamSet& ps = e.model().params();
-  for (const ParamInfo& p : ps.infos())
-    out[p.name].assign(f.data<float>() + p.offset, f.data<float>() + p.offset + p.numel);
+  std::vector<float> full = named_params(e);
+  if (tp) full = unshard(*tp, ps.infos(), full);
+  Named out;
+  int64_t at = 0;
+  for (const ParamInfo& p : ps.infos()) {
+    int64_t n = 1;
+    for (int64_t d : p.shard.full_shape(p.shape)) n *= d;
+    out[p.name].assign(full.begin() + at, full.begin() + at + n);
+    at += n;
+  }
   return out;
 }
 
@@ -82,8 +93,10 @@ Run reference(const PipeCase& c) {
   return out;
 }
 
-Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
+Run train_pipeline(const PipeCase& c, const ParallelGroups& g) {
   const DistCase& d = c.dist;
+  ProcessGroup& pipe = *g.pipe;
+  ProcessGroup* dp = g.data;
   const int dp_world = dp ? dp->size() : 1;
   DeepSpeedConfig cfg = DeepSpeedConfig::from_string(json(c), dp_world);
   const ModelConfig mc = model_config(d);
@@ -91,14 +104,16 @@ Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
   ModelOptions mo;
   mo.pad_multiple = 16 * dp_world;
   mo.allocate_grads = !(d.stage >= 2 && dp_world > 1);
+  mo.tp_group = g.model;
   auto m = make_pipeline_stage(mc, StageLayers::of_rank(parts, pipe.rank(), c.stages, c.virtual_stages), mo);
   m->init_weights(42);
   EngineOptions eo;
   eo.dp_group = dp;
   eo.mixed_precision_on_f32_model = d.precision == "fp16";
+  eo.model_parallel_group = g.model_parallel;  // pipe x model
   auto pe = initialize_pipeline(std::move(m), cfg, eo, {&pipe, c.virtual_stages});
   Run out;
-  out.init = named_map(pe->engine());
+  out.init = named_map(pe->engine(), g.model);
   const int dp_rank = dp ? dp->rank() : 0;
   auto step_batch = [&](int64_t s) {
     PipelineEngine::MicroBatches mbs;
@@ -115,7 +130,7 @@ Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
   }
   EXPECT_THROW(pe->forward(Tensor(), Tensor()), Error);
   EXPECT_THROW(pe->step(), Error);
-  out.params = named_map(pe->engine());
+  out.params = named_map(pe->engine(), g.model);
   out.skipped = pe->engine().skipped_steps();
   const int64_t steps = pe->engine().global_steps();
   out.eval_loss = pe->eval_batch(step_batch(0));
@@ -125,7 +140,8 @@ Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
 }
 
 void expect_matches(const Run& got, const Run& want, const PipeCase& c, const std::string& what) {
-  const double S = double(c.dist.world * c.dist.gas), u = unit_roundoff("f32");
+  // Tensor parallelism splits the GEMMs' inner sums and the log-sum-exp too: test_tensor_parallel's 256 summands.
+  const double S = c.tp > 1 ? 256.0 : double(c.dist.world * c.dist.gas), u = unit_roundoff("f32");
   auto per_step = [&](const std::vector<float>& ref) {
     return [&](size_t s) { return rounding_bound(u, S, int64_t(s) + 1, ref[s]); };
   };
@@ -155,36 +171,25 @@ void expect_matches(const Run& got, const Run& want, const PipeCase& c, const st
   }
 }
 
-// PP 2 on 2 ranks (dist.world 1), or PP 2 x DP 2 on 4 ranks: pipelines {0, 1} and {2, 3}, data groups {0, 2}, {1, 3}.
+// pp x dp x tp ranks (dist.world is dp) laid out as DeepSpeed's topology (Note [Topology layout]): e.g. PP 2 x DP 2
+// has pipelines {0, 2} and {1, 3}, data groups {0, 1} and {2, 3}; TP 2 x PP 2 has tensor groups {0, 1} and {2, 3},
+// pipelines {0, 2} and {1, 3}, and the tied copies of model rank m summed over its pipeline's {m, m + 2}.
 void run_case(const PipeCase& c) {
   std::string why;
   if (!can_run(c.dist, &why)) GTEST_SKIP() << why;
-  const int dp_world = c.dist.world, world = c.stages * dp_world;
+  const int dp_world = c.dist.world, world = c.stages * dp_world * c.tp;
   DistCase ranks = c.dist;
   ranks.world = world;
   on_ranks(ranks, [&](ProcessGroup& pg, int rank) {
-    std::unique_ptr<ProcessGroup> pipe_sub, dp_sub;
-    for (int d = 0; d < dp_world; d++) {
-      std::vector<int> members;
-      for (int s = 0; s < c.stages; s++) members.push_back(d * c.stages + s);
-      auto g = pg.new_subgroup(members);
-      if (g) pipe_sub = std::move(g);
-    }
-    for (int s = 0; s < c.stages && dp_world > 1; s++) {
-      std::vector<int> members;
-      for (int d = 0; d < dp_world; d++) members.push_back(d * c.stages + s);
-      auto g = pg.new_subgroup(members);
-      if (g) dp_sub = std::move(g);
-    }
-    ProcessGroup& pipe = dp_world > 1 ? *pipe_sub : pg;
-    const Run got = train_pipeline(c, pipe, dp_sub.get());
+    const ParallelGroups g = make_parallel_groups(pg, pipe_model_data_parallel_topology(c.stages, c.tp, dp_world));
+    const Run got = train_pipeline(c, g);
     const Run want = reference(c);
     expect_matches(got, want, c, "rank " + std::to_string(rank));
     leave_together(pg);
   });
 }
 
-PipeCase pipe_case(const std::string& arch, int virtual_stages, int dp, int stage = 0) {
+PipeCase pipe_case(const std::string& arch, int virtual_stages, int dp, int stage = 0, int tp = 1) {
   PipeCase c;
   c.dist = dist_case(dp, stage, arch, [&](DistCase& d) {
     d.gas = 4;
@@ -192,6 +197,7 @@ PipeCase pipe_case(const std::string& arch, int virtual_stages, int dp, int stag
     d.n_layer = 4;
   });
   c.virtual_stages = virtual_stages;
+  c.tp = tp;
   if (virtual_stages > 1) c.method = "uniform";  // 6 items in 4 parts
   return c;
 }
@@ -217,6 +223,17 @@ TEST(PipeEngine, PipeTimesDataStage2Llama) { run_case(pipe_case("llama", 1, 2, 2
 TEST(PipeEngine, PipeTimesDataStage2InterleavedLlama) { run_case(pipe_case("llama", 2, 2, 2)); }
 TEST(PipeEngine, PipeTimesDataStage3Llama) { run_case(pipe_case("llama", 1, 2, 3)); }
 TEST(PipeEngine, PipeTimesDataStage3InterleavedLlama) { run_case(pipe_case("llama", 2, 2, 3)); }
+
+// TP 2 x PP 2: each stage's blocks, vocabulary-parallel table and loss split over its tensor group; the norm and the
+// fp16 overflow over all four ranks (pipe x model); a tied table's shard summed with the other stage's copy of the
+// same shard.
+TEST(PipeEngine, TensorTimesPipeGpt2) { run_case(pipe_case("gpt2", 1, 1, 0, 2)); }
+TEST(PipeEngine, TensorTimesPipeLlama) { run_case(pipe_case("llama", 1, 1, 0, 2)); }
+TEST(PipeEngine, TensorTimesPipeInterleavedGpt2) { run_case(pipe_case("gpt2", 2, 1, 0, 2)); }
+// TP 2 x PP 2 x DP 2 on 8 ranks, ZeRO over the data axis.
+TEST(PipeEngine, TensorTimesPipeTimesDataStage0Gpt2) { run_case(pipe_case("gpt2", 1, 2, 0, 2)); }
+TEST(PipeEngine, TensorTimesPipeTimesDataStage1Llama) { run_case(pipe_case("llama", 1, 2, 1, 2)); }
+TEST(PipeEngine, TensorTimesPipeTimesDataStage3Llama) { run_case(pipe_case("llama", 1, 2, 3, 2)); }
 
 // The last stage fails on micro-batch 2 (targets of the wrong shape) while the first is mid-schedule: the first must
 // end with an error naming the failed rank, well before its (long) timeout, not hang.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "dist/equivalence.h"
+#include "dist/tp_shards.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/parallel_ops.h"
 
@@ -30,39 +31,6 @@ class NeedsGloo : public ::testing::Environment {
 };
 [[maybe_unused]] ::testing::Environment* const kNeedsGloo = ::testing::AddGlobalTestEnvironment(new NeedsGloo);
 
-// Rank r's ShardSpec of a parameter whose rank-`own` spec is s (every rank's shard has the same shape).
-ShardSpec spec_of_rank(const ShardSpec& s, const Shape& local, int r) {
-  ShardSpec o = s;
-  if (s.dim == 0) o.begin = int64_t(r) * (local[0] / s.parts);
-  if (s.dim == 1) o.begin = int64_t(r) * local[1];
-  return o;
-}
-
-// The full model's parameters (named layout) from every tensor-parallel rank's shard (named layout): a collective.
-std::vector<float> unshard(ProcessGroup& tp, const ParamSet& ps, const std::vector<float>& mine) {
-  Tensor in = Tensor::empty({int64_t(mine.size())}, DType::f32);
-  std::copy(mine.begin(), mine.end(), in.data<float>());
-  Tensor all = Tensor::empty({tp.size() * in.numel()}, DType::f32);
-  tp.all_gather(all, in)->wait();
-  std::vector<float> full;
-  int64_t at = 0;  // the parameter's start in each rank's named layout
-  for (const ParamInfo& p : ps.infos()) {
-    const Shape fs = p.shard.full_shape(p.shape);
-    int64_t n = 1;
-    for (int64_t d : fs) n *= d;
-    std::vector<float> t(size_t(n), 0.0f);
-    for (int r = 0; r < (p.shard.replicated() ? 1 : tp.size()); r++) {
-      const float* src = all.data<float>() + r * in.numel() + at;
-      spec_of_rank(p.shard, p.shape, r).for_each_run(p.shape, [&](int64_t lb, int64_t fb, int64_t c) {
-        if (fb >= 0) std::copy(src + lb, src + lb + c, t.begin() + fb);
-      });
-    }
-    full.insert(full.end(), t.begin(), t.end());
-    at += p.numel;
-  }
-  return full;
-}
-
 // The tensor-parallel engine of case c: model axis `tp`, data axis `dp` (null: one replica).
 std::unique_ptr<Engine> make_tp_engine(const DistCase& c, ProcessGroup* tp, ProcessGroup* dp) {
   const int world = dp ? dp->size() : 1;
@@ -87,8 +55,8 @@ void expect_tp_equals_one_process(const DistCase& c, ProcessGroup& tp, ProcessGr
   auto e = make_tp_engine(c, &tp, dp);
   test::Trained got = test::train(*e, c, dp_rank, c.gas);
   const ParamSet& ps = e->model().params();
-  got.init = unshard(tp, ps, got.init);
-  got.params = unshard(tp, ps, got.params);
+  got.init = test::unshard(tp, ps.infos(), got.init);
+  got.params = test::unshard(tp, ps.infos(), got.params);
 
   DistCase rc = c;
   rc.gas = c.gas * dp_size;
