@@ -1,7 +1,7 @@
 // `dscpp train`'s 3D layout (cli/train_parallel.h): --tp / --pp override the config's keys, the checks made before
 // any work name the flag, the value and the rule, the loader splits over the data axis only (tensor and pipeline
-// peers read the same micro-batches), and the launched job: tensor parallelism trains with --no-save, and layouts
-// that do not fit are refused before any work.
+// peers read the same micro-batches), and the launched job: tensor and pipeline parallelism (--tp 2, --pp 2, both)
+// train with --no-save to the losses of one process, and layouts that do not fit are refused before any work.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -26,6 +26,15 @@ std::string config_error(const std::function<void()>& f, std::string* key = null
     return e.what();
   }
   return "(no error)";
+}
+
+// The losses a run printed: each progress line's, then each validation loss.
+std::vector<double> printed_losses(const std::string& out) {
+  std::vector<double> v;
+  for (const std::string key : {"| loss ", "| val loss "})
+    for (size_t at = out.find(key); at != std::string::npos; at = out.find(key, at + 1))
+      v.push_back(std::stod(out.substr(at + key.size())));
+  return v;
 }
 
 void expect_parts(const std::string& text, std::initializer_list<const char*> parts) {
@@ -142,15 +151,16 @@ TEST(TrainParallel, LoaderSplitsOverTheDataAxisOnly) {
   fs::remove_all(dir);
 }
 
-// The launched job: validation before any work; tensor parallelism trains with --no-save (its checkpoints are not
-// built yet, so a run that would save is refused before any work).
-TEST(TrainParallelCli, LaunchedTpTrainsWithoutCheckpointsAndRefusesToSave) {
+// The launched job: validation before any work; tensor and pipeline parallelism train with --no-save (their
+// checkpoints are not built yet, so a run that would save is refused before any work), printing the losses one
+// process prints for the same global batch (the tiny model's sums split over 2 ranks: within float rounding).
+TEST(TrainParallelCli, LaunchedTpAndPpTrainWithoutCheckpointsAndRefuseToSave) {
   if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
   if (!gloo_available()) GTEST_SKIP() << "no gloo in this build";
   CliWorkspace ws("train_parallel");  // a 2-layer model with 2 heads
   auto launch = [&](int n, const std::string& out, const std::string& extra, int* rc) {
     return run_command(dscpp_binary() + " launch --nproc_per_node " + std::to_string(n) +
-                           " --master_port 0 -H /nonexistent" + ws.train_args(out) + " --steps 1 " + extra,
+                           " --master_port 0 -H /nonexistent" + ws.train_args(out) + " " + extra,
                        rc);
   };
   int rc = 0;
@@ -159,10 +169,32 @@ TEST(TrainParallelCli, LaunchedTpTrainsWithoutCheckpointsAndRefusesToSave) {
   expect_parts(out, {"--tp 2: checkpoints of tensor-parallel training are not built yet", "pass --no-save"});
   EXPECT_FALSE(fs::exists(ws.dir / "tp2" / "data")) << "refused after the data work started:\n" << out;
 
-  out = launch(2, "tp2run", "--tp 2 --no-save", &rc);
-  EXPECT_EQ(rc, 0) << out;
-  expect_parts(out, {"step     1/1 | loss", "val loss"});
-  EXPECT_FALSE(fs::exists(ws.dir / "tp2run" / "checkpoints" / "latest")) << out;
+  out = launch(2, "pp2", "--pp 2", &rc);
+  EXPECT_NE(rc, 0) << out;
+  expect_parts(out, {"--pp 2: checkpoints of pipeline-parallel training are not built yet", "pass --no-save"});
+  EXPECT_FALSE(fs::exists(ws.dir / "pp2" / "data")) << "refused after the data work started:\n" << out;
+
+  // Two steps of 2 micro-batches (the second step's loss moved by the first's update), evaluated before and after.
+  const std::string config = ws.write("gas2.json", R"({"train_micro_batch_size_per_gpu": 4,
+      "gradient_accumulation_steps": 2, "steps_per_print": 1, "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})");
+  const std::string run = " --config " + config + " --steps 2 --no-save";
+  out = run_command(dscpp_binary() + ws.train_args("one") + run, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const std::vector<double> want = printed_losses(out);
+  ASSERT_EQ(want.size(), 4u) << out;
+  for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
+           {"tp2run", "--tp 2"}, {"pp2run", "--pp 2"}, {"tp2pp2run", "--tp 2 --pp 2"}}) {
+    const int n = name == "tp2pp2run" ? 4 : 2;
+    out = launch(n, name, flags + run, &rc);
+    EXPECT_EQ(rc, 0) << out;
+    expect_parts(out, {"step     2/2 | loss", "val loss"});
+    if (name != "tp2run") expect_parts(out, {"pipeline: 2 stages, partition parameters, 2 micro-batches per step"});
+    const std::vector<double> got = printed_losses(out);
+    ASSERT_EQ(got.size(), want.size()) << name << ":\n" << out;
+    for (size_t i = 0; i < want.size(); i++) EXPECT_NEAR(got[i], want[i], 2e-4 * want[i]) << name << " loss " << i;
+    EXPECT_FALSE(fs::exists(ws.dir / name / "checkpoints" / "latest")) << out;
+  }
 
   out = launch(2, "tp2pp2", "--tp 2 --pp 2", &rc);
   EXPECT_NE(rc, 0) << out;

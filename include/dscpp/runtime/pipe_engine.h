@@ -48,7 +48,9 @@ class PipelineEngine {
   // gradient_accumulation_steps micro-batches, forward and backward by the schedule, then one optimizer step.
   // Returns the mean loss (the last stage's, averaged over the data-parallel ranks) on every stage.
   float train_batch(const MicroBatches& batch);
-  float eval_batch(const MicroBatches& batch);  // forwards only; the same mean loss; no state changes
+  // Forwards only, of any count of micro-batches (DeepSpeed's num_micro_batches; under interleaving a multiple of
+  // the stages); the same mean loss; no state changes.
+  float eval_batch(const MicroBatches& batch);
 
   Loss forward(const Tensor& tokens, const Tensor& targets);  // throw: use train_batch / eval_batch
   void backward();

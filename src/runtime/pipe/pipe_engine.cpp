@@ -19,7 +19,14 @@ StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method,
 std::unique_ptr<PipelineEngine> initialize_pipeline(std::unique_ptr<Model> model, const DeepSpeedConfig& config,
                                                     EngineOptions options, PipeOptions pipe) {
   if (!options.model_parallel_group) options.model_parallel_group = pipe.pipe_group;
-  return std::make_unique<PipelineEngine>(initialize(std::move(model), config, options), pipe);
+  auto engine = initialize(std::move(model), config, options);
+  // DeepSpeed's PipelineModule(activation_checkpoint_interval=1): every layer recomputes in backward (whatever
+  // activation_checkpointing.number_checkpoints chose; the parser refuses longer runs of layers).
+  if (config.pipeline.activation_checkpoint_interval == 1) {
+    Model& m = engine->model();
+    m.set_checkpoint_policy(CheckpointPolicy(size_t(m.config().n_layer), true));
+  }
+  return std::make_unique<PipelineEngine>(std::move(engine), pipe);
 }
 
 PipelineEngine::PipelineEngine(std::unique_ptr<Engine> engine, PipeOptions o)
@@ -67,9 +74,10 @@ float PipelineEngine::train_batch(const MicroBatches& batch) { return run(batch,
 float PipelineEngine::eval_batch(const MicroBatches& batch) { return run(batch, false); }
 
 float PipelineEngine::run(const MicroBatches& batch, bool train) {
-  const int64_t m = engine_->config().gradient_accumulation_steps;
-  DSCPP_CHECK(int64_t(batch.size()) == m, train ? "train_batch" : "eval_batch", ": ", batch.size(),
-              " micro-batches, but gradient_accumulation_steps is ", m, " (a pipeline batch is that many)");
+  const int64_t gas = engine_->config().gradient_accumulation_steps, m = int64_t(batch.size());
+  DSCPP_CHECK(!train || m == gas, "train_batch: ", m, " micro-batches, but gradient_accumulation_steps is ", gas,
+              " (a pipeline batch is that many)");
+  DSCPP_CHECK(m >= 1, "eval_batch: no micro-batches");
   // Eval runs the model alone (Engine::model() lands any pending update first), leaving the engine's counters.
   Model& model = engine_->model();
   PipelineStage& st = stage();
