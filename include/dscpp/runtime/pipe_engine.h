@@ -77,7 +77,8 @@ StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method,
                               int stage);
 
 // deepspeed.initialize() for a PipelineModule: model is a pipeline stage; options.model_parallel_group defaults to
-// the pipe group (with tensor parallelism too, pass the pipe x tensor group).
+// the pipe group (with tensor parallelism too, pass the pipe x tensor group: ParallelGroups::model_parallel).
+// pipeline.activation_checkpoint_interval 1 checkpoints every block of the stage, as PipelineModule's argument.
 std::unique_ptr<PipelineEngine> initialize_pipeline(std::unique_ptr<Model> model, const DeepSpeedConfig& config,
                                                     EngineOptions options, PipeOptions pipe);
 
