@@ -1,7 +1,8 @@
 // Pipeline parallelism (Note [Pipeline engine], runtime/pipe_engine.h) on forked Gloo ranks: PP 2 (1F1B and
 // interleaved), PP 2 x DP 2, TP 2 x PP 2 and TP 2 x PP 2 x DP 2 give the parameters, losses and gradient norms of
-// one process training the whole model on the same global batch (gradient accumulation, clipping, fp16 loss scaling, activation checkpointing), within
-// Note [Equivalence tolerances]; a rank that fails mid-pipeline ends the others with an error, not a hang.
+// one process training the whole model on the same global batch (gradient accumulation, clipping, fp16 loss
+// scaling, activation checkpointing), within Note [Equivalence tolerances]; eval_batch takes fewer micro-batches too;
+// a rank that fails mid-pipeline ends the others with an error, not a hang.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -253,6 +254,33 @@ TEST(PipeEngine, TensorTimesPipeInterleavedGpt2) { run_case(pipe_case("gpt2", 2,
 TEST(PipeEngine, TensorTimesPipeTimesDataStage0Gpt2) { run_case(pipe_case("gpt2", 1, 2, 0, 2)); }
 TEST(PipeEngine, TensorTimesPipeTimesDataStage1Llama) { run_case(pipe_case("llama", 1, 2, 1, 2)); }
 TEST(PipeEngine, TensorTimesPipeTimesDataStage3Llama) { run_case(pipe_case("llama", 1, 2, 3, 2)); }
+
+TEST(PipeEngine, ConfigChecksNameTheKey) {
+  const ModelConfig gpt2 = model_config(dist_case(1, 0, "gpt2")), llama = model_config(dist_case(1, 0, "llama"));
+  auto config = [](int gas, int stage) {
+    return DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": )" +
+                                            std::to_string(gas) + R"(, "zero_optimization": {"stage": )" +
+                                            std::to_string(stage) + "}}",
+                                        2);
+  };
+  auto key_of = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const ConfigError& e) {
+      return e.key + ": " + e.what();
+    }
+    return std::string("(no error)");
+  };
+  check_pipeline_config(config(4, 1), llama, 2, 2, 2);  // untied, 4 micro-batches over 2 stages: fine
+  check_pipeline_config(config(3, 0), gpt2, 2, 1, 2);   // tied at stage 0; no interleaving
+  EXPECT_NE(key_of([&] { check_pipeline_config(config(3, 0), gpt2, 2, 2, 1); })
+                .find("gradient_accumulation_steps: gradient_accumulation_steps = 3 with dscpp.pipeline."
+                      "virtual_stages 2"),
+            std::string::npos);
+  EXPECT_NE(key_of([&] { check_pipeline_config(config(4, 1), gpt2, 2, 1, 2); })
+                .find("zero_optimization.stage: zero_optimization.stage 1 with pipeline parallelism"),
+            std::string::npos);
+}
 
 // The last stage fails on micro-batch 2 (targets of the wrong shape) while the first is mid-schedule: the first must
 // end with an error naming the failed rank, well before its (long) timeout, not hang.

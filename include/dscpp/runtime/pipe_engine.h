@@ -76,6 +76,11 @@ class PipelineEngine {
 StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method, int stages, int virtual_stages,
                               int stage);
 
+// What a pipeline of `stages` x `virtual_stages` over `dp` data-parallel replicas cannot run, refused before any work
+// (the PipelineEngine checks again): interleaving with gradient_accumulation_steps not a multiple of the stages, a
+// tied token table with ZeRO >= 1 over data parallelism. Throws a ConfigError naming the key.
+void check_pipeline_config(const DeepSpeedConfig& c, const ModelConfig& m, int stages, int virtual_stages, int dp);
+
 // deepspeed.initialize() for a PipelineModule: model is a pipeline stage; options.model_parallel_group defaults to
 // the pipe group (with tensor parallelism too, pass the pipe x tensor group: ParallelGroups::model_parallel).
 // pipeline.activation_checkpoint_interval 1 checkpoints every block of the stage, as PipelineModule's argument.

@@ -16,6 +16,21 @@ StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method,
   return StageLayers::of_rank(parts, stage, stages, virtual_stages);
 }
 
+void check_pipeline_config(const DeepSpeedConfig& c, const ModelConfig& m, int stages, int virtual_stages, int dp) {
+  const int64_t gas = c.gradient_accumulation_steps;
+  if (virtual_stages > 1 && gas % stages != 0)
+    throw ConfigError("gradient_accumulation_steps", "gradient_accumulation_steps = " + std::to_string(gas) +
+                      " with dscpp.pipeline.virtual_stages " + std::to_string(virtual_stages) + ": interleaving "
+                      "needs the micro-batches to be a multiple of the " + std::to_string(stages) +
+                      " pipeline stages");
+  // Note [Pipeline engine]: the tied copies' gradients are summed after the data-parallel reduction, which a
+  // partitioned gradient (ZeRO >= 1) holds as chunks laid out differently on the two stages.
+  if (m.tie_embeddings && stages > 1 && dp > 1 && c.zero_optimization.stage >= 1)
+    throw ConfigError("zero_optimization.stage", "zero_optimization.stage " +
+                      std::to_string(c.zero_optimization.stage) + " with pipeline parallelism and data parallelism "
+                      "is not supported for a tied embedding (tie_embeddings) yet; use stage 0 or an untied model");
+}
+
 std::unique_ptr<PipelineEngine> initialize_pipeline(std::unique_ptr<Model> model, const DeepSpeedConfig& config,
                                                     EngineOptions options, PipeOptions pipe) {
   if (!options.model_parallel_group) options.model_parallel_group = pipe.pipe_group;
@@ -40,15 +55,9 @@ PipelineEngine::PipelineEngine(std::unique_ptr<Engine> engine, PipeOptions o)
   const int chunks = int(stage().layers().chunks.size());
   DSCPP_CHECK(chunks == virtual_stages_, "PipelineEngine: the stage holds ", chunks, " chunks of layers but "
               "dscpp.pipeline.virtual_stages is ", virtual_stages_);
+  check_pipeline_config(engine_->config(), m.config(), stages_, virtual_stages_, engine_->dp_world_size());
   PipeShape{stages_, int(engine_->config().gradient_accumulation_steps), virtual_stages_}.validate();
-  const DeepSpeedConfig& c = engine_->config();
   const bool tied = m.config().tie_embeddings && stages_ > 1;
-  // Note [Pipeline engine]: the tied copies' gradients are summed after the data-parallel reduction, which a
-  // partitioned gradient (ZeRO >= 1) holds as chunks laid out differently on the two stages.
-  if (tied && engine_->dp_world_size() > 1 && c.zero_optimization.stage >= 1)
-    throw ConfigError("zero_optimization.stage", "zero_optimization.stage " +
-                      std::to_string(c.zero_optimization.stage) + " with pipeline parallelism and data parallelism "
-                      "is not supported for a tied embedding (tie_embeddings) yet; use stage 0 or an untied model");
   if (tied) tied_ = pipe_->new_subgroup({0, stages_ - 1});  // every pipe rank takes part; the two get the group
   // The tied group's members must be the two copies, whatever the partition.
   DSCPP_CHECK(!tied || (stage_ != 0 && stage_ != stages_ - 1) || stage().tied_table_id() >= 0,
