@@ -389,14 +389,17 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   mem.workload.checkpoint = m.checkpoint_policy();  // --activation-checkpointing too
   const TrainingMemoryEstimate predicted = estimate_training_memory(mcfg, mem.workload, mem.setup);
   if (!quiet) {
-    log << "memory per rank, predicted: peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
+    // The estimate has no tensor or pipeline split yet: under them it is the whole model's on one rank, an upper
+    // bound on each rank's states (dscpp estimate-memory --tp / --pp splits the states).
+    log << "memory per rank, predicted" << (replica_ranks > 1 ? " (the whole model, not split by tp / pp)" : "")
+        << ": peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
         << fmt_bytes(predicted.states.total()) << " + activations and ZeRO buffers "
         << fmt_bytes(predicted.peak_bytes - predicted.states.total()) << ", in " << predicted.peak_at;
     if (predicted.peak.cpu > 0) log << "; host memory " << fmt_bytes(predicted.peak.cpu);  // Note [Memory tiers]
     if (mopts.device.is_cuda())
       log << ", of the GPU's " << fmt_bytes(cuda_device_memory(mopts.device.index));
     log << std::endl;
-    if (mopts.device.is_cuda() && predicted.peak_bytes > cuda_device_memory(mopts.device.index))
+    if (mopts.device.is_cuda() && replica_ranks == 1 && predicted.peak_bytes > cuda_device_memory(mopts.device.index))
       log << "warning: the predicted peak does not fit this GPU: expect out of memory. Lower "
              "train_micro_batch_size_per_gpu, raise zero_optimization.stage, or set "
              "activation_checkpointing.number_checkpoints (dscpp estimate-memory compares the options)" << std::endl;
