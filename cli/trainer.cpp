@@ -157,7 +157,7 @@ void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const 
     if (tp > 1 && cfg.dscpp.fused_head)
       throw ConfigError("dscpp.fused_head", "dscpp.fused_head = true with " + flags + ": the fused head does not "
                         "split the vocabulary; set it false");
-    if (pp > 1) check_pipeline_config(cfg, mcfg, pp, int(cfg.dscpp.pipeline.virtual_stages), cfg.dp_world_size);
+    if (pp > 1) check_pipeline_config(cfg, pp, int(cfg.dscpp.pipeline.virtual_stages));
     if (pp > 1 && cfg.activation_checkpointing.cpu_checkpointing)
       throw ConfigError("activation_checkpointing.cpu_checkpointing", "activation_checkpointing.cpu_checkpointing = "
                         "true with " + flags + ": not supported on a pipeline stage (Note [Pipeline stage]); set it "

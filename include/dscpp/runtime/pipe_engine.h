@@ -13,7 +13,9 @@
 //   group (EngineOptions::model_parallel_group: the pipe group, or pipe x tensor), the last stage's copy of a tied
 //   token table left out (Model::norm_duplicates) so it counts once;
 // - a tied table's two copies (first and last stage) have their gradients summed over a 2-rank group of those stages
-//   after the last backward (the schedule's reduce_tied_grads), so both copies step identically;
+//   after the last backward (the schedule's reduce_tied_grads), so both copies step identically (under ZeRO, Note
+//   [Tied gradients under ZeRO]); with tensor parallelism each tensor rank's pipe group has its own such pair, of the
+//   same vocabulary shard;
 // - a micro-batch's backward on a rank with several chunks completes at its last chunk (Engine::backward_part): the
 //   data-parallel gradient sync of the accumulation boundary runs there once;
 // - the loss is the last stage's mean over the micro-batches (averaged over the data-parallel ranks), broadcast to
@@ -64,6 +66,7 @@ class PipelineEngine {
 
  private:
   float run(const MicroBatches& batch, bool train);
+  void sum_tied_grads();  // Note [Tied gradients under ZeRO], pipe_engine.cpp
   PipelineStage& stage();
   std::unique_ptr<Engine> engine_;
   ProcessGroup* pipe_;
@@ -77,9 +80,9 @@ StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method,
                               int stage);
 
 // What a pipeline of `stages` x `virtual_stages` over `dp` data-parallel replicas cannot run, refused before any work
-// (the PipelineEngine checks again): interleaving with gradient_accumulation_steps not a multiple of the stages, a
-// tied token table with ZeRO >= 1 over data parallelism. Throws a ConfigError naming the key.
-void check_pipeline_config(const DeepSpeedConfig& c, const ModelConfig& m, int stages, int virtual_stages, int dp);
+// (the PipelineEngine checks again): interleaving with gradient_accumulation_steps not a multiple of the stages.
+// Throws a ConfigError naming the key.
+void check_pipeline_config(const DeepSpeedConfig& c, int stages, int virtual_stages);
 
 // deepspeed.initialize() for a PipelineModule: model is a pipeline stage; options.model_parallel_group defaults to
 // the pipe group (with tensor parallelism too, pass the pipe x tensor group: ParallelGroups::model_parallel).
