@@ -81,11 +81,13 @@ void print_tensors(const std::string& label, const std::string& path) {
   std::printf("\n");
 }
 
-// ZeRO partitioning (stage, world size, per-rank shard files) or the universal layout, when the tag has them.
-void print_zero(const nlohmann::json& st, const nlohmann::json& manifest, const std::string& tdir) {
+// ZeRO partitioning (stage, world size, per-rank shard files) or the universal layout, when the tag (or, with
+// `part`, one model-parallel part's folder) has them.
+void print_zero(const nlohmann::json& st, const nlohmann::json& manifest, const std::string& tdir,
+                const std::string& part = "") {
   std::vector<std::string> ranks, params;
   for (const auto& [name, rec] : manifest.at("files").items()) {
-    if (name.starts_with("zero/rank_")) ranks.push_back(name);
+    if (name.starts_with(part + "zero/rank_")) ranks.push_back(name);
     if (name.starts_with("universal/")) params.push_back(name);
   }
   if (st.value("universal", false)) {
@@ -171,6 +173,22 @@ int run_inspect(const CkptOptions& o) {
     for (const char* k : {"optimizer", "lr_scheduler", "loss_scaler"})
       if (st.contains(k)) std::printf("%s: %s\n", k, st.at(k).dump().c_str());
     print_zero(st, manifest, tdir);
+    if (st.contains(kModelParallelKey)) {  // Note [Model-parallel checkpoints]
+      const nlohmann::json& mp = st.at(kModelParallelKey);
+      std::printf("model parallel: %s parts, tensor-parallel size %s\n",
+                  mp.value("size", nlohmann::json()).dump().c_str(),
+                  mp.value("tensor_parallel_size", nlohmann::json()).dump().c_str());
+      for (const auto& part : mp.value("parts", std::vector<std::string>())) {
+        const std::string f = part + "engine_state.json";
+        if (!ok[f]) {
+          std::printf("  %s: engine_state.json MISSING or BAD\n", part.c_str());
+          continue;
+        }
+        const nlohmann::json ps = read_json_file(tdir + "/" + f);
+        std::printf("  %s: %zu parameters\n", part.c_str(), ps.value("shards", nlohmann::json::object()).size());
+        print_zero(ps, manifest, tdir, part);
+      }
+    }
     if (st.contains("client_state") && st.at("client_state").is_object()) {
       std::printf("client_state keys:");
       for (const auto& [k, v] : st.at("client_state").items()) std::printf(" %s", k.c_str());

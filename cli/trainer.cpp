@@ -143,22 +143,16 @@ void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const 
   mcfg.validate();
   check_parallel_layout(o, cfg, mcfg);
   const int tp = cfg.tp_size(), pp = cfg.pp_size();
-  if (tp > 1 || pp > 1) {
-    const std::string flags = (tp > 1 ? "--tp " + std::to_string(tp) : "") + (tp > 1 && pp > 1 ? " " : "") +
-                              (pp > 1 ? "--pp " + std::to_string(pp) : "");
-    const std::string kind = tp > 1 && pp > 1 ? "tensor- and pipeline-parallel" : tp > 1 ? "tensor-parallel"
-                                                                                         : "pipeline-parallel";
-    if (!o.no_save)
-      throw ConfigError(pp > 1 ? "pipeline.stages" : "tensor_parallel.autotp_size",
-                        flags + ": checkpoints of " + kind + " training are not built yet, so this run could not "
-                        "save its work; pass --no-save to train without checkpoints");
-    DSCPP_CHECK(!o.resume && o.init_from.empty(), flags, ": --resume and --init-from load whole-model checkpoints, "
-                "which a ", kind, " rank's part of the model cannot take yet");
-    if (tp > 1 && cfg.dscpp.fused_head)
-      throw ConfigError("dscpp.fused_head", "dscpp.fused_head = true with " + flags + ": the fused head does not "
-                        "split the vocabulary; set it false");
-    if (pp > 1) check_pipeline_config(cfg, pp, int(cfg.dscpp.pipeline.virtual_stages));
-    if (pp > 1 && cfg.activation_checkpointing.cpu_checkpointing)
+  const std::string flags = (tp > 1 ? "--tp " + std::to_string(tp) : "") + (tp > 1 && pp > 1 ? " " : "") +
+                            (pp > 1 ? "--pp " + std::to_string(pp) : "");
+  if (tp > 1 && cfg.dscpp.fused_head)
+    throw ConfigError("dscpp.fused_head", "dscpp.fused_head = true with " + flags + ": the fused head does not "
+                      "split the vocabulary; set it false");
+  if (pp > 1) {
+    DSCPP_CHECK(o.init_from.empty(), flags, ": --init-from loads a whole Hugging Face model, which a pipeline stage "
+                "(some of its layers) cannot take yet; train it with --pp 1, save, and resume with --pp");
+    check_pipeline_config(cfg, pp, int(cfg.dscpp.pipeline.virtual_stages));
+    if (cfg.activation_checkpointing.cpu_checkpointing)
       throw ConfigError("activation_checkpointing.cpu_checkpointing", "activation_checkpointing.cpu_checkpointing = "
                         "true with " + flags + ": not supported on a pipeline stage (Note [Pipeline stage]); set it "
                         "false");

@@ -25,7 +25,7 @@ struct TrainOptions {
   int64_t seq_len = 0;                // 0 = the model's context length
   int64_t save_every = 0;             // 0 = save at the end only
   std::string fault;                  // tests only: "crash", "hang" or "oom" at the first step (DSCPP_TRAIN_FAULT)
-  bool no_save = false;               // write no checkpoint (a measurement run; needed with --tp / --pp for now)
+  bool no_save = false;               // write no checkpoint (a measurement run)
   int keep_last = 2;                  // checkpoint tags to keep
   bool resume = false;                // continue from out_dir/checkpoints/latest (else its newest complete tag)
   bool overwrite = false;             // a new run into an out_dir holding checkpoints: delete them first

@@ -2,6 +2,7 @@
 // every name, shape and dtype (nothing is read into the model), the second reads, transposes GPT-2's Conv1D
 // weights, converts to the model's dtype and copies into the parameters. A bad folder leaves the model unchanged.
 #include <algorithm>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -123,7 +124,8 @@ HfLoadReport load_hf_model(const std::string& dir, Model& model, const HfLoadOpt
       }
       if (found.count(name))
         checkpoint_fail(K::bad_header, f->path(), ": tensor ", e.name, " also appears in ", found[name].file->path());
-      const Shape& ours = ps.info(id).shape;
+      const ParamInfo& pi = ps.info(id);
+      const Shape ours = pi.shard.full_shape(pi.shape);  // a tensor-parallel shard's full parameter
       const bool tr = hf_is_transposed(cfg.arch, name);
       const Shape want = tr ? Shape{ours[1], ours[0]} : ours;
       if (e.shape != want)
@@ -138,9 +140,9 @@ HfLoadReport load_hf_model(const std::string& dir, Model& model, const HfLoadOpt
   for (const auto& p : ps.infos())
     if (!found.count(p.name)) {
       std::string where = rep.files.size() == 1 ? rep.files[0] : dir + "/model.safetensors.index.json";
+      const Shape full = p.shard.full_shape(p.shape);
       checkpoint_fail(K::unknown_tensor, where, ": missing tensor ", p.name, " (expected shape ",
-                      shape_str(hf_is_transposed(cfg.arch, p.name) ? Shape{p.shape[1], p.shape[0]} : p.shape),
-                      ")");
+                      shape_str(hf_is_transposed(cfg.arch, p.name) ? Shape{full[1], full[0]} : full), ")");
     }
   for (const auto& [name, src] : lm_head) {  // tied: must equal the embedding we keep
     const std::string wte = cfg.arch == "gpt2" ? "transformer.wte.weight" : "model.embed_tokens.weight";
@@ -152,11 +154,23 @@ HfLoadReport load_hf_model(const std::string& dir, Model& model, const HfLoadOpt
     rep.ignored.push_back(src.entry->name);
   }
 
-  // Pass 2: read, convert, copy.
+  // Pass 2: read, convert, copy (under tensor parallelism, this rank's slice; padding rows zero).
   for (int i = 0; i < ps.size(); i++) {
-    const std::string& name = ps.info(i).name;
+    const ParamInfo& p = ps.info(i);
     Tensor dst = ps.param(i);
-    dst.copy_from(read_ours(cfg.arch, name, found.at(name), dst.dtype()));
+    Tensor full = read_ours(cfg.arch, p.name, found.at(p.name), dst.dtype());
+    if (p.shard.replicated()) {
+      dst.copy_from(full);
+      continue;
+    }
+    Tensor local = Tensor::zeros(p.shape, dst.dtype());
+    const size_t es = dtype_size(dst.dtype());
+    const char* from = static_cast<const char*>(full.raw());
+    char* to = static_cast<char*>(local.raw());
+    p.shard.for_each_run(p.shape, [&](int64_t lb, int64_t fb, int64_t n) {
+      if (fb >= 0) std::memcpy(to + size_t(lb) * es, from + size_t(fb) * es, size_t(n) * es);
+    });
+    dst.copy_from(local);
   }
   return rep;
 }

@@ -45,9 +45,9 @@ struct StateSource::File {
 
 StateSource::~StateSource() = default;
 
-StateSource::StateSource(const CheckpointReader& r) : r_(r) {
-  where_ = r.dir() + "/" + kStateFile;
-  st_ = r.read_json(kStateFile);
+StateSource::StateSource(const CheckpointReader& r, std::string prefix) : r_(r), prefix_(std::move(prefix)) {
+  where_ = r.dir() + "/" + file(kStateFile);
+  st_ = r.read_json(file(kStateFile));
   try {
     layout_ = flat_layout_from_json(st_.at("layout"));
     flat_numel_ = st_.at("layout").at("flat_numel").get<int64_t>();
@@ -60,9 +60,11 @@ StateSource::StateSource(const CheckpointReader& r) : r_(r) {
     checkpoint_fail(K::bad_header, where_, ": parameter ", layout_.back().name, " ends past flat_numel ", flat_numel_);
   for (size_t i = 0; i < layout_.size(); i++) by_name_[layout_[i].name] = int(i);
 
-  if (r.has_file(kModelFile))
-    for (const auto& e : open(kModelFile).st->entries()) model_shapes_[e.name] = e.shape;
-  else if (st_.contains("model_config")) {  // stage 3 without gathered weights: the model's tensor table
+  if (st_.contains("shards")) {  // a model-parallel rank's part: its own (local) shapes
+    for (const auto& [name, s] : st_.at("shards").items()) model_shapes_[name] = s.at("shape").get<Shape>();
+  } else if (r.has_file(file(kModelFile))) {
+    for (const auto& e : open(file(kModelFile)).st->entries()) model_shapes_[e.name] = e.shape;
+  } else if (st_.contains("model_config")) {  // stage 3 without gathered weights: the model's tensor table
     for (const auto& p : ModelConfig::from_hf_json(st_.at("model_config")).tensor_table())
       model_shapes_[p.name] = p.shape;
   }
@@ -86,8 +88,8 @@ void StateSource::init_flat() {
   if (st_.contains("zero")) world = st_.at("zero").at("world_size").get<int>();
   part_ = ZeroPartition(0, world, 0, {{0, flat_numel_}});
   states_ = {kFp32};
-  if (r_.has_file(kOptimFile)) {
-    const File& f = open(kOptimFile);
+  if (r_.has_file(file(kOptimFile))) {
+    const File& f = open(file(kOptimFile));
     for (const auto& e : f.st->entries()) {
       if (e.dtype != DType::f32 || e.shape != Shape{flat_numel_})
         checkpoint_fail(K::mismatch, f.path, ": state ", e.name, " is ", dtype_name(e.dtype), shape_str(e.shape),
@@ -96,9 +98,9 @@ void StateSource::init_flat() {
       else states_.push_back(e.name);
     }
   }
-  if (!has_master_ && !r_.has_file(kModelFile))
-    checkpoint_fail(K::missing_file, r_.dir(), ": stage-0 checkpoint has neither ", kMaster, " in ", kOptimFile,
-                    " nor ", kModelFile, ": no f32 weights to convert");
+  if (!has_master_ && !r_.has_file(file(kModelFile)))
+    checkpoint_fail(K::missing_file, r_.dir(), ": stage-0 checkpoint has neither ", kMaster, " in ",
+                    file(kOptimFile), " nor ", file(kModelFile), ": no f32 weights to convert");
 }
 
 void StateSource::init_sharded() {
@@ -111,7 +113,7 @@ void StateSource::init_sharded() {
   const int64_t S = part_.shard_numel();
   std::set<std::string> names0;
   for (int r = 0; r < part_.world_size(); r++) {
-    const std::string name = rank_file(r);
+    const std::string name = file(rank_file(r));
     if (!r_.has_file(name))
       checkpoint_fail(K::missing_file, r_.dir(), ": ZeRO stage ", part_.stage(), " checkpoint of ", part_.world_size(),
                       " ranks lacks ", name);
@@ -128,7 +130,7 @@ void StateSource::init_sharded() {
       states_ = state_names(f.st->entries());
       names0 = names;
     } else if (names != names0) {
-      checkpoint_fail(K::mismatch, f.path, ": holds other states than ", rank_file(0));
+      checkpoint_fail(K::mismatch, f.path, ": holds other states than ", file(rank_file(0)));
     }
   }
 }
@@ -219,13 +221,13 @@ void StateSource::read(const std::string& state, size_t param, int64_t begin, in
     read_range(universal_file(p.name), state, begin, count, dst);
   } else if (kind_ == TagKind::flat) {
     if (state == kFp32 && !has_master_) {
-      const SafetensorsEntry* e = open(kModelFile).st->find(p.name);
+      const SafetensorsEntry* e = open(file(kModelFile)).st->find(p.name);
       if (e && shape_numel(e->shape) != p.numel)
-        checkpoint_fail(K::mismatch, r_.dir(), "/", kModelFile, ": ", p.name, " has ", shape_numel(e->shape),
+        checkpoint_fail(K::mismatch, r_.dir(), "/", file(kModelFile), ": ", p.name, " has ", shape_numel(e->shape),
                         " elements, the layout says ", p.numel);
-      read_range(kModelFile, p.name, begin, count, dst);
+      read_range(file(kModelFile), p.name, begin, count, dst);
     } else {
-      read_range(kOptimFile, state == kFp32 ? kMaster : state, p.offset + begin, count, dst);
+      read_range(file(kOptimFile), state == kFp32 ? kMaster : state, p.offset + begin, count, dst);
     }
   } else {
     // A flat range crosses unit boundaries and, inside a unit, rank chunks; each piece is one rank's contiguous run.
@@ -237,7 +239,7 @@ void StateSource::read(const std::string& state, size_t param, int64_t begin, in
       const int rank = part_.sharded() ? int((pos - unit.begin) / part_.chunk(u)) : 0;
       const FlatRange own = part_.owned_in(u, rank);
       const int64_t n = std::min(end, own.end) - pos;
-      read_range(rank_file(rank), state, shard_off_[u] + (pos - own.begin), n, dst);
+      read_range(file(rank_file(rank)), state, shard_off_[u] + (pos - own.begin), n, dst);
       dst += n, pos += n;
     }
   }

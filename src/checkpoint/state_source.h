@@ -20,7 +20,9 @@ enum class TagKind { flat, sharded, universal };
 class StateSource {
  public:
   // Reads engine_state.json and checks every state file's header (names, dtypes, sizes) before any data is read.
-  explicit StateSource(const CheckpointReader& r);
+  // prefix: the folder of one model-parallel rank's files ("mp_rank_<m>/"), whose engine_state.json holds that
+  // part's layout, ZeRO partition and "shards"; "" for a tag of one model replica.
+  explicit StateSource(const CheckpointReader& r, std::string prefix = "");
   ~StateSource();
   StateSource(const StateSource&) = delete;
   StateSource& operator=(const StateSource&) = delete;
@@ -41,6 +43,7 @@ class StateSource {
 
  private:
   struct File;
+  std::string file(const std::string& name) const { return prefix_ + name; }  // a file of this source
   const File& open(const std::string& file_name) const;  // cached
   // dst[0, count) = elements [begin, begin + count) of the tensor (any float dtype, converted to f32).
   void read_range(const std::string& file_name, const std::string& tensor, int64_t begin, int64_t count,
@@ -50,6 +53,7 @@ class StateSource {
   void init_universal();
 
   const CheckpointReader& r_;
+  std::string prefix_;
   TagKind kind_ = TagKind::flat;
   nlohmann::json st_;
   std::string where_;

@@ -11,8 +11,10 @@
 //                                    "momentum_buffer": f32, shape as in model_states ([numel] if nothing says)
 //   engine_state.json                the source's, "universal": true, "zero" removed (the layout stays, as a record)
 //   model_states.safetensors, tokenizer.json, ...   copied
-// Loading maps by name and element index: each of the target's owned ranges is cut at parameter boundaries
-// (shard_slices), each slice reads the matching elements of that parameter's file, and padding stays 0.
+// Loading maps by name and element index (of any tag, universal or not: ModelSource gives every tag's whole
+// parameters by name): each of the target's owned ranges is cut at parameter boundaries (shard_slices) and, under
+// tensor parallelism, where the slice's rows or columns break in the full tensor (ShardSpec runs); each piece reads
+// the matching elements, and padding stays 0.
 // Conversion streams: one parameter's states at a time, each assembled from partial reads of the shards
 // (StateSource), so memory stays at the largest parameter x the number of states, whatever the model size.
 // As DeepSpeed's ds_to_universal, the newest universal tag is named by `latest_universal`; `latest` moves only when
@@ -32,7 +34,7 @@
 #include <iterator>
 
 #include "checkpoint/atomic_file.h"
-#include "checkpoint/state_source.h"
+#include "checkpoint/model_source.h"
 
 namespace fs = std::filesystem;
 
@@ -88,20 +90,37 @@ void copy_extra_file(const CheckpointReader& r, const std::string& name, Checkpo
   }
 }
 
-[[noreturn]] void fail_reshard(const StateSource& src, const CheckpointReader& r, const ZeroPartition& t) {
-  const ZeroPartition& s = src.partition();
-  checkpoint_fail(K::mismatch, src.where(), ": the checkpoint being loaded used a data-parallel world size of ",
-                  s.world_size(), " (ZeRO stage ", s.stage(), ") but the current world size is ", t.world_size(),
-                  " (ZeRO stage ", t.stage(), "). Its optimizer states are partitioned for the saving run; convert it "
-                  "first with `dscpp ckpt to-universal ", fs::path(r.dir()).parent_path().string(), " --tag ", r.tag(),
-                  "` and load the universal tag");
-}
-
 bool same_layout(const FlatLayout& a, const FlatLayout& b) {
   return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const FlatParam& x, const FlatParam& y) {
     return x.name == y.name && x.offset == y.offset && x.numel == y.numel;
   });
 }
+
+// A target parameter's slices are the saved part's, so its shard file is laid out as the target's.
+bool same_shards(const StateSource& s, const FlatLayout& target) {
+  const nlohmann::json& st = s.engine_state();
+  if (!st.contains("shards")) return std::all_of(target.begin(), target.end(), [](const FlatParam& p) {
+    return p.shard.replicated();
+  });
+  for (const FlatParam& p : target) {
+    const nlohmann::json* j = st.at("shards").contains(p.name) ? &st.at("shards").at(p.name) : nullptr;
+    if (!j || *j != shard_json(p.shard.replicated() ? j->at("shape").get<Shape>() : p.shape, p.shard)) return false;
+  }
+  return true;
+}
+
+// The sharded fast path applies: this rank's part of the tag is its shard file, as is.
+bool saved_as_target(const ModelSource& src, const ZeroPartition& target, const FlatLayout& layout,
+                     const ModelPart& part) {
+  if (src.num_parts() != part.mp_size || src.model_parallel() != (part.mp_size > 1)) return false;
+  const StateSource& s = src.part(part.mp_rank);
+  const ZeroPartition& saved = s.partition();
+  return s.kind() == TagKind::sharded && saved.stage() == target.stage() &&
+         saved.world_size() == target.world_size() && saved.units() == target.units() &&
+         same_layout(s.layout(), layout) && same_shards(s, layout);
+}
+
+Shape full_shape(const FlatParam& p) { return p.shard.replicated() ? Shape{p.numel} : p.shard.full_shape(p.shape); }
 }  // namespace
 
 FlatLayout flat_layout_from_json(const nlohmann::json& layout) {
@@ -144,37 +163,48 @@ std::vector<ShardSlice> shard_slices(const FlatLayout& layout, const ZeroPartiti
 UniversalResult convert_to_universal(const std::string& load_dir, const std::string& tag, const std::string& out_dir,
                                      const std::string& out_tag) {
   CheckpointReader r(load_dir, tag);  // verifies every file's size and CRC32 first
-  StateSource src(r);
-  if (src.kind() == TagKind::universal)
+  ModelSource src(r);
+  const StateSource& first = src.part(0);
+  if (first.kind() == TagKind::universal)
     checkpoint_fail(K::bad_argument, src.where(), ": tag ", r.tag(), " is already a universal checkpoint");
   UniversalResult res;
   res.out_dir = out_dir.empty() ? load_dir : out_dir;
   res.out_tag = out_tag.empty() ? r.tag() + "_universal" : out_tag;
-  res.source_stage = src.partition().stage();
-  res.source_world_size = src.partition().world_size();
+  res.source_stage = first.partition().stage();
+  res.source_world_size = first.partition().world_size();
+  res.source_model_parallel = src.num_parts();
   res.states = src.states();
-  res.num_params = int64_t(src.layout().size());
+  res.num_params = int64_t(src.params().size());
   const bool in_place = same_dir(res.out_dir, load_dir);
   if (in_place && res.out_tag == r.tag())
     checkpoint_fail(K::bad_argument, r.dir(), ": the universal tag would replace its own source; give another tag");
 
   CheckpointWriter w(res.out_dir, res.out_tag);
-  for (size_t i = 0; i < src.layout().size(); i++) {
-    const FlatParam& p = src.layout()[i];
+  nlohmann::json layout = nlohmann::json::array();  // the whole model's, as one replica would lay it out
+  int64_t offset = 0;
+  for (size_t i = 0; i < src.params().size(); i++) {
+    const ModelSource::Param& p = src.params()[i];
     NamedTensors ts;
     for (const std::string& s : src.states()) {
-      Tensor t = Tensor::empty(src.shape(i), DType::f32);
+      Tensor t = Tensor::empty(p.shape, DType::f32);
       src.read(s, i, 0, p.numel, t.data<float>());
       ts.emplace_back(s, std::move(t));
     }
     w.add_tensors("universal/" + p.name + ".safetensors", ts, {{"format", "dscpp-universal"}, {"param", p.name}});
+    layout.push_back({p.name, offset, p.numel});
+    offset += p.numel;
   }
   nlohmann::json st = src.engine_state();
   st.erase("zero");
+  if (src.model_parallel()) {
+    st.erase(kModelParallelKey);
+    st["layout"] = {{"flat_numel", offset}, {"params", layout}};
+  }
   st["universal"] = true;
   w.add_json(kStateFile, st);
   for (const FileRecord& f : r.files()) {
-    if (f.name == kStateFile || f.name == kOptimFile || f.name.starts_with("zero/")) continue;
+    if (f.name == kStateFile || f.name == kOptimFile || f.name.starts_with("zero/") || f.name.starts_with("mp_rank_"))
+      continue;
     copy_extra_file(r, f.name, w);
   }
   res.latest_updated = !in_place;
@@ -184,47 +214,53 @@ UniversalResult convert_to_universal(const std::string& load_dir, const std::str
 }
 
 std::map<std::string, Tensor> read_owned_states(const CheckpointReader& r, const ZeroPartition& target,
-                                                const FlatLayout& target_layout) {
-  StateSource src(r);
-  const ZeroPartition& saved = src.partition();
+                                                const FlatLayout& target_layout, const ModelPart& part) {
+  DSCPP_CHECK(part.mp_rank >= 0 && part.mp_rank < part.mp_size, "read_owned_states: model-parallel rank ",
+              part.mp_rank, " of ", part.mp_size);
+  ModelSource src(r);
   std::map<std::string, Tensor> out;
   const int64_t S = target.shard_numel();
-  if (src.kind() == TagKind::sharded) {
-    // Fast path: the rank's own file is already this run's shard, if the run is partitioned exactly as saved.
-    if (saved.stage() != target.stage() || saved.world_size() != target.world_size()) fail_reshard(src, r, target);
-    if (saved.units() != target.units() || !same_layout(src.layout(), target_layout))
-      checkpoint_fail(K::mismatch, src.where(), ": the ZeRO units or flat layout differ from this run's (other "
-                      "padding or model); convert with `dscpp ckpt to-universal` and load the universal tag");
-    SafetensorsFile f = r.open_tensors("zero/rank_" + std::to_string(target.rank()) + ".safetensors");
-    for (const std::string& s : src.states()) {
-      out[s] = Tensor::empty({S}, DType::f32);
-      f.read_into(s, out[s]);
+  if (saved_as_target(src, target, target_layout, part)) {
+    const StateSource& s = src.part(part.mp_rank);
+    const std::string prefix = src.model_parallel() ? model_parallel_part_dir(part.mp_rank) : "";
+    SafetensorsFile f = r.open_tensors(prefix + "zero/rank_" + std::to_string(target.rank()) + ".safetensors");
+    for (const std::string& name : s.states()) {
+      out[name] = Tensor::empty({S}, DType::f32);
+      f.read_into(name, out[name]);
     }
     return out;
   }
-  if (src.kind() == TagKind::flat && target.stage() != 0) fail_reshard(src, r, target);
 
-  // By name: every parameter on both sides, same numel.
+  // By name: every target parameter in the checkpoint with the same full shape (and, for a whole model, the reverse).
   std::vector<int> src_of(target_layout.size());
   for (size_t i = 0; i < target_layout.size(); i++) {
-    src_of[i] = src.find(target_layout[i].name);
+    const FlatParam& t = target_layout[i];
+    src_of[i] = src.find(t.name);
     if (src_of[i] < 0)
-      checkpoint_fail(K::mismatch, src.where(), ": this model's parameter ", target_layout[i].name,
-                      " is not in the checkpoint");
-    if (src.layout()[size_t(src_of[i])].numel != target_layout[i].numel)
-      checkpoint_fail(K::mismatch, src.where(), ": parameter ", target_layout[i].name, " has ",
-                      src.layout()[size_t(src_of[i])].numel, " elements in the checkpoint, ", target_layout[i].numel,
-                      " in this model");
+      checkpoint_fail(K::mismatch, src.where(), ": this model's parameter ", t.name, " is not in the checkpoint");
+    const ModelSource::Param& p = src.params()[size_t(src_of[i])];
+    if (shape_numel(full_shape(t)) != p.numel)
+      checkpoint_fail(K::mismatch, src.where(), ": parameter ", t.name, " has ", p.numel,
+                      " elements in the checkpoint, ", shape_numel(full_shape(t)), " in this model");
   }
-  if (src.layout().size() != target_layout.size())
-    for (const auto& p : src.layout())
+  if (part.whole && src.params().size() != target_layout.size())
+    for (const auto& p : src.params())
       if (std::none_of(target_layout.begin(), target_layout.end(), [&](const FlatParam& t) { return t.name == p.name; }))
         checkpoint_fail(K::mismatch, src.where(), ": checkpoint parameter ", p.name, " is not in this model");
 
   for (const std::string& s : src.states()) out[s] = Tensor::zeros({S}, DType::f32);
-  for (const ShardSlice& sl : shard_slices(target_layout, target))  // slice-major: one parameter file at a time
-    for (const std::string& s : src.states())
-      src.read(s, size_t(src_of[sl.param]), sl.param_begin, sl.count, out[s].data<float>() + sl.shard_begin);
+  for (const ShardSlice& sl : shard_slices(target_layout, target)) {  // slice-major: one parameter at a time
+    const FlatParam& t = target_layout[sl.param];
+    const size_t j = size_t(src_of[sl.param]);
+    // The slice's elements, local [param_begin, param_begin + count), cut where the full tensor's runs break.
+    const int64_t lo = sl.param_begin, hi = sl.param_begin + sl.count;
+    t.shard.for_each_run(t.shard.replicated() ? Shape{t.numel} : t.shape, [&](int64_t lb, int64_t fb, int64_t n) {
+      const int64_t b = std::max(lo, lb), e = std::min(hi, lb + n);
+      if (b >= e || fb < 0) return;  // outside the slice, or padding (stays 0)
+      for (const std::string& s : src.states())
+        src.read(s, j, fb + (b - lb), e - b, out[s].data<float>() + sl.shard_begin + (b - lo));
+    });
+  }
   return out;
 }
 
@@ -240,26 +276,21 @@ std::map<std::string, Tensor> read_owned_states(const CheckpointReader& r, const
 
 NamedTensors read_fp32_weights(const CheckpointReader& r, std::string* source) {
   NamedTensors out;
-  if (!r.read_json(kStateFile).contains("layout")) {  // an older tag: the model's own parameters
+  const nlohmann::json st = r.read_json(kStateFile);
+  if (!st.contains("layout") && !st.contains(kModelParallelKey)) {  // an older tag: the model's own parameters
     SafetensorsFile mf = r.open_tensors("model_states.safetensors");
     for (const auto& e : mf.entries()) out.emplace_back(e.name, mf.read(e.name).to(DType::f32));
     if (source) *source = "model_states";
     return out;
   }
-  StateSource src(r);
-  for (size_t i = 0; i < src.layout().size(); i++) {
-    const FlatParam& p = src.layout()[i];
-    Tensor t = Tensor::empty(src.shape(i), DType::f32);
+  ModelSource src(r);
+  for (size_t i = 0; i < src.params().size(); i++) {
+    const ModelSource::Param& p = src.params()[i];
+    Tensor t = Tensor::empty(p.shape, DType::f32);
     src.read("fp32", i, 0, p.numel, t.data<float>());
     out.emplace_back(p.name, std::move(t));
   }
-  if (source) {
-    const ZeroPartition& part = src.partition();
-    *source = src.kind() == TagKind::universal ? "fp32 (universal tag)"
-              : src.kind() == TagKind::sharded  ? "fp32 (ZeRO stage " + std::to_string(part.stage()) + " shards of " +
-                                                     std::to_string(part.world_size()) + " ranks)"
-                                                 : "fp32 (stage 0)";
-  }
+  if (source) *source = src.describe();
   return out;
 }
 

@@ -8,7 +8,7 @@
 #include <map>
 
 #include "dist/equivalence.h"
-#include "dist/tp_shards.h"
+#include "dist/tensor_parallel_fixtures.h"
 #include "dscpp/comm/topology.h"
 #include "dscpp/runtime/pipe_engine.h"
 #include "runtime/pipe/partition.h"
@@ -44,7 +44,7 @@ using Named = std::map<std::string, std::vector<float>>;
 Named named_map(Engine& e, ProcessGroup* tp = nullptr) {
   const ParamSet& ps = e.model().params();
   std::vector<float> full = named_params(e);
-  if (tp) full = unshard(*tp, ps.infos(), full);
+  if (tp) full = unshard(*tp, ps, full);
   Named out;
   int64_t at = 0;
   for (const ParamInfo& p : ps.infos()) {

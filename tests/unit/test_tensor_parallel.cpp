@@ -5,14 +5,16 @@
 #include <gtest/gtest.h>
 
 #include "dist/equivalence.h"
-#include "dist/tp_shards.h"
+#include "dist/tensor_parallel_fixtures.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/parallel_ops.h"
 
 using namespace dscpp;
 using dscpp::test::DistCase;
 using dscpp::test::expect_all_pass;
+using dscpp::test::make_tp_engine;
 using dscpp::test::run_ranks;
+using dscpp::test::unshard;
 
 namespace {
 
@@ -31,23 +33,6 @@ class NeedsGloo : public ::testing::Environment {
 };
 [[maybe_unused]] ::testing::Environment* const kNeedsGloo = ::testing::AddGlobalTestEnvironment(new NeedsGloo);
 
-// The tensor-parallel engine of case c: model axis `tp`, data axis `dp` (null: one replica).
-std::unique_ptr<Engine> make_tp_engine(const DistCase& c, ProcessGroup* tp, ProcessGroup* dp) {
-  const int world = dp ? dp->size() : 1;
-  DeepSpeedConfig cfg = DeepSpeedConfig::from_string(test::config_json(c), world);
-  ModelOptions mo;
-  mo.pad_multiple = 16 * world;
-  mo.allocate_grads = !(c.stage >= 2 && world > 1);
-  mo.tp_group = tp;
-  auto m = make_model(test::model_config(c), mo);
-  m->init_weights(42);
-  EngineOptions o;
-  o.dp_group = dp;
-  o.model_parallel_group = tp;
-  o.mixed_precision_on_f32_model = c.precision == "fp16";
-  return initialize(std::move(m), cfg, o);
-}
-
 // Trains case c on this rank (data-parallel rank `dp_rank` of `dp_size`) and the one-process reference of the
 // global batch, and compares losses, norms and the gathered parameters.
 void expect_tp_equals_one_process(const DistCase& c, ProcessGroup& tp, ProcessGroup* dp) {
@@ -55,8 +40,8 @@ void expect_tp_equals_one_process(const DistCase& c, ProcessGroup& tp, ProcessGr
   auto e = make_tp_engine(c, &tp, dp);
   test::Trained got = test::train(*e, c, dp_rank, c.gas);
   const ParamSet& ps = e->model().params();
-  got.init = test::unshard(tp, ps.infos(), got.init);
-  got.params = test::unshard(tp, ps.infos(), got.params);
+  got.init = unshard(tp, ps, got.init);
+  got.params = unshard(tp, ps, got.params);
 
   DistCase rc = c;
   rc.gas = c.gas * dp_size;

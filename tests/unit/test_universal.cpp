@@ -278,28 +278,16 @@ TEST(Universal, ShardedTagLoadsDirectlyAtItsOwnWorldSize) {
   }
 }
 
-TEST(Universal, ReshardingWithoutUniversalIsANamedError) {
-  TempDir tmp("mismatch");
-  write_source(tmp / "w2s2", 2, 2);
-  write_source(tmp / "w2s0", 2, 0);
-  auto expect_mismatch = [](const std::string& dir, int tw, int ts, std::vector<std::string> parts) {
-    const Synth t = make_layout(unit_pad(tw, ts));
-    try {
-      read_owned_states(CheckpointReader(dir), partition(t, ts, tw, 0), t.layout);
-      ADD_FAILURE() << dir << " -> W=" << tw << " stage " << ts << ": no error";
-    } catch (const CheckpointError& e) {
-      EXPECT_EQ(e.kind, CheckpointErrorKind::mismatch) << e.what();
-      for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << e.what();
-    }
-  };
-  expect_mismatch(tmp / "w2s2", 4, 2, {"world size of 2", "current world size is 4", "dscpp ckpt to-universal"});
-  expect_mismatch(tmp / "w2s2", 1, 2, {"world size of 2", "current world size is 1"});
-  expect_mismatch(tmp / "w2s2", 2, 1, {"(ZeRO stage 2)", "(ZeRO stage 1)", "dscpp ckpt to-universal"});
-  expect_mismatch(tmp / "w2s0", 2, 3, {"(ZeRO stage 0)", "(ZeRO stage 3)"});
-  // Same world size and stage, other unit padding: the shard means something else.
-  const Synth t = make_layout(64);
-  EXPECT_THROW(read_owned_states(CheckpointReader(tmp / "w2s2"), ZeroPartition(2, 2, 0, t.units), t.layout),
-               CheckpointError);
+// Any sharded or flat tag loads into any world size, stage and unit padding directly, resharding as it reads
+// (the universal conversion is only for those who want one file per parameter).
+TEST(Universal, ShardedTagsReshardAsTheyRead) {
+  TempDir tmp("reshard");
+  for (auto [world, stage] : {std::pair{2, 2}, {2, 0}, {4, 3}}) {
+    const std::string src = tmp / ("w" + std::to_string(world) + "s" + std::to_string(stage));
+    write_source(src, world, stage, {.mixed = stage == 0});
+    check_all_targets(CheckpointReader(src), false,
+                      "direct W=" + std::to_string(world) + " stage " + std::to_string(stage));
+  }
 }
 
 TEST(Universal, SgdStatesBrokenSourcesAndModelMismatch) {

@@ -1,5 +1,6 @@
-// Universal checkpoints: a ZeRO tag's f32 training state (master weights, optimizer moments) rewritten per parameter,
-// so a run at any data-parallel world size and ZeRO stage can load it (DeepSpeed's ds_to_universal). Layouts: the
+// Universal checkpoints: a ZeRO tag's f32 training state (master weights, optimizer moments) rewritten per whole
+// parameter (DeepSpeed's ds_to_universal), for those who want one file per parameter; any tag loads into any layout
+// directly too (read_owned_states). Layouts: the
 // contract in Note [Universal checkpoint] (src/checkpoint/universal.cpp):
 //   universal/<hf_name>.safetensors  "fp32", "exp_avg", "exp_avg_sq" | "momentum_buffer": f32, the parameter's shape
 //   engine_state.json                the source's, with "universal": true and "zero" removed
@@ -10,16 +11,32 @@
 #include <vector>
 
 #include "dscpp/checkpoint/checkpoint_io.h"
+#include "dscpp/nn/shard_spec.h"
 #include "dscpp/nn/zero_partition.h"
 
 namespace dscpp {
 
 inline constexpr const char* kLatestUniversalFile = "latest_universal";  // names the newest universal tag
 
-// One parameter of a flat buffer (engine_state.json "layout" params: [hf_name, offset, numel]).
+// Model-parallel tags (Note [Model-parallel checkpoints], src/checkpoint/model_source.cpp): engine_state.json's key
+// that lists the parts, each part's folder, and a parameter's entry in a part's "shards".
+inline constexpr const char* kModelParallelKey = "model_parallel";
+std::string model_parallel_part_dir(int mp_rank);  // "mp_rank_07/"
+nlohmann::json shard_json(const Shape& local, const ShardSpec& s);
+
+// Which part of the model a loading rank holds, beyond its flat layout.
+struct ModelPart {
+  int mp_rank = 0, mp_size = 1;  // in the model-parallel group (pipeline stages x tensor slices)
+  bool whole = true;             // false on a pipeline stage: the checkpoint's other parameters are other stages'
+};
+
+// One parameter of a flat buffer (engine_state.json "layout" params: [hf_name, offset, numel]). Under tensor
+// parallelism a target's parameter may be a slice of the full one: `shard` says which, of the local `shape`.
 struct FlatParam {
   std::string name;
   int64_t offset = 0, numel = 0;
+  Shape shape = {};      // needed only when shard is not replicated
+  ShardSpec shard = {};
 };
 using FlatLayout = std::vector<FlatParam>;  // sorted by offset, non-overlapping; gaps are zero padding
 FlatLayout flat_layout_from_json(const nlohmann::json& layout);  // {"flat_numel": N, "params": [[n, o, k], ...]}
@@ -39,13 +56,15 @@ inline std::vector<ShardSlice> shard_slices(const FlatLayout& layout, const Zero
 struct UniversalResult {
   std::string out_dir, out_tag;
   int source_stage = 0, source_world_size = 1;
+  int source_model_parallel = 1;  // the source's model-parallel parts (tensor slices x pipeline stages)
   int64_t num_params = 0;
   std::vector<std::string> states;  // "fp32" first, then the optimizer's
   bool latest_updated = false;      // `latest` moved (only when out_dir is not load_dir)
 };
 
 // Rewrites tag (stage 0: optim_states.safetensors [+ fp32_master, else the model_states parameters]; stages 1-3:
-// zero/rank_<r>.safetensors for every rank) as the universal tag out_tag in out_dir, streaming one parameter at a
+// zero/rank_<r>.safetensors for every rank; either in every part of a model-parallel tag, whose slices are merged
+// into whole parameters) as the universal tag out_tag in out_dir, streaming one parameter at a
 // time (partial reads; no shard is loaded whole). "" defaults: tag = `latest`, out_dir = load_dir, out_tag =
 // "<tag>_universal". Commits with the checkpoint_io protocol, then writes out_dir/latest_universal; `latest` in
 // out_dir moves only when out_dir differs from load_dir (converting in place must not change what a plain resume
@@ -55,13 +74,13 @@ UniversalResult convert_to_universal(const std::string& load_dir, const std::str
 
 // This rank's owned states for a run partitioned as `target` whose flat buffer is `target_layout`: for each state
 // ("fp32" and each optimizer state) an f32 CPU tensor of target.shard_numel() elements holding target's owned
-// ranges in unit order, padding 0. Reads (a) a universal tag, mapping by parameter name and element index (any
-// world size, stage or padding), (b) a sharded tag of the same ZeRO stage and world size (and the same units and
-// layout) directly from zero/rank_<rank>.safetensors, (c) a stage-0 tag into a stage-0 run (any world size).
-// Anything else is CheckpointError(mismatch) naming both world sizes and stages and pointing to
-// `dscpp ckpt to-universal`. Parameters must match by name and numel, both ways.
+// ranges in unit order, padding 0. A tag saved exactly so (the same ZeRO stage, world size, units and layout, and the
+// same model-parallel part) is read straight from this rank's shard file. Any other tag (another world size, ZeRO
+// stage, padding, tensor or pipeline layout, or a universal tag) is read by parameter name and element index of the
+// full tensor (ModelSource), each target slice mapped through its ShardSpec, so it reshards as it reads. Parameters
+// must match by name and full shape; every checkpoint parameter must be in the target unless part.whole is false.
 std::map<std::string, Tensor> read_owned_states(const CheckpointReader& r, const ZeroPartition& target,
-                                                const FlatLayout& target_layout);
+                                                const FlatLayout& target_layout, const ModelPart& part = {});
 // The same with the checkpoint's own layout (engine_state.json "layout") as this run's.
 std::map<std::string, Tensor> read_owned_states(const CheckpointReader& r, const ZeroPartition& target);
 

@@ -180,8 +180,10 @@ class Engine {
   const std::string& last_profile_report() const { return profile_report_; }
 
   // Checkpoints (DeepSpeed's save_checkpoint / load_checkpoint): tag "" = "global_step<N>". client_state is stored
-  // as given and returned by load. Data parallel: save is collective (rank 0 writes the replicated states, the
-  // others wait at a barrier); every rank loads. Loading verifies checksums, names and shapes before touching the engine.
+  // as given and returned by load. Data and model parallel: save is collective (every rank writes its shard, one
+  // rank per model-parallel part its replicated states; the tag appears when all are written); every rank loads its
+  // own part of any tag, resharding to this run's layout. Loading verifies checksums, names and shapes before
+  // touching the engine.
   void save_checkpoint(const std::string& save_dir, std::string tag = "",
                        const nlohmann::json& client_state = nlohmann::json::object(), int keep_last = 0,
                        const std::string& extra_file = "", const std::string& extra_file_name = "");
@@ -197,7 +199,7 @@ class Engine {
 
   void init_data_parallel(const EngineOptions& options);
   void init_model_parallel(const EngineOptions& options);  // after init_zero and init_offload: the norm's pieces
-  void refuse_model_parallel_checkpoints(const char* what) const;
+  SaveGroup save_group() const;  // every rank of the job: the data-parallel ranks of each model-parallel rank
   void init_zero(std::optional<uint64_t> init_seed);  // partition, optimizer, gradient sync, stage-3 shards
   void init_stage3(std::optional<uint64_t> init_seed);  // the parameter shard (Note [Parameter offload]: on the host)
   void init_offload();  // Note [Optimizer offload]: after init_zero

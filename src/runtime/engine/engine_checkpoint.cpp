@@ -10,14 +10,18 @@
 //   zero/rank_<r>.safetensors  stages 1-3, every rank r: its shard of "fp32" (masters, or the f32 parameters) and
 //                              of each optimizer state
 //   extra files given by the caller (the trainer stores tokenizer.json)
+// Under tensor or pipeline parallelism (Note [Model-parallel checkpoints], src/checkpoint/model_source.cpp) each
+// model-parallel rank's files but the extra ones go to mp_rank_<m>/, its engine_state.json holding its layout,
+// partition and ShardSpecs, and the top-level engine_state.json lists the parts.
 // Every rank writes its files at once into the same tag (checkpoint/sharded_writer.h: the tag becomes visible only
-// when all ranks have fsynced). Loading reads this rank's owned states by name through read_owned_states, so a
-// universal tag (dscpp ckpt to-universal) loads into any world size and stage.
+// when all ranks have fsynced). Loading reads this rank's owned states by name through read_owned_states, so any tag
+// loads into any world size, ZeRO stage and tensor or pipeline layout.
 #include <fstream>
 
 #include "dscpp/checkpoint/async_checkpointer.h"
 #include "dscpp/checkpoint/checkpoint_io.h"
 #include "dscpp/checkpoint/universal.h"
+#include "dscpp/models/pipe_stage.h"
 #include "dscpp/runtime/engine.h"
 #include "runtime/dp/grad_sync.h"
 #include "runtime/offload/optimizer_offload.h"
@@ -43,24 +47,26 @@ nlohmann::json model_config_json(const ModelConfig& c) {
 }
 }  // namespace
 
-namespace {
-SaveGroup save_group(ProcessGroup* pg) {
+// Every rank of the job saves: the data-parallel ranks of each model-parallel rank. Rank 0 of the save is
+// model-parallel rank 0's data-parallel rank 0, which writes the job's files.
+SaveGroup Engine::save_group() const {
   SaveGroup g;
-  if (!pg) return g;
-  g.store = pg->store();
-  g.rank = pg->rank();
-  g.world_size = pg->size();
-  g.timeout = pg->timeout();
+  const ProcessGroup* any = dp_ ? dp_ : mp_;
+  if (!any) return g;
+  const int mp_rank = mp_ ? mp_->rank() : 0, mp_size = mp_ ? mp_->size() : 1;
+  g.store = any->store();
+  g.rank = mp_rank * dp_world_size() + dp_rank();
+  g.world_size = mp_size * dp_world_size();
+  g.timeout = any->timeout();
   return g;
 }
-}  // namespace
 
 void Engine::set_async_checkpointing(bool on) {
   if (!on) {
     if (async_ckpt_) async_ckpt_->wait();
     async_ckpt_.reset();
   } else if (!async_ckpt_) {
-    async_ckpt_ = std::make_unique<AsyncCheckpointer>(save_group(dp_));
+    async_ckpt_ = std::make_unique<AsyncCheckpointer>(save_group());
   }
 }
 
@@ -68,17 +74,8 @@ void Engine::wait_for_checkpoint() {
   if (async_ckpt_) async_ckpt_->wait();
 }
 
-// The tags hold one model replica's files per data-parallel rank: the ranks of a tensor or pipeline group would write
-// each other's files. Checked before anything is written or read.
-void Engine::refuse_model_parallel_checkpoints(const char* what) const {
-  DSCPP_CHECK(!mp_, what, ": checkpoints of tensor- or pipeline-parallel training are not built yet (each rank of the "
-              "model-parallel group '", mp_ ? mp_->name() : "", "' holds another part of the model); train with "
-              "tensor_parallel.autotp_size 1 and one pipeline stage to save");
-}
-
 void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const nlohmann::json& client_state,
                              int keep_last, const std::string& extra_file, const std::string& extra_file_name) {
-  refuse_model_parallel_checkpoints("save_checkpoint");
   finish_updates();  // the parameters written are the updated (offload) and gathered (stage 1/2) ones
   if (tag.empty()) tag = "global_step" + std::to_string(global_steps_);
   const auto t0 = std::chrono::steady_clock::now();
@@ -87,7 +84,9 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
   plan.tag = tag;
   plan.keep_last = keep_last;
   const ParamSet& ps = model_->params();
-  const bool rank0 = dp_rank() == 0;
+  const bool rank0 = dp_rank() == 0;                   // writes this part's files
+  const bool job0 = rank0 && (!mp_ || mp_->rank() == 0);  // writes the job's
+  const std::string part = mp_ ? model_parallel_part_dir(mp_->rank()) : "";
   // Stage 3 gathers the whole 16-bit model only when asked: it is a collective and needs the model's size on rank 0.
   // In one process (offload_param's coordinator) the model file is the parameters' only copy.
   const bool model_file =
@@ -101,14 +100,15 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
       const ParamInfo& p = ps.info(i);
       params.emplace_back(p.name, gathered.defined() ? gathered.view_at(p.offset, p.shape) : ps.param(i));
     }
-    plan.files.push_back(PlanFile::tensors_file(kModelFile, params, {{"format", "dscpp"}, {"arch", model_->config().arch}}));
+    plan.files.push_back(
+        PlanFile::tensors_file(part + kModelFile, params, {{"format", "dscpp"}, {"arch", model_->config().arch}}));
   }
   // The states wherever they live (Note [Optimizer offload]: host memory), under the same names either way.
   NamedTensors optim = optimizer_states();
   const std::string optimizer_name = optimizer().name();
   if (!zp_.sharded()) {
     if (mixed_) optim.emplace_back(kMasterName, master_params());
-    if (rank0) plan.files.push_back(PlanFile::tensors_file(kOptimFile, optim, {{"optimizer", optimizer_name}}));
+    if (rank0) plan.files.push_back(PlanFile::tensors_file(part + kOptimFile, optim, {{"optimizer", optimizer_name}}));
   } else {
     Tensor fp32 = master_params();
     if (!mixed_) {  // pure f32: the parameters are the fp32 state; gather this rank's owned ranges into one shard
@@ -116,10 +116,20 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
       for (size_t k = 0; k < owned_.size(); k++) fp32.slice(owned_offset_[k], owned_[k].size()).copy_from(owned_params(k));
     }
     optim.insert(optim.begin(), {"fp32", fp32});
-    plan.files.push_back(PlanFile::tensors_file("zero/rank_" + std::to_string(dp_rank()) + ".safetensors", optim,
-                                                {{"optimizer", optimizer_name}}));
+    plan.files.push_back(PlanFile::tensors_file(part + "zero/rank_" + std::to_string(dp_rank()) + ".safetensors",
+                                                optim, {{"optimizer", optimizer_name}}));
   }
-  if (rank0) {
+  // This part's layout and partition: the job's engine_state.json without model parallelism, else mp_rank_<m>'s.
+  nlohmann::json part_state = {{"layout", layout_json(ps)}, {"dp_world_size", cfg_.dp_world_size}};
+  if (zp_.sharded()) part_state["zero"] = zp_.to_json();
+  if (mp_) {
+    nlohmann::json shards = nlohmann::json::object();
+    for (const ParamInfo& p : ps.infos()) shards[p.name] = shard_json(p.shape, p.shard);
+    part_state["shards"] = shards;
+    part_state["model_config"] = model_config_json(model_->config());
+    if (rank0) plan.files.push_back(PlanFile::json_file(part + kStateFile, part_state));
+  }
+  if (job0) {
     RngState rs = rng_.state();
     nlohmann::json st = {
         {"global_steps", global_steps_},
@@ -133,11 +143,18 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
         {"rng", {{"seed", rs.seed}, {"offset", rs.offset}, {"used", rs.used}}},
         {"ds_config", cfg_.to_json()},
         {"model_config", model_config_json(model_->config())},
-        {"layout", layout_json(ps)},
         {"dp_world_size", cfg_.dp_world_size},
         {"client_state", client_state},
     };
-    if (zp_.sharded()) st["zero"] = zp_.to_json();
+    if (mp_) {
+      nlohmann::json parts = nlohmann::json::array();
+      for (int m = 0; m < mp_->size(); m++) parts.push_back(model_parallel_part_dir(m));
+      st[kModelParallelKey] = {{"size", mp_->size()},
+                               {"tensor_parallel_size", model_->tensor_parallel().size},
+                               {"parts", parts}};
+    } else {
+      st.update(part_state);
+    }
     plan.files.push_back(PlanFile::json_file(kStateFile, st));
     if (!extra_file.empty()) {
       std::ifstream in(extra_file);
@@ -147,7 +164,7 @@ void Engine::save_checkpoint(const std::string& save_dir, std::string tag, const
     }
   }
   if (async_ckpt_) async_ckpt_->save(std::move(plan));  // snapshots, then writes in the background
-  else ::dscpp::save_checkpoint(plan, save_group(dp_));
+  else ::dscpp::save_checkpoint(plan, save_group());
   // What training waited for: the stage-3 gather, the snapshot (async) or the whole write (sync).
   last_save_stall_s_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -159,7 +176,6 @@ ModelConfig read_checkpoint_model_config(const std::string& load_dir, const std:
 }
 
 nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::string& tag) {
-  refuse_model_parallel_checkpoints("load_checkpoint");
   wait_for_checkpoint();  // a save in flight must finish before its files are read
   finish_updates();  // and an offloaded update or a stage-1/2 gather before the parameters are overwritten
   std::string t = tag;
@@ -178,11 +194,13 @@ nlohmann::json Engine::load_checkpoint(const std::string& load_dir, const std::s
                     om.value("type", std::string("?")), "', this run uses '", optimizer().name(), "'");
   ParamSet& ps = model_->params();
   FlatLayout layout;
-  for (const ParamInfo& p : ps.infos()) layout.push_back({p.name, p.offset, p.numel});
-  // This rank's fp32 weights and optimizer states in the shard layout, by parameter name: the same partition
-  // directly, a universal tag for any world size and stage; anything else is a named mismatch.
+  for (const ParamInfo& p : ps.infos()) layout.push_back({p.name, p.offset, p.numel, p.shape, p.shard});
+  // This rank's fp32 weights and optimizer states in the shard layout: the same partition and part directly, any
+  // other layout by parameter name and element (Note [Model-parallel checkpoints]).
   const ZeroPartition target = zp_.sharded() ? zp_ : ZeroPartition(0, dp_world_size(), dp_rank(), ps.units());
-  std::map<std::string, Tensor> states = read_owned_states(r, target, layout);
+  ModelPart part;
+  if (mp_) part = {mp_->rank(), mp_->size(), !dynamic_cast<const PipelineStage*>(model_.get())};
+  std::map<std::string, Tensor> states = read_owned_states(r, target, layout, part);
   auto fp32 = states.find("fp32");
   if (fp32 == states.end())
     checkpoint_fail(CheckpointErrorKind::mismatch, where, ": no fp32 weights in the checkpoint's optimizer states");

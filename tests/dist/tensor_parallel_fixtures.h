@@ -1,11 +1,10 @@
-// Tensor-parallel shards back to the full parameters (Note [Tensor parallelism], nn/tensor_parallel.h), so that a
-// tensor-parallel run compares with one process's.
+// Tensor-parallel engines and their parameters gathered into the one-process layout, for the tests that compare
+// tensor-parallel training (and its checkpoints) with one process.
 #pragma once
-#include <algorithm>
+#include <memory>
 #include <vector>
 
-#include "dscpp/comm/process_group.h"
-#include "dscpp/nn/params.h"
+#include "dist/equivalence.h"
 
 namespace dscpp::test {
 
@@ -17,17 +16,15 @@ inline ShardSpec spec_of_rank(const ShardSpec& s, const Shape& local, int r) {
   return o;
 }
 
-// The full parameters (named layout: declaration order, no padding) from every tensor-parallel rank's `mine`
-// (named layout of its shards of `params`, ps's ids in order): a collective over tp.
-inline std::vector<float> unshard(ProcessGroup& tp, const std::vector<ParamInfo>& params,
-                                  const std::vector<float>& mine) {
+// The full model's parameters (named layout) from every tensor-parallel rank's shard (named layout): a collective.
+inline std::vector<float> unshard(ProcessGroup& tp, const ParamSet& ps, const std::vector<float>& mine) {
   Tensor in = Tensor::empty({int64_t(mine.size())}, DType::f32);
   std::copy(mine.begin(), mine.end(), in.data<float>());
   Tensor all = Tensor::empty({tp.size() * in.numel()}, DType::f32);
   tp.all_gather(all, in)->wait();
   std::vector<float> full;
   int64_t at = 0;  // the parameter's start in each rank's named layout
-  for (const ParamInfo& p : params) {
+  for (const ParamInfo& p : ps.infos()) {
     const Shape fs = p.shard.full_shape(p.shape);
     int64_t n = 1;
     for (int64_t d : fs) n *= d;
@@ -42,6 +39,23 @@ inline std::vector<float> unshard(ProcessGroup& tp, const std::vector<ParamInfo>
     at += p.numel;
   }
   return full;
+}
+
+// The tensor-parallel engine of case c: model axis `tp`, data axis `dp` (null: one replica).
+inline std::unique_ptr<Engine> make_tp_engine(const DistCase& c, ProcessGroup* tp, ProcessGroup* dp) {
+  const int world = dp ? dp->size() : 1;
+  DeepSpeedConfig cfg = DeepSpeedConfig::from_string(config_json(c), world);
+  ModelOptions mo;
+  mo.pad_multiple = 16 * world;
+  mo.allocate_grads = !(c.stage >= 2 && world > 1);
+  mo.tp_group = tp;
+  auto m = make_model(model_config(c), mo);
+  m->init_weights(42);
+  EngineOptions o;
+  o.dp_group = dp;
+  o.model_parallel_group = tp;
+  o.mixed_precision_on_f32_model = c.precision == "fp16";
+  return initialize(std::move(m), cfg, o);
 }
 
 }  // namespace dscpp::test
