@@ -19,7 +19,8 @@
 // --tp N: tensor parallelism over groups of N consecutive ranks (Note [Tensor parallelism]; DeepSpeed's topology:
 // the model axis varies fastest), data parallelism with ZeRO over the world / N groups; the ranks of one tensor group
 // train on the same batches, so tokens/s counts each data-parallel replica's tokens once.
-// --checkpointing: activation checkpointing of every block. --n-*: override the preset's shape (the model is then
+// --checkpointing: activation checkpointing of every block; --partition-activations also sets
+// activation_checkpointing.partition_activations (Note [Partitioned activations]: with --tp). --n-*: override the preset's shape (the model is then
 // named <arch>-L<L>-C<C>), e.g. a Llama of 7B parameters for a memory probe.
 // --trace: a Chrome trace of step 1 (a warm-up step) per rank, FILE.rank<r> (scripts/check_trace.py).
 // --nvtx-step: the first timed step runs inside the NVTX range "dscpp_step" on every rank, for a kernel-level trace
@@ -71,6 +72,7 @@ struct Args {
   int64_t reuse = 0, prefetch = 50000000;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0, n_vocab = 0;  // 0: the preset's
   bool overlap = false, checkpointing = false, nvtx_step = false, copy_engine = false, fused_head = false;
+  bool partition_activations = false;
   std::string trace;
   std::string comm_dtype;  // communication_data_type ("": the gradients' dtype, f32)
 };
@@ -82,6 +84,7 @@ const bench::Flags kFlags{
     "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
     "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F] [--n-vocab V]\n"
     "                [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head] [--nvtx-step] [--tp N]\n"
+    "                [--partition-activations]\n"
     "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n"};
 [[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
@@ -92,9 +95,11 @@ Args parse(int argc, char** argv) {
      : k == "checkpointing" ? a.checkpointing
      : k == "copy-engine"   ? a.copy_engine
      : k == "fused-head"    ? a.fused_head
+     : k == "partition-activations" ? a.partition_activations
                             : a.nvtx_step) = true;
   };
-  kFlags.parse(argc, argv, {"overlap", "checkpointing", "copy-engine", "fused-head", "nvtx-step"}, on_switch,
+  kFlags.parse(argc, argv, {"overlap", "checkpointing", "copy-engine", "fused-head", "nvtx-step",
+                            "partition-activations"}, on_switch,
                [&](const std::string& k, const std::string& v) {
     auto to_int = [&](const std::string& x, int64_t min) { return kFlags.to_int(k, x, min); };
     if (k == "models" || k == "model") {
@@ -164,7 +169,8 @@ DeepSpeedConfig bench_config(const Args& a, int stage, int64_t n_layer, int worl
   more += R"(, "stage3_max_reuse_distance": )" + std::to_string(a.reuse) + R"(, "stage3_prefetch_bucket_size": )" +
           std::to_string(a.prefetch) + "}";
   if (a.checkpointing)
-    more += R"(, "activation_checkpointing": {"number_checkpoints": )" + std::to_string(n_layer) + "}";
+    more += R"(, "activation_checkpointing": {"number_checkpoints": )" + std::to_string(n_layer) +
+            R"(, "partition_activations": )" + (a.partition_activations ? "true" : "false") + "}";
   const bool copies = a.copy_engine && stage != 1;
   more += std::string(R"(, "dscpp": {"fused_head": )") + (a.fused_head ? "true" : "false") +
           R"(, "copy_engine": {"enabled": )" + (copies ? "true" : "false") + "}}";

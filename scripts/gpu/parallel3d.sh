@@ -7,7 +7,8 @@
 #            parallelism 2 (ZeRO 0), with activation checkpointing and without, in the same call (bench/dp_bench.cpp)
 #   pp       the same shape with pipeline parallelism 2 (bench/pipe_bench.cpp: 1F1B with 8 and 16 micro-batches of 2,
 #            interleaved with 2 virtual stages), each with its measured bubble against (p-1)/(vm+p-1)
-#   train    dscpp train --tp 2 --no-save on the built-in corpus (NCCL), a smoke run of the trainer's TP path
+#   train    dscpp train --tp 2 on the built-in corpus (NCCL), saving at steps 30 and 60; the step-30 tag resumed on
+#            one GPU (resharded as read) to step 60, its losses beside the uninterrupted tensor-parallel run's
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
 default_steps=(build ops tp pp train)
@@ -28,7 +29,9 @@ if want tp; then
   { for ck in --checkpointing ""; do
       timeout 200 $launch ./build-gpu/bench/dp_bench $common $ck --zero-stage 3
       timeout 200 $launch ./build-gpu/bench/dp_bench $common $ck --zero-stage 0 --tp 2
-    done; } > "$OUT/tp_train.txt" 2>&1
+    done
+    timeout 200 $launch ./build-gpu/bench/dp_bench $common --checkpointing --zero-stage 0 --tp 2 \
+      --partition-activations; } > "$OUT/tp_train.txt" 2>&1
   echo "tp train rc=$?"
   grep -E "RESULT|error|rank [0-9]:" "$OUT/tp_train.txt" | head -12
   grep -E "step [0-9]+:" "$OUT/tp_train.txt" | tail -4
@@ -44,10 +47,18 @@ if want pp; then
   el pp
 fi
 if want train; then
-  timeout 150 $launch ./build-gpu/dscpp train --device cuda --tp 2 --no-save --steps 60 --out "$OUT/tp_run" \
-    --data README.md docs/ARCHITECTURE.md docs/CONFIG.md docs/PERF.md \
-    > "$OUT/tp_dscpp_train.txt" 2>&1
+  data="--data README.md docs/ARCHITECTURE.md docs/CONFIG.md docs/PERF.md"
+  timeout 200 $launch ./build-gpu/dscpp train --device cuda --tp 2 --steps 60 --save-every 30 --out "$OUT/tp_run" \
+    $data > "$OUT/tp_dscpp_train.txt" 2>&1
   echo "dscpp train --tp 2 rc=$?"
-  grep -E "step +[0-9]+/|val loss|trained|error" "$OUT/tp_dscpp_train.txt" | tail -5
+  grep -E "step +[0-9]+/|val loss|trained|checkpoint|error" "$OUT/tp_dscpp_train.txt" | tail -4
+  cp -r "$OUT/tp_run" "$OUT/one_run" && echo global_step30 > "$OUT/one_run/checkpoints/latest"
+  timeout 200 ./build-gpu/dscpp train --device cuda --resume --steps 60 --out "$OUT/one_run" $data \
+    > "$OUT/one_dscpp_train.txt" 2>&1
+  echo "dscpp train --resume (1 GPU, from the --tp 2 step-30 tag) rc=$?"
+  grep -E "resumed|step +(40|50|60)/|error" "$OUT/one_dscpp_train.txt" | tail -4
+  echo "the same steps of the uninterrupted --tp 2 run:"
+  grep -E "step +(40|50|60)/" "$OUT/tp_dscpp_train.txt" | tail -3
+  rm -rf "$OUT/tp_run" "$OUT/one_run"
   el train
 fi

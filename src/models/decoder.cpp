@@ -380,6 +380,7 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     x_[size_t(l + 1)] = Tensor::empty({N, C}, act_, device_);
     if (offloads_input(l)) stash_input(l);
     b.forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, !checkpointed);
+    if (partitions_input(b.index)) x_[size_t(l)] = keep_rows(x_[size_t(l)]);
     drop_stashed(l);
   }
   drop_stashed(-1);
@@ -500,6 +501,7 @@ void Decoder::backward(float dloss) {
           break;
         }
     }
+    if (partitions_input(b.index)) x_[size_t(l)] = gather_rows(x_[size_t(l)], seq_.N());
     // Recompute a checkpointed block; its output x_{l+1} is dead here, so the recompute writes into it.
     if (!b.saved()) b.forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, true);
     b.backward(params_, dres, x_[size_t(l)], seq_);
@@ -652,6 +654,21 @@ void Decoder::fetch_input(int64_t l) {
   to_device_->copy(x_[size_t(l)], host_x_[size_t(l)]);
   to_device_->record(fetched_ev_[size_t(l)]);
   fetched_[size_t(l)] = true;
+}
+
+Tensor Decoder::keep_rows(const Tensor& x) const {
+  const int64_t N = x.shape()[0], C = x.shape()[1], rows = (N + tp_.size - 1) / tp_.size;
+  const int64_t r0 = std::min(N, rows * tp_.rank), n = std::min(rows, N - r0);
+  Tensor part = Tensor::empty({rows, C}, act_, device_);
+  if (rows > n) part.narrow0(n, rows - n).zero();  // the last ranks' rows past N: gathered, never read
+  if (n > 0) part.narrow0(0, n).copy_from(x.narrow0(r0, n));
+  return part;
+}
+
+Tensor Decoder::gather_rows(const Tensor& part, int64_t N) const {
+  Tensor full = Tensor::empty({part.shape()[0] * tp_.size, part.shape()[1]}, act_, device_);
+  tp_.group->all_gather_on_stream(full, part);
+  return full.narrow0(0, N);
 }
 
 void Decoder::release() {

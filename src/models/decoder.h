@@ -15,6 +15,13 @@
 // and the next checkpointed input down is queued at the same time, so its copy runs beside block l's recompute and
 // backward. The values make a round trip unchanged: losses and gradients are bit-identical. On a CPU device the
 // copies are made at once into separate host buffers, freeing the originals, so the tests follow the GPU's steps.
+//
+// Note [Partitioned activations]: with partition_activations (activation_checkpointing.partition_activations) under
+// tensor parallelism, a checkpointed block's input x_l, which every rank of the tensor group holds whole, is cut to
+// this rank's ceil(N / tp) rows once the block's forward is queued; backward all-gathers the rows over the group
+// before the recompute. The kept rows are exact copies, so losses and gradients are bit-identical; the device keeps
+// 1/tp of each checkpointed input. With cpu_checkpointing too the inputs go to host memory whole instead (nothing of
+// them stays on the device). Without tensor parallelism the key changes nothing.
 #pragma once
 #include <map>
 #include <memory>
@@ -125,6 +132,12 @@ class Decoder final : public Model, public PipelineStage {
   void stash_input(int64_t l);        // forward: x_l's copy to the host, queued after the work that made it
   void drop_stashed(int64_t keep);    // forward: frees the stashed device input, unless it is block keep's
   void fetch_input(int64_t l);        // backward: x_l back onto the device, queued after the current work
+  // Note [Partitioned activations]
+  bool partitions_input(int64_t l) const {
+    return partition_acts_ && tp_.on() && !offloads_input(l) && !ckpt_.empty() && ckpt_[size_t(l)];
+  }
+  Tensor keep_rows(const Tensor& x) const;                 // this rank's rows of x [N, C]
+  Tensor gather_rows(const Tensor& part, int64_t N) const;  // every rank's rows: x [N, C] again
 
   // Units (params().units()): 0 the embeddings, 1 + l block l, L + 1 the final norm (+ an untied lm head).
   // On a stage: unit 0 is the token table's (the embeddings, or a tied head's copy) when held, then each held block,

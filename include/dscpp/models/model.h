@@ -94,6 +94,10 @@ class Model {
   // memory instead of the device (activation_checkpointing.cpu_checkpointing).
   void set_cpu_checkpointing(bool on) { cpu_ckpt_ = on; }
   bool cpu_checkpointing() const { return cpu_ckpt_; }
+  // Note [Partitioned activations] (models/decoder.h): under tensor parallelism each rank keeps its 1/tp of the rows
+  // of a checkpointed block's input, gathered again for the recompute (activation_checkpointing.partition_activations).
+  void set_partition_activations(bool on) { partition_acts_ = on; }
+  bool partition_activations() const { return partition_acts_; }
   // Called by backward() each time the gradients of the flat range [flat_begin, flat_end) are final for this
   // backward (a block's, the final norm's, the embeddings'), so data parallelism can start reducing them while
   // backward goes on. Only the parameters lying wholly inside the range are final. Empty = no calls.
@@ -121,6 +125,7 @@ class Model {
   ParamSet params_;
   CheckpointPolicy ckpt_;
   bool cpu_ckpt_ = false;
+  bool partition_acts_ = false;
   KernelPolicy kernels_;
   GradReadyHook grad_ready_hook_;
   UnitHooks unit_hooks_;

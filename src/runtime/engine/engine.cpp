@@ -91,6 +91,7 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
   if (ac.number_checkpoints)
     model_->set_checkpoint_policy(checkpoint_every(model_->config().n_layer, *ac.number_checkpoints));
   model_->set_cpu_checkpointing(ac.cpu_checkpointing);  // Note [CPU checkpointing], models/decoder.h
+  model_->set_partition_activations(ac.partition_activations);  // Note [Partitioned activations]
   if (cfg_.flops_profiler.enabled) set_trace_file("");
   if (cfg_.checkpoint.async_save) set_async_checkpointing(true);
   if (options.log && dp_rank() == 0) *options.log << model_state_report() << std::endl;
