@@ -26,6 +26,7 @@ struct PipeCase {
   // Checkpointing by pipeline.activation_checkpoint_interval 1 (DeepSpeed's PipelineModule argument) instead of
   // activation_checkpointing.number_checkpoints.
   bool interval_checkpointing = false;
+  bool partition_activations = false;  // activation_checkpointing.partition_activations (with tp > 1)
 };
 
 std::string json(const PipeCase& c) {
@@ -34,6 +35,9 @@ std::string json(const PipeCase& c) {
   if (const size_t at = j.find(from); at != std::string::npos)
     j.replace(at, from.size(), R"("initial_scale_power": )" + std::to_string(c.scale_power));
   if (c.interval_checkpointing) j.insert(j.rfind('}'), R"(, "pipeline": {"activation_checkpoint_interval": 1})");
+  const std::string ac = R"("activation_checkpointing": {)";
+  if (const size_t at = j.find(ac); c.partition_activations && at != std::string::npos)
+    j.insert(at + ac.size(), R"("partition_activations": true, )");
   return j;
 }
 
@@ -123,6 +127,7 @@ Run train_pipeline(const PipeCase& c, const ParallelGroups& g) {
   if (c.interval_checkpointing)
     EXPECT_EQ(pe->engine().model().checkpoint_policy(), CheckpointPolicy(size_t(mc.n_layer), true))
         << "pipeline.activation_checkpoint_interval 1 leaves some blocks unchecked";
+  EXPECT_EQ(pe->engine().model().partition_activations(), c.partition_activations);
   Run out;
   out.init = named_map(pe->engine(), g.model);
   const int dp_rank = dp ? dp->rank() : 0;
@@ -245,14 +250,24 @@ TEST(PipeEngine, PipeTimesDataStage3InterleavedLlama) { run_case(pipe_case("llam
 // TP 2 x PP 2: each stage's blocks, vocabulary-parallel table and loss split over its tensor group; the norm and the
 // fp16 overflow over all four ranks (pipe x model); a tied table's shard summed with the other stage's copy of the
 // same shard.
-TEST(PipeEngine, TensorTimesPipeGpt2) { run_case(pipe_case("gpt2", 1, 1, 0, 2)); }
+// A stage's checkpointed block inputs kept as each tensor rank's rows (Note [Partitioned activations]), stashed per
+// micro-batch like any activation.
+TEST(PipeEngine, TensorTimesPipeGpt2) {
+  PipeCase c = pipe_case("gpt2", 1, 1, 0, 2);
+  c.partition_activations = true;
+  run_case(c);
+}
 TEST(PipeEngine, TensorTimesPipeLlama) {
   PipeCase c = pipe_case("llama", 1, 1, 0, 2);
   c.dist.checkpointing = false;
   c.interval_checkpointing = true;
   run_case(c);
 }
-TEST(PipeEngine, TensorTimesPipeInterleavedGpt2) { run_case(pipe_case("gpt2", 2, 1, 0, 2)); }
+TEST(PipeEngine, TensorTimesPipeInterleavedGpt2) {
+  PipeCase c = pipe_case("gpt2", 2, 1, 0, 2);
+  c.partition_activations = true;
+  run_case(c);
+}
 // TP 2 x PP 2 x DP 2 on 8 ranks, ZeRO over the data axis.
 TEST(PipeEngine, TensorTimesPipeTimesDataStage0Gpt2) { run_case(pipe_case("gpt2", 1, 2, 0, 2)); }
 TEST(PipeEngine, TensorTimesPipeTimesDataStage1Llama) { run_case(pipe_case("llama", 1, 2, 1, 2)); }
