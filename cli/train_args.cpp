@@ -25,8 +25,7 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--seq-len", o.seq_len, "Sequence length (default: the model's context)")->check(whole(1));
   app->add_option("--save-every", o.save_every, "Save a checkpoint every N steps (0: at the end)")
       ->capture_default_str()->check(whole(0));
-  app->add_flag("--no-save", o.no_save, "Write no checkpoint (a measurement run; tensor-parallel runs need it until "
-                "their checkpoints exist)");
+  app->add_flag("--no-save", o.no_save, "Write no checkpoint (a measurement run)");
   app->add_option("--keep-last", o.keep_last, "Checkpoint tags to keep")->capture_default_str()
       ->check(whole(1, INT32_MAX));
   app->add_flag("--resume", o.resume,

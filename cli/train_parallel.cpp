@@ -3,6 +3,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "dscpp/runtime/pipe_engine.h"
+
 namespace dscpp {
 
 void apply_parallel_flags(nlohmann::json& j, const TrainOptions& o) {
@@ -71,6 +73,13 @@ ParallelGroups make_train_groups(ProcessGroup* world, const DeepSpeedConfig& cfg
     return g;
   }
   return make_parallel_groups(*world, topo);
+}
+
+std::unique_ptr<Model> make_train_model(const ModelConfig& mcfg, const DeepSpeedConfig& cfg, const ParallelGroups& g,
+                                        const ModelOptions& opts) {
+  if (g.pipe_size() == 1) return make_model(mcfg, opts);
+  const int v = int(cfg.dscpp.pipeline.virtual_stages);
+  return make_pipeline_stage(mcfg, pipe_stage_layers(mcfg, cfg.pipeline.partition, g.pipe_size(), v, g.stage), opts);
 }
 
 void split_by_data_axis(DataLoaderConfig& dc, const ParallelGroups& g) {

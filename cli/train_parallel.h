@@ -28,6 +28,11 @@ void check_parallel_layout(const TrainOptions& o, const DeepSpeedConfig& cfg, co
 // null in a one-process run: every group null).
 ParallelGroups make_train_groups(ProcessGroup* world, const DeepSpeedConfig& cfg);
 
+// The model this rank trains (opts as make_model's, tp_group set by the caller): the whole model, or with pipeline
+// stages its stage's layers (pipeline.partition, dscpp.pipeline.virtual_stages; Note [Pipeline stage]).
+std::unique_ptr<Model> make_train_model(const ModelConfig& mcfg, const DeepSpeedConfig& cfg, const ParallelGroups& g,
+                                        const ModelOptions& opts);
+
 // The training loader's split over the data axis: this rank's data coordinate of the data-parallel size. The tensor
 // and pipeline peers of one replica share that coordinate, so they read the same micro-batches.
 void split_by_data_axis(DataLoaderConfig& dc, const ParallelGroups& g);

@@ -26,6 +26,7 @@
 #include "dscpp/kernels/attention_backend.h"
 #include "dscpp/inference/sampler.h"
 #include "dscpp/runtime/engine.h"
+#include "dscpp/runtime/pipe_engine.h"
 #include "dscpp/runtime/training_memory.h"
 
 namespace fs = std::filesystem;
@@ -141,14 +142,20 @@ void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const 
                       std::to_string(o.steps) + "): the run ends at that step with its metrics");
   mcfg.validate();
   check_parallel_layout(o, cfg, mcfg);
-  if (cfg.pp_size() > 1)
-    throw ConfigError("pipeline.stages", "--pp " + std::to_string(cfg.pp_size()) + ": dscpp train does not drive the "
-                      "pipeline engine yet (PipelineEngine::train_batch, runtime/pipe_engine.h, does); use --pp 1");
-  if (cfg.tp_size() > 1) {
-    const std::string tp = "--tp " + std::to_string(cfg.tp_size());
-    if (cfg.dscpp.fused_head)
-      throw ConfigError("dscpp.fused_head", "dscpp.fused_head = true with " + tp + ": the fused head does not split "
-                        "the vocabulary; set it false");
+  const int tp = cfg.tp_size(), pp = cfg.pp_size();
+  const std::string flags = (tp > 1 ? "--tp " + std::to_string(tp) : "") + (tp > 1 && pp > 1 ? " " : "") +
+                            (pp > 1 ? "--pp " + std::to_string(pp) : "");
+  if (tp > 1 && cfg.dscpp.fused_head)
+    throw ConfigError("dscpp.fused_head", "dscpp.fused_head = true with " + flags + ": the fused head does not "
+                      "split the vocabulary; set it false");
+  if (pp > 1) {
+    DSCPP_CHECK(o.init_from.empty(), flags, ": --init-from loads a whole Hugging Face model, which a pipeline stage "
+                "(some of its layers) cannot take yet; train it with --pp 1, save, and resume with --pp");
+    check_pipeline_config(cfg, pp, int(cfg.dscpp.pipeline.virtual_stages));
+    if (cfg.activation_checkpointing.cpu_checkpointing)
+      throw ConfigError("activation_checkpointing.cpu_checkpointing", "activation_checkpointing.cpu_checkpointing = "
+                        "true with " + flags + ": not supported on a pipeline stage (Note [Pipeline stage]); set it "
+                        "false");
   }
 }
 
@@ -167,16 +174,22 @@ void inject_train_fault(const std::string& what) {
   DSCPP_FAIL("DSCPP_TRAIN_FAULT=", what, ": expected crash, hang or oom");
 }
 
-float evaluate(Model& model, DataLoader& val, int64_t batches, int64_t B, int64_t T) {
-  Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
-  val.set_state({0, 0, val.state().seed});  // the same batches every time
-  double sum = 0;
+// The mean validation loss over the same batches every time. A pipeline evaluates them all as one eval_batch (a
+// collective over the pipeline), a multiple of the stages under interleaving (eval_batch's rule).
+float evaluate(Engine& engine, PipelineEngine* pipe, DataLoader& val, int64_t batches, int64_t B, int64_t T) {
+  val.set_state({0, 0, val.state().seed});
   int64_t n = std::min<int64_t>(batches, std::max<int64_t>(val.batches_per_epoch(), 1));
+  const int64_t p = pipe ? pipe->num_stages() : 1;
+  if (pipe && engine.config().dscpp.pipeline.virtual_stages > 1) n = std::max(p, n - n % p);
+  PipelineEngine::MicroBatches mbs;
+  double sum = 0;
   for (int64_t i = 0; i < n; i++) {
+    Tensor x = Tensor::empty({B, T}, DType::i32), y = Tensor::empty({B, T}, DType::i32);
     val.next_batch(x, y);
-    sum += model.forward(x, y);
+    if (pipe) mbs.push_back({x, y});
+    else sum += engine.model().forward(x, y);
   }
-  return float(sum / double(n));
+  return pipe ? pipe->eval_batch(mbs) : float(sum / double(n));
 }
 
 }  // namespace
@@ -288,7 +301,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
                             o.init_from.empty();
   mopts.materialize_params = !sharded_init;
   mopts.tp_group = groups.model;  // Note [Tensor parallelism]: this rank's shard of the model
-  auto model = make_model(mcfg, mopts);
+  auto model = make_train_model(mcfg, cfg, groups, mopts);
   if (!sharded_init) model->init_weights(cfg.seed);
   if (!o.init_from.empty()) {
     load_hf_model(o.init_from, *model);  // every name, shape and dtype checked before the model changes
@@ -302,7 +315,14 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (sharded_init) eopts.init_seed = cfg.seed;
   eopts.same_on_every_rank = flags;
   if (!quiet) eopts.log = &log;  // the engine reports its model-state bytes at start-up
-  auto engine = initialize(std::move(model), cfg, eopts);
+  // Note [Pipeline engine]: a pipeline rank's Engine steps its stage; the PipelineEngine runs each batch through it.
+  std::unique_ptr<PipelineEngine> pipe;
+  std::unique_ptr<Engine> whole;
+  if (groups.pipe)
+    pipe = initialize_pipeline(std::move(model), cfg, eopts, {groups.pipe, int(cfg.dscpp.pipeline.virtual_stages)});
+  else
+    whole = initialize(std::move(model), cfg, eopts);
+  Engine* engine = pipe ? &pipe->engine() : whole.get();
   if (!o.trace.empty()) engine->set_trace_file(o.trace);
   Model& m = engine->model();
 
@@ -333,7 +353,9 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (!quiet) {
     log << "model " << mcfg.arch << ": " << mcfg.n_layer << " layers, " << mcfg.n_head << " heads ("
         << mcfg.n_kv_head << " kv), width " << mcfg.n_embd << ", vocab " << mcfg.vocab_size << ", context " << T
-        << ", " << m.params().num_parameters() << " parameters" << std::endl;
+        << ", " << mcfg.num_parameters() << " parameters";
+    if (replica_ranks > 1) log << " (" << m.params().num_parameters() << " on this rank)";
+    log << std::endl;
     log << "data: " << train.total_tokens() << " tokens, " << train.batches_per_epoch() << " steps per epoch at "
         << B << " x " << T << " x " << gas << " (micro-batch x seq x grad accumulation); validation "
         << val.num_sequences() << " sequences" << std::endl;
@@ -345,6 +367,15 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
           << ", ZeRO stage " << cfg.zero_optimization.stage << ", reduce_bucket_size "
           << cfg.zero_optimization.reduce_bucket_size << ", overlap_comm "
           << (cfg.zero_optimization.overlap_comm ? "on" : "off") << std::endl;
+    if (replica_ranks > 1) log << "model parallel: " << groups.topo.str() << " (pipe x data x model)" << std::endl;
+    if (pipe) {
+      const int64_t p = groups.pipe_size(), v = cfg.dscpp.pipeline.virtual_stages;
+      char bubble[32];  // Megatron's interleaved bubble: (p - 1) / (v m + p - 1) of the step
+      std::snprintf(bubble, sizeof bubble, "%.1f%%", 100.0 * double(p - 1) / double(v * gas + p - 1));
+      log << "pipeline: " << p << " stages" << (v > 1 ? " x " + std::to_string(v) + " virtual" : std::string())
+          << ", partition " << cfg.pipeline.partition << ", " << gas << " micro-batches per step, bubble " << bubble
+          << " in theory" << std::endl;
+    }
   }
   // Note [ZeRO buffer estimate]: what this run's step should peak at, told before it starts, and set beside the
   // measured peak at the end.
@@ -352,21 +383,24 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   mem.workload.checkpoint = m.checkpoint_policy();  // --activation-checkpointing too
   const TrainingMemoryEstimate predicted = estimate_training_memory(mcfg, mem.workload, mem.setup);
   if (!quiet) {
-    log << "memory per rank, predicted: peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
+    // The estimate has no tensor or pipeline split yet: under them it is the whole model's on one rank, an upper
+    // bound on each rank's states (dscpp estimate-memory --tp / --pp splits the states).
+    log << "memory per rank, predicted" << (replica_ranks > 1 ? " (the whole model, not split by tp / pp)" : "")
+        << ": peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
         << fmt_bytes(predicted.states.total()) << " + activations and ZeRO buffers "
         << fmt_bytes(predicted.peak_bytes - predicted.states.total()) << ", in " << predicted.peak_at;
     if (predicted.peak.cpu > 0) log << "; host memory " << fmt_bytes(predicted.peak.cpu);  // Note [Memory tiers]
     if (mopts.device.is_cuda())
       log << ", of the GPU's " << fmt_bytes(cuda_device_memory(mopts.device.index));
     log << std::endl;
-    if (mopts.device.is_cuda() && predicted.peak_bytes > cuda_device_memory(mopts.device.index))
+    if (mopts.device.is_cuda() && replica_ranks == 1 && predicted.peak_bytes > cuda_device_memory(mopts.device.index))
       log << "warning: the predicted peak does not fit this GPU: expect out of memory. Lower "
              "train_micro_batch_size_per_gpu, raise zero_optimization.stage, or set "
              "activation_checkpointing.number_checkpoints (dscpp estimate-memory compares the options)" << std::endl;
   }
   const bool trial = cfg.autotuning.enabled;  // an autotuning trial: it ends at end_profile_step, no evaluation
   if (!trial) {
-    res.first_val_loss = evaluate(m, val, o.eval_batches, val_B, T);
+    res.first_val_loss = evaluate(*engine, pipe.get(), val, o.eval_batches, val_B, T);
     if (!quiet) log << "step " << engine->global_steps() << " | val loss " << res.first_val_loss << std::endl;
   }
 
@@ -381,21 +415,31 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   inject_train_fault(o.fault);
   while (engine->global_steps() < o.steps && !engine->autotuning_finished()) {
     auto t0 = Clock::now();
-    for (int64_t micro = 0; micro < gas; micro++) {
-      train.next_batch(x, y);
-      engine->forward(x, y);
-      engine->backward();
-      engine->step();
+    if (pipe) {  // every rank reads the batch; the first stage takes the tokens, the last the targets
+      PipelineEngine::MicroBatches mbs;
+      for (int64_t micro = 0; micro < gas; micro++) {
+        Tensor px = Tensor::empty({B, T}, DType::i32), py = Tensor::empty({B, T}, DType::i32);
+        train.next_batch(px, py);
+        mbs.push_back({px, py});
+      }
+      res.losses.push_back(pipe->train_batch(mbs));  // the replicas' mean already
+    } else {
+      for (int64_t micro = 0; micro < gas; micro++) {
+        train.next_batch(x, y);
+        engine->forward(x, y);
+        engine->backward();
+        engine->step();
+      }
+      res.losses.push_back(engine->last_loss());
     }
     double dt = std::chrono::duration<double>(Clock::now() - t0).count();
     train_seconds += dt;
     window_seconds += dt;
     window_tokens += B * T * gas;
-    res.losses.push_back(engine->last_loss());
     const int64_t step = engine->global_steps();
     if (!o.quiet && print_every && (step % print_every == 0 || step == o.steps)) {
       // Collectives at print steps (the same steps on every rank): the loss averaged, tokens/s summed over ranks.
-      const float loss = engine->global_last_loss();
+      const float loss = pipe ? res.losses.back() : engine->global_last_loss();
       double tps = window_tokens / window_seconds;
       if (pg) tps = all_reduce_values(*pg, {float(tps)}, ReduceOp::sum, mopts.device)[0] / replica_ranks;
       double elapsed = std::chrono::duration<double>(Clock::now() - run_start).count();
@@ -424,7 +468,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
       window_tokens = 0;
     }
     if (o.eval_every && step % o.eval_every == 0 && step != o.steps) {
-      float vl = evaluate(engine->model(), val, o.eval_batches, val_B, T);  // the parameters brought up to date
+      float vl = evaluate(*engine, pipe.get(), val, o.eval_batches, val_B, T);  // the parameters brought up to date
       if (!quiet) log << "step " << step << " | val loss " << vl << std::endl;
     }
     if (o.save_every && step % o.save_every == 0 && step != o.steps) save();
@@ -447,7 +491,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     if (pg) pg->barrier()->wait();
     return res;
   }
-  res.final_val_loss = evaluate(engine->model(), val, o.eval_batches, val_B, T);
+  res.final_val_loss = evaluate(*engine, pipe.get(), val, o.eval_batches, val_B, T);
   save();
   engine->wait_for_checkpoint();  // an asynchronous save must be committed before we report it
   if (!quiet) {
@@ -467,10 +511,12 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   }
 
   // 4. Samples. Under ZeRO-3 every forward gathers parameters (a collective), so every rank generates the same
-  // samples in step (same seeds) and rank 0 prints them.
+  // samples in step (same seeds) and rank 0 prints them. A pipeline stage cannot generate alone.
   const char* prompts[] = {"The ", "A man", "Q:", "Life is", "I think"};
   const bool all_ranks_generate = engine->zero_params() != nullptr || groups.model != nullptr;  // collectives
-  for (int i = 0; (rank == 0 || all_ranks_generate) && i < o.num_samples; i++) {
+  if (pipe && o.num_samples > 0 && !quiet)
+    log << "samples: none under pipeline parallelism (generating needs the whole model on one rank)" << std::endl;
+  for (int i = 0; !pipe && (rank == 0 || all_ranks_generate) && i < o.num_samples; i++) {
     std::string prompt = prompts[i % 5];
     std::vector<int32_t> ids = data.tokenizer.encode(prompt);
     ids.insert(ids.begin(), data.tokenizer.bos_id());

@@ -101,9 +101,6 @@ void Decoder::declare_stage(const StageLayers& layers) {
                 "at least one layer (fewer pipeline stages x virtual stages than layers)");
     prev = e;
   }
-  const bool whole = layers.chunks.size() == 1 && layers.chunks[0] == std::make_pair(int64_t(0), items);
-  DSCPP_CHECK(whole || !tp_.on(), "tensor parallelism with pipeline stages is not supported yet (the layers "
-              "declare their shards whole)");
   ParamSet all;  // declaration only: the whole model's ids and names
   const DecoderLayers full = declare_layers(all, cfg_, tp_);
   const auto ids = item_ids(full, all);

@@ -41,7 +41,8 @@ DecoderLayers declare_llama(ParamSet& ps, const ModelConfig& c, const TensorPara
     m.lm_head_id = m.wte.table_id;
   } else {
     m.lm_head_id = ps.add("lm_head.weight", {tp.vocab_rows(c.vocab_size), C}, true);
-    if (tp.on()) ps.set_shard(m.lm_head_id, {0, 1, tp.rank * tp.vocab_rows(c.vocab_size), c.vocab_size});
+    if (tp.on() && m.lm_head_id >= 0)  // -1: a pipeline stage without the head
+      ps.set_shard(m.lm_head_id, {0, 1, tp.rank * tp.vocab_rows(c.vocab_size), c.vocab_size});
   }
   return m;
 }

@@ -8,7 +8,7 @@ Embedding declare_vocab_table(ParamSet& ps, const std::string& name, const Model
   DSCPP_CHECK(!tp.on() || (tp.size - 1) * rows < c.vocab_size, "tensor parallelism: a vocabulary of ",
               c.vocab_size, " tokens leaves the last of ", tp.size, " ranks no rows (", rows, " each)");
   Embedding e = Embedding::declare(ps, name, rows, c.n_embd);
-  if (!tp.on()) return e;
+  if (!tp.on() || !e.defined()) return e;  // undefined: a pipeline stage without the table
   e.tp = tp;
   e.first = tp.rank * rows;
   ps.set_shard(e.table_id, {0, 1, e.first, c.vocab_size});
@@ -28,7 +28,7 @@ void shard_cols(ParamSet& ps, int id, const TensorParallel& tp, int64_t full) {
 
 void shard_block(ParamSet& ps, Block& b, const TensorParallel& tp,
                  const std::vector<std::pair<int64_t, int>>& qkv_members, int64_t attn_in, int64_t ffn) {
-  if (!tp.on()) return;
+  if (!tp.on() || b.norm1.weight_id < 0) return;  // a block another pipeline stage holds: nothing declared
   Linear& qkv = b.attn.qkv;
   DSCPP_CHECK(int(qkv_members.size()) == qkv.fused, "shard_block: ", qkv_members.size(), " qkv members for a "
               "weight of ", qkv.fused);

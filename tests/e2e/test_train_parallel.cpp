@@ -1,7 +1,8 @@
 // `dscpp train`'s 3D layout (cli/train_parallel.h): --tp / --pp override the config's keys, the checks made before
 // any work name the flag, the value and the rule, the loader splits over the data axis only (tensor and pipeline
-// peers read the same micro-batches), and the launched job: tensor parallelism trains, saves, and resumes under
-// another layout, and layouts that do not fit are refused before any work.
+// peers read the same micro-batches), and the launched job: tensor and pipeline parallelism train, save, and resume
+// under another layout; --tp 2, --pp 2 and both train to the losses of one process; layouts that do not fit are
+// refused before any work.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -26,6 +27,15 @@ std::string config_error(const std::function<void()>& f, std::string* key = null
     return e.what();
   }
   return "(no error)";
+}
+
+// The losses a run printed: each progress line's, then each validation loss.
+std::vector<double> printed_losses(const std::string& out) {
+  std::vector<double> v;
+  for (const std::string key : {"| loss ", "| val loss "})
+    for (size_t at = out.find(key); at != std::string::npos; at = out.find(key, at + 1))
+      v.push_back(std::stod(out.substr(at + key.size())));
+  return v;
 }
 
 void expect_parts(const std::string& text, std::initializer_list<const char*> parts) {
@@ -142,8 +152,10 @@ TEST(TrainParallel, LoaderSplitsOverTheDataAxisOnly) {
   fs::remove_all(dir);
 }
 
-// The launched job: validation before any work; tensor parallelism saves a checkpoint that one process resumes.
-TEST(TrainParallelCli, LaunchedTpSavesAndOneProcessResumes) {
+// The launched job: validation before any work; tensor and pipeline parallelism save checkpoints that one process
+// resumes, and print the losses one process prints for the same global batch (the tiny model's sums split over 2
+// ranks: within float rounding).
+TEST(TrainParallelCli, LaunchedTpAndPpSaveForOneProcessAndTrainLikeIt) {
   if (!fs::exists(dscpp_binary())) GTEST_SKIP() << "build the dscpp target first: " << dscpp_binary();
   if (!gloo_available()) GTEST_SKIP() << "no gloo in this build";
   CliWorkspace ws("train_parallel");  // a 2-layer model with 2 heads
@@ -172,10 +184,45 @@ TEST(TrainParallelCli, LaunchedTpSavesAndOneProcessResumes) {
   EXPECT_EQ(rc, 0) << out;
   expect_parts(out, {"resumed from", "at step 1", "step     2/2 | loss"});
 
-  out = launch(2, "tp2run", "--tp 2 --no-save", &rc);
+  // TP 2 x PP 2 saves (each stage's slices: 4 parts) and one process resumes it; --init-from is refused under --pp.
+  out = launch(4, "tp2pp2save", "--tp 2 --pp 2", &rc);
   EXPECT_EQ(rc, 0) << out;
-  expect_parts(out, {"step     1/1 | loss", "val loss"});
-  EXPECT_FALSE(fs::exists(ws.dir / "tp2run" / "checkpoints" / "latest")) << out;
+  EXPECT_TRUE(fs::exists(ws.dir / "tp2pp2save" / "checkpoints" / "global_step1" / "mp_rank_03" / "engine_state.json"))
+      << out;
+  out = launch(1, "tp2pp2save", "--resume", &rc, 2);
+  EXPECT_EQ(rc, 0) << out;
+  expect_parts(out, {"resumed from", "at step 1", "step     2/2 | loss"});
+  out = launch(2, "pp2hf", "--pp 2 --init-from " + (ws.dir / "tp2_hf").string(), &rc);
+  EXPECT_NE(rc, 0) << out;
+  expect_parts(out, {"--pp 2: --init-from loads a whole Hugging Face model, which a pipeline stage"});
+
+  // Two steps of 2 micro-batches (the second step's loss moved by the first's update), evaluated before and after.
+  const std::string config = ws.write("gas2.json", R"({"train_micro_batch_size_per_gpu": 4,
+      "gradient_accumulation_steps": 2, "steps_per_print": 1, "gradient_clipping": 1.0,
+      "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}})");
+  const std::string run = " --config " + config + " --no-save";
+  out = run_command(dscpp_binary() + ws.train_args("one") + " --steps 2" + run, &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const std::vector<double> want = printed_losses(out);
+  ASSERT_EQ(want.size(), 4u) << out;
+  for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
+           {"tp2run", "--tp 2"}, {"pp2run", "--pp 2"}, {"tp2pp2run", "--tp 2 --pp 2"}}) {
+    const int n = name == "tp2pp2run" ? 4 : 2;
+    out = launch(n, name, flags + run, &rc, 2);
+    EXPECT_EQ(rc, 0) << out;
+    expect_parts(out, {"step     2/2 | loss", "val loss"});
+    if (name != "tp2run") expect_parts(out, {"pipeline: 2 stages, partition parameters, 2 micro-batches per step"});
+    const std::vector<double> got = printed_losses(out);
+    ASSERT_EQ(got.size(), want.size()) << name << ":\n" << out;
+    for (size_t i = 0; i < want.size(); i++) EXPECT_NEAR(got[i], want[i], 2e-4 * want[i]) << name << " loss " << i;
+    EXPECT_FALSE(fs::exists(ws.dir / name / "checkpoints" / "latest")) << out;
+  }
+  // PP 2 x DP 2 with ZeRO-1 on GPT-2's tied table (Note [Tied gradients under ZeRO]) trains too.
+  const std::string zero1 = ws.write("zero1.json", R"({"train_micro_batch_size_per_gpu": 2,
+      "gradient_accumulation_steps": 2, "zero_optimization": {"stage": 1}})");
+  out = launch(4, "pp2dp2", "--pp 2 --no-save --config " + zero1, &rc, 2);
+  EXPECT_EQ(rc, 0) << out;
+  expect_parts(out, {"step     2/2 | loss", "model parallel: pipe=2 x data=2 x model=1", "ZeRO stage 1"});
 
   out = launch(2, "tp2pp2", "--tp 2 --pp 2", &rc);
   EXPECT_NE(rc, 0) << out;
@@ -187,7 +234,7 @@ TEST(TrainParallelCli, LaunchedTpSavesAndOneProcessResumes) {
   out = launch(3, "tp3", "--tp 3", &rc);
   EXPECT_NE(rc, 0) << out;
   expect_parts(out, {"--tp 3 does not divide the model's 2 attention heads"});
-  for (const char* o : {"tp2pp2", "pp3", "tp3"}) EXPECT_FALSE(fs::exists(ws.dir / o / "data")) << o;
+  for (const char* o : {"tp2pp2", "pp2hf", "pp3", "tp3"}) EXPECT_FALSE(fs::exists(ws.dir / o / "data")) << o;
 }
 
 }  // namespace

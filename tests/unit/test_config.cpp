@@ -515,6 +515,8 @@ TEST(ConfigParallel, PipelineKeysAndDefaults) {
   expect_error(with_batch(R"("pipeline": {"stagse": 2})"), "pipeline.stagse", {"did you mean 'stages'"});
   expect_error(with_batch(R"("pipeline": {"activation_checkpoint_interval": -1})"),
                "pipeline.activation_checkpoint_interval", {"-1"});
+  expect_error(with_batch(R"("pipeline": {"activation_checkpoint_interval": 2})"),
+               "pipeline.activation_checkpoint_interval", {"2", "use 1 (every block of every stage recomputes) or 0"});
   expect_error(with_batch(R"("dscpp": {"pipeline": {"virtual_stages": 0}})"), "dscpp.pipeline.virtual_stages", {"0"});
   // No longer "not implemented yet": both sections are read.
   std::vector<std::string> w;

@@ -1,12 +1,15 @@
 // Pipeline parallelism (Note [Pipeline engine], runtime/pipe_engine.h) on forked Gloo ranks: PP 2 (1F1B and
-// interleaved) and PP 2 x DP 2 give the parameters, losses and gradient norms of one process training the whole
-// model on the same global batch (gradient accumulation, clipping, fp16 loss scaling, activation checkpointing), within
-// Note [Equivalence tolerances]; a rank that fails mid-pipeline ends the others with an error, not a hang.
+// interleaved), PP 2 x DP 2, TP 2 x PP 2 and TP 2 x PP 2 x DP 2 give the parameters, losses and gradient norms of
+// one process training the whole model on the same global batch (gradient accumulation, clipping, fp16 loss
+// scaling, activation checkpointing), within Note [Equivalence tolerances]; eval_batch takes fewer micro-batches too;
+// a rank that fails mid-pipeline ends the others with an error, not a hang.
 #include <gtest/gtest.h>
 
 #include <map>
 
 #include "dist/equivalence.h"
+#include "dist/tensor_parallel_fixtures.h"
+#include "dscpp/comm/topology.h"
 #include "dscpp/runtime/pipe_engine.h"
 #include "runtime/pipe/partition.h"
 
@@ -16,9 +19,14 @@ namespace {
 struct PipeCase {
   DistCase dist;          // model, optimizer, precision, gas, stage; dist.world is the data-parallel size
   int stages = 2, virtual_stages = 1;
+  int tp = 1;             // tensor-parallel ranks per stage
   std::string method = "parameters";
   int scale_power = 8;    // fp16.initial_scale_power: high enough, the first steps overflow and are skipped
   int64_t steps = 3;
+  // Checkpointing by pipeline.activation_checkpoint_interval 1 (DeepSpeed's PipelineModule argument) instead of
+  // activation_checkpointing.number_checkpoints.
+  bool interval_checkpointing = false;
+  bool partition_activations = false;  // activation_checkpointing.partition_activations (with tp > 1)
 };
 
 std::string json(const PipeCase& c) {
@@ -26,17 +34,29 @@ std::string json(const PipeCase& c) {
   const std::string from = R"("initial_scale_power": 8)";
   if (const size_t at = j.find(from); at != std::string::npos)
     j.replace(at, from.size(), R"("initial_scale_power": )" + std::to_string(c.scale_power));
+  if (c.interval_checkpointing) j.insert(j.rfind('}'), R"(, "pipeline": {"activation_checkpoint_interval": 1})");
+  const std::string ac = R"("activation_checkpointing": {)";
+  if (const size_t at = j.find(ac); c.partition_activations && at != std::string::npos)
+    j.insert(at + ac.size(), R"("partition_activations": true, )");
   return j;
 }
 
 using Named = std::map<std::string, std::vector<float>>;
 
-Named named_map(Engine& e) {  // a collective over the data-parallel group at stage 3
-  Named out;
-  Tensor f = e.gather_full_params().to(DType::f32);
+// The full parameters this rank holds shards of (tp: its tensor-parallel group, null for none): a collective over
+// the data-parallel group at stage 3, and over tp.
+Named named_map(Engine& e, ProcessGroup* tp = nullptr) {
   const ParamSet& ps = e.model().params();
-  for (const ParamInfo& p : ps.infos())
-    out[p.name].assign(f.data<float>() + p.offset, f.data<float>() + p.offset + p.numel);
+  std::vector<float> full = named_params(e);
+  if (tp) full = unshard(*tp, ps, full);
+  Named out;
+  int64_t at = 0;
+  for (const ParamInfo& p : ps.infos()) {
+    int64_t n = 1;
+    for (int64_t d : p.shard.full_shape(p.shape)) n *= d;
+    out[p.name].assign(full.begin() + at, full.begin() + at + n);
+    at += n;
+  }
   return out;
 }
 
@@ -45,6 +65,7 @@ struct Run {
   std::vector<float> losses, norms;
   int64_t skipped = 0;
   float eval_loss = 0;  // after training: the mean loss of step 0's micro-batches, forwards only
+  float eval_few = 0;   // ... of only the first `stages` micro-batches of each data-parallel rank's
 };
 
 PipeCase reference_case_of(PipeCase c) {
@@ -77,13 +98,17 @@ Run reference(const PipeCase& c) {
   out.skipped = e->skipped_steps();
   for (int64_t j = 0; j < ref.gas; j++) {
     micro_batch(ref, 0, j, x, y);
-    out.eval_loss += e->model().forward(x, y).value() / float(ref.gas);
+    const float l = e->model().forward(x, y).value();
+    out.eval_loss += l / float(ref.gas);
+    if (j % c.dist.gas < c.stages) out.eval_few += l / float(c.dist.world * c.stages);
   }
   return out;
 }
 
-Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
+Run train_pipeline(const PipeCase& c, const ParallelGroups& g) {
   const DistCase& d = c.dist;
+  ProcessGroup& pipe = *g.pipe;
+  ProcessGroup* dp = g.data;
   const int dp_world = dp ? dp->size() : 1;
   DeepSpeedConfig cfg = DeepSpeedConfig::from_string(json(c), dp_world);
   const ModelConfig mc = model_config(d);
@@ -91,14 +116,20 @@ Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
   ModelOptions mo;
   mo.pad_multiple = 16 * dp_world;
   mo.allocate_grads = !(d.stage >= 2 && dp_world > 1);
+  mo.tp_group = g.model;
   auto m = make_pipeline_stage(mc, StageLayers::of_rank(parts, pipe.rank(), c.stages, c.virtual_stages), mo);
   m->init_weights(42);
   EngineOptions eo;
   eo.dp_group = dp;
   eo.mixed_precision_on_f32_model = d.precision == "fp16";
+  eo.model_parallel_group = g.model_parallel;  // pipe x model
   auto pe = initialize_pipeline(std::move(m), cfg, eo, {&pipe, c.virtual_stages});
+  if (c.interval_checkpointing)
+    EXPECT_EQ(pe->engine().model().checkpoint_policy(), CheckpointPolicy(size_t(mc.n_layer), true))
+        << "pipeline.activation_checkpoint_interval 1 leaves some blocks unchecked";
+  EXPECT_EQ(pe->engine().model().partition_activations(), c.partition_activations);
   Run out;
-  out.init = named_map(pe->engine());
+  out.init = named_map(pe->engine(), g.model);
   const int dp_rank = dp ? dp->rank() : 0;
   auto step_batch = [&](int64_t s) {
     PipelineEngine::MicroBatches mbs;
@@ -115,17 +146,21 @@ Run train_pipeline(const PipeCase& c, ProcessGroup& pipe, ProcessGroup* dp) {
   }
   EXPECT_THROW(pe->forward(Tensor(), Tensor()), Error);
   EXPECT_THROW(pe->step(), Error);
-  out.params = named_map(pe->engine());
+  out.params = named_map(pe->engine(), g.model);
   out.skipped = pe->engine().skipped_steps();
   const int64_t steps = pe->engine().global_steps();
   out.eval_loss = pe->eval_batch(step_batch(0));
   EXPECT_EQ(pe->eval_batch(step_batch(0)), out.eval_loss) << "eval_batch changed something";
+  PipelineEngine::MicroBatches few = step_batch(0);  // fewer than gradient_accumulation_steps
+  few.resize(size_t(c.stages));
+  out.eval_few = pe->eval_batch(few);
   EXPECT_EQ(pe->engine().global_steps(), steps);
   return out;
 }
 
 void expect_matches(const Run& got, const Run& want, const PipeCase& c, const std::string& what) {
-  const double S = double(c.dist.world * c.dist.gas), u = unit_roundoff("f32");
+  // Tensor parallelism splits the GEMMs' inner sums and the log-sum-exp too: test_tensor_parallel's 256 summands.
+  const double S = c.tp > 1 ? 256.0 : double(c.dist.world * c.dist.gas), u = unit_roundoff("f32");
   auto per_step = [&](const std::vector<float>& ref) {
     return [&](size_t s) { return rounding_bound(u, S, int64_t(s) + 1, ref[s]); };
   };
@@ -137,7 +172,8 @@ void expect_matches(const Run& got, const Run& want, const PipeCase& c, const st
   expect_within(got_norms, want_norms, per_step(want_norms), what + ": gradient norms");
   expect_within(got.losses, want.losses, per_step(want.losses), what + ": losses");
   const double eval_bound = rounding_bound(u, S, c.steps + 1, want.eval_loss);
-  expect_within({got.eval_loss}, {want.eval_loss}, [&](size_t) { return eval_bound; }, what + ": eval_batch loss");
+  expect_within({got.eval_loss, got.eval_few}, {want.eval_loss, want.eval_few}, [&](size_t) { return eval_bound; },
+                what + ": eval_batch losses (gradient_accumulation_steps and fewer micro-batches)");
   EXPECT_GT(*std::max_element(want_norms.begin(), want_norms.end()), 0.05) << "clipping never engaged";
   if (c.scale_power > 8) EXPECT_GT(want.skipped, 0) << "no step overflowed";
   EXPECT_EQ(got.skipped, want.skipped) << what << ": fp16 overflow skips differ from one process's";
@@ -155,36 +191,25 @@ void expect_matches(const Run& got, const Run& want, const PipeCase& c, const st
   }
 }
 
-// PP 2 on 2 ranks (dist.world 1), or PP 2 x DP 2 on 4 ranks: pipelines {0, 1} and {2, 3}, data groups {0, 2}, {1, 3}.
+// pp x dp x tp ranks (dist.world is dp) laid out as DeepSpeed's topology (Note [Topology layout]): e.g. PP 2 x DP 2
+// has pipelines {0, 2} and {1, 3}, data groups {0, 1} and {2, 3}; TP 2 x PP 2 has tensor groups {0, 1} and {2, 3},
+// pipelines {0, 2} and {1, 3}, and the tied copies of model rank m summed over its pipeline's {m, m + 2}.
 void run_case(const PipeCase& c) {
   std::string why;
   if (!can_run(c.dist, &why)) GTEST_SKIP() << why;
-  const int dp_world = c.dist.world, world = c.stages * dp_world;
+  const int dp_world = c.dist.world, world = c.stages * dp_world * c.tp;
   DistCase ranks = c.dist;
   ranks.world = world;
   on_ranks(ranks, [&](ProcessGroup& pg, int rank) {
-    std::unique_ptr<ProcessGroup> pipe_sub, dp_sub;
-    for (int d = 0; d < dp_world; d++) {
-      std::vector<int> members;
-      for (int s = 0; s < c.stages; s++) members.push_back(d * c.stages + s);
-      auto g = pg.new_subgroup(members);
-      if (g) pipe_sub = std::move(g);
-    }
-    for (int s = 0; s < c.stages && dp_world > 1; s++) {
-      std::vector<int> members;
-      for (int d = 0; d < dp_world; d++) members.push_back(d * c.stages + s);
-      auto g = pg.new_subgroup(members);
-      if (g) dp_sub = std::move(g);
-    }
-    ProcessGroup& pipe = dp_world > 1 ? *pipe_sub : pg;
-    const Run got = train_pipeline(c, pipe, dp_sub.get());
+    const ParallelGroups g = make_parallel_groups(pg, pipe_model_data_parallel_topology(c.stages, c.tp, dp_world));
+    const Run got = train_pipeline(c, g);
     const Run want = reference(c);
     expect_matches(got, want, c, "rank " + std::to_string(rank));
     leave_together(pg);
   });
 }
 
-PipeCase pipe_case(const std::string& arch, int virtual_stages, int dp, int stage = 0) {
+PipeCase pipe_case(const std::string& arch, int virtual_stages, int dp, int stage = 0, int tp = 1) {
   PipeCase c;
   c.dist = dist_case(dp, stage, arch, [&](DistCase& d) {
     d.gas = 4;
@@ -192,6 +217,7 @@ PipeCase pipe_case(const std::string& arch, int virtual_stages, int dp, int stag
     d.n_layer = 4;
   });
   c.virtual_stages = virtual_stages;
+  c.tp = tp;
   if (virtual_stages > 1) c.method = "uniform";  // 6 items in 4 parts
   return c;
 }
@@ -209,14 +235,61 @@ TEST(PipeEngine, OneFOneBEqualsOneProcessLlama) { run_case(pipe_case("llama", 1,
 TEST(PipeEngine, InterleavedEqualsOneProcessGpt2) { run_case(pipe_case("gpt2", 2, 1)); }
 TEST(PipeEngine, InterleavedEqualsOneProcessLlama) { run_case(pipe_case("llama", 2, 1)); }
 
-// PP 2 x DP 2: ZeRO over the data-parallel axis. A tied table's copies are summed after the data-parallel average,
-// which only stage 0 keeps whole (PipelineEngine refuses the others); Llama unties its head.
+// PP 2 x DP 2: ZeRO over the data-parallel axis. GPT-2's tied table: its copies' gradients summed after the
+// data-parallel average, from each rank's chunks under ZeRO (Note [Tied gradients under ZeRO]); Llama unties its head.
 TEST(PipeEngine, PipeTimesDataStage0Gpt2) { run_case(pipe_case("gpt2", 1, 2, 0)); }
+TEST(PipeEngine, PipeTimesDataStage1Gpt2) { run_case(pipe_case("gpt2", 1, 2, 1)); }
+TEST(PipeEngine, PipeTimesDataStage2InterleavedGpt2) { run_case(pipe_case("gpt2", 2, 2, 2)); }
+TEST(PipeEngine, PipeTimesDataStage3Gpt2) { run_case(pipe_case("gpt2", 1, 2, 3)); }
 TEST(PipeEngine, PipeTimesDataStage1Llama) { run_case(pipe_case("llama", 1, 2, 1)); }
 TEST(PipeEngine, PipeTimesDataStage2Llama) { run_case(pipe_case("llama", 1, 2, 2)); }
 TEST(PipeEngine, PipeTimesDataStage2InterleavedLlama) { run_case(pipe_case("llama", 2, 2, 2)); }
 TEST(PipeEngine, PipeTimesDataStage3Llama) { run_case(pipe_case("llama", 1, 2, 3)); }
 TEST(PipeEngine, PipeTimesDataStage3InterleavedLlama) { run_case(pipe_case("llama", 2, 2, 3)); }
+
+// TP 2 x PP 2: each stage's blocks, vocabulary-parallel table and loss split over its tensor group; the norm and the
+// fp16 overflow over all four ranks (pipe x model); a tied table's shard summed with the other stage's copy of the
+// same shard.
+// A stage's checkpointed block inputs kept as each tensor rank's rows (Note [Partitioned activations]), stashed per
+// micro-batch like any activation.
+TEST(PipeEngine, TensorTimesPipeGpt2) {
+  PipeCase c = pipe_case("gpt2", 1, 1, 0, 2);
+  c.partition_activations = true;
+  run_case(c);
+}
+TEST(PipeEngine, TensorTimesPipeLlama) {
+  PipeCase c = pipe_case("llama", 1, 1, 0, 2);
+  c.dist.checkpointing = false;
+  c.interval_checkpointing = true;
+  run_case(c);
+}
+TEST(PipeEngine, TensorTimesPipeInterleavedGpt2) {
+  PipeCase c = pipe_case("gpt2", 2, 1, 0, 2);
+  c.partition_activations = true;
+  run_case(c);
+}
+// TP 2 x PP 2 x DP 2 on 8 ranks, ZeRO over the data axis.
+TEST(PipeEngine, TensorTimesPipeTimesDataStage0Gpt2) { run_case(pipe_case("gpt2", 1, 2, 0, 2)); }
+TEST(PipeEngine, TensorTimesPipeTimesDataStage1Llama) { run_case(pipe_case("llama", 1, 2, 1, 2)); }
+TEST(PipeEngine, TensorTimesPipeTimesDataStage2Gpt2) { run_case(pipe_case("gpt2", 1, 2, 2, 2)); }
+TEST(PipeEngine, TensorTimesPipeTimesDataStage3Llama) { run_case(pipe_case("llama", 1, 2, 3, 2)); }
+
+TEST(PipeEngine, ConfigChecksNameTheKey) {
+  auto config = [](int gas) {
+    return DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": )" +
+                                        std::to_string(gas) + "}");
+  };
+  check_pipeline_config(config(4), 2, 2);  // 4 micro-batches over 2 stages x 2 virtual: fine
+  check_pipeline_config(config(3), 2, 1);  // no interleaving: any count
+  try {
+    check_pipeline_config(config(3), 2, 2);
+    ADD_FAILURE() << "3 micro-batches interleaved over 2 stages";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key, "gradient_accumulation_steps");
+    EXPECT_NE(std::string(e.what()).find("gradient_accumulation_steps = 3 with dscpp.pipeline.virtual_stages 2"),
+              std::string::npos) << e.what();
+  }
+}
 
 // The last stage fails on micro-batch 2 (targets of the wrong shape) while the first is mid-schedule: the first must
 // end with an error naming the failed rank, well before its (long) timeout, not hang.

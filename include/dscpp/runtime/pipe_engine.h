@@ -13,7 +13,9 @@
 //   group (EngineOptions::model_parallel_group: the pipe group, or pipe x tensor), the last stage's copy of a tied
 //   token table left out (Model::norm_duplicates) so it counts once;
 // - a tied table's two copies (first and last stage) have their gradients summed over a 2-rank group of those stages
-//   after the last backward (the schedule's reduce_tied_grads), so both copies step identically;
+//   after the last backward (the schedule's reduce_tied_grads), so both copies step identically (under ZeRO, Note
+//   [Tied gradients under ZeRO]); with tensor parallelism each tensor rank's pipe group has its own such pair, of the
+//   same vocabulary shard;
 // - a micro-batch's backward on a rank with several chunks completes at its last chunk (Engine::backward_part): the
 //   data-parallel gradient sync of the accumulation boundary runs there once;
 // - the loss is the last stage's mean over the micro-batches (averaged over the data-parallel ranks), broadcast to
@@ -48,7 +50,9 @@ class PipelineEngine {
   // gradient_accumulation_steps micro-batches, forward and backward by the schedule, then one optimizer step.
   // Returns the mean loss (the last stage's, averaged over the data-parallel ranks) on every stage.
   float train_batch(const MicroBatches& batch);
-  float eval_batch(const MicroBatches& batch);  // forwards only; the same mean loss; no state changes
+  // Forwards only, of any count of micro-batches (DeepSpeed's num_micro_batches; under interleaving a multiple of
+  // the stages); the same mean loss; no state changes.
+  float eval_batch(const MicroBatches& batch);
 
   Loss forward(const Tensor& tokens, const Tensor& targets);  // throw: use train_batch / eval_batch
   void backward();
@@ -62,6 +66,7 @@ class PipelineEngine {
 
  private:
   float run(const MicroBatches& batch, bool train);
+  void sum_tied_grads();  // Note [Tied gradients under ZeRO], pipe_engine.cpp
   PipelineStage& stage();
   std::unique_ptr<Engine> engine_;
   ProcessGroup* pipe_;
@@ -74,8 +79,14 @@ class PipelineEngine {
 StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method, int stages, int virtual_stages,
                               int stage);
 
+// What a pipeline of `stages` x `virtual_stages` over `dp` data-parallel replicas cannot run, refused before any work
+// (the PipelineEngine checks again): interleaving with gradient_accumulation_steps not a multiple of the stages.
+// Throws a ConfigError naming the key.
+void check_pipeline_config(const DeepSpeedConfig& c, int stages, int virtual_stages);
+
 // deepspeed.initialize() for a PipelineModule: model is a pipeline stage; options.model_parallel_group defaults to
-// the pipe group (with tensor parallelism too, pass the pipe x tensor group).
+// the pipe group (with tensor parallelism too, pass the pipe x tensor group: ParallelGroups::model_parallel).
+// pipeline.activation_checkpoint_interval 1 checkpoints every block of the stage, as PipelineModule's argument.
 std::unique_ptr<PipelineEngine> initialize_pipeline(std::unique_ptr<Model> model, const DeepSpeedConfig& config,
                                                     EngineOptions options, PipeOptions pipe);
 

@@ -25,7 +25,13 @@ void parse_pipeline(const json& j, PipelineConfig& p) {
     p.partition = m == "best" ? "parameters" : m;
   }
   r.get("seed_layers", p.seed_layers);
-  r.get("activation_checkpoint_interval", p.activation_checkpoint_interval, 0);
+  if (r.get("activation_checkpoint_interval", p.activation_checkpoint_interval, 0) &&
+      p.activation_checkpoint_interval > 1)
+    fail(r.path("activation_checkpoint_interval"), p.activation_checkpoint_interval,
+         "DeepSpeed recomputes runs of that many layers as one segment, keeping only each run's input; our blocks "
+         "are checkpointed one at a time with the residual stream kept (Note [Activation memory], "
+         "src/models/decoder.h): use 1 (every block of every stage recomputes) or 0, or "
+         "activation_checkpointing.number_checkpoints to recompute fewer blocks");
   r.get("pipe_partitioned", p.pipe_partitioned);
   r.get("grad_partitioned", p.grad_partitioned);
   r.finish();

@@ -2,6 +2,7 @@
 // (Note [Pipeline schedules], schedule.h) over the stage's Engine.
 #include "dscpp/runtime/pipe_engine.h"
 
+#include <algorithm>
 #include <map>
 
 #include "dscpp/kernels/ops.h"
@@ -16,10 +17,26 @@ StageLayers pipe_stage_layers(const ModelConfig& cfg, const std::string& method,
   return StageLayers::of_rank(parts, stage, stages, virtual_stages);
 }
 
+void check_pipeline_config(const DeepSpeedConfig& c, int stages, int virtual_stages) {
+  const int64_t gas = c.gradient_accumulation_steps;
+  if (virtual_stages > 1 && gas % stages != 0)
+    throw ConfigError("gradient_accumulation_steps", "gradient_accumulation_steps = " + std::to_string(gas) +
+                      " with dscpp.pipeline.virtual_stages " + std::to_string(virtual_stages) + ": interleaving "
+                      "needs the micro-batches to be a multiple of the " + std::to_string(stages) +
+                      " pipeline stages");
+}
+
 std::unique_ptr<PipelineEngine> initialize_pipeline(std::unique_ptr<Model> model, const DeepSpeedConfig& config,
                                                     EngineOptions options, PipeOptions pipe) {
   if (!options.model_parallel_group) options.model_parallel_group = pipe.pipe_group;
-  return std::make_unique<PipelineEngine>(initialize(std::move(model), config, options), pipe);
+  auto engine = initialize(std::move(model), config, options);
+  // DeepSpeed's PipelineModule(activation_checkpoint_interval=1): every layer recomputes in backward (whatever
+  // activation_checkpointing.number_checkpoints chose; the parser refuses longer runs of layers).
+  if (config.pipeline.activation_checkpoint_interval == 1) {
+    Model& m = engine->model();
+    m.set_checkpoint_policy(CheckpointPolicy(size_t(m.config().n_layer), true));
+  }
+  return std::make_unique<PipelineEngine>(std::move(engine), pipe);
 }
 
 PipelineEngine::PipelineEngine(std::unique_ptr<Engine> engine, PipeOptions o)
@@ -33,15 +50,9 @@ PipelineEngine::PipelineEngine(std::unique_ptr<Engine> engine, PipeOptions o)
   const int chunks = int(stage().layers().chunks.size());
   DSCPP_CHECK(chunks == virtual_stages_, "PipelineEngine: the stage holds ", chunks, " chunks of layers but "
               "dscpp.pipeline.virtual_stages is ", virtual_stages_);
+  check_pipeline_config(engine_->config(), stages_, virtual_stages_);
   PipeShape{stages_, int(engine_->config().gradient_accumulation_steps), virtual_stages_}.validate();
-  const DeepSpeedConfig& c = engine_->config();
   const bool tied = m.config().tie_embeddings && stages_ > 1;
-  // Note [Pipeline engine]: the tied copies' gradients are summed after the data-parallel reduction, which a
-  // partitioned gradient (ZeRO >= 1) holds as chunks laid out differently on the two stages.
-  if (tied && engine_->dp_world_size() > 1 && c.zero_optimization.stage >= 1)
-    throw ConfigError("zero_optimization.stage", "zero_optimization.stage " +
-                      std::to_string(c.zero_optimization.stage) + " with pipeline parallelism and data parallelism "
-                      "is not supported for a tied embedding (tie_embeddings) yet; use stage 0 or an untied model");
   if (tied) tied_ = pipe_->new_subgroup({0, stages_ - 1});  // every pipe rank takes part; the two get the group
   // The tied group's members must be the two copies, whatever the partition.
   DSCPP_CHECK(!tied || (stage_ != 0 && stage_ != stages_ - 1) || stage().tied_table_id() >= 0,
@@ -63,13 +74,43 @@ void PipelineEngine::step() {
   DSCPP_FAIL("PipelineEngine: step() is not available under pipeline parallelism: train_batch() steps the optimizer");
 }
 
+// Note [Tied gradients under ZeRO]: the two copies of a tied table sum their gradients, each already averaged over
+// the data-parallel ranks. Under ZeRO >= 1 over several ranks each data-parallel rank holds only its chunks of a
+// copy's gradient, and the chunks fall elsewhere in the table on the two stages (the first stage's unit holds
+// GPT-2's positions too). So the table's gradient is put together over the data-parallel group first (each element
+// from the one rank that owns it), summed with the other copy's, and each rank takes its chunks back: one table of
+// f32 in flight, as the unpartitioned sum.
+void PipelineEngine::sum_tied_grads() {
+  const ParamInfo& p = engine_->model().params().info(stage().tied_table_id());
+  ProcessGroup* dp = engine_->dp_group();
+  if (!dp || engine_->zero_stage() == 0) {  // the whole averaged gradient is here
+    Tensor g = engine_->model().params().grad(stage().tied_table_id());
+    tied_->all_reduce(g, ReduceOp::sum)->wait();
+    return;
+  }
+  Tensor table = Tensor::zeros({p.numel}, DType::f32, engine_->model().params().device());
+  const std::vector<FlatRange>& owned = engine_->owned_ranges();
+  auto each_owned_piece = [&](const auto& fn) {  // fn(this rank's gradient piece, the same elements of table)
+    for (size_t k = 0; k < owned.size(); k++) {
+      const int64_t lo = std::max(owned[k].begin, p.offset), hi = std::min(owned[k].end, p.offset + p.numel);
+      if (lo < hi)
+        fn(engine_->owned_grads(k).slice(lo - owned[k].begin, hi - lo), table.slice(lo - p.offset, hi - lo));
+    }
+  };
+  each_owned_piece([](Tensor mine, Tensor in_table) { in_table.copy_from(mine); });
+  dp->all_reduce(table, ReduceOp::sum)->wait();
+  tied_->all_reduce(table, ReduceOp::sum)->wait();
+  each_owned_piece([](Tensor mine, const Tensor& in_table) { mine.copy_from(in_table); });
+}
+
 float PipelineEngine::train_batch(const MicroBatches& batch) { return run(batch, true); }
 float PipelineEngine::eval_batch(const MicroBatches& batch) { return run(batch, false); }
 
 float PipelineEngine::run(const MicroBatches& batch, bool train) {
-  const int64_t m = engine_->config().gradient_accumulation_steps;
-  DSCPP_CHECK(int64_t(batch.size()) == m, train ? "train_batch" : "eval_batch", ": ", batch.size(),
-              " micro-batches, but gradient_accumulation_steps is ", m, " (a pipeline batch is that many)");
+  const int64_t gas = engine_->config().gradient_accumulation_steps, m = int64_t(batch.size());
+  DSCPP_CHECK(!train || m == gas, "train_batch: ", m, " micro-batches, but gradient_accumulation_steps is ", gas,
+              " (a pipeline batch is that many)");
+  DSCPP_CHECK(m >= 1, "eval_batch: no micro-batches");
   // Eval runs the model alone (Engine::model() lands any pending update first), leaving the engine's counters.
   Model& model = engine_->model();
   PipelineStage& st = stage();
@@ -132,10 +173,7 @@ float PipelineEngine::run(const MicroBatches& batch, bool train) {
         break;
       }
       case PipeOp::reduce_tied_grads:
-        if (tied_) {
-          Tensor g = model.params().grad(st.tied_table_id());
-          tied_->all_reduce(g, ReduceOp::sum)->wait();
-        }
+        if (tied_) sum_tied_grads();
         break;
       case PipeOp::optimizer_step:
         engine_->step();
