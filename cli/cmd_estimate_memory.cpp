@@ -107,6 +107,8 @@ void print_parallel_states(const EstimateOptions& o, const ModelConfig& cfg, int
   w.seq_len = o.seq_len ? o.seq_len : cfg.max_seq_len;
   if (o.deepspeed_config.empty()) w.act = DType::bf16, in.setup.fp32_master = true;  // as the states table above
   if (o.number_checkpoints >= 0) w.checkpoint = checkpoint_every(cfg.n_layer, o.number_checkpoints);
+  if (lay.pp > 1 && ds.pipeline.activation_checkpoint_interval == 1)  // as initialize_pipeline: every block
+    w.checkpoint = CheckpointPolicy(size_t(cfg.n_layer), true);
   w.fused_head = w.fused_head || o.fused_head;
   w.cpu_checkpointing = w.cpu_checkpointing || o.cpu_checkpointing;
   const std::vector<StageMemory> stages = estimate_pipeline_memory(cfg, lay, w, in.setup);
