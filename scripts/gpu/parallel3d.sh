@@ -8,7 +8,8 @@
 #   pp       the same shape with pipeline parallelism 2 (bench/pipe_bench.cpp: 1F1B with 8 and 16 micro-batches of 2,
 #            interleaved with 2 virtual stages), each with its measured bubble against (p-1)/(vm+p-1)
 #   train    dscpp train --tp 2 on the built-in corpus (NCCL), saving at steps 30 and 60; the step-30 tag resumed on
-#            one GPU (resharded as read) to step 60, its losses beside the uninterrupted tensor-parallel run's
+#            one GPU (resharded as read) to step 60, its losses beside the uninterrupted tensor-parallel run's; then
+#            dscpp train --pp 2 (the pipeline engine under the trainer) for the same steps
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
 default_steps=(build ops tp pp train)
@@ -59,6 +60,10 @@ if want train; then
   grep -E "resumed|step +(40|50|60)/|error" "$OUT/one_dscpp_train.txt" | tail -4
   echo "the same steps of the uninterrupted --tp 2 run:"
   grep -E "step +(40|50|60)/" "$OUT/tp_dscpp_train.txt" | tail -3
-  rm -rf "$OUT/tp_run" "$OUT/one_run"
+  timeout 200 $launch ./build-gpu/dscpp train --device cuda --pp 2 --no-save --steps 60 --out "$OUT/pp_run" $data \
+    > "$OUT/pp_dscpp_train.txt" 2>&1
+  echo "dscpp train --pp 2 rc=$?"
+  grep -E "pipeline|step +(40|50|60)/|val loss|error" "$OUT/pp_dscpp_train.txt" | tail -5
+  rm -rf "$OUT/tp_run" "$OUT/one_run" "$OUT/pp_run"
   el train
 fi

@@ -239,9 +239,10 @@ TEST(TensorParallel, PartitionedActivationsKeepEachRanksRowsOnly) {
         m->set_partition_activations(partition);
         Result r;
         auto live = [] { return cpu_allocator().stats().category_current[size_t(MemoryCategory::activations)]; };
+        pg->barrier()->wait();  // a finished Gloo op releases its tensors on the worker thread: before each reading
         const int64_t before = live();
         Loss loss = m->forward(tokens, targets);
-        pg->barrier()->wait();  // a finished Gloo op releases its buffers on the worker thread: let it first
+        pg->barrier()->wait();
         r.live = live() - before;
         r.loss = loss.value();
         m->backward(1.0f);
