@@ -5,8 +5,9 @@
 #            references (test_ops)
 #   tp       the Llama-3.2-3B shape (bf16, AdamW, B 4, T 2048) on 2 GPUs: ZeRO-3 data parallelism, then tensor
 #            parallelism 2 (ZeRO 0), with activation checkpointing and without, in the same call (bench/dp_bench.cpp)
-#   pp       the same shape with pipeline parallelism 2 (bench/pipe_bench.cpp: 1F1B with 8 and 16 micro-batches of 2,
-#            interleaved with 2 virtual stages), each with its measured bubble against (p-1)/(vm+p-1)
+#   pp       the same shape with pipeline parallelism 2 (bench/pipe_bench.cpp: 1F1B and interleaved with 2 virtual
+#            stages, 8 micro-batches of 2, each timed at 16 too for the measured bubble), against (p-1)/(vm+p-1);
+#            the estimator's per-stage peaks
 #   train    dscpp train --tp 2 on the built-in corpus (NCCL), saving at steps 30 and 60; the step-30 tag resumed on
 #            one GPU (resharded as read) to step 60, its losses beside the uninterrupted tensor-parallel run's; then
 #            dscpp train --pp 2 (the pipeline engine under the trainer) for the same steps
@@ -25,9 +26,12 @@ if want ops; then
   el ops
 fi
 if want tp; then
-  # With activation checkpointing, then without (P3D_TP_ARGS adds flags to all four runs).
+  # With activation checkpointing (and tensor parallelism with partition_activations), then without unless
+  # P3D_TP_NOCKPT=0; P3D_TP_ARGS adds flags to every run. The estimator's per-rank peaks of the same layouts follow.
   common="$shape --batch 4 --seq 2048 --steps 6 --warmup 2 --overlap ${P3D_TP_ARGS:-}"
-  { for ck in --checkpointing ""; do
+  cks=(--checkpointing)
+  [ "${P3D_TP_NOCKPT:-1}" = 1 ] && cks+=("")
+  { for ck in "${cks[@]}"; do
       timeout 200 $launch ./build-gpu/bench/dp_bench $common $ck --zero-stage 3
       timeout 200 $launch ./build-gpu/bench/dp_bench $common $ck --zero-stage 0 --tp 2
     done
@@ -36,15 +40,40 @@ if want tp; then
   echo "tp train rc=$?"
   grep -E "RESULT|error|rank [0-9]:" "$OUT/tp_train.txt" | head -12
   grep -E "step [0-9]+:" "$OUT/tp_train.txt" | tail -4
+  mkdir -p "$OUT/llama3b"
+  echo '{"model_type": "llama", "hidden_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 24,
+    "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, "max_position_embeddings": 2048,
+    "tie_word_embeddings": true, "rms_norm_eps": 1e-05, "rope_theta": 500000.0}' > "$OUT/llama3b/config.json"
+  for part in false true; do
+    echo "{\"train_micro_batch_size_per_gpu\": 4, \"bf16\": {\"enabled\": true}, \"zero_optimization\": {\"stage\": 0},
+      \"activation_checkpointing\": {\"number_checkpoints\": 28, \"partition_activations\": $part},
+      \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 1e-4}}}" > "$OUT/llama3b/ds_$part.json"
+    echo "estimate tp 2, checkpointing, partition_activations $part:"
+    ./build-gpu/dscpp estimate-memory --config "$OUT/llama3b" --num_gpus_per_node 2 --tp 2 --seq_len 2048 \
+      --deepspeed_config "$OUT/llama3b/ds_$part.json" | grep -E "^\| 0 \|" | tail -1
+  done
   el tp
 fi
 if want pp; then
+  # Each pipe_bench run times m and 2m micro-batches: the measured bubble is 1 - m t / (T - S), t the time a
+  # micro-batch adds, S the optimizer step's, beside (p-1)/(vm+p-1).
   pb="./build-gpu/pipe_bench --arch llama --n-layer 28 --n-embd 3072 --n-head 24 --n-kv-head 8 --n-ffn 8192"
   pb="$pb --n-vocab 128256 --seq 2048 --batch 2 --checkpointing --steps 4 --warmup 2 ${P3D_PP_ARGS:-}"
-  { timeout 150 $launch $pb --pp 2 --micro-batches 8; timeout 150 $launch $pb --pp 2 --micro-batches 16;
-    timeout 150 $launch $pb --pp 2 --micro-batches 8 --virtual-stages 2; } > "$OUT/pp_train.txt" 2>&1
+  { timeout 250 $launch $pb --pp 2 --micro-batches 8;
+    timeout 250 $launch $pb --pp 2 --micro-batches 8 --virtual-stages 2; } > "$OUT/pp_train.txt" 2>&1
   echo "pp train rc=$?"
   grep -E "RESULT|error|rank [0-9]:" "$OUT/pp_train.txt" | head -12
+  mkdir -p "$OUT/llama3b"
+  [ -f "$OUT/llama3b/config.json" ] || echo '{"model_type": "llama", "hidden_size": 3072, "num_hidden_layers": 28,
+    "num_attention_heads": 24, "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
+    "max_position_embeddings": 2048, "tie_word_embeddings": true, "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0}' > "$OUT/llama3b/config.json"
+  echo '{"train_micro_batch_size_per_gpu": 2, "gradient_accumulation_steps": 8, "bf16": {"enabled": true},
+    "zero_optimization": {"stage": 0}, "activation_checkpointing": {"number_checkpoints": 28},
+    "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}' > "$OUT/llama3b/ds_pp.json"
+  echo "estimate pp 2, m 8:"
+  ./build-gpu/dscpp estimate-memory --config "$OUT/llama3b" --num_gpus_per_node 2 --pp 2 --seq_len 2048 \
+    --deepspeed_config "$OUT/llama3b/ds_pp.json" | grep -E "^\| [01] \||bubble" | tail -4
   el pp
 fi
 if want train; then
