@@ -10,8 +10,10 @@
 // Step time: train_batch (micro-batches = gradient_accumulation_steps), the slowest rank's, median of the timed steps.
 // The bubble: the same pipeline is built again for m2 micro-batches (--micro-batches-2, default 2 m) and timed alike;
 // a micro-batch's share of a step is t = (T2 - T1) / (m2 - m1) (the fill and drain, and the optimizer step, are the
-// same in both and cancel), so the measured bubble of the m-micro-batch step is 1 - m t / (T1 - S), S the optimizer
-// step (Engine's step time), against the theory (p - 1) / (v m + p - 1). Rank 0 prints
+// same in both and cancel), so the measured bubble of the m-micro-batch step is (T1 - m t) / T1: the share of the step
+// that does not grow with the micro-batches, the optimizer step included (an upper bound of the bubble; the engine's
+// host-side step time is no measure of the device's optimizer step to take out), against the theory
+// (p - 1) / (v m + p - 1). Rank 0 prints
 //   RESULT pp vp dp m B T tokens_per_s_per_gpu ms_per_step bubble_pct theory_pct peak_mem_gib mfu_pct n_params
 #include <algorithm>
 #include <chrono>
@@ -120,7 +122,7 @@ int main(int argc, char** argv) {
     if (!a.m2) a.m2 = 2 * a.m;
     if (a.m2 == a.m) flags.fail("--micro-batches-2 must differ from --micro-batches (the bubble is measured from both)");
     struct Timed {
-      double T = 0, S = 0, peak = 0;  // median step seconds (slowest rank), optimizer step seconds, peak GiB
+      double T = 0, peak = 0;  // median step seconds (slowest rank), peak GiB
     };
     // The pipeline built for m micro-batches, warmed up and timed; the engine is freed before the next one.
     auto timed = [&](int64_t m) {
@@ -150,10 +152,7 @@ int main(int argc, char** argv) {
                                                                                        mc.vocab_size)});
       std::vector<double> times;
       for (int64_t s = 0; s < a.warmup + a.steps; s++) {
-        if (s == a.warmup) {
-          pe->engine().take_step_times();
-          allocator_for(dev).reset_peak();
-        }
+        if (s == a.warmup) allocator_for(dev).reset_peak();
         sync(dev);
         const auto t0 = std::chrono::steady_clock::now();
         pe->train_batch(mbs);
@@ -164,15 +163,13 @@ int main(int argc, char** argv) {
       std::sort(times.begin(), times.end());
       Timed r;
       r.T = times[times.size() / 2];
-      const double S = pe->engine().take_step_times().step_ms / 1e3 / double(a.steps);
       const double peak = double(allocator_for(dev).stats().peak_bytes) / double(1ull << 30);
-      const auto v = all_reduce_values(*world, {float(S), float(peak)}, ReduceOp::max, dev);
-      r.S = v[0], r.peak = v[1];
+      r.peak = all_reduce_values(*world, {float(peak)}, ReduceOp::max, dev)[0];
       return r;
     };
     const Timed one = timed(a.m), two = timed(a.m2);
     const double per_mb = (two.T - one.T) / double(a.m2 - a.m);
-    const double bubble = 1.0 - double(a.m) * per_mb / (one.T - one.S);
+    const double bubble = 1.0 - double(a.m) * per_mb / one.T;
     const double theory = double(P - 1) / double(a.vp * a.m + P - 1);
     const double T = one.T;
     const double tok_gpu = double(D * a.m * a.batch * a.seq) / T / double(W);  // each GPU runs 1 / P of the model
