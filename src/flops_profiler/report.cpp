@@ -178,12 +178,17 @@ std::string format_flops_profile(const ModuleNode& tree, const ModuleTimeMap& ti
   char rbuf[32];
   std::snprintf(rbuf, sizeof rbuf, "%.3f", r);
   row(s, "recompute fwd factor (recomputed / fwd FLOPs)", rbuf);
+  // The latencies are this device's, which runs 1 / (tp x pp) of the model's FLOPs (its stage's layers, its slice
+  // of each); the whole model's FLOPs over them would read tp x pp too high.
+  const double dev_fwd = fwd / m.model_parallel;
+  const std::string per = m.model_parallel > 1 ? " / (tp x pp)" : "";
   row(s, "fwd latency", ms_str(m.fwd_ms));
-  row(s, "fwd FLOPS per device = fwd flops / fwd latency", rate_str(fwd, m.fwd_ms));
+  row(s, "fwd FLOPS per device = fwd flops" + per + " / fwd latency", rate_str(dev_fwd, m.fwd_ms));
   row(s, "bwd latency", ms_str(m.bwd_ms));
-  row(s, "bwd FLOPS per device = (2 + r) * fwd flops / bwd latency", rate_str((2.0 + r) * fwd, m.bwd_ms));
-  row(s, "fwd+bwd FLOPS per device = (3 + r) * fwd flops / (fwd+bwd latency)",
-      rate_str((3.0 + r) * fwd, m.fwd_ms + m.bwd_ms));
+  row(s, "bwd FLOPS per device = (2 + r) * fwd flops" + per + " / bwd latency",
+      rate_str((2.0 + r) * dev_fwd, m.bwd_ms));
+  row(s, "fwd+bwd FLOPS per device = (3 + r) * fwd flops" + per + " / (fwd+bwd latency)",
+      rate_str((3.0 + r) * dev_fwd, m.fwd_ms + m.bwd_ms));
   row(s, "step latency", ms_str(m.step_ms));
   row(s, "iter latency", ms_str(st.iter_ms));
   row(s, "tokens/second per device", st.iter_ms > 0 ? format_si(st.tokens_per_s, "") : "-");

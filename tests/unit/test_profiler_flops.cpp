@@ -216,6 +216,23 @@ TEST(ProfilerFlops, ReportLayout) {
     EXPECT_NE(s.find(want), std::string::npos) << "missing '" << want << "' in\n" << s;
   EXPECT_EQ(s.find("depth 3:"), std::string::npos) << "module_depth 2 must stop at depth 2";
   EXPECT_EQ(s.find("qkv (Linear)"), std::string::npos);
+  // Under tp x pp = 4 a device runs a quarter of the model's FLOPs in its latencies: the rates are a quarter.
+  auto value = [](const std::string& report, const std::string& label) {
+    size_t at = report.find(label);
+    if (at == std::string::npos) return std::string("missing");
+    size_t from = report.find_first_not_of(' ', report.find(':', at) + 1), end = report.find('\n', at);
+    return report.substr(from, end - from);
+  };
+  const double fwd = t.fwd_flops(), r = flops_totals(t, m.tokens).recompute_fwd_factor;
+  EXPECT_EQ(value(s, "fwd FLOPS per device = fwd flops / fwd latency"), format_si(fwd / 0.030, "FLOPS"));
+  m.model_parallel = 4;
+  const std::string split = format_flops_profile(t, times, m, ro);
+  EXPECT_EQ(value(split, "fwd FLOPS per device = fwd flops / (tp x pp) / fwd latency"),
+            format_si(fwd / 4 / 0.030, "FLOPS"));
+  EXPECT_EQ(value(split, "bwd FLOPS per device = (2 + r) * fwd flops / (tp x pp) / bwd latency"),
+            format_si((2 + r) * fwd / 4 / 0.060, "FLOPS"));
+  EXPECT_EQ(value(split, "fwd+bwd FLOPS per device = (3 + r) * fwd flops / (tp x pp) / (fwd+bwd latency)"),
+            format_si((3 + r) * fwd / 4 / 0.090, "FLOPS"));
   EXPECT_EQ(format_si(124.4398e6, ""), "124.44 M");
   EXPECT_EQ(format_si(0.03, "s"), "30.00 ms");
   EXPECT_EQ(format_si(2.5e-5, "s"), "25.00 us");
