@@ -1,12 +1,14 @@
 // Import a Hugging Face GPT-2 / Llama folder into a Model. Two passes: the first opens every file and checks
 // every name, shape and dtype (nothing is read into the model), the second reads, transposes GPT-2's Conv1D
 // weights, converts to the model's dtype and copies into the parameters. A bad folder leaves the model unchanged.
+// A pipeline stage or tensor-parallel rank reads only the tensors it holds, one at a time.
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "dscpp/checkpoint/checkpoint_error.h"
@@ -97,8 +99,11 @@ HfLoadReport load_hf_model(const std::string& dir, Model& model, const HfLoadOpt
   HfLoadReport rep;
   for (const auto& f : files) rep.files.push_back(f->path());
 
-  // Pass 1: index every tensor by our name and check it.
+  // Pass 1: index every tensor by our name and check it. A pipeline stage (Note [Pipeline stage]) holds some of the
+  // whole model's parameters under their names: the others are other stages', read there.
   ParamSet& ps = model.params();
+  std::set<std::string> whole_model;
+  for (const ParamInfo& p : cfg.tensor_table()) whole_model.insert(p.name);
   std::map<std::string, Source> found;
   std::map<std::string, Source> lm_head;  // a tied model's lm_head.weight, compared with the embedding below
   for (const auto& f : files) {
@@ -114,6 +119,8 @@ HfLoadReport load_hf_model(const std::string& dir, Model& model, const HfLoadOpt
           lm_head[name] = {f.get(), &e};
         } else if (is_known_buffer(name)) {
           rep.ignored.push_back(e.name);
+        } else if (whole_model.count(name)) {
+          rep.other_stages.push_back(e.name);
         } else if (opts.strict) {
           checkpoint_fail(K::unknown_tensor, f->path(), ": unknown tensor ", e.name, " (", desc(e.dtype, e.shape),
                           ") is not a parameter of this ", cfg.arch, " model");
@@ -144,8 +151,9 @@ HfLoadReport load_hf_model(const std::string& dir, Model& model, const HfLoadOpt
       checkpoint_fail(K::unknown_tensor, where, ": missing tensor ", p.name, " (expected shape ",
                       shape_str(hf_is_transposed(cfg.arch, p.name) ? Shape{full[1], full[0]} : full), ")");
     }
-  for (const auto& [name, src] : lm_head) {  // tied: must equal the embedding we keep
+  for (const auto& [name, src] : lm_head) {  // tied: must equal the embedding we keep (if this stage keeps it)
     const std::string wte = cfg.arch == "gpt2" ? "transformer.wte.weight" : "model.embed_tokens.weight";
+    if (!found.count(wte)) continue;
     const Source& emb = found.at(wte);
     if (src.entry->shape != emb.entry->shape ||
         to_float_vector(src.file->read(src.entry->name)) != to_float_vector(emb.file->read(emb.entry->name)))

@@ -15,7 +15,9 @@
 #include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/rng.h"
+#include "dscpp/models/pipe_stage.h"
 #include "dscpp/runtime/engine.h"
+#include "dscpp/runtime/pipe_engine.h"
 
 using namespace dscpp;
 namespace fs = std::filesystem;
@@ -441,6 +443,36 @@ TEST_F(HfTest, Gpt2ConvWeightsMatchScalarReference) {
     if (!(e <= worst)) worst = e, at = i;  // NaN becomes the worst
   }
   EXPECT_LT(worst, 1e-5) << "worst error at logit " << at << ": got " << got[at] << ", reference " << want[at];
+}
+
+// Each pipeline stage (2 and 3 stages; GPT-2 tied, Llama untied) loads its own parameters from the whole model's
+// folder, bit for bit, the tied table's copy on the last stage too; the others are named as other stages'.
+TEST_F(HfTest, PipelineStagesLoadTheirOwnParameters) {
+  for (const std::string kind : {"gpt2", "llama-untied"}) {
+    ModelConfig cfg = tiny(kind);
+    cfg.n_layer = 3;
+    auto src = random_model(cfg, 21);
+    const std::string folder = dir_ + "/" + kind;
+    export_hf_model(*src, folder);
+    for (int pp : {2, 3})
+      for (int s = 0; s < pp; s++) {
+        auto stage = make_pipeline_stage(cfg, pipe_stage_layers(cfg, "parameters", pp, 1, s));
+        Tensor(stage->params().flat_params()).fill(NAN);
+        const HfLoadReport rep = load_hf_model(folder, *stage);
+        const ParamSet& ps = stage->params();
+        for (int i = 0; i < ps.size(); i++) {
+          const std::string& name = ps.info(i).name;
+          const int j = src->params().find(name);
+          ASSERT_GE(j, 0) << name;
+          EXPECT_EQ(to_float_vector(ps.param(i)), to_float_vector(src->params().param(j)))
+              << kind << " pp " << pp << " stage " << s << ": " << name;
+        }
+        EXPECT_EQ(int(rep.other_stages.size()) + ps.size(), src->params().size()) << kind << " pp " << pp << " stage "
+                                                                                   << s;
+        const bool has_table = ps.find(kind == "gpt2" ? "transformer.wte.weight" : "model.embed_tokens.weight") >= 0;
+        EXPECT_EQ(has_table, s == 0 || (s == pp - 1 && cfg.tie_embeddings)) << kind << " stage " << s;
+      }
+  }
 }
 
 // ---- import errors ----

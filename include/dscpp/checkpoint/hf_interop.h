@@ -56,12 +56,15 @@ struct HfLoadReport {
   std::vector<std::string> files;    // safetensors files read
   std::vector<std::string> ignored;  // known non-parameter buffers (attn.bias, attn.masked_bias, inv_freq), tied lm_head
   std::vector<std::string> unknown;  // non-strict: tensors that matched nothing
+  std::vector<std::string> other_stages;  // a pipeline stage: the whole model's parameters other stages hold
 };
 
 // Loads a HF folder's weights into `model` (any dtype, any device): every parameter must be present with its
 // HF shape; bf16/f16/f32 are converted to the model's dtype. Names without the base-model prefix
 // ("h.0.attn.c_attn.weight", "layers.0...") are accepted. A tied model accepts lm_head.weight equal to the
 // embedding. Everything is checked before the model changes; errors name the file, the tensor, expected vs got.
+// A pipeline stage (models/pipe_stage.h) loads its own parameters, the tied token table's copy on the last stage
+// too; a tensor-parallel rank its slices.
 HfLoadReport load_hf_model(const std::string& dir, Model& model, const HfLoadOptions& opts = {});
 
 // "5GB" = 5e9, "500MB", "64KiB" = 65536, "1234" bytes (transformers' convert_file_size_to_int).
