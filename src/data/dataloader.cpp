@@ -41,11 +41,17 @@ int64_t DataLoader::batches_per_epoch() const {
   return num_sequences() / (cfg_.batch_size * cfg_.world_size);
 }
 
+// Note [Resuming under another global batch]
+// The position counts the epoch's sequences consumed, as Megatron-DeepSpeed's consumed_samples does, and the order
+// is the same for every layout: a run resumed with another micro-batch or data-parallel size (another global batch)
+// takes its next global batch from that position on, so no sequence of the epoch is skipped or repeated, as
+// Megatron's sampler resumes after a batch-size ramp. A position past this layout's last whole global batch starts
+// the next epoch (the tail is dropped, as every epoch's is). Only a position beyond the split's sequences is refused:
+// that is another corpus or validation split.
 void DataLoader::set_state(const DataLoaderState& s) {
-  DSCPP_CHECK(s.position % uint64_t(cfg_.batch_size * cfg_.world_size) == 0 &&
-                  s.position <= uint64_t(batches_per_epoch() * cfg_.batch_size * cfg_.world_size),
-              "DataLoader: state position ", s.position, " does not fall on a global batch of ",
-              cfg_.batch_size * cfg_.world_size, " within this epoch");
+  DSCPP_CHECK(s.position <= uint64_t(num_sequences()), "DataLoader: state position ", s.position, " is past the ",
+              num_sequences(), " ", cfg_.validation ? "validation" : "training", " sequences of an epoch of this "
+              "data (resumed with other data, --seq-len or validation split?)");
   epoch_ = s.epoch;
   position_ = s.position;
   seed_ = s.seed;
@@ -89,7 +95,7 @@ void DataLoader::next_batch(Tensor tokens, Tensor targets) {
     DSCPP_CHECK(t->dtype() == DType::i32 && t->shape() == Shape({B, T}), "DataLoader::next_batch: expected i32[",
                 B, ", ", T, "], got ", t->str());
   const uint64_t global = uint64_t(B * cfg_.world_size);
-  if (position_ + global > uint64_t(batches_per_epoch()) * global) {  // epoch done
+  if (position_ + global > uint64_t(num_sequences())) {  // epoch done
     epoch_++;
     position_ = 0;
   }

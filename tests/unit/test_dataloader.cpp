@@ -211,6 +211,55 @@ TEST(DataLoader, SeedDeterminesOrderAndResumeIsExact) {
   fs::remove_all(d);
 }
 
+// Note [Resuming under another global batch]: saved after 5 global batches of 2 sequences on one rank, resumed as 3
+// ranks of 2 (position 10, no multiple of the new global batch of 6): the ranks' next batches are the epoch's next
+// sequences in order, to the last whole global batch; then epoch 1 begins as an uninterrupted run's.
+TEST(DataLoader, ResumesUnderAnotherGlobalBatch) {
+  fs::path d = temp_dir();
+  DataLoaderConfig cfg;
+  cfg.shards = counting_shards(d, 1000, 1337);
+  cfg.seq_len = 8;
+  cfg.seed = 5;
+  cfg.batch_size = 1;
+  DataLoader one(cfg);  // the order, one sequence at a time
+  const int64_t S = one.num_sequences();
+  std::vector<std::vector<int32_t>> order;
+  for (int64_t i = 0; i < 2 * S; i++) order.push_back(next(one).x);
+  cfg.batch_size = 2;
+  DataLoader saved(cfg);
+  for (int i = 0; i < 5; i++) next(saved);
+  const DataLoaderState st = saved.state();
+  ASSERT_EQ(st.position, 10u);
+  const int W = 3, B = 2;
+  cfg.batch_size = B;
+  cfg.world_size = W;
+  std::vector<DataLoader> ranks;
+  for (int r = 0; r < W; r++) {
+    cfg.rank = r;
+    ranks.emplace_back(cfg);
+    ranks.back().set_state(st);  // 10 is no multiple of the new global batch of 6
+  }
+  int64_t at = 10;
+  for (; at + B * W <= S; at += B * W)
+    for (int r = 0; r < W; r++) {
+      Batch b = next(ranks[size_t(r)]);
+      for (int i = 0; i < B; i++)
+        ASSERT_EQ(std::vector<int32_t>(b.x.begin() + i * 8, b.x.begin() + (i + 1) * 8), order[size_t(at + r * B + i)])
+            << "sequence " << at + r * B + i << " on rank " << r;
+    }
+  for (int r = 0; r < W; r++) {  // the tail of fewer than 6 is dropped: epoch 1 from its start
+    Batch b = next(ranks[size_t(r)]);
+    ASSERT_EQ(std::vector<int32_t>(b.x.begin(), b.x.begin() + 8), order[size_t(S + r * B)]) << "rank " << r;
+    EXPECT_EQ(ranks[size_t(r)].state().epoch, 1u);
+  }
+  DataLoaderState past = st;
+  past.position = uint64_t(S) + 1;
+  EXPECT_NE(error_of([&] { ranks[0].set_state(past); }).find("state position " + std::to_string(S + 1) +
+                                                              " is past the " + std::to_string(S) + " training"),
+            std::string::npos);
+  fs::remove_all(d);
+}
+
 TEST(DataLoader, RanksAreDisjointAndCoverTheGlobalBatch) {
   fs::path d = temp_dir();
   DataLoaderConfig cfg;

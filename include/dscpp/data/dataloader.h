@@ -4,9 +4,10 @@
 // The shards' tokens are one stream. Sequence i is tokens [i*T, i*T + T + 1): inputs are its first T tokens,
 // targets the last T, so consecutive sequences share one token and no (input, target) pair is lost. An optional
 // validation split holds out the last `val_fraction` of sequences. Each epoch visits the split's sequences in an
-// order fixed by (seed, epoch); global batch k is positions [k*B*W, (k+1)*B*W) of that order and rank r takes its
-// r-th block of B, so ranks are disjoint and together cover the global batch. A final partial global batch is
-// dropped, so every rank takes the same number of steps. The state (epoch, position, seed) resumes exactly.
+// order fixed by (seed, epoch); a global batch is the next B*W positions of that order and rank r takes its r-th
+// block of B, so ranks are disjoint and together cover the global batch. A final partial global batch is dropped, so
+// every rank takes the same number of steps. The state (epoch, position, seed) resumes exactly, under any B and W
+// (Note [Resuming under another global batch], dataloader.cpp).
 #pragma once
 #include <cstdint>
 #include <memory>
