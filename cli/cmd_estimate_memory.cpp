@@ -66,11 +66,8 @@ void print_parallel_states(const EstimateOptions& o, const ModelConfig& cfg, int
   flags.tp = o.tp, flags.pp = o.pp, flags.config_path = o.deepspeed_config;
   const DeepSpeedConfig ds = read_train_config(flags, W, nullptr);
   check_parallel_layout(flags, ds, cfg);
-  PipelineLayout lay;
-  lay.tp = o.tp, lay.pp = o.pp, lay.dp = W / (o.tp * o.pp);
-  lay.virtual_stages = int(ds.dscpp.pipeline.virtual_stages);
-  lay.partition_method = ds.pipeline.partition;
-  lay.micro_batches = o.micro_batches ? o.micro_batches : ds.gradient_accumulation_steps;
+  PipelineLayout lay = pipeline_layout(ds);
+  if (o.micro_batches) lay.micro_batches = o.micro_batches;
   std::vector<StageLayers> layers;
   for (int s = 0; s < o.pp; s++)
     layers.push_back(pipe_stage_layers(cfg, lay.partition_method, lay.pp, lay.virtual_stages, s));

@@ -149,8 +149,6 @@ void check_before_work(const TrainOptions& o, const DeepSpeedConfig& cfg, const 
     throw ConfigError("dscpp.fused_head", "dscpp.fused_head = true with " + flags + ": the fused head does not "
                       "split the vocabulary; set it false");
   if (pp > 1) {
-    DSCPP_CHECK(o.init_from.empty(), flags, ": --init-from loads a whole Hugging Face model, which a pipeline stage "
-                "(some of its layers) cannot take yet; train it with --pp 1, save, and resume with --pp");
     check_pipeline_config(cfg, pp, int(cfg.dscpp.pipeline.virtual_stages));
     if (cfg.activation_checkpointing.cpu_checkpointing)
       throw ConfigError("activation_checkpointing.cpu_checkpointing", "activation_checkpointing.cpu_checkpointing = "
@@ -304,7 +302,9 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   auto model = make_train_model(mcfg, cfg, groups, mopts);
   if (!sharded_init) model->init_weights(cfg.seed);
   if (!o.init_from.empty()) {
-    load_hf_model(o.init_from, *model);  // every name, shape and dtype checked before the model changes
+    // Every name, shape and dtype checked before the model changes; a pipeline stage and a tensor-parallel rank read
+    // only their own parameters (the last stage the tied table's copy too), each rank its slices.
+    load_hf_model(o.init_from, *model);
     if (!o.quiet && rank == 0) log << "initialised from " << o.init_from << std::endl;
   }
   if (o.activation_checkpointing && !cfg.activation_checkpointing.number_checkpoints)
@@ -337,11 +337,25 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     const auto& dl = cs.at("dataloader");
     train.set_state({dl.at("epoch").get<uint64_t>(), dl.at("position").get<uint64_t>(), dl.at("seed").get<uint64_t>()});
     if (!quiet) log << "resumed from " << ckpt_dir << "/" << resume_tag << " at step " << engine->global_steps() << std::endl;
+    // Note [Resuming under another global batch] (data/dataloader.cpp): the data goes on from the saved sequence.
+    const int64_t saved_batch = dl.value("train_batch_size", int64_t(0));
+    if (!quiet && saved_batch && saved_batch != cfg.train_batch_size)
+      log << "note: the checkpoint trained with train_batch_size " << saved_batch << ", this run with "
+          << cfg.train_batch_size << " (train_micro_batch_size_per_gpu " << B << " x gradient_accumulation_steps "
+          << gas << " x " << dp << " data-parallel ranks): the data goes on from sequence " << train.state().position
+          << " of epoch " << train.state().epoch << ", " << cfg.train_batch_size << " per step. To keep "
+          << saved_batch << ", "
+          << (saved_batch % (B * dp) == 0
+                  ? "set gradient_accumulation_steps to " + std::to_string(saved_batch / (B * dp))
+                  : "choose train_micro_batch_size_per_gpu x gradient_accumulation_steps x the data-parallel "
+                    "ranks = " + std::to_string(saved_batch))
+          << std::endl;
   }
   auto save = [&] {
     if (o.no_save) return;
     DataLoaderState s = train.state();
-    nlohmann::json cs = {{"dataloader", {{"epoch", s.epoch}, {"position", s.position}, {"seed", s.seed}}}};
+    nlohmann::json cs = {{"dataloader", {{"epoch", s.epoch}, {"position", s.position}, {"seed", s.seed},
+                                         {"train_batch_size", cfg.train_batch_size}}}};
     engine->save_checkpoint(ckpt_dir, "", cs, o.keep_last, data.tokenizer_path, "tokenizer.json");
     if (!quiet)
       log << "checkpoint global_step" << engine->global_steps() << ": training stalled "
@@ -380,20 +394,34 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   // Note [ZeRO buffer estimate]: what this run's step should peak at, told before it starts, and set beside the
   // measured peak at the end.
   TrainingMemoryInputs mem = training_memory_inputs(mcfg, cfg, T, mopts.device.is_cuda());
-  mem.workload.checkpoint = m.checkpoint_policy();  // --activation-checkpointing too
+  mem.workload.checkpoint = m.checkpoint_policy();  // --activation-checkpointing and the pipeline's interval too
   const TrainingMemoryEstimate predicted = estimate_training_memory(mcfg, mem.workload, mem.setup);
+  // Under tp / pp a rank holds its stage's slices and the activations its schedule keeps (Note [Pipeline memory
+  // estimate]), as dscpp estimate-memory --tp --pp prints them; the stages differ, so the highest is told too.
+  std::vector<StageMemory> stages;
+  if (replica_ranks > 1) stages = estimate_pipeline_memory(mcfg, pipeline_layout(cfg), mem.workload, mem.setup);
+  int64_t highest = stages.empty() ? predicted.peak_bytes : 0;
+  for (const StageMemory& sm : stages) highest = std::max(highest, sm.peak_bytes());
+  const int64_t predicted_peak = stages.empty() ? predicted.peak_bytes : stages[size_t(groups.stage)].peak_bytes();
+  const int64_t predicted_host = stages.empty() ? predicted.peak.cpu : 0;
   if (!quiet) {
-    // The estimate has no tensor or pipeline split yet: under them it is the whole model's on one rank, an upper
-    // bound on each rank's states (dscpp estimate-memory --tp / --pp splits the states).
-    log << "memory per rank, predicted" << (replica_ranks > 1 ? " (the whole model, not split by tp / pp)" : "")
-        << ": peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
-        << fmt_bytes(predicted.states.total()) << " + activations and ZeRO buffers "
-        << fmt_bytes(predicted.peak_bytes - predicted.states.total()) << ", in " << predicted.peak_at;
-    if (predicted.peak.cpu > 0) log << "; host memory " << fmt_bytes(predicted.peak.cpu);  // Note [Memory tiers]
+    if (stages.empty()) {
+      log << "memory per rank, predicted: peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
+          << fmt_bytes(predicted.states.total()) << " + activations and ZeRO buffers "
+          << fmt_bytes(predicted.peak_bytes - predicted.states.total()) << ", in " << predicted.peak_at;
+      if (predicted.peak.cpu > 0) log << "; host memory " << fmt_bytes(predicted.peak.cpu);  // Note [Memory tiers]
+    } else {
+      const StageMemory& own = stages[size_t(groups.stage)];
+      log << "memory per rank, predicted (tp " << cfg.tp_size() << " x pp " << cfg.pp_size() << ", stage "
+          << groups.stage << "): peak " << fmt_bytes(own.peak_bytes()) << " = model states "
+          << fmt_bytes(own.states.total()) << " + activations and pipeline buffers "
+          << fmt_bytes(own.activation_peak) << ", in " << own.peak_at;
+      if (stages.size() > 1) log << "; the highest stage " << fmt_bytes(highest);
+    }
     if (mopts.device.is_cuda())
       log << ", of the GPU's " << fmt_bytes(cuda_device_memory(mopts.device.index));
     log << std::endl;
-    if (mopts.device.is_cuda() && replica_ranks == 1 && predicted.peak_bytes > cuda_device_memory(mopts.device.index))
+    if (mopts.device.is_cuda() && highest > cuda_device_memory(mopts.device.index))
       log << "warning: the predicted peak does not fit this GPU: expect out of memory. Lower "
              "train_micro_batch_size_per_gpu, raise zero_optimization.stage, or set "
              "activation_checkpointing.number_checkpoints (dscpp estimate-memory compares the options)" << std::endl;
@@ -479,7 +507,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     res.tokens_per_second =
         all_reduce_values(*pg, {float(res.tokens_per_second)}, ReduceOp::sum, mopts.device)[0] / replica_ranks;
   res.peak_tensor_bytes = device_alloc.stats().peak_bytes;
-  res.predicted_peak_bytes = predicted.peak_bytes;
+  res.predicted_peak_bytes = predicted_peak;
   res.peak_rss_bytes = peak_rss_bytes();
   res.global_steps = engine->global_steps();
   if (engine->autotuning_finished()) {  // Note [Autotuning metrics]: the trial ends here
@@ -487,7 +515,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
       log << "autotuning: steps " << cfg.autotuning.start_profile_step << ".." << cfg.autotuning.end_profile_step
           << " timed, metrics written to " << cfg.autotuning.metric_path.value_or("stdout")
           << "; the trial ends here (peak tensor memory " << fmt_bytes(res.peak_tensor_bytes) << ", predicted "
-          << fmt_bytes(predicted.peak_bytes) << ")" << std::endl;
+          << fmt_bytes(predicted_peak) << ")" << std::endl;
     if (pg) pg->barrier()->wait();
     return res;
   }
@@ -499,7 +527,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
         << ")" << std::endl;
     log << "trained " << steps_run << " steps in " << fmt_duration(train_seconds) << ": " << long(res.tokens_per_second)
         << " tokens/s; peak tensor memory " << fmt_bytes(res.peak_tensor_bytes) << " (predicted "
-        << fmt_bytes(predicted.peak_bytes + (mopts.device.is_cpu() ? predicted.peak.cpu : 0))  // one allocator
+        << fmt_bytes(predicted_peak + (mopts.device.is_cpu() ? predicted_host : 0))  // one allocator
         << "), peak RSS "
         << fmt_bytes(res.peak_rss_bytes) << std::endl;
     const AttentionCalls att = attention_calls();

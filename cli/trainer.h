@@ -47,7 +47,7 @@ struct TrainResult {
   float first_val_loss = 0, final_val_loss = 0;
   double tokens_per_second = 0;       // over the steps run, excluding evaluation and checkpointing; summed over ranks
   int64_t peak_tensor_bytes = 0;      // allocator high-water mark
-  int64_t predicted_peak_bytes = 0;   // what estimate_training_memory said before the first step
+  int64_t predicted_peak_bytes = 0;   // the estimate before the first step: this rank's stage under tp / pp
   int64_t peak_rss_bytes = 0;         // process high-water mark (getrusage)
   int64_t global_steps = 0;
   std::string checkpoint_dir;

@@ -29,4 +29,13 @@ TrainingMemoryInputs training_memory_inputs(const ModelConfig& model, const Deep
   return in;
 }
 
+PipelineLayout pipeline_layout(const DeepSpeedConfig& cfg) {
+  PipelineLayout lay;
+  lay.tp = cfg.tp_size(), lay.pp = cfg.pp_size(), lay.dp = cfg.dp_world_size;
+  lay.virtual_stages = int(cfg.dscpp.pipeline.virtual_stages);
+  lay.partition_method = cfg.pipeline.partition;
+  lay.micro_batches = cfg.gradient_accumulation_steps;
+  return lay;
+}
+
 }  // namespace dscpp

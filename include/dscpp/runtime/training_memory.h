@@ -6,6 +6,7 @@
 
 #include "dscpp/models/activation_memory.h"
 #include "dscpp/runtime/config.h"
+#include "dscpp/runtime/parallel_estimate.h"
 #include "dscpp/runtime/zero_estimate.h"
 
 namespace dscpp {
@@ -21,6 +22,10 @@ struct TrainingMemoryInputs {
 // workload.checkpoint). The optimizer is the engine's (resolved_optimizer): AdamW keeps 2 states, SGD with momentum 1.
 TrainingMemoryInputs training_memory_inputs(const ModelConfig& model, const DeepSpeedConfig& cfg, int64_t seq_len,
                                             bool cuda);
+
+// The tp x pp x dp layout of cfg (tensor_parallel, pipeline, dscpp.pipeline.virtual_stages; its micro-batches are
+// gradient_accumulation_steps), as estimate_pipeline_memory takes it.
+PipelineLayout pipeline_layout(const DeepSpeedConfig& cfg);
 
 inline TrainingMemoryEstimate estimate_training_memory(const ModelConfig& model, const DeepSpeedConfig& cfg,
                                                        int64_t seq_len, bool cuda) {
