@@ -402,20 +402,20 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   if (replica_ranks > 1) stages = estimate_pipeline_memory(mcfg, pipeline_layout(cfg), mem.workload, mem.setup);
   int64_t highest = stages.empty() ? predicted.peak_bytes : 0;
   for (const StageMemory& sm : stages) highest = std::max(highest, sm.peak_bytes());
-  const int64_t predicted_peak = stages.empty() ? predicted.peak_bytes : stages[size_t(groups.stage)].peak_bytes();
-  const int64_t predicted_host = stages.empty() ? predicted.peak.cpu : 0;
+  const StageMemory* own = stages.empty() ? nullptr : &stages[size_t(groups.stage)];
+  const int64_t predicted_peak = own ? own->peak_bytes() : predicted.peak_bytes;
+  const int64_t predicted_host = own ? 0 : predicted.peak.cpu;
   if (!quiet) {
-    if (stages.empty()) {
+    if (!own) {
       log << "memory per rank, predicted: peak " << fmt_bytes(predicted.peak_bytes) << " = model states "
           << fmt_bytes(predicted.states.total()) << " + activations and ZeRO buffers "
           << fmt_bytes(predicted.peak_bytes - predicted.states.total()) << ", in " << predicted.peak_at;
       if (predicted.peak.cpu > 0) log << "; host memory " << fmt_bytes(predicted.peak.cpu);  // Note [Memory tiers]
     } else {
-      const StageMemory& own = stages[size_t(groups.stage)];
       log << "memory per rank, predicted (tp " << cfg.tp_size() << " x pp " << cfg.pp_size() << ", stage "
-          << groups.stage << "): peak " << fmt_bytes(own.peak_bytes()) << " = model states "
-          << fmt_bytes(own.states.total()) << " + activations and pipeline buffers "
-          << fmt_bytes(own.activation_peak) << ", in " << own.peak_at;
+          << groups.stage << "): peak " << fmt_bytes(own->peak_bytes()) << " = model states "
+          << fmt_bytes(own->states.total()) << " + activations and pipeline buffers "
+          << fmt_bytes(own->activation_peak) << ", in " << own->peak_at;
       if (stages.size() > 1) log << "; the highest stage " << fmt_bytes(highest);
     }
     if (mopts.device.is_cuda())

@@ -43,7 +43,7 @@ int64_t DataLoader::batches_per_epoch() const {
 
 // Note [Resuming under another global batch]
 // The position counts the epoch's sequences consumed, as Megatron-DeepSpeed's consumed_samples does, and the order
-// is the same for every layout: a run resumed with another micro-batch or data-parallel size (another global batch)
+// depends on the seed, the epoch and the split's sequences only, not on B or W: a run resumed with another micro-batch or data-parallel size (another global batch)
 // takes its next global batch from that position on, so no sequence of the epoch is skipped or repeated, as
 // Megatron's sampler resumes after a batch-size ramp. A position past this layout's last whole global batch starts
 // the next epoch (the tail is dropped, as every epoch's is). Only a position beyond the split's sequences is refused:
