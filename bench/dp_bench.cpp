@@ -19,7 +19,7 @@
 // --tp N: tensor parallelism over groups of N consecutive ranks (Note [Tensor parallelism]; DeepSpeed's topology:
 // the model axis varies fastest), data parallelism with ZeRO over the world / N groups; the ranks of one tensor group
 // train on the same batches, so tokens/s counts each data-parallel replica's tokens once. --sequence-parallel:
-// dscpp.sequence_parallel with --tp (Note [Sequence parallelism]); --tp-chunks: dscpp.tp_overlap_chunks.
+// dscpp.sequence_parallel with --tp (Note [Sequence parallelism]).
 // --checkpointing: activation checkpointing of every block; --partition-activations also sets
 // activation_checkpointing.partition_activations (Note [Partitioned activations]: with --tp). --n-*: override the preset's shape (the model is then
 // named <arch>-L<L>-C<C>), e.g. a Llama of 7B parameters for a memory probe.
@@ -69,7 +69,7 @@ constexpr double kPeakBf16Flops = 989.4e12;  // H100/H200 SXM dense bf16
 struct Args {
   std::vector<std::string> models{"gpt2", "gpt2-medium"};
   std::vector<int> stages{0};
-  int64_t batch = 32, seq = 1024, steps = 10, warmup = 3, bucket = 0, tp = 1, tp_chunks = 1;
+  int64_t batch = 32, seq = 1024, steps = 10, warmup = 3, bucket = 0, tp = 1;
   int64_t reuse = 0, prefetch = 50000000;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0, n_vocab = 0;  // 0: the preset's
   bool overlap = false, checkpointing = false, nvtx_step = false, copy_engine = false, fused_head = false;
@@ -86,7 +86,7 @@ const bench::Flags kFlags{
     "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
     "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F] [--n-vocab V]\n"
     "                [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head] [--nvtx-step] [--tp N]\n"
-    "                [--partition-activations] [--sequence-parallel] [--tp-chunks K]\n"
+    "                [--partition-activations] [--sequence-parallel]\n"
     "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n"};
 [[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
@@ -129,7 +129,6 @@ Args parse(int argc, char** argv) {
     else if (k == "warmup") a.warmup = to_int(v, 0);
     else if (k == "bucket") a.bucket = to_int(v, 0);
     else if (k == "tp") a.tp = to_int(v, 1);
-    else if (k == "tp-chunks") a.tp_chunks = to_int(v, 1);
     else if (k == "trace") a.trace = v;
     else if (k == "comm-dtype") a.comm_dtype = v;
     else usage("unknown option --" + k);
@@ -178,7 +177,6 @@ DeepSpeedConfig bench_config(const Args& a, int stage, int64_t n_layer, int worl
   const bool copies = a.copy_engine && stage != 1;
   more += std::string(R"(, "dscpp": {"fused_head": )") + (a.fused_head ? "true" : "false") +
           R"(, "sequence_parallel": )" + (a.sequence_parallel ? "true" : "false") +
-          R"(, "tp_overlap_chunks": )" + std::to_string(a.tp_chunks) +
           R"(, "copy_engine": {"enabled": )" + (copies ? "true" : "false") + "}}";
   return DeepSpeedConfig::from_string(
       R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.batch) +
@@ -235,15 +233,13 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
   Allocator& dev_alloc = allocator_for(device);
   const ModelConfig mc = bench_model(name, a);
   const std::string label = model_label(name, mc, a) + (a.tp > 1 ? "-tp" + std::to_string(a.tp) : "") +
-                            (a.tp > 1 && a.sequence_parallel ? "-sp" : "") +
-                            (a.tp > 1 && a.tp_chunks > 1 ? "-k" + std::to_string(a.tp_chunks) : "");
+                            (a.tp > 1 && a.sequence_parallel ? "-sp" : "");
   const DeepSpeedConfig cfg = bench_config(a, stage, mc.n_layer, dp);
   ModelOptions mo;
   mo.dtype = model_dtype(cfg);
   mo.device = device;
   mo.tp_group = tp_group.get();
   mo.sequence_parallel = a.sequence_parallel;
-  mo.tp_overlap_chunks = a.tp_chunks;
   const bool sharded = stage > 0 && dp > 1;
   if (sharded) mo.pad_multiple = 16 * dp;              // every unit splits evenly (Note [ZeRO units])
   mo.allocate_grads = !(sharded && stage >= 2);        // stage 2/3: per-unit gradient windows

@@ -302,7 +302,6 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   mopts.materialize_params = !sharded_init;
   mopts.tp_group = groups.model;  // Note [Tensor parallelism]: this rank's shard of the model
   mopts.sequence_parallel = cfg.dscpp.sequence_parallel;
-  mopts.tp_overlap_chunks = cfg.dscpp.tp_overlap_chunks;
   auto model = make_train_model(mcfg, cfg, groups, mopts);
   if (!sharded_init) model->init_weights(cfg.seed);
   if (!o.init_from.empty()) {

@@ -6,9 +6,8 @@
 #   tp       the Llama-3.2-3B shape (bf16, AdamW, B 4, T 2048) on 2 GPUs: ZeRO-3 data parallelism, then tensor
 #            parallelism 2 (ZeRO 0), with activation checkpointing and without, in the same call (bench/dp_bench.cpp)
 #   sp       the same shape, with activation checkpointing: ZeRO-3, TP 2 and TP 2 with sequence parallelism
-#            (Note [Sequence parallelism]), each with its outputs sent whole and in 4 parts (dscpp.tp_overlap_chunks),
-#            in the same call; then dscpp train --tp 2 with and without dscpp.sequence_parallel (NCCL; the latter in
-#            4 parts), their losses side by side
+#            (Note [Sequence parallelism]), in the same call; then dscpp train --tp 2 with and without
+#            dscpp.sequence_parallel (NCCL), their losses side by side
 #   pp       the same shape with pipeline parallelism 2 (bench/pipe_bench.cpp: 1F1B and interleaved with 2 virtual
 #            stages, 8 micro-batches of 2, each timed at 16 too for the measured bubble), against (p-1)/(vm+p-1);
 #            the estimator's per-stage peaks
@@ -62,7 +61,7 @@ if want sp; then
   # P3D_SP_RUNS: the layouts, '|'-separated dp_bench flags (default below); P3D_SP_NOCKPT=1 adds each without
   # activation checkpointing.
   common="$shape --batch 4 --seq 2048 --steps 6 --warmup 2 --overlap ${P3D_TP_ARGS:-}"
-  runs=${P3D_SP_RUNS:-"--zero-stage 3|--zero-stage 0 --tp 2|--zero-stage 0 --tp 2 --tp-chunks 4|--zero-stage 0 --tp 2 --sequence-parallel|--zero-stage 0 --tp 2 --sequence-parallel --tp-chunks 4"}
+  runs=${P3D_SP_RUNS:-"--zero-stage 3|--zero-stage 0 --tp 2|--zero-stage 0 --tp 2 --sequence-parallel"}
   cks=(--checkpointing)
   [ "${P3D_SP_NOCKPT:-0}" = 1 ] && cks+=("")
   { for ck in "${cks[@]}"; do
@@ -73,8 +72,7 @@ if want sp; then
   grep -E "RESULT|error|rank [0-9]:|killed" "$OUT/sp_train.txt" | head -16
   data="--data README.md docs/ARCHITECTURE.md docs/CONFIG.md docs/PERF.md"
   for sp in false true; do
-    echo "{\"train_micro_batch_size_per_gpu\": 8, \"bf16\": {\"enabled\": true}, \"dscpp\": {\"sequence_parallel\": $sp,
-      \"tp_overlap_chunks\": $([ $sp = true ] && echo 4 || echo 1)},
+    echo "{\"train_micro_batch_size_per_gpu\": 8, \"bf16\": {\"enabled\": true}, \"dscpp\": {\"sequence_parallel\": $sp},
       \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 6e-4}}}" > "$OUT/ds_sp_$sp.json"
     timeout 200 $launch ./build-gpu/dscpp train --device cuda --tp 2 --steps 60 --no-save --out "$OUT/sp_run_$sp" \
       --config "$OUT/ds_sp_$sp.json" $data > "$OUT/sp_dscpp_train_$sp.txt" 2>&1

@@ -37,7 +37,7 @@ std::unique_ptr<Model> make_pipeline_stage(const ModelConfig& cfg, const StageLa
 }
 
 Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts, const StageLayers& layers)
-    : Model(cfg), tp_(TensorParallel::over(opts.tp_group, opts.sequence_parallel, opts.tp_overlap_chunks)), device_(opts.device),
+    : Model(cfg), tp_(TensorParallel::over(opts.tp_group, opts.sequence_parallel)), device_(opts.device),
     act_(opts.dtype) {
   declare_stage(layers);
   // Units (Note [ZeRO units]): the embeddings, each block, then the final norm with an untied lm head.

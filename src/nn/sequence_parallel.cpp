@@ -1,8 +1,5 @@
 // Sequence parallelism's collectives beside the GEMMs (Note [Sequence parallelism], Note [Sequence-parallel
 // overlap], nn/tensor_parallel.h).
-#include <algorithm>
-#include <vector>
-
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/check.h"
 #include "dscpp/kernels/ops.h"
@@ -44,42 +41,30 @@ void TensorParallel::gather_rows(const Tensor& full, const RowWork& consume) con
 
 void TensorParallel::reduce_rows(const Tensor& out, int64_t N, const RowProduct& product,
                                  const std::function<void()>& beside) const {
-  std::vector<WorkPtr> sent;
   if (!split_rows()) {
-    // Each chunk of rows is summed while the next one is made.
-    const int64_t k = std::max<int64_t>(1, std::min<int64_t>(on() ? chunks : 1, N));
-    for (int64_t c = 0; c < k; c++) {
-      const int64_t a = N * c / k, b = N * (c + 1) / k;
-      Tensor t = out.narrow0(a, b - a);
-      product(t, a, b - a, rank == 0);
-      if (on()) sent.push_back(group->all_reduce(t, ReduceOp::sum));
+    product(out, 0, N, rank == 0);
+    WorkPtr w;
+    if (on()) {
+      Tensor t = out;
+      w = group->all_reduce(t, ReduceOp::sum);
     }
     if (beside) beside();
-    for (WorkPtr& w : sent) w->wait();
+    if (w) w->wait();
     return;
   }
   const int64_t n = rows(N), r0 = first_row(N), X = out.size(1);
-  const int64_t k = std::max<int64_t>(1, std::min<int64_t>(chunks, n));
-  // Chunk c covers rows [a, b) of every rank's block. Block j of send[c] is this rank's partial of rank j's chunk;
-  // block j of recv[c] rank j's partial of ours. Our own block of send[c] is never written: the all-to-all carries
-  // it to ourselves, and it is not read back.
-  std::vector<Tensor> send(static_cast<size_t>(k)), recv(static_cast<size_t>(k));
-  for (int64_t c = 0; c < k; c++) {
-    const int64_t a = n * c / k, len = n * (c + 1) / k - a;
-    send[size_t(c)] = Tensor::empty({size * len, X}, out.dtype(), out.device());
-    recv[size_t(c)] = Tensor::empty({size * len, X}, out.dtype(), out.device());
-    for (int j = 0; j < size; j++)
-      if (j != rank) product(send[size_t(c)].narrow0(j * len, len), j * n + a, len, false);
-    sent.push_back(group->all_to_all(recv[size_t(c)], send[size_t(c)]));
-  }
+  // Block j of `send` is this rank's partial of rank j's rows; block j of `recv` rank j's partial of ours. Our own
+  // block of `send` is never written: the all-to-all carries it to ourselves, and it is not read back.
+  Tensor send = Tensor::empty({N, X}, out.dtype(), out.device());
+  Tensor recv = Tensor::empty({N, X}, out.dtype(), out.device());
+  if (r0 > 0) product(send.narrow0(0, r0), 0, r0, false);
+  if (r0 + n < N) product(send.narrow0(r0 + n, N - r0 - n), r0 + n, N - r0 - n, false);
+  WorkPtr w = group->all_to_all(recv, send);
   product(out, r0, n, true);
   if (beside) beside();
-  for (int64_t c = 0; c < k; c++) {
-    const int64_t a = n * c / k, len = n * (c + 1) / k - a;
-    sent[size_t(c)]->wait();
-    for (int j = 0; j < size; j++)
-      if (j != rank) ops::add_inplace(out.narrow0(a, len), recv[size_t(c)].narrow0(j * len, len));
-  }
+  w->wait();
+  for (int j = 0; j < size; j++)
+    if (j != rank) ops::add_inplace(out, recv.narrow0(j * n, n));
 }
 
 void TensorParallel::sum_row_partials(const Tensor& t) const {

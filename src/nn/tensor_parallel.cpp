@@ -8,9 +8,8 @@
 
 namespace dscpp {
 
-TensorParallel TensorParallel::over(ProcessGroup* g, bool sequence_parallel, int64_t chunks) {
-  DSCPP_CHECK(chunks >= 1, "dscpp.tp_overlap_chunks = ", chunks, ": must be >= 1");
-  return g && g->size() > 1 ? TensorParallel{g, g->rank(), g->size(), sequence_parallel, chunks} : TensorParallel{};
+TensorParallel TensorParallel::over(ProcessGroup* g, bool sequence_parallel) {
+  return g && g->size() > 1 ? TensorParallel{g, g->rank(), g->size(), sequence_parallel} : TensorParallel{};
 }
 
 void TensorParallel::sum(const Tensor& t) const {

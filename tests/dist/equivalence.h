@@ -67,7 +67,6 @@ struct DistCase {
   std::optional<int64_t> arena_mib;  // dscpp.copy_engine.arena_mib
   bool fused_head = false;        // dscpp.fused_head (the reference stays unfused)
   bool sequence_parallel = false;  // dscpp.sequence_parallel (tensor-parallel cases; the reference has none)
-  int64_t tp_chunks = 1;           // dscpp.tp_overlap_chunks
   bool sharded_init = false;      // stage 3: each rank initialises only its shard (EngineOptions::init_seed)
   bool checkpointing = true;      // activation checkpointing of every block
   bool gather16 = false;          // stage3_gather_16bit_weights_on_model_save
@@ -97,7 +96,6 @@ struct DistCase {
     if (arena_mib) o << "_arena" << *arena_mib;
     if (fused_head) o << "_fused";
     if (sequence_parallel) o << "_sp";
-    if (tp_chunks > 1) o << "_k" << tp_chunks;
     if (sharded_init) o << "_shardedinit";
     if (n_layer) o << "_L" << n_layer;
     if (stage == 3 && reuse == 0) o << "_noreuse";
@@ -158,7 +156,7 @@ inline std::string config_json(const DistCase& c) {
     j << R"(, "activation_checkpointing": {"number_checkpoints": )" << model_config(c).n_layer << "}";
   if (!c.comm.empty()) j << R"(, "communication_data_type": ")" << c.comm << '"';
   j << R"(, "dscpp": {"fused_head": )" << (c.fused_head ? "true" : "false") << R"(, "sequence_parallel": )"
-    << (c.sequence_parallel ? "true" : "false") << R"(, "tp_overlap_chunks": )" << c.tp_chunks
+    << (c.sequence_parallel ? "true" : "false")
     << R"(, "copy_engine": {"enabled": )"
     << (c.copy_engine ? "true" : "false");
   if (c.arena_mib) j << R"(, "arena_mib": )" << *c.arena_mib;
@@ -311,7 +309,6 @@ inline DistCase reference_case(DistCase c) {
   c.arena_mib.reset();
   c.fused_head = false;
   c.sequence_parallel = false;
-  c.tp_chunks = 1;
   c.sharded_init = false;
   c.offload = 0;
   c.delayed_update = false;

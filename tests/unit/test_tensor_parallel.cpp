@@ -148,26 +148,6 @@ TEST(TensorParallel, SequenceParallelTrainsLikeOneProcessGpt2) {
   }));
 }
 
-// Note [Sequence-parallel overlap]: the second projections' outputs made and sent in parts (8 rows each way split
-// 3 ways: parts of 2 and 3 rows).
-TEST(TensorParallel, OutputsSentInPartsTrainLikeOneProcess) {
-  for (const bool sequence : {false, true})
-    tp_only(test::dist_case(2, 0, sequence ? "llama" : "gpt2", [&](DistCase& c) {
-      c.gas = 2;
-      c.sequence_parallel = sequence;
-      c.tp_chunks = 3;
-    }));
-}
-
-TEST(TensorParallel, SequenceParallelTrainsLikeOneProcessLlamaFp16PathNoCheckpointing) {
-  tp_only(test::dist_case(2, 0, "llama", [](DistCase& c) {
-    c.gas = 2;
-    c.precision = "fp16";
-    c.checkpointing = false;
-    c.sequence_parallel = true;
-  }));
-}
-
 TEST(TensorParallel, TwoRanksTrainLikeOneProcessLlamaFp16Path) {
   tp_only(test::dist_case(2, 0, "llama", [](DistCase& c) {
     c.gas = 2;

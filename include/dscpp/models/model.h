@@ -145,9 +145,6 @@ struct ModelOptions {
   // Note [Sequence parallelism] (nn/tensor_parallel.h): with tp_group, the residual stream split by rows over it
   // (dscpp.sequence_parallel).
   bool sequence_parallel = false;
-  // Note [Sequence-parallel overlap]: the parts a second projection's output is made and sent in
-  // (dscpp.tp_overlap_chunks).
-  int64_t tp_overlap_chunks = 1;
 };
 
 // Note [Fused head]: tokens per chunk of the fused loss and lm head: about 256 MiB of logits, between 256 tokens and

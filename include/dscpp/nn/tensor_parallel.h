@@ -33,12 +33,12 @@
 // group's communication stream:
 // - gather_rows: the rows this rank holds are already in place, so their share of the consumer (the first
 //   projection's GEMM on those rows) runs while the other rows arrive; then the rest.
-// - reduce_rows: the other ranks' rows of the partial product are made first, in `chunks` parts each sent by an
-//   all-to-all as soon as it is made (so it travels while the next part is made), then this rank's own rows are
-//   made (with their bias and residual) straight into the output; `beside` (a weight gradient's GEMM in backward)
-//   runs there too; the received partials are added last.
-// Without sequence parallelism the same two calls run the whole consumer, and the product in `chunks` parts of rows,
-// each all-reduced while the next is made (then beside), so the layers have one code path for both.
+// - reduce_rows: the other ranks' rows of the partial product are made first and sent with one all-to-all while
+//   this rank's own rows are made (with their bias and residual) straight into the output; `beside` (a weight
+//   gradient's GEMM in backward) runs there too; the received partials are added last.
+// Without sequence parallelism the same two calls run the whole consumer and an all-reduce (beside the same work),
+// so the layers have one code path for both. (Sending the output in parts as they are made measured slower on 2
+// H100s: docs/PERF.md, "Sequence parallelism".)
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -57,10 +57,9 @@ struct TensorParallel {
   ProcessGroup* group = nullptr;  // the model axis (not owned); null: no tensor parallelism
   int rank = 0, size = 1;
   bool sequence = false;  // Note [Sequence parallelism] (only with tensor parallelism on)
-  int64_t chunks = 1;     // Note [Sequence-parallel overlap]: reduce_rows sends its partials in this many parts
 
   // Off for a null group or one of size 1 (and then no sequence parallelism either).
-  static TensorParallel over(ProcessGroup* g, bool sequence_parallel = false, int64_t chunks = 1);
+  static TensorParallel over(ProcessGroup* g, bool sequence_parallel = false);
   bool on() const { return size > 1; }
   bool split_rows() const { return on() && sequence; }
   // The rows of an [N, C] residual-stream tensor this rank holds: N / size under sequence parallelism (refused

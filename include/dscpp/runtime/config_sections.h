@@ -190,7 +190,6 @@ struct DscppConfig {                     // "dscpp"
   std::string attention = "auto";        // "auto" | "cudnn" | "own": which kernels run attention on CUDA
   bool fused_head = false;               // lm head and loss backward inside forward, in chunks of logits
   bool sequence_parallel = false;        // Note [Sequence parallelism]: the residual stream split by rows over TP
-  int64_t tp_overlap_chunks = 1;         // Note [Sequence-parallel overlap]: parts of a TP output sent as made
   CopyEngineConfig copy_engine;
   DscppOffloadConfig offload;
   DscppPipelineConfig pipeline;

@@ -147,7 +147,6 @@ static void parse_dscpp(const json& j, DscppConfig& d) {
   r.get("attention", d.attention, {"auto", "cudnn", "own"});
   r.get("fused_head", d.fused_head);
   r.get("sequence_parallel", d.sequence_parallel);
-  r.get("tp_overlap_chunks", d.tp_overlap_chunks, 1, 64);
   if (const json* c = r.raw("copy_engine")) {
     SectionReader cr(*c, "dscpp.copy_engine");
     cr.get("enabled", d.copy_engine.enabled);

@@ -88,10 +88,6 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
                       (cfg_.dscpp.sequence_parallel ? "true" : "false") + ", but the model was built " +
                       (tp.sequence ? "with" : "without") + " it: build it with ModelOptions::sequence_parallel equal "
                       "to the key (Note [Sequence parallelism])");
-  if (const TensorParallel tp = model_->tensor_parallel(); tp.on() && tp.chunks != cfg_.dscpp.tp_overlap_chunks)
-    throw ConfigError("dscpp.tp_overlap_chunks", "dscpp.tp_overlap_chunks = " +
-                      std::to_string(cfg_.dscpp.tp_overlap_chunks) + ", but the model was built with " +
-                      std::to_string(tp.chunks) + ": build it with ModelOptions::tp_overlap_chunks equal to the key");
   init_data_parallel(options);
   init_zero(options.init_seed);
   init_offload();
