@@ -17,6 +17,7 @@
 #include "cli/paths.h"
 #include "cli/rules.h"
 #include "cli/train_args.h"
+#include "cli/train_parallel.h"
 #include "dscpp/autotune/autotuner.h"
 #include "dscpp/autotune/micro_batch.h"
 #include "dscpp/autotune/report.h"
@@ -129,13 +130,14 @@ int run_autotune(const AutotuneOptions& o) {
   DSCPP_CHECK(!t.config_path.empty(), "dscpp autotune needs the train arguments' --config: the DeepSpeed config to "
               "tune, with its autotuning section");
   json user = parse_json_strict(read_text(t.config_path));
+  apply_parallel_flags(user, t);  // --tp / --pp fix the layout: the trials' configs carry it
   const AutotuningConfig at = parse_autotuning_section(user);
   const bool cuda = t.device == "cuda";
   const Pool pool = trial_pool(o, cuda);
   autotune::ResourceManager rm(pool.hosts, pool.nodes, pool.slots_per_node);
   const int world = rm.ranks_per_trial();
   autotune::split_user_config(user);  // the config's lists and batch keys, checked before any work
-  autotune::batch_rules(user, at, world);
+  autotune::batch_rules(user, at, autotune::base_data_parallel_ranks(user, world));
 
   // The model and the data the trials share: the tokenizer fixes the vocabulary; the trials read the prepared
   // shards rather than each building the cache.
@@ -203,12 +205,20 @@ int run_autotune(const AutotuneOptions& o) {
   trial.num_samples = 0;
   trial.save_every = 0;
   trial.resume = trial.overwrite = trial.activation_checkpointing = false;
+  trial.tp = trial.pp = 0;  // each trial's layout: its config's, written as --tp / --pp below
   trial.trace.clear();
   for (auto& s : trial.data) s = fs::absolute(s).string();
   trial.tokenizer = fs::absolute(trial.tokenizer).string();
   if (fs::exists(trial.model)) trial.model = fs::absolute(trial.model).string();
   const std::vector<std::string> trial_args = train_arguments(trial);
-  cmd.train_args = [trial_args](const autotune::Experiment&) { return trial_args; };
+  cmd.train_args = [trial_args](const autotune::Experiment& e) {
+    std::vector<std::string> args = trial_args;  // the layout on the command line too, where a reader looks first
+    for (const auto& [flag, path] : {std::pair<const char*, const char*>{"--tp", "tensor_parallel.autotp_size"},
+                                     {"--pp", "pipeline.stages"}})
+      if (const int d = autotune::layout_degree({}, e.ds_config, path); d > 1)
+        args.insert(args.end(), {flag, std::to_string(d)});
+    return args;
+  };
 
   autotune::RunnerOptions ro;
   ro.results_dir = at.results_dir;
