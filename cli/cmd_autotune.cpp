@@ -206,6 +206,7 @@ int run_autotune(const AutotuneOptions& o) {
   trial.save_every = 0;
   trial.resume = trial.overwrite = trial.activation_checkpointing = false;
   trial.tp = trial.pp = 0;  // each trial's layout: its config's, written as --tp / --pp below
+  trial.timing_init = trial.no_save = true;  // Note [Autotuning trial cost]
   trial.trace.clear();
   for (auto& s : trial.data) s = fs::absolute(s).string();
   trial.tokenizer = fs::absolute(trial.tokenizer).string();

@@ -147,6 +147,15 @@ struct Autotuner::Impl {
       L.problem = "dscpp.fused_head true with " + tp + ": the fused head does not split the vocabulary";
       return L;
     }
+    for (const char* off : {"zero_optimization.offload_optimizer.device", "zero_optimization.offload_param.device"}) {
+      auto it = c.find(off);
+      const json* d = it != c.end() ? &it->second : find_path(user.base, off);
+      if (L.tp * L.pp > 1 && d && d->is_string() && *d != "none") {  // Engine::init_model_parallel refuses it
+        L.problem = std::string(off) + " " + d->get<std::string>() + " with " + tp + " x " + pp +
+                    ": offload under tensor or pipeline parallelism is not supported yet";
+        return L;
+      }
+    }
     try {
       L.rules = batch_rules(in.user_config, in.at, L.dp);
     } catch (const ConfigError& err) {

@@ -21,7 +21,7 @@
 // data-parallel size the batch rules and ZeRO see. A layout the ranks cannot hold is pruned before the memory
 // estimate, with its reason (autotuner.cpp, layout_problem): tp x pp not dividing the ranks, more stages than the
 // model's layers, a tp that does not divide its heads, KV heads or MLP width, a train_batch_size the dp ranks do
-// not divide, the fused head under tp.
+// not divide, the fused head or offload under tp or pp (the trainer and the engine refuse them).
 #include "dscpp/autotune/space.h"
 
 #include <algorithm>
