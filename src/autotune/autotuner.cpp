@@ -446,16 +446,9 @@ struct Autotuner::Impl {
       } else {
         const Fit f = fit(stage, c);
         sr.largest_micro_batch = f.mbs;
-        if (!f.layout.empty()) {
-          sr.status = "pruned";
-          sr.notes.push_back(f.layout);
-          run({plan(stage, c, rules.allowed_list()[0], "z" + std::to_string(stage), {})});
-          res.stages.push_back(sr);
-          continue;
-        }
-        if (!f.error.empty()) {
-          sr.status = "invalid";
-          sr.notes.push_back(f.error);
+        if (!f.layout.empty() || !f.error.empty()) {  // recorded as pruned by layout or invalid, never launched
+          sr.status = f.layout.empty() ? "invalid" : "pruned";
+          sr.notes.push_back(f.layout.empty() ? f.error : f.layout);
           run({plan(stage, c, rules.allowed_list()[0], "z" + std::to_string(stage), {})});
           res.stages.push_back(sr);
           continue;
