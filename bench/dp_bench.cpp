@@ -6,7 +6,7 @@
 //       [--steps 10] [--warmup 3] [--bucket 0] [--overlap] [--trace FILE] [--zero-stage 0[,1,2,3]]
 //       [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]
 //       [--n-layer L --n-embd C --n-head H --n-kv-head Hkv --n-ffn F --n-vocab V]
-//       [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head] [--tp N]
+//       [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head] [--tp N] [--sequence-parallel]
 // --model is --models. --bucket: zero_optimization.reduce_bucket_size in elements (0: DeepSpeed's default 5e8);
 // --overlap: overlap_comm (reductions during backward; PyTorch DDP's 25 MB buckets are --bucket 6250000 in f32).
 // --zero-stage: one stage or a comma list, each a fresh engine on a fresh sub-group of the ranks. Stage >= 1 builds
@@ -18,7 +18,8 @@
 // stage 1, which has no copy-engine path, runs without it). --fused-head: dscpp.fused_head (Note [Fused head]).
 // --tp N: tensor parallelism over groups of N consecutive ranks (Note [Tensor parallelism]; DeepSpeed's topology:
 // the model axis varies fastest), data parallelism with ZeRO over the world / N groups; the ranks of one tensor group
-// train on the same batches, so tokens/s counts each data-parallel replica's tokens once.
+// train on the same batches, so tokens/s counts each data-parallel replica's tokens once. --sequence-parallel:
+// dscpp.sequence_parallel with --tp (Note [Sequence parallelism]).
 // --checkpointing: activation checkpointing of every block; --partition-activations also sets
 // activation_checkpointing.partition_activations (Note [Partitioned activations]: with --tp). --n-*: override the preset's shape (the model is then
 // named <arch>-L<L>-C<C>), e.g. a Llama of 7B parameters for a memory probe.
@@ -73,6 +74,7 @@ struct Args {
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_kv_head = 0, n_ffn = 0, n_vocab = 0;  // 0: the preset's
   bool overlap = false, checkpointing = false, nvtx_step = false, copy_engine = false, fused_head = false;
   bool partition_activations = false;
+  bool sequence_parallel = false;
   std::string trace;
   std::string comm_dtype;  // communication_data_type ("": the gradients' dtype, f32)
 };
@@ -84,7 +86,7 @@ const bench::Flags kFlags{
     "                [--stage3-reuse-distance 0] [--prefetch 50000000] [--checkpointing]\n"
     "                [--n-layer L] [--n-embd C] [--n-head H] [--n-kv-head Hkv] [--n-ffn F] [--n-vocab V]\n"
     "                [--comm-dtype fp32|bf16] [--copy-engine] [--fused-head] [--nvtx-step] [--tp N]\n"
-    "                [--partition-activations]\n"
+    "                [--partition-activations] [--sequence-parallel]\n"
     "run one process per GPU: dscpp launch --num_gpus N -- dp_bench ...\n"};
 [[noreturn]] void usage(const std::string& why) { kFlags.fail(why); }
 
@@ -96,10 +98,11 @@ Args parse(int argc, char** argv) {
      : k == "copy-engine"   ? a.copy_engine
      : k == "fused-head"    ? a.fused_head
      : k == "partition-activations" ? a.partition_activations
+     : k == "sequence-parallel" ? a.sequence_parallel
                             : a.nvtx_step) = true;
   };
   kFlags.parse(argc, argv, {"overlap", "checkpointing", "copy-engine", "fused-head", "nvtx-step",
-                            "partition-activations"}, on_switch,
+                            "partition-activations", "sequence-parallel"}, on_switch,
                [&](const std::string& k, const std::string& v) {
     auto to_int = [&](const std::string& x, int64_t min) { return kFlags.to_int(k, x, min); };
     if (k == "models" || k == "model") {
@@ -173,6 +176,7 @@ DeepSpeedConfig bench_config(const Args& a, int stage, int64_t n_layer, int worl
             R"(, "partition_activations": )" + (a.partition_activations ? "true" : "false") + "}";
   const bool copies = a.copy_engine && stage != 1;
   more += std::string(R"(, "dscpp": {"fused_head": )") + (a.fused_head ? "true" : "false") +
+          R"(, "sequence_parallel": )" + (a.sequence_parallel ? "true" : "false") +
           R"(, "copy_engine": {"enabled": )" + (copies ? "true" : "false") + "}}";
   return DeepSpeedConfig::from_string(
       R"({"train_micro_batch_size_per_gpu": )" + std::to_string(a.batch) +
@@ -228,12 +232,14 @@ void bench_one(const std::string& name, int stage, const Args& a, ProcessGroup* 
   const int dp = pg ? pg->size() : 1, dp_rank = pg ? pg->rank() : 0;
   Allocator& dev_alloc = allocator_for(device);
   const ModelConfig mc = bench_model(name, a);
-  const std::string label = model_label(name, mc, a) + (a.tp > 1 ? "-tp" + std::to_string(a.tp) : "");
+  const std::string label = model_label(name, mc, a) + (a.tp > 1 ? "-tp" + std::to_string(a.tp) : "") +
+                            (a.tp > 1 && a.sequence_parallel ? "-sp" : "");
   const DeepSpeedConfig cfg = bench_config(a, stage, mc.n_layer, dp);
   ModelOptions mo;
   mo.dtype = model_dtype(cfg);
   mo.device = device;
   mo.tp_group = tp_group.get();
+  mo.sequence_parallel = a.sequence_parallel;
   const bool sharded = stage > 0 && dp > 1;
   if (sharded) mo.pad_multiple = 16 * dp;              // every unit splits evenly (Note [ZeRO units])
   mo.allocate_grads = !(sharded && stage >= 2);        // stage 2/3: per-unit gradient windows

@@ -302,6 +302,7 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
                             o.init_from.empty();
   mopts.materialize_params = !sharded_init;
   mopts.tp_group = groups.model;  // Note [Tensor parallelism]: this rank's shard of the model
+  mopts.sequence_parallel = cfg.dscpp.sequence_parallel;
   auto model = make_train_model(mcfg, cfg, groups, mopts);
   // --timing-init: a step's time does not depend on the weights' values, but the model's init draws them one by one
   // on the host (Note [Autotuning trial cost], cli/cmd_autotune.cpp); the device fills its buffer at once.

@@ -5,6 +5,9 @@
 #            references (test_ops)
 #   tp       the Llama-3.2-3B shape (bf16, AdamW, B 4, T 2048) on 2 GPUs: ZeRO-3 data parallelism, then tensor
 #            parallelism 2 (ZeRO 0), with activation checkpointing and without, in the same call (bench/dp_bench.cpp)
+#   sp       the same shape, with activation checkpointing: ZeRO-3, TP 2 and TP 2 with sequence parallelism
+#            (Note [Sequence parallelism]), in the same call; then dscpp train --tp 2 with and without
+#            dscpp.sequence_parallel (NCCL), their losses side by side
 #   pp       the same shape with pipeline parallelism 2 (bench/pipe_bench.cpp: 1F1B and interleaved with 2 virtual
 #            stages, 8 micro-batches of 2, each timed at 16 too for the measured bubble), against (p-1)/(vm+p-1);
 #            the estimator's per-stage peaks
@@ -13,7 +16,7 @@
 #            dscpp train --pp 2 (the pipeline engine under the trainer) for the same steps
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
-default_steps=(build ops tp pp train)
+default_steps=(build ops tp sp pp train)
 source "$(dirname "$0")/stages.sh"
 launch="./build-gpu/dscpp launch --nproc_per_node 2 --master_port 0 -H /nonexistent --"
 shape="--models llama-1b --n-layer 28 --n-embd 3072 --n-head 24 --n-kv-head 8 --n-ffn 8192 --n-vocab 128256"
@@ -53,6 +56,28 @@ if want tp; then
       --deepspeed_config "$OUT/llama3b/ds_$part.json" | grep -E "^\| 0 \|" | tail -1
   done
   el tp
+fi
+if want sp; then
+  common="$shape --batch 4 --seq 2048 --steps 6 --warmup 2 --overlap --checkpointing ${P3D_TP_ARGS:-}"
+  { timeout 200 $launch ./build-gpu/bench/dp_bench $common --zero-stage 3
+    timeout 200 $launch ./build-gpu/bench/dp_bench $common --zero-stage 0 --tp 2
+    timeout 200 $launch ./build-gpu/bench/dp_bench $common --zero-stage 0 --tp 2 --sequence-parallel
+    [ "${P3D_SP_NOCKPT:-0}" = 1 ] && for f in "" --sequence-parallel; do
+      timeout 200 $launch ./build-gpu/bench/dp_bench ${common/--checkpointing/} --zero-stage 0 --tp 2 $f; done
+  } > "$OUT/sp_train.txt" 2>&1
+  echo "sp bench rc=$?"
+  grep -E "RESULT|error|rank [0-9]:" "$OUT/sp_train.txt" | head -12
+  data="--data README.md docs/ARCHITECTURE.md docs/CONFIG.md docs/PERF.md"
+  for sp in false true; do
+    echo "{\"train_micro_batch_size_per_gpu\": 8, \"bf16\": {\"enabled\": true}, \"dscpp\": {\"sequence_parallel\": $sp},
+      \"optimizer\": {\"type\": \"AdamW\", \"params\": {\"lr\": 6e-4}}}" > "$OUT/ds_sp_$sp.json"
+    timeout 200 $launch ./build-gpu/dscpp train --device cuda --tp 2 --steps 60 --no-save --out "$OUT/sp_run_$sp" \
+      --config "$OUT/ds_sp_$sp.json" $data > "$OUT/sp_dscpp_train_$sp.txt" 2>&1
+    echo "dscpp train --tp 2, sequence_parallel $sp rc=$?"
+    grep -E "step +(20|40|60)/|val loss|error" "$OUT/sp_dscpp_train_$sp.txt" | tail -4
+  done
+  rm -rf "$OUT"/sp_run_*
+  el sp
 fi
 if want pp; then
   # Each pipe_bench run times m and 2m micro-batches: the measured bubble is 1 - m t / (T - S), t the time a

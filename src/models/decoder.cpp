@@ -37,7 +37,8 @@ std::unique_ptr<Model> make_pipeline_stage(const ModelConfig& cfg, const StageLa
 }
 
 Decoder::Decoder(const ModelConfig& cfg, const ModelOptions& opts, const StageLayers& layers)
-    : Model(cfg), tp_(TensorParallel::over(opts.tp_group)), device_(opts.device), act_(opts.dtype) {
+    : Model(cfg), tp_(TensorParallel::over(opts.tp_group, opts.sequence_parallel)), device_(opts.device),
+    act_(opts.dtype) {
   declare_stage(layers);
   // Units (Note [ZeRO units]): the embeddings, each block, then the final norm with an untied lm head.
   std::vector<int> starts;
@@ -268,13 +269,18 @@ SeqInfo Decoder::seq_for(const Tensor& tokens) {
 Tensor Decoder::on_device(const Tensor& t) const { return t.device() == device_ ? t : t.to(device_); }
 
 Tensor Decoder::embed(const Tensor& ids, const SeqInfo& s) {
-  Tensor x = Tensor::empty({s.N(), cfg_.n_embd}, act_, device_);
-  m_.wte.forward(params_, x, ids);
-  if (m_.wpe.defined()) {
-    Tensor p = Tensor::empty({s.N(), cfg_.n_embd}, act_, device_);
-    m_.wpe.forward(params_, p, s.pos);
-    ops::residual_forward(x, x, p);
-  }
+  const int64_t N = s.N(), C = cfg_.n_embd;
+  Tensor x = Tensor::empty({tp_.rows(N), C}, act_, device_);
+  // Note [Tensor parallelism]: a rank's lookups of its vocabulary rows are partial sums; each row's position is
+  // added once, by the rank that owns the row's sum.
+  tp_.reduce_rows(x, N, [&](const Tensor& dst, int64_t r0, int64_t n, bool own) {
+    m_.wte.forward(params_, dst, ids.slice(r0, n));
+    if (own && m_.wpe.defined()) {
+      Tensor p = Tensor::empty({n, C}, act_, device_);
+      m_.wpe.forward(params_, p, s.pos.slice(r0, n));
+      ops::residual_forward(dst, dst, p);
+    }
+  });
   return x;
 }
 
@@ -341,6 +347,7 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   MemoryCategoryScope scope(MemoryCategory::activations);
   seq_ = seq_for(tokens);
   const int64_t N = seq_.N(), C = cfg_.n_embd;
+  const int64_t rows = tp_.rows(N);  // of the residual stream (Note [Sequence parallelism])
   const int64_t V = ch.head ? params_.info(m_.lm_head_id).shape[0] : 0;  // this rank's rows
   if (ch.embed) ids_ = on_device(tokens).view({N});  // the engine may pass host batches: one copy per step
   Tensor host_targets;
@@ -366,8 +373,8 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     UnitUse use(*this, {kEmbedUnit}, F);
     x_[0] = embed(ids_, seq_);
   } else {  // Note [Pipeline stage]: the previous chunk's output
-    DSCPP_CHECK(input_.defined() && input_.shape() == Shape({N, C}), "pipeline stage: forward of layers [",
-                layers_.chunks[size_t(chunk_)].first, ", ...) needs an input hidden state [", N, ", ", C,
+    DSCPP_CHECK(input_.defined() && input_.shape() == Shape({rows, C}), "pipeline stage: forward of layers [",
+                layers_.chunks[size_t(chunk_)].first, ", ...) needs an input hidden state [", rows, ", ", C,
                 "] (set_input), got ", input_.defined() ? input_.str() : std::string("none"));
     x_[0] = on_device(input_);
     input_ = Tensor();
@@ -377,7 +384,7 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     DSCPP_PROFILE_RANGE("model.blocks.*", b.index);
     UnitUse use(*this, {block_unit(ch.b0 + l)}, F);
     bool checkpointed = !ckpt_.empty() && ckpt_[size_t(b.index)];
-    x_[size_t(l + 1)] = Tensor::empty({N, C}, act_, device_);
+    x_[size_t(l + 1)] = Tensor::empty({rows, C}, act_, device_);
     if (offloads_input(l)) stash_input(l);
     b.forward(params_, x_[size_t(l + 1)], x_[size_t(l)], seq_, !checkpointed);
     if (partitions_input(b.index)) x_[size_t(l)] = keep_rows(x_[size_t(l)]);
@@ -399,7 +406,7 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
     UnitUse use(*this, head_units(), F);
     {
       DSCPP_PROFILE_RANGE("model.norm_f");
-      stf_ = m_.norm_f.forward(params_, xf_, x_[size_t(nb)]);
+      stf_ = m_.norm_f.forward(params_, xf_.narrow0(tp_.first_row(N), rows), x_[size_t(nb)]);
     }
     DSCPP_PROFILE_RANGE("model.lm_head");
     if (fused_dloss_) {
@@ -407,7 +414,10 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
       fused_head_forward(losses, num_valid_ ? *fused_dloss_ / float(num_valid_) : 0.0f);
       xf_ = Tensor();  // backward reads dxf_ only
     } else {
-      ops::matmul_forward(logits_, xf_, params_.param(m_.lm_head_id), Tensor());
+      const Tensor W = params_.param(m_.lm_head_id);
+      tp_.gather_rows(xf_, [&](int64_t r0, int64_t n) {
+        ops::matmul_forward(logits_.narrow0(r0, n), xf_.narrow0(r0, n), W, Tensor());
+      });
     }
   }
   if (!fused_dloss_) {
@@ -434,8 +444,9 @@ void Decoder::backward(float dloss) {
   const int64_t nb = ch.b1 - ch.b0, N = seq_.N(), C = cfg_.n_embd;
   DSCPP_CHECK(ch.head ? logits_.defined() || dxf_.defined() : int64_t(x_.size()) == nb + 1,
               "backward() without a forward() to go with it");
-  DSCPP_CHECK(ch.head || (dout_.defined() && dout_.shape() == Shape({N, C})), "pipeline stage: backward of layers "
-              "ending at ", layers_.chunks[size_t(chunk_)].second, " needs d(output) [", N, ", ", C,
+  const int64_t rows = tp_.rows(N);  // of the residual stream (Note [Sequence parallelism])
+  DSCPP_CHECK(ch.head || (dout_.defined() && dout_.shape() == Shape({rows, C})), "pipeline stage: backward of "
+              "layers ending at ", layers_.chunks[size_t(chunk_)].second, " needs d(output) [", rows, ", ", C,
               "] (set_output_grad)");
   DSCPP_CHECK(!fused_dloss_ || *fused_dloss_ == dloss, "backward(", dloss, ") after a forward whose fused head was "
               "made for backward(", fused_dloss_.value_or(0.0f), ") (Note [Fused head])");
@@ -464,16 +475,29 @@ void Decoder::backward(float dloss) {
           ops::crossentropy_backward(logits_, logits_, targets_, scale, 0, loss_lse_);
         loss_lse_ = Tensor();
       }
-      dxf = Tensor::empty({N, C}, act_, device_);
+      dxf = Tensor::empty({rows, C}, act_, device_);
       DSCPP_PROFILE_RANGE("model.lm_head");
-      ops::matmul_backward(dxf, params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, params_.param(m_.lm_head_id));
-      tp_.sum(dxf);  // each rank's vocabulary rows give a partial sum
+      const Tensor W = params_.param(m_.lm_head_id);
+      // Each rank's vocabulary rows give a partial sum of every row's gradient; the weight's GEMM runs beside
+      // the sum (Note [Sequence-parallel overlap]). matmul_backward reads its input for dW only: dst stands in.
+      tp_.reduce_rows(
+          dxf, N,
+          [&](const Tensor& dst, int64_t r0, int64_t n, bool) {
+            ops::matmul_backward(dst, Tensor(), Tensor(), logits_.narrow0(r0, n), dst, W);
+          },
+          [&] { ops::matmul_backward(Tensor(), params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, W); });
     }
     logits_ = Tensor();
-    dres = Tensor::empty({N, C}, act_, device_);
+    dres = Tensor::empty({rows, C}, act_, device_);
     {
       DSCPP_PROFILE_RANGE("model.norm_f");
-      m_.norm_f.backward(params_, dres, dxf, x_[size_t(nb)], stf_);
+      Tensor row_grads;  // Note [Sequence parallelism]: the final norm's from this rank's rows, summed
+      const NormGrads g = tp_.split_rows() ? zeroed_norm_grads(params_, {&m_.norm_f}, &row_grads)[0] : NormGrads{};
+      m_.norm_f.backward(params_, dres, dxf, x_[size_t(nb)], stf_, g);
+      if (row_grads.defined()) {
+        tp_.sum_row_partials(row_grads);
+        m_.norm_f.add_grads(params_, g);
+      }
     }
     dxf = xf_ = Tensor();
     stf_.release();
@@ -514,8 +538,11 @@ void Decoder::backward(float dloss) {
   }
   if (ch.embed) {
     DSCPP_PROFILE_RANGE("model.embeddings");
-    m_.wte.backward(params_, dres, ids_);
-    if (m_.wpe.defined()) m_.wpe.backward(params_, dres, seq_.pos);
+    const Tensor d = tp_.with_all_rows(dres, N);  // every row's gradient reaches each rank's vocabulary rows
+    tp_.gather_rows(d, [&](int64_t r0, int64_t n) {
+      m_.wte.backward(params_, d.narrow0(r0, n), ids_.slice(r0, n));
+      if (m_.wpe.defined()) m_.wpe.backward(params_, d.narrow0(r0, n), seq_.pos.slice(r0, n));
+    });
     grads_ready(m_.wte.table_id);
     grads_ready(m_.wpe.table_id);
   } else {
@@ -564,7 +591,7 @@ Tensor Decoder::logits(const Tensor& tokens) {
   for (size_t l = 0; l < m_.blocks.size(); l++) {
     UnitUse use(*this, {block_unit(int64_t(l))}, F);
     Block b = m_.blocks[l];  // a copy, so a pending forward's saved activations survive
-    Tensor y = Tensor::empty({N, C}, act_, device_);
+    Tensor y = Tensor::empty(x.shape(), act_, device_);
     b.forward(params_, y, x, s, false);
     x = y;
   }
@@ -572,12 +599,14 @@ Tensor Decoder::logits(const Tensor& tokens) {
   Tensor out = Tensor::empty({s.B, s.T, V}, act_, device_);
   {
     UnitUse use(*this, head_units(), F);
-    m_.norm_f.forward(params_, xf, x);
+    m_.norm_f.forward(params_, xf.narrow0(tp_.first_row(N), tp_.rows(N)), x);
     x = Tensor();
     const Tensor W = params_.param(m_.lm_head_id);
     if (tp_.on()) {  // each rank's columns, gathered
       Tensor part = Tensor::empty({N, W.size(0)}, act_, device_);
-      ops::matmul_forward(part, xf, W, Tensor());
+      tp_.gather_rows(xf, [&](int64_t r0, int64_t n) {
+        ops::matmul_forward(part.narrow0(r0, n), xf.narrow0(r0, n), W, Tensor());
+      });
       gather_vocab_columns(*tp_.group, part, Tensor::empty({tp_.size * part.numel()}, act_, device_),
                            out.view({N, V}));
     } else {

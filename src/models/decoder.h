@@ -21,7 +21,8 @@
 // this rank's ceil(N / tp) rows once the block's forward is queued; backward all-gathers the rows over the group
 // before the recompute. The kept rows are exact copies, so losses and gradients are bit-identical; the device keeps
 // 1/tp of each checkpointed input. With cpu_checkpointing too the inputs go to host memory whole instead (nothing of
-// them stays on the device). Without tensor parallelism the key changes nothing.
+// them stays on the device). Without tensor parallelism the key changes nothing; under sequence parallelism (Note
+// [Sequence parallelism], nn/tensor_parallel.h) every block input is split over the ranks already, so neither.
 #pragma once
 #include <map>
 #include <memory>
@@ -76,6 +77,7 @@ class Decoder final : public Model, public PipelineStage {
   // PipelineStage
   const StageLayers& layers() const override { return layers_; }
   void select_chunk(int chunk) override;
+  int64_t hidden_rows(int64_t tokens) const override { return tp_.rows(tokens); }
   void set_input(const Tensor& hidden) override { input_ = hidden; }
   Tensor output() const override { return output_; }
   void set_output_grad(const Tensor& d) override { dout_ = d; }
@@ -134,7 +136,8 @@ class Decoder final : public Model, public PipelineStage {
   void fetch_input(int64_t l);        // backward: x_l back onto the device, queued after the current work
   // Note [Partitioned activations]
   bool partitions_input(int64_t l) const {
-    return partition_acts_ && tp_.on() && !offloads_input(l) && !ckpt_.empty() && ckpt_[size_t(l)];
+    return partition_acts_ && tp_.on() && !tp_.split_rows() && !offloads_input(l) && !ckpt_.empty() &&
+           ckpt_[size_t(l)];
   }
   Tensor keep_rows(const Tensor& x) const;                 // this rank's rows of x [N, C]
   Tensor gather_rows(const Tensor& part, int64_t N) const;  // every rank's rows: x [N, C] again

@@ -44,7 +44,6 @@ void shard_block(ParamSet& ps, Block& b, const TensorParallel& tp,
   }
   shard_cols(ps, b.attn.proj.weight_id, tp, attn_in);
   shard_cols(ps, mlp.down.weight_id, tp, ffn);
-  b.attn.proj.bias_in_forward = mlp.down.bias_in_forward = tp.rank == 0;  // replicated biases, added once
   b.attn.tp = mlp.tp = tp;
 }
 

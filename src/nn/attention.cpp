@@ -1,5 +1,6 @@
 #include "dscpp/nn/attention.h"
 
+#include "dscpp/comm/process_group.h"
 #include "dscpp/kernels/ops.h"
 
 namespace dscpp {
@@ -9,33 +10,42 @@ void CausalSelfAttention::forward(const ParamSet& ps, const Tensor& out, const T
   const int64_t H = n_head, Hkv = n_kv_head, D = head_dim, N = s.N();
   Device dev = out.device();
   qkv_out_ = Tensor::empty({N, (H + 2 * Hkv) * D}, inp.dtype(), dev);  // activations: the compute dtype
-  qkv.forward(ps, qkv_out_, inp);
+  tp.gather_rows(inp, [&](int64_t r0, int64_t n) { qkv.forward(ps, qkv_out_.narrow0(r0, n), inp.narrow0(r0, n)); });
   if (rope) ops::rope_forward(qkv_out_, s.pos, H, Hkv, D, rope_params);
   att_ = Tensor::empty({N, H * D}, inp.dtype(), dev);
   lse_ = Tensor::empty({s.B, H, s.T}, DType::f32, dev);
   ops::attention_forward(att_, lse_, qkv_out_, s.B, s.T, H, Hkv, D, backend);
-  proj.forward(ps, out, att_);
-  tp.sum(out);
-}
-
-void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
-                                   const SeqInfo& s) {
-  backward(ps, dinp, dout, [&] { return inp; }, s);
+  tp.reduce_rows(out, N, [&](const Tensor& dst, int64_t r0, int64_t n, bool own) {
+    proj.forward(ps, dst, att_.narrow0(r0, n), Tensor(), own);
+  });
 }
 
 void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout,
-                                   const std::function<Tensor()>& make_inp, const SeqInfo& s) {
+                                   const MakeInput& make_inp, const SeqInfo& s) {
   DSCPP_CHECK(att_.defined(), "attention backward without a saved forward");
   MemoryCategoryScope scope(MemoryCategory::activations);
   const int64_t H = n_head, Hkv = n_kv_head, D = head_dim, N = s.N();
   Tensor datt = Tensor::empty({N, H * D}, dout.dtype(), dout.device());
-  proj.backward(ps, datt, dout, att_);
+  {
+    Tensor d = tp.with_all_rows(dout, N);
+    tp.gather_rows(d, [&](int64_t r0, int64_t n) { proj.backward_input(ps, datt.narrow0(r0, n), d.narrow0(r0, n)); });
+    proj.backward_weight(ps, d, att_);
+  }
   Tensor dqkv = Tensor::empty(qkv_out_.shape(), dout.dtype(), dout.device());
   ops::attention_backward(dqkv, datt, qkv_out_, att_, lse_, s.B, s.T, H, Hkv, D, backend);
   datt = Tensor();
   if (rope) ops::rope_backward(dqkv, s.pos, H, Hkv, D, rope_params);
-  qkv.backward(ps, dinp, dqkv, make_inp());  // a made input lives for this GEMM only
-  tp.sum(dinp);
+  // The input lives for the qkv GEMMs only: its other rows are gathered while the input gradient's are made.
+  Tensor inp = Tensor::empty({N, dinp.size(1)}, dout.dtype(), dout.device());
+  make_inp(inp.narrow0(tp.first_row(N), tp.rows(N)));
+  WorkPtr gathered = tp.start_gather(inp);
+  tp.reduce_rows(
+      dinp, N,
+      [&](const Tensor& dst, int64_t r0, int64_t n, bool) { qkv.backward_input(ps, dst, dqkv.narrow0(r0, n)); },
+      [&] {
+        if (gathered) gathered->wait();
+        qkv.backward_weight(ps, dqkv, inp);
+      });
 }
 
 void CausalSelfAttention::release() {

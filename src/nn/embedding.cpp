@@ -14,7 +14,6 @@ Embedding Embedding::declare(ParamSet& ps, const std::string& name, int64_t V, i
 void Embedding::forward(const ParamSet& ps, const Tensor& out, const Tensor& ids) const {
   if (!tp.on()) return ops::embedding_forward(out, ids, ps.param(table_id));
   ops::embedding_shard_forward(out, ids, ps.param(table_id), first);
-  tp.sum(out);
 }
 
 void Embedding::backward(const ParamSet& ps, const Tensor& dout, const Tensor& ids) const {

@@ -42,12 +42,22 @@ Tensor Linear::bias_grad(const ParamSet& ps) const {
   return fused == 1 ? ps.grad(bias_id) : ps.fused_grad(bias_id, fused);
 }
 
-void Linear::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual) const {
-  ops::matmul_forward(out, inp, weight(ps), bias_in_forward ? bias(ps) : Tensor(), residual);
+void Linear::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual,
+                     bool with_bias) const {
+  ops::matmul_forward(out, inp, weight(ps), with_bias ? bias(ps) : Tensor(), residual);
 }
 
 void Linear::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) const {
   ops::matmul_backward(dinp, weight_grad(ps), bias_grad(ps), dout, inp, weight(ps));
+}
+
+void Linear::backward_input(const ParamSet& ps, const Tensor& dinp, const Tensor& dout) const {
+  // matmul_backward reads its input only for dW: dinp stands in for it (its shape [N, C] is the input's).
+  ops::matmul_backward(dinp, Tensor(), Tensor(), dout, dinp, weight(ps));
+}
+
+void Linear::backward_weight(const ParamSet& ps, const Tensor& dout, const Tensor& inp) const {
+  ops::matmul_backward(Tensor(), weight_grad(ps), bias_grad(ps), dout, inp, weight(ps));
 }
 
 }  // namespace dscpp

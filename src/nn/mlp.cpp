@@ -1,8 +1,20 @@
 #include "dscpp/nn/mlp.h"
 
+#include "dscpp/comm/process_group.h"
 #include "dscpp/kernels/ops.h"
 
 namespace dscpp {
+
+void Mlp::up_rows(const ParamSet& ps, const Tensor& inp, int64_t r0, int64_t n) {
+  const Tensor x = inp.narrow0(r0, n), pre = pre_.narrow0(r0, n), act = act_.narrow0(r0, n);
+  if (kind == MlpKind::gelu) {
+    // One GEMM with the bias and GELU fused on CUDA (cuBLASLt epilogue); on the CPU the same ops as before.
+    ops::matmul_bias_gelu_forward(act, pre, x, up.weight(ps), up.bias(ps));
+  } else {
+    up.forward(ps, pre, x);
+    ops::swiglu_forward(act, pre);
+  }
+}
 
 void Mlp::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual) {
   MemoryCategoryScope scope(MemoryCategory::activations);
@@ -10,43 +22,45 @@ void Mlp::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, cons
   Device dev = out.device();
   pre_ = Tensor::empty({N, up.out}, inp.dtype(), dev);  // activations: the compute dtype
   act_ = Tensor::empty({N, ffn}, inp.dtype(), dev);
-  if (kind == MlpKind::gelu) {
-    // One GEMM with the bias and GELU fused on CUDA (cuBLASLt epilogue); on the CPU the same ops as before.
-    ops::matmul_bias_gelu_forward(act_, pre_, inp, up.weight(ps), up.bias(ps));
-  } else {
-    up.forward(ps, pre_, inp);
-    ops::swiglu_forward(act_, pre_);
-  }
-  down.forward(ps, out, act_, tp.rank == 0 ? residual : Tensor());
-  tp.sum(out);
+  tp.gather_rows(inp, [&](int64_t r0, int64_t n) { up_rows(ps, inp, r0, n); });
+  tp.reduce_rows(out, N, [&](const Tensor& dst, int64_t r0, int64_t n, bool own) {
+    down.forward(ps, dst, act_.narrow0(r0, n), own ? residual : Tensor(), own);
+  });
 }
 
-void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
-  backward(ps, dinp, dout, [&] { return inp; });
-}
-
-void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout,
-                   const std::function<Tensor()>& make_inp) {
+void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const MakeInput& make_inp) {
   DSCPP_CHECK(act_.defined(), "mlp backward without a saved forward");
   MemoryCategoryScope scope(MemoryCategory::activations);
   const int64_t N = act_.size(0);
-  if (kind == MlpKind::gelu) {
-    // The down projection's input gradient carried through the GELU in one GEMM (fused on CUDA), then its
-    // parameter gradients; dpre takes the place of the old dact temporary.
-    Tensor dpre = Tensor::empty({N, ffn}, dout.dtype(), dout.device());
-    ops::matmul_dgelu_backward(dpre, dout, down.weight(ps), pre_);
-    down.backward(ps, Tensor(), dout, act_);
-    up.backward(ps, dinp, dpre, make_inp());
-    tp.sum(dinp);
-    return;
-  }
-  Tensor dact = Tensor::empty({N, ffn}, dout.dtype(), dout.device());
-  down.backward(ps, dact, dout, act_);
   Tensor dpre = Tensor::empty(pre_.shape(), dout.dtype(), dout.device());
-  ops::swiglu_backward(dpre, dact, pre_);
-  dact = Tensor();
-  up.backward(ps, dinp, dpre, make_inp());  // a made input lives for this GEMM only
-  tp.sum(dinp);
+  {
+    Tensor d = tp.with_all_rows(dout, N);
+    if (kind == MlpKind::gelu) {
+      // The down projection's input gradient carried through the GELU in one GEMM (fused on CUDA).
+      tp.gather_rows(d, [&](int64_t r0, int64_t n) {
+        ops::matmul_dgelu_backward(dpre.narrow0(r0, n), d.narrow0(r0, n), down.weight(ps), pre_.narrow0(r0, n));
+      });
+    } else {
+      Tensor dact = Tensor::empty({N, ffn}, dout.dtype(), dout.device());
+      tp.gather_rows(d, [&](int64_t r0, int64_t n) {
+        down.backward_input(ps, dact.narrow0(r0, n), d.narrow0(r0, n));
+        ops::swiglu_backward(dpre.narrow0(r0, n), dact.narrow0(r0, n), pre_.narrow0(r0, n));
+      });
+    }
+    down.backward_weight(ps, d, act_);
+  }
+  // The input lives for the up projection's GEMMs only: its other rows are gathered while the input gradient's are
+  // made (Note [Sequence-parallel overlap]).
+  Tensor inp = Tensor::empty({N, dinp.size(1)}, dout.dtype(), dout.device());
+  make_inp(inp.narrow0(tp.first_row(N), tp.rows(N)));
+  WorkPtr gathered = tp.start_gather(inp);
+  tp.reduce_rows(
+      dinp, N,
+      [&](const Tensor& dst, int64_t r0, int64_t n, bool) { up.backward_input(ps, dst, dpre.narrow0(r0, n)); },
+      [&] {
+        if (gathered) gathered->wait();
+        up.backward_weight(ps, dpre, inp);
+      });
 }
 
 void Mlp::release() {

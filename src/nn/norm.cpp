@@ -4,6 +4,12 @@
 
 namespace dscpp {
 
+namespace {
+NormGrads own_grads(const ParamSet& ps, const Norm& n) {
+  return {ps.grad(n.weight_id), n.bias_id >= 0 ? ps.grad(n.bias_id) : Tensor()};
+}
+}  // namespace
+
 Norm Norm::declare(ParamSet& ps, NormKind kind, const std::string& name, int64_t C, float eps) {
   Norm n;
   n.kind = kind;
@@ -34,12 +40,12 @@ void Norm::apply(const ParamSet& ps, const Tensor& out, const Tensor& inp, const
 }
 
 void Norm::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp,
-                    const NormStats& s) const {
+                    const NormStats& s, const NormGrads& into) const {
+  const NormGrads g = into.weight.defined() ? into : own_grads(ps, *this);
   if (kind == NormKind::layernorm) {
-    ops::layernorm_backward(dinp, ps.grad(weight_id), ps.grad(bias_id), dout, inp, ps.param(weight_id), s.mean,
-                            s.rstd);
+    ops::layernorm_backward(dinp, g.weight, g.bias, dout, inp, ps.param(weight_id), s.mean, s.rstd);
   } else {
-    ops::rmsnorm_backward(dinp, ps.grad(weight_id), dout, inp, ps.param(weight_id), s.rstd);
+    ops::rmsnorm_backward(dinp, g.weight, dout, inp, ps.param(weight_id), s.rstd);
   }
 }
 
@@ -59,13 +65,40 @@ NormStats Norm::forward_residual(const ParamSet& ps, const Tensor& resid, const 
 }
 
 void Norm::backward_residual(const ParamSet& ps, const Tensor& dresid, const Tensor& dskip, const Tensor& dout,
-                             const Tensor& resid, const NormStats& s) const {
+                             const Tensor& resid, const NormStats& s, const NormGrads& into) const {
+  const NormGrads g = into.weight.defined() ? into : own_grads(ps, *this);
   if (kind == NormKind::layernorm) {
-    ops::fused_residual_layernorm_backward(dresid, ps.grad(weight_id), ps.grad(bias_id), dskip, dout, resid,
-                                           ps.param(weight_id), s.mean, s.rstd);
+    ops::fused_residual_layernorm_backward(dresid, g.weight, g.bias, dskip, dout, resid, ps.param(weight_id),
+                                           s.mean, s.rstd);
   } else {
-    ops::fused_residual_rmsnorm_backward(dresid, ps.grad(weight_id), dskip, dout, resid, ps.param(weight_id), s.rstd);
+    ops::fused_residual_rmsnorm_backward(dresid, g.weight, dskip, dout, resid, ps.param(weight_id), s.rstd);
   }
+}
+
+void Norm::add_grads(const ParamSet& ps, const NormGrads& g) const {
+  ops::add_inplace(ps.grad(weight_id), g.weight);
+  if (bias_id >= 0) ops::add_inplace(ps.grad(bias_id), g.bias);
+}
+
+std::vector<NormGrads> zeroed_norm_grads(const ParamSet& ps, const std::vector<const Norm*>& norms, Tensor* buf) {
+  int64_t total = 0;
+  for (const Norm* n : norms) total += ps.info(n->weight_id).numel * (n->bias_id >= 0 ? 2 : 1);
+  const Tensor w0 = ps.grad(norms.at(0)->weight_id);
+  *buf = Tensor::zeros({total}, w0.dtype(), w0.device());
+  std::vector<NormGrads> out;
+  int64_t at = 0;
+  auto next = [&](int id) {
+    if (id < 0) return Tensor();
+    const Shape shape = ps.info(id).shape;
+    Tensor t = buf->view_at(at, shape);
+    at += ps.info(id).numel;
+    return t;
+  };
+  for (const Norm* n : norms) {
+    Tensor w = next(n->weight_id);
+    out.push_back({w, next(n->bias_id)});
+  }
+  return out;
 }
 
 }  // namespace dscpp

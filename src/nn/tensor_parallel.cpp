@@ -8,8 +8,8 @@
 
 namespace dscpp {
 
-TensorParallel TensorParallel::over(ProcessGroup* g) {
-  return g && g->size() > 1 ? TensorParallel{g, g->rank(), g->size()} : TensorParallel{};
+TensorParallel TensorParallel::over(ProcessGroup* g, bool sequence_parallel) {
+  return g && g->size() > 1 ? TensorParallel{g, g->rank(), g->size(), sequence_parallel} : TensorParallel{};
 }
 
 void TensorParallel::sum(const Tensor& t) const {

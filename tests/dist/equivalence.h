@@ -66,6 +66,7 @@ struct DistCase {
   bool copy_engine = false;       // dscpp.copy_engine.enabled (Gloo: EngineOptions::copy_engine_over_gloo)
   std::optional<int64_t> arena_mib;  // dscpp.copy_engine.arena_mib
   bool fused_head = false;        // dscpp.fused_head (the reference stays unfused)
+  bool sequence_parallel = false;  // dscpp.sequence_parallel (tensor-parallel cases; the reference has none)
   bool sharded_init = false;      // stage 3: each rank initialises only its shard (EngineOptions::init_seed)
   bool checkpointing = true;      // activation checkpointing of every block
   bool gather16 = false;          // stage3_gather_16bit_weights_on_model_save
@@ -94,6 +95,7 @@ struct DistCase {
     if (copy_engine) o << "_copies";
     if (arena_mib) o << "_arena" << *arena_mib;
     if (fused_head) o << "_fused";
+    if (sequence_parallel) o << "_sp";
     if (sharded_init) o << "_shardedinit";
     if (n_layer) o << "_L" << n_layer;
     if (stage == 3 && reuse == 0) o << "_noreuse";
@@ -153,7 +155,8 @@ inline std::string config_json(const DistCase& c) {
   if (c.checkpointing)
     j << R"(, "activation_checkpointing": {"number_checkpoints": )" << model_config(c).n_layer << "}";
   if (!c.comm.empty()) j << R"(, "communication_data_type": ")" << c.comm << '"';
-  j << R"(, "dscpp": {"fused_head": )" << (c.fused_head ? "true" : "false") << R"(, "copy_engine": {"enabled": )"
+  j << R"(, "dscpp": {"fused_head": )" << (c.fused_head ? "true" : "false") << R"(, "sequence_parallel": )"
+    << (c.sequence_parallel ? "true" : "false") << R"(, "copy_engine": {"enabled": )"
     << (c.copy_engine ? "true" : "false");
   if (c.arena_mib) j << R"(, "arena_mib": )" << *c.arena_mib;
   j << R"(}, "offload": {"delayed_update": )" << (c.delayed_update ? "true" : "false");
@@ -304,6 +307,7 @@ inline DistCase reference_case(DistCase c) {
   c.copy_engine = false;
   c.arena_mib.reset();
   c.fused_head = false;
+  c.sequence_parallel = false;
   c.sharded_init = false;
   c.offload = 0;
   c.delayed_update = false;

@@ -49,6 +49,7 @@ inline std::unique_ptr<Engine> make_tp_engine(const DistCase& c, ProcessGroup* t
   mo.pad_multiple = 16 * world;
   mo.allocate_grads = !(c.stage >= 2 && world > 1);
   mo.tp_group = tp;
+  mo.sequence_parallel = c.sequence_parallel;
   auto m = make_model(model_config(c), mo);
   m->init_weights(42);
   EngineOptions o;

@@ -117,6 +117,7 @@ Run train_pipeline(const PipeCase& c, const ParallelGroups& g) {
   mo.pad_multiple = 16 * dp_world;
   mo.allocate_grads = !(d.stage >= 2 && dp_world > 1);
   mo.tp_group = g.model;
+  mo.sequence_parallel = d.sequence_parallel;
   auto m = make_pipeline_stage(mc, StageLayers::of_rank(parts, pipe.rank(), c.stages, c.virtual_stages), mo);
   m->init_weights(42);
   EngineOptions eo;
@@ -268,11 +269,27 @@ TEST(PipeEngine, TensorTimesPipeInterleavedGpt2) {
   c.partition_activations = true;
   run_case(c);
 }
+// Note [Sequence parallelism]: the stages send and receive each tensor rank's rows only.
+TEST(PipeEngine, TensorTimesPipeSequenceParallelGpt2) {
+  PipeCase c = pipe_case("gpt2", 1, 1, 0, 2);
+  c.dist.sequence_parallel = true;
+  run_case(c);
+}
+TEST(PipeEngine, TensorTimesPipeInterleavedSequenceParallelLlama) {
+  PipeCase c = pipe_case("llama", 2, 1, 0, 2);
+  c.dist.sequence_parallel = true;
+  run_case(c);
+}
 // TP 2 x PP 2 x DP 2 on 8 ranks, ZeRO over the data axis.
 TEST(PipeEngine, TensorTimesPipeTimesDataStage0Gpt2) { run_case(pipe_case("gpt2", 1, 2, 0, 2)); }
 TEST(PipeEngine, TensorTimesPipeTimesDataStage1Llama) { run_case(pipe_case("llama", 1, 2, 1, 2)); }
 TEST(PipeEngine, TensorTimesPipeTimesDataStage2Gpt2) { run_case(pipe_case("gpt2", 1, 2, 2, 2)); }
 TEST(PipeEngine, TensorTimesPipeTimesDataStage3Llama) { run_case(pipe_case("llama", 1, 2, 3, 2)); }
+TEST(PipeEngine, TensorTimesPipeTimesDataStage3SequenceParallelGpt2) {
+  PipeCase c = pipe_case("gpt2", 1, 2, 3, 2);
+  c.dist.sequence_parallel = true;
+  run_case(c);
+}
 
 TEST(PipeEngine, ConfigChecksNameTheKey) {
   auto config = [](int gas) {

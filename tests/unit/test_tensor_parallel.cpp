@@ -140,6 +140,23 @@ TEST(TensorParallel, TwoRanksTrainLikeOneProcessGpt2) {
   tp_only(test::dist_case(2, 0, "gpt2", [](DistCase& c) { c.gas = 2; }));
 }
 
+// Note [Sequence parallelism]: the residual stream split by rows, the norms' gradients summed over the ranks.
+TEST(TensorParallel, SequenceParallelTrainsLikeOneProcessGpt2) {
+  tp_only(test::dist_case(2, 0, "gpt2", [](DistCase& c) {
+    c.gas = 2;
+    c.sequence_parallel = true;
+  }));
+}
+
+TEST(TensorParallel, SequenceParallelTrainsLikeOneProcessLlamaFp16PathNoCheckpointing) {
+  tp_only(test::dist_case(2, 0, "llama", [](DistCase& c) {
+    c.gas = 2;
+    c.precision = "fp16";
+    c.checkpointing = false;
+    c.sequence_parallel = true;
+  }));
+}
+
 TEST(TensorParallel, TwoRanksTrainLikeOneProcessLlamaFp16Path) {
   tp_only(test::dist_case(2, 0, "llama", [](DistCase& c) {
     c.gas = 2;
@@ -152,7 +169,10 @@ TEST(TensorParallel, TwoRanksTrainLikeOneProcessLlamaFp16Path) {
 TEST(TensorParallel, TimesDataParallelWithZeroTrainsLikeOneProcess) {
   for (int stage : {1, 2, 3})
     for (const char* arch : {"gpt2", "llama"}) {
-      const DistCase c = test::dist_case(2, stage, arch, [](DistCase& d) { d.gas = 2; });
+      const DistCase c = test::dist_case(2, stage, arch, [&](DistCase& d) {
+        d.gas = 2;
+        d.sequence_parallel = stage == 3;  // Note [Sequence parallelism] under ZeRO over the data axis
+      });
       expect_all_pass(run_ranks(4, [&](int rank, int port) {
         auto world = new_process_group("gloo", rank, 4, "127.0.0.1", port, kTimeout);
         std::unique_ptr<ProcessGroup> tp, dp;
@@ -167,12 +187,14 @@ TEST(TensorParallel, TimesDataParallelWithZeroTrainsLikeOneProcess) {
 }
 
 TEST(TensorParallel, GatheredLogitsAreTheOneProcessLogits) {
+  for (const bool sequence : {false, true})
   for (const char* arch : {"gpt2", "llama"}) {
     expect_all_pass(run_ranks(2, [&](int rank, int port) {
       auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
       const ModelConfig cfg = test_fixtures::tiny_model_config(arch);
       ModelOptions mo;
       mo.tp_group = pg.get();
+      mo.sequence_parallel = sequence;
       auto sharded = make_model(cfg, mo);
       auto whole = make_model(cfg);
       sharded->init_weights(3);
@@ -258,4 +280,82 @@ TEST(TensorParallel, PartitionedActivationsKeepEachRanksRowsOnly) {
       test::leave_together(*pg);
     }));
   }
+}
+
+// Note [Sequence parallelism]: every residual-stream tensor forward keeps (the checkpointed blocks' inputs, the last
+// output) and the final norm's statistics hold this rank's rows only; loss and gradients are those of tensor
+// parallelism without it, to f32 rounding (the sums of a row's partials are taken in another order).
+TEST(TensorParallel, SequenceParallelKeepsEachRanksRowsOnly) {
+  for (const char* arch : {"gpt2", "llama"}) {
+    expect_all_pass(run_ranks(2, [&](int rank, int port) {
+      auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+      const ModelConfig cfg = test_fixtures::tiny_model_config(arch);
+      const int64_t B = 2, T = 5, N = B * T, n = N / 2;
+      Tensor tokens = Tensor::empty({B, T}, DType::i32), targets = Tensor::empty({B, T}, DType::i32);
+      for (int64_t i = 0; i < N; i++) {
+        tokens.data<int32_t>()[i] = int32_t((i * 37 + 5) % cfg.vocab_size);
+        targets.data<int32_t>()[i] = int32_t((i * 11 + 3) % cfg.vocab_size);
+      }
+      struct Result {
+        float loss = 0;
+        std::vector<float> grads;
+        int64_t live = 0;  // activation bytes forward left
+      };
+      auto run = [&](bool sequence) {
+        ModelOptions mo;
+        mo.tp_group = pg.get();
+        mo.sequence_parallel = sequence;
+        auto m = make_model(cfg, mo);
+        m->init_weights(5);
+        m->set_checkpoint_policy(CheckpointPolicy(size_t(cfg.n_layer), true));
+        Result r;
+        auto live = [] { return cpu_allocator().stats().category_current[size_t(MemoryCategory::activations)]; };
+        pg->barrier()->wait();  // a finished Gloo op releases its tensors on the worker thread: before each reading
+        const int64_t before = live();
+        Loss loss = m->forward(tokens, targets);
+        pg->barrier()->wait();
+        r.live = live() - before;
+        r.loss = loss.value();
+        m->backward(1.0f);
+        const Tensor& g = m->params().flat_grads();
+        r.grads.assign(g.data<float>(), g.data<float>() + g.numel());
+        return r;
+      };
+      const Result whole = run(false), split = run(true);
+      EXPECT_NEAR(split.loss, whole.loss, 1e-6 * std::fabs(whole.loss)) << arch;
+      ASSERT_EQ(split.grads.size(), whole.grads.size());
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < whole.grads.size(); i++) {
+        worst = std::max(worst, double(std::fabs(split.grads[i] - whole.grads[i])));
+        scale = std::max(scale, double(std::fabs(whole.grads[i])));
+      }
+      EXPECT_LE(worst, 1e-5 * scale) << arch;
+      EXPECT_GT(scale, 0.0) << arch;
+      // x_0 .. x_L and the final norm's rstd (and LayerNorm's mean): N - n rows fewer each.
+      const int64_t stats = arch == std::string("gpt2") ? 2 : 1;
+      EXPECT_EQ(whole.live - split.live, (cfg.n_layer + 1) * (N - n) * cfg.n_embd * 4 + stats * (N - n) * 4) << arch;
+      test::leave_together(*pg);
+    }));
+  }
+}
+
+TEST(TensorParallel, SequenceParallelRefusesRowsThatDoNotSplit) {
+  expect_all_pass(run_ranks(2, [&](int rank, int port) {
+    auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
+    const ModelConfig cfg = test_fixtures::tiny_model_config("llama");
+    ModelOptions mo;
+    mo.tp_group = pg.get();
+    mo.sequence_parallel = true;
+    auto m = make_model(cfg, mo);
+    m->init_weights(5);
+    Tensor tokens = Tensor::zeros({3, 5}, DType::i32);
+    try {
+      m->forward(tokens, tokens);
+      ADD_FAILURE() << "15 rows were split over 2 ranks";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("dscpp.sequence_parallel = true: the 15 tokens"), std::string::npos)
+          << e.what();
+    }
+    test::leave_together(*pg);
+  }));
 }

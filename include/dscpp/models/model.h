@@ -142,6 +142,9 @@ struct ModelOptions {
   // Tensor parallelism (Note [Tensor parallelism], nn/tensor_parallel.h): the model axis's group (not owned; must
   // outlive the model); the model then holds this rank's shard of every split parameter. null or size 1: none.
   ProcessGroup* tp_group = nullptr;
+  // Note [Sequence parallelism] (nn/tensor_parallel.h): with tp_group, the residual stream split by rows over it
+  // (dscpp.sequence_parallel).
+  bool sequence_parallel = false;
 };
 
 // Note [Fused head]: tokens per chunk of the fused loss and lm head: about 256 MiB of logits, between 256 tokens and

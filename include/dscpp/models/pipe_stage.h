@@ -43,10 +43,13 @@ class PipelineStage {
   virtual ~PipelineStage() = default;
   virtual const StageLayers& layers() const = 0;
   virtual void select_chunk(int chunk) = 0;            // the chunk the next forward / backward runs
-  virtual void set_input(const Tensor& hidden) = 0;    // [N, C]: the next forward's input, without the embeddings
-  virtual Tensor output() const = 0;                   // [N, C]: the last forward's output, without the head
-  virtual void set_output_grad(const Tensor& d) = 0;   // [N, C]: d(output) for the next backward (updated in place)
-  virtual Tensor input_grad() const = 0;               // [N, C]: the last backward's d(input), without embeddings
+  // The rows of the hidden states a stage sends and receives for `tokens` tokens: all of them, or this rank's share
+  // under sequence parallelism (Note [Sequence parallelism]). Below, n is that.
+  virtual int64_t hidden_rows(int64_t tokens) const = 0;
+  virtual void set_input(const Tensor& hidden) = 0;    // [n, C]: the next forward's input, without the embeddings
+  virtual Tensor output() const = 0;                   // [n, C]: the last forward's output, without the head
+  virtual void set_output_grad(const Tensor& d) = 0;   // [n, C]: d(output) for the next backward (updated in place)
+  virtual Tensor input_grad() const = 0;               // [n, C]: the last backward's d(input), without embeddings
   virtual void stash(int64_t key) = 0;                 // the last forward's activations, set aside under key
   virtual void unstash(int64_t key) = 0;               // ... and back, for its backward
   virtual void drop_activations() = 0;                 // the last forward's, unstashed (evaluation)

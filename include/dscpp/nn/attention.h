@@ -26,16 +26,18 @@ struct CausalSelfAttention {
   RopeParams rope_params;  // theta, and Llama 3 frequency scaling when set
   AttentionBackend backend = AttentionBackend::automatic;  // the model's KernelPolicy::attention
   // Note [Tensor parallelism]: qkv holds this rank's heads (n_head and n_kv_head are its own), proj its columns;
-  // forward sums the output over the ranks, backward the input gradient.
+  // forward sums the output over the ranks, backward the input gradient (Note [Sequence parallelism]: by rows).
   TensorParallel tp;
 
-  // out[N,C] (=). Keeps qkv, attention output and lse until release().
+  // inp[N,C]: the whole input, of which only the rows this rank holds (tp.first_row, tp.rows) are filled under
+  // sequence parallelism (the others are gathered into it); out[tp.rows(N), C] (=). Keeps qkv, attention output and
+  // lse until release().
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const SeqInfo& s);
-  // dinp[N,C] (=); parameter gradients (+=). `inp` must be the input of the last forward.
-  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp, const SeqInfo& s);
-  // The same with the input made by make_inp() right before the qkv projection's backward GEMM and dropped after it,
-  // for a caller that rebuilds the input instead of keeping it (Block: its norm1 output).
-  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const std::function<Tensor()>& make_inp,
+  // Writes the rows this rank holds of the last forward's input into dst [tp.rows(N), C].
+  using MakeInput = std::function<void(const Tensor& dst)>;
+  // dinp[tp.rows(N), C] (=) from dout[tp.rows(N), C]; parameter gradients (+=). The input is rebuilt by make_inp
+  // right before the qkv projection's backward GEMMs and dropped after them (Block: its norm1 output).
+  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const MakeInput& make_inp,
                 const SeqInfo& s);
   void release();
 

@@ -22,7 +22,8 @@ struct Block {
   Mlp mlp;
   int32_t index = -1;  // the block's position: names its profiler ranges ("model.blocks.<index>.attn" / ".mlp")
 
-  // out[N,C] (=), out must not alias inp. Keeps activations for backward when `save`.
+  // out[N,C] (=), out must not alias inp. Keeps activations for backward when `save`. Under sequence parallelism
+  // (Note [Sequence parallelism]) inp, out and dres below hold this rank's rows only: [attn.tp.rows(N), C].
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const SeqInfo& s, bool save);
   // In place on dres[N,C]: on entry d(out), on return d(inp). Parameter gradients (+=). Frees the activations.
   void backward(const ParamSet& ps, const Tensor& dres, const Tensor& inp, const SeqInfo& s);

@@ -11,7 +11,7 @@ namespace dscpp {
 struct Embedding {
   int table_id = -1;  // -1: absent (e.g. Llama has no position table)
   // Vocabulary-parallel (Note [Tensor parallelism]): the table holds rows [first, first + rows) of the vocabulary;
-  // forward sums the ranks' lookups (each 0 where the id is not its own).
+  // forward gives this rank's lookups, 0 where the id is not its own, which the caller sums over the ranks.
   TensorParallel tp;
   int64_t first = 0;
 

@@ -15,9 +15,6 @@ struct Linear {
   int bias_id = -1;  // -1: no bias
   int fused = 1;     // ParamSet members that make up W (and b, when present)
   int64_t in = 0, out = 0;
-  // Note [Tensor parallelism]: a row-parallel projection on a rank other than 0 leaves its bias out of forward (rank
-  // 0 adds it once, before the partial outputs are summed); its gradient is still computed on every rank.
-  bool bias_in_forward = true;
 
   // Declares `<name>.weight` [out, in] (weight decay) and, if `bias`, `<name>.bias` [out] (no decay).
   static Linear declare(ParamSet& ps, const std::string& name, int64_t out, int64_t in, bool bias);
@@ -30,10 +27,16 @@ struct Linear {
   Tensor bias(const ParamSet& ps) const;       // undefined when there is no bias
   Tensor bias_grad(const ParamSet& ps) const;
 
-  // out[N,OC] (=) = inp W^T + b (+ residual[N,OC], which may be out itself)
-  void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual = Tensor()) const;
+  // out[N,OC] (=) = inp W^T + b (+ residual[N,OC], which may be out itself). with_bias = false leaves b out: a
+  // row-parallel projection's partial sums carry each row's bias once (Note [Tensor parallelism]).
+  void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual = Tensor(),
+               bool with_bias = true) const;
   // dinp[N,C] (=, skipped when undefined); dW += dout^T inp; db += sum_n dout
   void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) const;
+  // The two halves of backward, for callers that run them at different times (Note [Sequence-parallel overlap]):
+  // dinp[N,C] (=) = dout W, and dW += dout^T inp, db += sum_n dout.
+  void backward_input(const ParamSet& ps, const Tensor& dinp, const Tensor& dout) const;
+  void backward_weight(const ParamSet& ps, const Tensor& dout, const Tensor& inp) const;
 };
 
 }  // namespace dscpp

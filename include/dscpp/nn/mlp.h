@@ -17,20 +17,21 @@ struct Mlp {
   Linear down;  // [C, F]
   int64_t ffn = 0;  // F (this rank's columns under tensor parallelism)
   // Note [Tensor parallelism]: up holds this rank's columns, down its rows of the input; forward sums the output
-  // over the ranks (the residual added by rank 0 alone), backward the input gradient.
+  // over the ranks (each row's residual and bias added once), backward the input gradient (Note [Sequence
+  // parallelism]: by rows).
   TensorParallel tp;
 
-  // out[N,C] (=) = mlp(inp) (+ residual[N,C], added by the down projection's GEMM)
+  // inp[N,C] as CausalSelfAttention::forward's; out[tp.rows(N), C] (=) = mlp(inp) (+ residual[tp.rows(N), C], added
+  // by the down projection's GEMM).
   void forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, const Tensor& residual = Tensor());
-  // dinp[N,C] (=); parameter gradients (+=). `inp` must be the input of the last forward.
-  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp);
-  // The same with the input made by make_inp() right before the up projection's backward GEMM and dropped after it,
-  // for a caller that rebuilds the input instead of keeping it (Block: its norm2 output).
-  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const std::function<Tensor()>& make_inp);
+  using MakeInput = std::function<void(const Tensor& dst)>;  // as CausalSelfAttention's (Block: its norm2 output)
+  // dinp[tp.rows(N), C] (=) from dout[tp.rows(N), C]; parameter gradients (+=).
+  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const MakeInput& make_inp);
   void release();
 
  private:
   Tensor pre_, act_;  // gelu: fc output, gelu output; swiglu: gate_up output, silu(gate) * up
+  void up_rows(const ParamSet& ps, const Tensor& inp, int64_t r0, int64_t n);  // pre_ and act_ rows from inp's
 };
 
 }  // namespace dscpp

@@ -189,6 +189,7 @@ struct DscppPipelineConfig {             // "dscpp.pipeline": the pipeline's opt
 struct DscppConfig {                     // "dscpp"
   std::string attention = "auto";        // "auto" | "cudnn" | "own": which kernels run attention on CUDA
   bool fused_head = false;               // lm head and loss backward inside forward, in chunks of logits
+  bool sequence_parallel = false;        // Note [Sequence parallelism]: the residual stream split by rows over TP
   CopyEngineConfig copy_engine;
   DscppOffloadConfig offload;
   DscppPipelineConfig pipeline;

@@ -204,6 +204,7 @@ json DeepSpeedConfig::to_json() const {
   j["communication_data_type"] = communication_data_type.empty() ? nlohmann::json() : nlohmann::json(communication_data_type);
   j["seed"] = seed;
   j["dscpp"] = {{"attention", dscpp.attention}, {"fused_head", dscpp.fused_head},
+                {"sequence_parallel", dscpp.sequence_parallel},
                 {"copy_engine", {{"enabled", dscpp.copy_engine.enabled},
                                  {"arena_mib", opt(dscpp.copy_engine.arena_mib)}}},
                 {"offload", {{"delayed_update", dscpp.offload.delayed_update}, {"threads", opt(dscpp.offload.threads)},

@@ -146,6 +146,7 @@ static void parse_dscpp(const json& j, DscppConfig& d) {
   SectionReader r(j, "dscpp");
   r.get("attention", d.attention, {"auto", "cudnn", "own"});
   r.get("fused_head", d.fused_head);
+  r.get("sequence_parallel", d.sequence_parallel);
   if (const json* c = r.raw("copy_engine")) {
     SectionReader cr(*c, "dscpp.copy_engine");
     cr.get("enabled", d.copy_engine.enabled);

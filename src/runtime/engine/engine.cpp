@@ -83,6 +83,11 @@ Engine::Engine(std::unique_ptr<Model> model, DeepSpeedConfig config, EngineOptio
                 "or build the model in f32");
   }
   model_->set_kernel_policy(KernelPolicy{parse_attention_backend(cfg_.dscpp.attention)});
+  if (const TensorParallel tp = model_->tensor_parallel(); tp.on() && tp.sequence != cfg_.dscpp.sequence_parallel)
+    throw ConfigError("dscpp.sequence_parallel", std::string("dscpp.sequence_parallel = ") +
+                      (cfg_.dscpp.sequence_parallel ? "true" : "false") + ", but the model was built " +
+                      (tp.sequence ? "with" : "without") + " it: build it with ModelOptions::sequence_parallel equal "
+                      "to the key (Note [Sequence parallelism])");
   init_data_parallel(options);
   init_zero(options.init_seed);
   init_offload();

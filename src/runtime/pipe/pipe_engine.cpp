@@ -122,7 +122,7 @@ float PipelineEngine::run(const MicroBatches& batch, bool train) {
   auto key = [&](const PipeInstr& i) { return int64_t(i.mb) * virtual_stages_ + i.chunk; };
   auto hidden = [&](int mb) {
     const Tensor& x = batch[size_t(mb)].first;
-    return Tensor::empty({x.numel(), mc.n_embd}, ps.dtype(), ps.device());
+    return Tensor::empty({st.hidden_rows(x.numel()), mc.n_embd}, ps.dtype(), ps.device());
   };
   std::map<int64_t, Tensor> inbox, outbox;  // received / to send, by key
   Tensor loss_sum = Tensor::zeros({1}, DType::f32, ps.device());
