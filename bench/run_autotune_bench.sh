@@ -139,7 +139,8 @@ for m in $models; do
       log="$LOGDIR/${m}_${g}gpu_${tuner}.log"
       echo "== $m on $g GPU(s), $tuner (log $log; $(( $(date +%s) - start_all )) s so far)" >&2
       t0=$(date +%s)
-      ranks=(--num_gpus "$g" "${where[@]}")
+      # The first g GPUs only: on a larger machine, one trial at a time, as on a machine of g.
+      ranks=(--num_gpus "$g" --include "localhost:$(seq -s, 0 $((g - 1)))" "${where[@]}")
       [ "$device" = cpu ] && ranks=(--nproc "$g")
       "$dscpp" autotune "${ranks[@]}" --trial_timeout "$timeout" \
           train --device "$device" --model "$m" --config "$cfg" --data "$data"/shards/*.bin \

@@ -318,6 +318,7 @@ TEST_F(Autotune, TensorAndPipelineLayoutsOnTwoCpuRanks) {
     const std::string cmd = read_text(dir / n / "cmd.txt");
     EXPECT_NE(cmd.find(tp ? " --tp 2" : " --pp 2"), std::string::npos) << cmd;
     EXPECT_EQ(cmd.find(tp ? "--pp" : "--tp"), std::string::npos) << cmd;
+    EXPECT_NE(cmd.find(" --no-save --timing-init"), std::string::npos) << cmd;  // Note [Autotuning trial cost]
     EXPECT_EQ(read_text(dir / n / "stdout.log").find("pipeline: 2 stages") != std::string::npos, !tp) << n;
     EXPECT_EQ(load(dir / n / "ds_config.json")["train_batch_size"], 3) << n;
     lo = std::min(lo, exp["predicted_peak_bytes"].get<int64_t>());
