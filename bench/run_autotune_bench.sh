@@ -80,7 +80,7 @@ config() {
   local f="$LOGDIR/${m}_${g}gpu_${tuner}.json"
   cat > "$f" <<EOF
 {"train_batch_size": $((B * g)), "train_micro_batch_size_per_gpu": [$((B / 2)), $B],
- "bf16": {"enabled": $half}, "gradient_clipping": 1.0, "steps_per_print": 1,
+ "bf16": {"enabled": $half}, "gradient_clipping": 1.0, "steps_per_print": 100,
  "optimizer": {"type": "AdamW", "params": {"lr": 3e-4, "weight_decay": 0.1}},
  "zero_optimization": {$zero}, $layout
  "activation_checkpointing": {"number_checkpoints": [null, $((L / 2)), $L]},
