@@ -26,6 +26,9 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--save-every", o.save_every, "Save a checkpoint every N steps (0: at the end)")
       ->capture_default_str()->check(whole(0));
   app->add_flag("--no-save", o.no_save, "Write no checkpoint (a measurement run)");
+  app->add_flag("--timing-init", o.timing_init, "Fill the weights with N(0, 0.02) from the device's random stream "
+                "instead of the model's own init (drawn on the host: seconds for a 1B model); for runs that only time "
+                "steps, such as autotuning trials");
   app->add_option("--keep-last", o.keep_last, "Checkpoint tags to keep")->capture_default_str()
       ->check(whole(1, INT32_MAX));
   app->add_flag("--resume", o.resume,
@@ -74,6 +77,8 @@ std::vector<std::string> train_arguments(const TrainOptions& o) {
   number("--keep-last", o.keep_last, d.keep_last);
   flag("--resume", o.resume);
   flag("--overwrite", o.overwrite);
+  flag("--no-save", o.no_save);
+  flag("--timing-init", o.timing_init);
   flag("--activation-checkpointing", o.activation_checkpointing);
   number("--eval-every", o.eval_every, d.eval_every);
   number("--samples", o.num_samples, d.num_samples);

@@ -19,6 +19,7 @@
 #include "dscpp/comm/dist_env.h"
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/cuda.h"
+#include "dscpp/core/random_fill.h"
 #include "dscpp/checkpoint/universal.h"
 #include "dscpp/data/dataloader.h"
 #include "dscpp/data/shard.h"
@@ -301,7 +302,10 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
   mopts.tp_group = groups.model;  // Note [Tensor parallelism]: this rank's shard of the model
   mopts.sequence_parallel = cfg.dscpp.sequence_parallel;
   auto model = make_train_model(mcfg, cfg, groups, mopts);
-  if (!sharded_init) model->init_weights(cfg.seed);
+  // --timing-init: a step's time does not depend on the weights' values, but the model's init draws them one by one
+  // on the host (Note [Autotuning trial cost], cli/cmd_autotune.cpp); the device fills its buffer at once.
+  if (!sharded_init && o.timing_init) fill_normal(model->params().flat_params(), cfg.seed, 0, 0.0f, 0.02f);
+  else if (!sharded_init) model->init_weights(cfg.seed);
   if (!o.init_from.empty()) {
     // Every name, shape and dtype checked before the model changes; a pipeline stage and a tensor-parallel rank read
     // only their own parameters (the last stage the tied table's copy too), each rank its slices.

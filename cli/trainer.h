@@ -26,6 +26,7 @@ struct TrainOptions {
   int64_t save_every = 0;             // 0 = save at the end only
   std::string fault;                  // tests only: "crash", "hang" or "oom" at the first step (DSCPP_TRAIN_FAULT)
   bool no_save = false;               // write no checkpoint (a measurement run)
+  bool timing_init = false;           // weights from the device's random stream, not the model's init (timing runs)
   int keep_last = 2;                  // checkpoint tags to keep
   bool resume = false;                // continue from out_dir/checkpoints/latest (else its newest complete tag)
   bool overwrite = false;             // a new run into an out_dir holding checkpoints: delete them first

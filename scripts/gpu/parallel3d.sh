@@ -58,15 +58,18 @@ if want tp; then
   el tp
 fi
 if want sp; then
-  common="$shape --batch 4 --seq 2048 --steps 6 --warmup 2 --overlap --checkpointing ${P3D_TP_ARGS:-}"
-  { timeout 200 $launch ./build-gpu/bench/dp_bench $common --zero-stage 3
-    timeout 200 $launch ./build-gpu/bench/dp_bench $common --zero-stage 0 --tp 2
-    timeout 200 $launch ./build-gpu/bench/dp_bench $common --zero-stage 0 --tp 2 --sequence-parallel
-    [ "${P3D_SP_NOCKPT:-0}" = 1 ] && for f in "" --sequence-parallel; do
-      timeout 200 $launch ./build-gpu/bench/dp_bench ${common/--checkpointing/} --zero-stage 0 --tp 2 $f; done
-  } > "$OUT/sp_train.txt" 2>&1
+  # P3D_SP_RUNS: the layouts, '|'-separated dp_bench flags (default below); P3D_SP_NOCKPT=1 adds each without
+  # activation checkpointing.
+  common="$shape --batch 4 --seq 2048 --steps 6 --warmup 2 --overlap ${P3D_TP_ARGS:-}"
+  runs=${P3D_SP_RUNS:-"--zero-stage 3|--zero-stage 0 --tp 2|--zero-stage 0 --tp 2 --sequence-parallel"}
+  cks=(--checkpointing)
+  [ "${P3D_SP_NOCKPT:-0}" = 1 ] && cks+=("")
+  { for ck in "${cks[@]}"; do
+      IFS='|' read -ra layouts <<< "$runs"
+      for l in "${layouts[@]}"; do timeout 200 $launch ./build-gpu/bench/dp_bench $common $ck $l; done
+    done; } > "$OUT/sp_train.txt" 2>&1
   echo "sp bench rc=$?"
-  grep -E "RESULT|error|rank [0-9]:" "$OUT/sp_train.txt" | head -12
+  grep -E "RESULT|error|rank [0-9]:|killed" "$OUT/sp_train.txt" | head -16
   data="--data README.md docs/ARCHITECTURE.md docs/CONFIG.md docs/PERF.md"
   for sp in false true; do
     echo "{\"train_micro_batch_size_per_gpu\": 8, \"bf16\": {\"enabled\": true}, \"dscpp\": {\"sequence_parallel\": $sp},

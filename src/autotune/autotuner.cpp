@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <ostream>
+#include <set>
 
 #include "dscpp/autotune/micro_batch.h"
 #include "dscpp/autotune/space.h"
 #include "dscpp/autotune/tuner.h"
 #include "dscpp/runtime/config.h"
+#include "dscpp/runtime/parallel_estimate.h"
 #include "dscpp/runtime/training_memory.h"
 
 namespace dscpp::autotune {
@@ -17,11 +19,53 @@ const char* state_name(Record::State s) {
   switch (s) {
     case Record::State::ran: return "ran";
     case Record::State::pruned: return "pruned";
+    case Record::State::layout: return "pruned (layout)";
     case Record::State::duplicate: return "duplicate";
     case Record::State::invalid: return "invalid";
   }
   return "?";
 }
+
+int base_data_parallel_ranks(const json& user_config, int world) {
+  const UserSpace u = split_user_config(user_config);
+  const Choice first = first_choice(u);
+  if (const int dp = data_parallel_ranks(first, u.base, world)) return dp;
+  const int tp = layout_degree(first, u.base, "tensor_parallel.autotp_size");
+  const int pp = layout_degree(first, u.base, "pipeline.stages");
+  throw ConfigError(pp > 1 ? "pipeline.stages" : "tensor_parallel.autotp_size",
+                    "DeepSpeed config: tensor_parallel degree " + std::to_string(tp) + " x pipeline.stages " +
+                        std::to_string(pp) + " = " + std::to_string(tp * pp) + " does not divide the " +
+                        std::to_string(world) + " ranks of a trial: the ranks form tp x pp x dp");
+}
+
+namespace {
+
+// The peak per rank of a tp x pp layout: the most any pipeline stage's rank holds (Note [Pipeline memory estimate]).
+// ZeRO's gathered parameters and gradient windows are not in it; the memory reserve covers them.
+TrainingMemoryEstimate estimate_layout_memory(const ModelConfig& model, const DeepSpeedConfig& cfg, int64_t seq_len,
+                                              bool cuda) {
+  TrainingMemoryInputs in = training_memory_inputs(model, cfg, seq_len, cuda);
+  PipelineLayout lay;
+  lay.tp = cfg.tp_size(), lay.pp = cfg.pp_size(), lay.dp = cfg.dp_world_size;
+  lay.virtual_stages = int(cfg.dscpp.pipeline.virtual_stages);
+  lay.partition_method = cfg.pipeline.partition;
+  lay.micro_batches = cfg.gradient_accumulation_steps;
+  if (lay.pp > 1 && cfg.pipeline.activation_checkpoint_interval == 1)  // as initialize_pipeline: every block
+    in.workload.checkpoint = CheckpointPolicy(size_t(model.n_layer), true);
+  TrainingMemoryEstimate e;
+  const std::vector<StageMemory> stages = estimate_pipeline_memory(model, lay, in.workload, in.setup);
+  for (size_t s = 0; s < stages.size(); s++)
+    if (stages[s].peak_bytes() > e.peak_bytes) {
+      e.peak_bytes = stages[s].peak_bytes();
+      e.states = stages[s].states;
+      e.peak_at = "tp " + std::to_string(lay.tp) + " x pp " + std::to_string(lay.pp) + " x dp " +
+                  std::to_string(lay.dp) + (lay.pp > 1 ? ", pipeline stage " + std::to_string(s) : "") + ": " +
+                  stages[s].peak_at;
+    }
+  return e;
+}
+
+}  // namespace
 
 std::vector<size_t> ranked_trials(const AutotuneResult& r, const std::string& metric) {
   std::vector<size_t> idx;
@@ -39,46 +83,112 @@ struct Autotuner::Impl {
   int parallel;
   std::ostream& log;
   UserSpace user;
-  BatchRules rules;
+  BatchRules rules;  // the base layout's (the first point of the space)
   SpaceContext ctx;
   AutotuneResult res;
   std::map<std::string, size_t> seen;  // canonical config -> the record that ran (or was pruned) with it
 
   struct Planned {
     Experiment exp;
-    std::string canon;  // the resolved config, compact: equal for configs the engine runs alike
-    std::string error;  // the config's ConfigError, if any
+    std::string canon;   // the resolved config, compact: equal for configs the engine runs alike
+    std::string error;   // the config's ConfigError, if any
+    std::string layout;  // why the ranks cannot hold the choice's tp x pp layout (Note [Layouts]), if they cannot
   };
   struct Fit {
-    int64_t mbs = 0;    // the largest allowed micro-batch that fits; 0: none
-    std::string why;    // the numbers that bound it
-    std::string error;  // a ConfigError of the config itself
+    int64_t mbs = 0;     // the largest allowed micro-batch that fits; 0: none
+    std::string why;     // the numbers that bound it
+    std::string error;   // a ConfigError of the config itself
+    std::string layout;  // as Planned's
+  };
+  struct Layout {
+    int tp = 1, pp = 1, dp = 1;
+    BatchRules rules;     // the batch rules over its dp ranks
+    std::string problem;  // why the ranks cannot hold it ("": they can)
   };
 
   Impl(const AutotuneInputs& i, TrialRunner& r, int p, std::ostream& l)
       : in(i), runner(r), parallel(p), log(l), user(split_user_config(i.user_config)),
-        rules(batch_rules(i.user_config, i.at, i.world)), ctx{i.world, i.cuda, i.model.n_layer} {}
+        rules(batch_rules(i.user_config, i.at, base_data_parallel_ranks(i.user_config, i.world))),
+        ctx{i.world, i.cuda, i.model.n_layer} {}
 
   std::string gib(int64_t b) const { return bytes_text(b); }
+
+  // Note [Layouts]: the choice's tp x pp x dp and whether a trial's ranks can train the model so.
+  Layout layout_of(const Choice& c) const {
+    Layout L;
+    L.tp = layout_degree(c, user.base, "tensor_parallel.autotp_size");
+    L.pp = layout_degree(c, user.base, "pipeline.stages");
+    L.dp = data_parallel_ranks(c, user.base, in.world);
+    L.rules = rules;
+    const std::string tp = "tensor_parallel.autotp_size " + std::to_string(L.tp);
+    const std::string pp = "pipeline.stages " + std::to_string(L.pp);
+    const ModelConfig& m = in.model;
+    if (L.dp == 0) {
+      L.problem = tp + " x " + pp + " = " + std::to_string(L.tp * L.pp) + " does not divide the " +
+                  std::to_string(in.world) + " ranks of a trial (the ranks form tp x pp x dp)";
+      return L;
+    }
+    const json* v = find_path(user.base, "dscpp.pipeline.virtual_stages");
+    const int64_t chunks = L.pp * (v && v->is_number_integer() ? v->get<int64_t>() : 1);
+    if (chunks > m.n_layer) {
+      L.problem = pp + (chunks > L.pp ? " x dscpp.pipeline.virtual_stages " + std::to_string(chunks / L.pp) : "") +
+                  " exceeds the model's " + std::to_string(m.n_layer) + " layers: every pipeline stage needs one";
+      return L;
+    }
+    for (const auto& [what, n] : {std::pair<const char*, int64_t>{"attention heads", m.n_head},
+                                  {"KV heads", m.n_kv_head}, {"MLP width", m.n_ffn}})
+      if (n % L.tp != 0) {
+        L.problem = tp + " does not divide the model's " + std::to_string(n) + " " + what;
+        return L;
+      }
+    auto fh = c.find("dscpp.fused_head");
+    const json* fused = fh != c.end() ? &fh->second : find_path(user.base, "dscpp.fused_head");
+    if (L.tp > 1 && fused && *fused == true) {
+      L.problem = "dscpp.fused_head true with " + tp + ": the fused head does not split the vocabulary";
+      return L;
+    }
+    for (const char* off : {"zero_optimization.offload_optimizer.device", "zero_optimization.offload_param.device"}) {
+      auto it = c.find(off);
+      const json* d = it != c.end() ? &it->second : find_path(user.base, off);
+      if (L.tp * L.pp > 1 && d && d->is_string() && *d != "none") {  // Engine::init_model_parallel refuses it
+        L.problem = std::string(off) + " " + d->get<std::string>() + " with " + tp + " x " + pp +
+                    ": offload under tensor or pipeline parallelism is not supported yet";
+        return L;
+      }
+    }
+    try {
+      L.rules = batch_rules(in.user_config, in.at, L.dp);
+    } catch (const ConfigError& err) {
+      L.problem = tp + " x " + pp + " leaves " + std::to_string(L.dp) + " data-parallel rank(s): " + err.what();
+    }
+    return L;
+  }
 
   Planned plan(int stage, const Choice& c, int64_t m, const std::string& space,
                const std::vector<std::string>& tuned) const {
     Planned p;
     Experiment& e = p.exp;
+    const Layout L = layout_of(c);
     e.stage = stage;
     e.micro_batch = m;
-    e.gas = rules.gas_for(m);
+    e.gas = L.rules.gas_for(m);
     e.choice = c;
     e.space = space;
     e.name = experiment_name(stage, c, tuned, e.gas, m);
-    e.ds_config = make_config(user, stage, c, m, e.gas, in.world);
-    if (!rules.allowed(m)) {
-      p.error = "micro-batch " + std::to_string(m) + " is outside the batch rules (" + rules.describe() + ")";
+    e.ds_config = make_config(user, stage, c, m, e.gas, L.dp ? L.dp : in.world);
+    if (!L.problem.empty()) {
+      p.layout = L.problem;
+      return p;
+    }
+    if (!L.rules.allowed(m)) {
+      p.error = "micro-batch " + std::to_string(m) + " is outside the batch rules (" + L.rules.describe() + ")";
       return p;
     }
     try {
       const DeepSpeedConfig cfg = DeepSpeedConfig::parse(e.ds_config, in.world);
-      const TrainingMemoryEstimate est = estimate_training_memory(in.model, cfg, in.seq_len, in.cuda);
+      const TrainingMemoryEstimate est = cfg.tp_size() * cfg.pp_size() > 1
+                                             ? estimate_layout_memory(in.model, cfg, in.seq_len, in.cuda)
+                                             : estimate_training_memory(in.model, cfg, in.seq_len, in.cuda);
       e.predicted_peak = est.peak_bytes;
       e.peak_at = est.peak_at;
       p.canon = cfg.canonical_dump();
@@ -95,12 +205,17 @@ struct Autotuner::Impl {
 
   Fit fit(int stage, const Choice& c) const {
     Fit f;
+    const Layout L = layout_of(c);
+    if (!L.problem.empty()) {
+      f.layout = L.problem;
+      return f;
+    }
     auto fits = [&](int64_t m) {
       const Planned p = plan(stage, c, m, "", {});
       return p.error.empty() && p.exp.predicted_peak <= in.memory_limit;
     };
-    f.mbs = largest_fitting(rules, fits);
-    const std::vector<int64_t> allowed = rules.allowed_list();
+    f.mbs = largest_fitting(L.rules, fits);
+    const std::vector<int64_t> allowed = L.rules.allowed_list();
     if (f.mbs == 0) {
       const Planned p = plan(stage, c, allowed[0], "", {});
       if (!p.error.empty()) f.error = p.error;
@@ -134,7 +249,8 @@ struct Autotuner::Impl {
     std::map<std::string, size_t> pending;    // canonical config -> its batch position
     for (size_t i = 0; i < batch.size(); i++) {
       const Planned& p = batch[i];
-      if (!p.error.empty() || seen.count(p.canon) || pending.count(p.canon) || p.exp.predicted_peak > in.memory_limit)
+      if (!p.error.empty() || !p.layout.empty() || seen.count(p.canon) || pending.count(p.canon) ||
+          p.exp.predicted_peak > in.memory_limit)
         continue;
       pending[p.canon] = i;
       slot[i] = int(to_run.size());
@@ -146,7 +262,10 @@ struct Autotuner::Impl {
       const Planned& p = batch[i];
       Record r{p.exp, Record::State::ran, std::nullopt, ""};
       std::optional<size_t> same;
-      if (!p.error.empty()) {
+      if (!p.layout.empty()) {
+        r.state = Record::State::layout;
+        r.note = p.layout;
+      } else if (!p.error.empty()) {
         r.state = Record::State::invalid;
         r.note = p.error;
       } else if (slot[i] >= 0) {
@@ -234,7 +353,8 @@ struct Autotuner::Impl {
     std::vector<Planned> cands;
     std::vector<std::vector<double>> feats;
     std::map<std::string, bool> choices_done, canon_done;
-    int duplicates = 0, pruned = 0, invalid = 0, elsewhere = 0;
+    std::set<std::string> layouts_done;  // a layout the ranks cannot hold is that whatever the other keys
+    int duplicates = 0, pruned = 0, layouts = 0, invalid = 0, elsewhere = 0;
     const std::vector<Choice> choices = all_choices(dims);
     for (Choice c : choices) {
       std::vector<std::string> why;
@@ -248,15 +368,17 @@ struct Autotuner::Impl {
       }
       choices_done[json(c).dump()] = true;
       const Fit f = fit(stage, c);
-      if (!f.error.empty() || f.mbs == 0) {
-        const Planned p = plan(stage, c, rules.allowed_list()[0], space, tuned);
-        run({p});  // recorded as invalid or pruned, never launched
-        (f.error.empty() ? pruned : invalid)++;
+      const BatchRules& rules_c = layout_of(c).rules;
+      if (!f.layout.empty() && !layouts_done.insert(f.layout).second) continue;  // one record per layout and reason
+      if (!f.layout.empty() || !f.error.empty() || f.mbs == 0) {
+        const Planned p = plan(stage, c, rules_c.allowed_list()[0], space, tuned);
+        run({p});  // recorded as pruned or invalid, never launched
+        (!f.layout.empty() ? layouts : f.error.empty() ? pruned : invalid)++;
         continue;
       }
       const std::vector<int64_t> list = !user.micro_batches.empty()
                                             ? user.micro_batches
-                                            : tuning_micro_batch_sizes(rules, f.mbs, in.at.num_tuning_micro_batch_sizes);
+                                            : tuning_micro_batch_sizes(rules_c, f.mbs, in.at.num_tuning_micro_batch_sizes);
       for (int64_t m : list) {
         Planned p = plan(stage, c, m, space, tuned);
         if (p.error.empty() && p.exp.predicted_peak <= in.memory_limit && !seen.count(p.canon) &&
@@ -269,6 +391,7 @@ struct Autotuner::Impl {
         run({p});  // a duplicate of a trial that ran, pruned or invalid: recorded, not a tuner candidate
         duplicates += res.records.back().state == Record::State::duplicate;
         pruned += res.records.back().state == Record::State::pruned;
+        layouts += res.records.back().state == Record::State::layout;
         invalid += res.records.back().state == Record::State::invalid;
       }
     }
@@ -298,6 +421,7 @@ struct Autotuner::Impl {
       line += " (tuner_num_trials " + std::to_string(in.at.tuner_num_trials) + ")";
     if (duplicates) line += "; " + std::to_string(duplicates) + " equal to trials already run";
     if (pruned) line += "; " + std::to_string(pruned) + " pruned by memory";
+    if (layouts) line += "; " + std::to_string(layouts) + " pruned by layout";
     if (invalid) line += "; " + std::to_string(invalid) + " invalid configs";
     sr.notes.push_back(line);
   }
@@ -305,8 +429,7 @@ struct Autotuner::Impl {
   AutotuneResult tune() {
     const auto t0 = std::chrono::steady_clock::now();
     res.batch_rules = rules.describe();
-    Choice first;  // DeepSpeed's get_first_config: each listed key at its first value
-    for (const Dimension& d : user.lists) first[d.path] = d.values[0];
+    const Choice first = first_choice(user);
     int64_t prev_max_mbs = 0, prev_best_mbs = 0;
     double prev_best_score = 0;
     for (int stage : user.stages) {
@@ -323,9 +446,9 @@ struct Autotuner::Impl {
       } else {
         const Fit f = fit(stage, c);
         sr.largest_micro_batch = f.mbs;
-        if (!f.error.empty()) {
-          sr.status = "invalid";
-          sr.notes.push_back(f.error);
+        if (!f.layout.empty() || !f.error.empty()) {  // recorded as pruned by layout or invalid, never launched
+          sr.status = f.layout.empty() ? "invalid" : "pruned";
+          sr.notes.push_back(f.layout.empty() ? f.error : f.layout);
           run({plan(stage, c, rules.allowed_list()[0], "z" + std::to_string(stage), {})});
           res.stages.push_back(sr);
           continue;

@@ -53,7 +53,8 @@ BatchRules batch_rules(const nlohmann::json& user, const AutotuningConfig& at, i
   if (const auto tbs = positive_int(user, "train_batch_size")) {
     if (*tbs % world != 0)
       throw ConfigError("train_batch_size", "DeepSpeed config: train_batch_size = " + std::to_string(*tbs) +
-                        ": must be a multiple of the " + std::to_string(world) + " ranks of a trial");
+                        ": must be a multiple of the " + std::to_string(world) + " data-parallel ranks of a trial "
+                        "(its ranks over tensor_parallel.autotp_size x pipeline.stages)");
     r.per_rank = *tbs / world;
   } else if (const auto gas = positive_int(user, "gradient_accumulation_steps")) {
     r.gas = *gas;

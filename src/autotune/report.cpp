@@ -137,7 +137,7 @@ std::string format_ranked_table(const AutotuneResult& r, const AutotuneInputs& i
       o << "  " << rec.exp.name << ": " << outcome_name(rec.result->outcome) << ": " << rec.result->reason << "\n";
     }
   o << "Not launched: " << count_state(r, Record::State::pruned) << " pruned by memory, "
-    << count_state(r, Record::State::duplicate) << " equal to a trial already run, "
+    << count_state(r, Record::State::layout) << " pruned by layout, " << count_state(r, Record::State::duplicate) << " equal to a trial already run, "
     << count_state(r, Record::State::invalid) << " invalid; ";
   int merged = 0;
   for (const auto& [why, n] : r.collapsed) merged += n;
@@ -192,7 +192,8 @@ std::string format_html_report(const AutotuneResult& r, const AutotuneInputs& in
     << html_escape(r.batch_rules) << "<br>Metric: " << html_escape(metric_label(metric)) << "; tuner "
     << html_escape(in.at.tuner_type) << (in.at.fast ? ", fast mode (micro-batch per stage only)" : "")
     << "<br>Trials: " << r.trials_run << " run, " << r.trials_reused << " reused, "
-    << count_state(r, Record::State::pruned) << " pruned by memory, " << count_state(r, Record::State::duplicate)
+    << count_state(r, Record::State::pruned) << " pruned by memory, " << count_state(r, Record::State::layout)
+    << " pruned by layout, " << count_state(r, Record::State::duplicate)
     << " equal to a trial already run, " << count_state(r, Record::State::invalid) << " invalid; "
     << fmt("%.1f", r.seconds) << " s</p>\n";
   if (r.best) {

@@ -1,17 +1,27 @@
-// Note [Inert keys]: several keys of DeepSpeed's tuning spaces change nothing in our engine, and at one rank per
-// trial neither do the ZeRO stages: stages 1-3 partition over one rank, which is stage 0 (stage 1 when the optimizer
-// is offloaded, the one thing a stage adds there). Trials that differ only in such keys would time the same run
+// Note [Inert keys]: several keys of DeepSpeed's tuning spaces change nothing in our engine, and at one data-parallel
+// rank (one rank per trial, or a tp x pp layout that takes every rank) neither do the ZeRO stages: stages 1-3
+// partition over one rank, which is stage 0 (stage 1 when the optimizer is offloaded, stage 3 when the parameters
+// are: the one thing a stage adds there). Trials that differ only in such keys would time the same run
 // twice and rank noise. So every choice is first put in its canonical form: the stage the engine really runs, and
 // the keys that have no effect there removed (the base value then applies). Choices whose canonical configs are
 // equal are one trial; the report counts the rest, by key. The keys, and why (docs/CONFIG.md, zero_optimization):
 //   allgather_bucket_size, allgather_partitions   stages 1-3 all-gather whole blocks: always
 //   contiguous_gradients, reduce_scatter           gradients are reduce-scattered per block into a flat partition:
 //                                                  always
-//   reduce_bucket_size                             sizes stage 0's buckets only: stages 1-3, or one rank
-//   overlap_comm                                   nothing to overlap on one rank
-//   stage3_*                                       stage 3 at two ranks or more only
+//   reduce_bucket_size                             sizes stage 0's buckets only: stages 1-3, or one dp rank
+//   overlap_comm                                   nothing to overlap on one dp rank
+//   stage3_*                                       stage 3 at two dp ranks or more only
+//   offload_param.device                           stage 3 only
 //   dscpp.attention                                chooses among CUDA kernels: CPU runs
 // A key that starts to matter leaves this list.
+//
+// Note [Layouts]: with several ranks per trial, the default space holds the tensor-parallel degree
+// (tensor_parallel.autotp_size, what `dscpp train --tp` sets) and the pipeline stages (pipeline.stages, --pp) at
+// 1, 2, 4, ... up to the ranks of a trial, each crossed with the other keys; dp = ranks / (tp x pp) is the
+// data-parallel size the batch rules and ZeRO see. A layout the ranks cannot hold is pruned before the memory
+// estimate, with its reason (autotuner.cpp, layout_problem): tp x pp not dividing the ranks, more stages than the
+// model's layers, a tp that does not divide its heads, KV heads or MLP width, a train_batch_size the dp ranks do
+// not divide, the fused head or offload under tp or pp (the trainer and the engine refuse them).
 #include "dscpp/autotune/space.h"
 
 #include <algorithm>
@@ -23,7 +33,7 @@ namespace dscpp::autotune {
 
 namespace {
 
-enum class Kind { boolean, size, text, checkpoints };
+enum class Kind { boolean, size, text, checkpoints, degree };
 
 struct Tunable {
   const char* path;
@@ -45,7 +55,10 @@ const std::vector<Tunable>& tunables() {
       {"zero_optimization.stage3_param_persistence_threshold", Kind::size, {100000, 1000000}, 3, 3, false},
       {"zero_optimization.stage3_max_live_parameters", Kind::size, {}, 3, 3, false},
       {"zero_optimization.stage3_max_reuse_distance", Kind::size, {}, 3, 3, false},
-      {"zero_optimization.offload_optimizer.device", Kind::text, {"none", "cpu"}, 1, 3, true},
+      {"zero_optimization.offload_optimizer.device", Kind::text, {"none", "cpu", "nvme"}, 1, 3, true},
+      {"zero_optimization.offload_param.device", Kind::text, {"none", "cpu", "nvme"}, 3, 3, true},
+      {"tensor_parallel.autotp_size", Kind::degree, {"degrees"}, 0, 3, false},
+      {"pipeline.stages", Kind::degree, {"degrees"}, 0, 3, false},
       {"activation_checkpointing.number_checkpoints", Kind::checkpoints, {nullptr, "every"}, 0, 3, false},
       {"dscpp.fused_head", Kind::boolean, {false, true}, 0, 3, false},
       {"dscpp.attention", Kind::text, {"auto", "own"}, 0, 3, true},
@@ -66,12 +79,14 @@ void check_listed(const Tunable& t, const json& v) {
   const bool ok = t.kind == Kind::boolean     ? v.is_boolean()
                   : t.kind == Kind::text      ? v.is_string()
                   : t.kind == Kind::checkpoints ? (v.is_null() || v.is_number_integer())
+                  : t.kind == Kind::degree    ? v.is_number_integer() && v.get<int64_t>() >= 1
                                                 : v.is_number() && v.get<double>() >= 0;
   if (!ok)
     throw ConfigError(t.path, std::string("DeepSpeed config: ") + t.path + " = " + v.dump() +
                                   ": a listed value must be " +
                                   (t.kind == Kind::boolean ? "true or false" : t.kind == Kind::text ? "a string"
-                                   : t.kind == Kind::checkpoints ? "null or a block count" : "a number >= 0"));
+                                   : t.kind == Kind::checkpoints ? "null or a block count"
+                                   : t.kind == Kind::degree ? "a whole number >= 1" : "a number >= 0"));
 }
 
 json as_config_value(const json& v) {  // 5e8 written as a float is an integer size
@@ -117,6 +132,9 @@ std::string value_text(const json& v) {
 
 std::string initials(const std::string& path) {
   if (path == "zero_optimization.offload_optimizer.device") return "oo";  // DeepSpeed's offload prefix
+  if (path == "zero_optimization.offload_param.device") return "op";
+  if (path == "tensor_parallel.autotp_size") return "tp";
+  if (path == "pipeline.stages") return "pp";
   const std::string key = split(path).back();
   std::string s;
   for (size_t i = 0; i < key.size(); i++)
@@ -124,16 +142,29 @@ std::string initials(const std::string& path) {
   return s;
 }
 
-bool inert(const std::string& path, int stage, const SpaceContext& ctx) {
+// dp: the data-parallel ranks of the choice's layout, the ranks ZeRO partitions and reduces over.
+bool inert(const std::string& path, int stage, int dp, const SpaceContext& ctx) {
   const std::string key = split(path).back();
   if (key == "allgather_bucket_size" || key == "allgather_partitions" || key == "contiguous_gradients" ||
       key == "reduce_scatter")
     return true;
-  if (key == "reduce_bucket_size") return stage >= 1 || ctx.world == 1;
-  if (key == "overlap_comm") return ctx.world == 1;
-  if (key.rfind("stage3_", 0) == 0) return stage != 3 || ctx.world == 1;
+  if (key == "reduce_bucket_size") return stage >= 1 || dp == 1;
+  if (key == "overlap_comm") return dp == 1;
+  if (key.rfind("stage3_", 0) == 0) return stage != 3 || dp == 1;
+  if (path == "zero_optimization.offload_param.device") return stage != 3;
   if (path == "dscpp.attention") return !ctx.cuda;
   return false;
+}
+
+// A key's value in the choice, else in the base config (nullptr: neither sets it).
+const json* chosen(const Choice& c, const json& base, const std::string& path) {
+  auto it = c.find(path);
+  return it != c.end() ? &it->second : find_path(base, path);
+}
+
+bool offloaded(const Choice& c, const json& base, const std::string& path) {
+  const json* d = chosen(c, base, path);
+  return d && d->is_string() && *d != "none";
 }
 
 }  // namespace
@@ -210,10 +241,24 @@ std::vector<Dimension> stage_dimensions(int stage, const UserSpace& user, const 
       continue;
     }
     if (find_path(user.base, t.path) || t.defaults.empty()) continue;  // fixed by the user, or not in a default space
+    if (t.kind == Kind::degree && find_path(user.base, "tensor_parallel.tp.tp_size") &&
+        std::string(t.path) == "tensor_parallel.autotp_size")
+      continue;  // fixed by the user in the inference spelling
     if (stage < t.first_stage || stage > t.last_stage || (t.cuda_only && !ctx.cuda)) continue;
-    Dimension d{t.path, t.defaults, false};
-    for (auto& v : d.values)
-      if (v == "every") v = ctx.n_layer;  // activation checkpointing of every block
+    if (t.kind == Kind::degree && ctx.world == 1) continue;  // one rank holds one layout
+    Dimension d{t.path, {}, false};
+    for (const json& v : t.defaults) {
+      if (v == "every") {
+        d.values.push_back(ctx.n_layer);  // activation checkpointing of every block
+      } else if (v == "degrees") {
+        for (int k = 1; k <= ctx.world; k *= 2) d.values.push_back(k);  // Note [Layouts]
+      } else if (v == "nvme") {  // a swap folder is the user's to name: NVMe joins the space once it is given
+        const std::string path = t.path, dir = path.substr(0, path.rfind('.')) + ".nvme_path";
+        if (find_path(user.base, dir)) d.values.push_back(v);
+      } else {
+        d.values.push_back(v);
+      }
+    }
     dims.push_back(std::move(d));
   }
   return dims;
@@ -234,25 +279,46 @@ std::vector<Choice> all_choices(const std::vector<Dimension>& dims) {
   return out;
 }
 
+int layout_degree(const Choice& c, const json& base, const std::string& path) {
+  const json* v = chosen(c, base, path);
+  if (path == "tensor_parallel.autotp_size" && (!v || (v->is_number_integer() && *v == 0)))
+    v = find_path(base, "tensor_parallel.tp.tp_size");  // the inference spelling, when autotp_size is unset
+  return v && v->is_number_integer() && v->get<int64_t>() >= 1 ? int(v->get<int64_t>()) : 1;
+}
+
+int data_parallel_ranks(const Choice& c, const json& base, int world) {
+  const int mp = layout_degree(c, base, "tensor_parallel.autotp_size") * layout_degree(c, base, "pipeline.stages");
+  return world % mp == 0 ? world / mp : 0;
+}
+
+Choice first_choice(const UserSpace& user) {
+  Choice first;  // DeepSpeed's get_first_config: each listed key at its first value
+  for (const Dimension& d : user.lists) first[d.path] = d.values[0];
+  return first;
+}
+
 int canonical_choice(int stage, Choice& choice, const json& base, const SpaceContext& ctx,
                      std::vector<std::string>* why) {
   auto note = [&](const std::string& s) {
     if (why) why->push_back(s);
   };
-  const std::string offload_path = "zero_optimization.offload_optimizer.device";
-  auto off = choice.find(offload_path);
-  const json* fixed = find_path(base, offload_path);
-  const bool offloaded = off != choice.end() ? off->second == "cpu" : fixed && *fixed == "cpu";
+  const int dp_or_0 = data_parallel_ranks(choice, base, ctx.world);
+  const int dp = dp_or_0 ? dp_or_0 : ctx.world;  // a layout that does not divide is pruned later, with its reason
+  const bool opt_off = offloaded(choice, base, "zero_optimization.offload_optimizer.device");
+  const bool param_off = offloaded(choice, base, "zero_optimization.offload_param.device");
   int eff = stage;
-  if (ctx.world == 1 && stage >= 1 && !(offloaded && stage == 1)) {
-    eff = offloaded ? 1 : 0;
-    note("one rank: ZeRO stage " + std::to_string(stage) + " partitions nothing, it runs as stage " +
-         std::to_string(eff));
+  // One data-parallel rank partitions nothing: stage 0, or what offload needs (1: the optimizer, 3: the parameters).
+  if (dp == 1 && stage >= 1 && !(stage == 3 && param_off) && !(opt_off && stage == 1)) {
+    eff = opt_off ? 1 : 0;
+    note((ctx.world == 1 ? std::string("one rank") : "one data-parallel rank (tp x pp = " + std::to_string(ctx.world) +
+                                                          " ranks)") +
+         ": ZeRO stage " + std::to_string(stage) + " partitions nothing, it runs as stage " + std::to_string(eff));
   }
   for (auto it = choice.begin(); it != choice.end();) {
-    const bool no_offload_at_0 = it->first == offload_path && eff == 0;
-    if (inert(it->first, eff, ctx) || no_offload_at_0) {
-      note(it->first + ": no effect at stage " + std::to_string(eff) + (ctx.world == 1 ? " on one rank" : "") +
+    const bool no_offload_at_0 = it->first == "zero_optimization.offload_optimizer.device" && eff == 0;
+    if (inert(it->first, eff, dp, ctx) || no_offload_at_0) {
+      note(it->first + ": no effect at stage " + std::to_string(eff) +
+           (dp == 1 ? ctx.world == 1 ? " on one rank" : " on one data-parallel rank" : "") +
            (ctx.cuda ? "" : " on the CPU"));
       it = choice.erase(it);
     } else {
@@ -262,13 +328,13 @@ int canonical_choice(int stage, Choice& choice, const json& base, const SpaceCon
   return eff;
 }
 
-json make_config(const UserSpace& user, int stage, const Choice& choice, int64_t mbs, int64_t gas, int world) {
+json make_config(const UserSpace& user, int stage, const Choice& choice, int64_t mbs, int64_t gas, int dp) {
   json c = user.base;
   set_path(c, "zero_optimization.stage", stage);
   for (const auto& [path, v] : choice) set_path(c, path, v);
   c["train_micro_batch_size_per_gpu"] = mbs;
   c["gradient_accumulation_steps"] = gas;
-  c["train_batch_size"] = mbs * gas * world;
+  c["train_batch_size"] = mbs * gas * dp;
   return c;
 }
 

@@ -268,12 +268,12 @@ SeqInfo Decoder::seq_for(const Tensor& tokens) {
 
 Tensor Decoder::on_device(const Tensor& t) const { return t.device() == device_ ? t : t.to(device_); }
 
-Tensor Decoder::embed(const Tensor& ids, const SeqInfo& s) {
+Tensor Decoder::embed(const Tensor& ids, const SeqInfo& s, const TensorParallel& tp) {
   const int64_t N = s.N(), C = cfg_.n_embd;
-  Tensor x = Tensor::empty({tp_.rows(N), C}, act_, device_);
+  Tensor x = Tensor::empty({tp.rows(N), C}, act_, device_);
   // Note [Tensor parallelism]: a rank's lookups of its vocabulary rows are partial sums; each row's position is
   // added once, by the rank that owns the row's sum.
-  tp_.reduce_rows(x, N, [&](const Tensor& dst, int64_t r0, int64_t n, bool own) {
+  tp.reduce_rows(x, N, [&](const Tensor& dst, int64_t r0, int64_t n, bool own) {
     m_.wte.forward(params_, dst, ids.slice(r0, n));
     if (own && m_.wpe.defined()) {
       Tensor p = Tensor::empty({n, C}, act_, device_);
@@ -371,7 +371,7 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
   if (ch.embed) {
     DSCPP_PROFILE_RANGE("model.embeddings");
     UnitUse use(*this, {kEmbedUnit}, F);
-    x_[0] = embed(ids_, seq_);
+    x_[0] = embed(ids_, seq_, tp_);
   } else {  // Note [Pipeline stage]: the previous chunk's output
     DSCPP_CHECK(input_.defined() && input_.shape() == Shape({rows, C}), "pipeline stage: forward of layers [",
                 layers_.chunks[size_t(chunk_)].first, ", ...) needs an input hidden state [", rows, ", ", C,
@@ -583,14 +583,18 @@ Tensor Decoder::logits(const Tensor& tokens) {
   SeqInfo s = seq_for(tokens);
   const int64_t N = s.N(), C = cfg_.n_embd, V = cfg_.vocab_size;
   const UnitPass F = UnitPass::forward;
+  // Note [Sequence parallelism]: rows that do not split evenly (a prompt in generation) run without it.
+  TensorParallel tp = tp_;
+  tp.sequence = tp_.split_rows() && N % tp_.size == 0;
   Tensor x;
   {
     UnitUse use(*this, {kEmbedUnit}, F);
-    x = embed(on_device(tokens).view({N}), s);
+    x = embed(on_device(tokens).view({N}), s, tp);
   }
   for (size_t l = 0; l < m_.blocks.size(); l++) {
     UnitUse use(*this, {block_unit(int64_t(l))}, F);
     Block b = m_.blocks[l];  // a copy, so a pending forward's saved activations survive
+    b.attn.tp = b.mlp.tp = tp;
     Tensor y = Tensor::empty(x.shape(), act_, device_);
     b.forward(params_, y, x, s, false);
     x = y;
@@ -599,12 +603,12 @@ Tensor Decoder::logits(const Tensor& tokens) {
   Tensor out = Tensor::empty({s.B, s.T, V}, act_, device_);
   {
     UnitUse use(*this, head_units(), F);
-    m_.norm_f.forward(params_, xf.narrow0(tp_.first_row(N), tp_.rows(N)), x);
+    m_.norm_f.forward(params_, xf.narrow0(tp.first_row(N), tp.rows(N)), x);
     x = Tensor();
     const Tensor W = params_.param(m_.lm_head_id);
-    if (tp_.on()) {  // each rank's columns, gathered
+    if (tp.on()) {  // each rank's columns, gathered
       Tensor part = Tensor::empty({N, W.size(0)}, act_, device_);
-      tp_.gather_rows(xf, [&](int64_t r0, int64_t n) {
+      tp.gather_rows(xf, [&](int64_t r0, int64_t n) {
         ops::matmul_forward(part.narrow0(r0, n), xf.narrow0(r0, n), W, Tensor());
       });
       gather_vocab_columns(*tp_.group, part, Tensor::empty({tp_.size * part.numel()}, act_, device_),

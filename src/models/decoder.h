@@ -108,7 +108,7 @@ class Decoder final : public Model, public PipelineStage {
   void declare_stage(const StageLayers& layers);  // m_, chunks_ and stream_ for the layers held
   void fused_head_forward(const Tensor& losses, float scale);  // Note [Fused head]
   SeqInfo seq_for(const Tensor& tokens);
-  Tensor embed(const Tensor& ids, const SeqInfo& s);
+  Tensor embed(const Tensor& ids, const SeqInfo& s, const TensorParallel& tp);
   Tensor on_device(const Tensor& t) const;  // t, copied to the model's device when it lives elsewhere
   void release();
   // How init_weights fills the flat buffer: each range draws N(0, std) from Philox stream `stream` (std > 0) or

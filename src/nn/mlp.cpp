@@ -24,7 +24,8 @@ void Mlp::forward(const ParamSet& ps, const Tensor& out, const Tensor& inp, cons
   act_ = Tensor::empty({N, ffn}, inp.dtype(), dev);
   tp.gather_rows(inp, [&](int64_t r0, int64_t n) { up_rows(ps, inp, r0, n); });
   tp.reduce_rows(out, N, [&](const Tensor& dst, int64_t r0, int64_t n, bool own) {
-    down.forward(ps, dst, act_.narrow0(r0, n), own ? residual : Tensor(), own);
+    const Tensor res = own && residual.defined() ? residual.narrow0(r0 - tp.first_row(N), n) : Tensor();
+    down.forward(ps, dst, act_.narrow0(r0, n), res, own);
   });
 }
 

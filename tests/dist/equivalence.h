@@ -156,7 +156,8 @@ inline std::string config_json(const DistCase& c) {
     j << R"(, "activation_checkpointing": {"number_checkpoints": )" << model_config(c).n_layer << "}";
   if (!c.comm.empty()) j << R"(, "communication_data_type": ")" << c.comm << '"';
   j << R"(, "dscpp": {"fused_head": )" << (c.fused_head ? "true" : "false") << R"(, "sequence_parallel": )"
-    << (c.sequence_parallel ? "true" : "false") << R"(, "copy_engine": {"enabled": )"
+    << (c.sequence_parallel ? "true" : "false")
+    << R"(, "copy_engine": {"enabled": )"
     << (c.copy_engine ? "true" : "false");
   if (c.arena_mib) j << R"(, "arena_mib": )" << *c.arena_mib;
   j << R"(}, "offload": {"delayed_update": )" << (c.delayed_update ? "true" : "false");

@@ -1,8 +1,9 @@
 // `dscpp autotune` end to end on CPU ranks and a 2-layer model: real trials (each a `dscpp train` child process)
 // through the grid and the model-based tuner with early stopping, DeepSpeed's result folders, reuse of finished
 // trials, a trial that crashes, one that hangs past its timeout and one out of memory (Note [Trial faults]), pruning
-// by the memory estimate with nothing launched, the report and the best config, `--run`, and
-// `dscpp launch --autotuning tune` over 2 CPU ranks per trial.
+// by the memory estimate with nothing launched, the report and the best config, `--run`,
+// `dscpp launch --autotuning tune` over 2 CPU ranks per trial, and tp x pp layouts on them (run, and pruned with
+// their reasons).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -273,6 +274,81 @@ TEST_F(Autotune, LaunchAutotuningOverTwoCpuRanksPerTrial) {
     EXPECT_NE(read_text(results("launch") / n / "cmd.txt").find(" launch --nproc 2 --master_port 0 "),
               std::string::npos);
   }
+}
+
+TEST_F(Autotune, TensorAndPipelineLayoutsOnTwoCpuRanks) {
+  if (!dscpp::gloo_available()) GTEST_SKIP() << "CPU ranks need Gloo, not in this build";
+  // 2 Gloo ranks per trial, a global batch of 3, layouts tp {1, 2} x pp {2, 1, 4} (pp 2 first: the micro-batch
+  // search's layout). tp 1 x pp 2 and tp 2 x pp 1 leave one data-parallel rank and run; tp 1 x pp 1 leaves 2, which
+  // do not divide 3; tp 2 x pp 2 and pp 4 do not divide 2 ranks. The 4 are pruned with their reasons, never launched.
+  auto write = [&](const std::string& name, bool overwrite) {
+    const fs::path dir = ws_->dir / "layouts";
+    return ws_->write(name + ".json", R"({"train_batch_size": 3, "train_micro_batch_size_per_gpu": [1, 3],
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}, "dscpp": {"fused_head": false},
+        "zero_optimization": {"stage": 0, "reduce_bucket_size": 5e8, "overlap_comm": true},
+        "activation_checkpointing": {"number_checkpoints": null},
+        "pipeline": {"stages": [2, 1, 4]}, "tensor_parallel": {"autotp_size": [1, 2]},
+        "autotuning": {"enabled": true, "fast": false, "tuner_type": "gridsearch", "tuner_early_stopping": 0,
+                       "overwrite": )" + std::string(overwrite ? "true" : "false") + R"(, "results_dir": ")" +
+                                      (dir / "results").string() + R"(", "exps_dir": ")" + (dir / "exps").string() +
+                                      R"("}})");
+  };
+  int rc = 0;
+  std::string out = autotune("--nproc 2", write("layouts", true), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const fs::path dir = ws_->dir / "layouts" / "results";
+  EXPECT_EQ(trials(dir), (std::set<std::string>{"z0_gas3_tmbspg1", "z0_gas1_tmbspg3", "z0_pp1_tp2_gas3_tmbspg1",
+                                                "z0_pp1_tp2_gas1_tmbspg3"})) << out;
+  EXPECT_NE(out.find("Not launched: 0 pruned by memory, 4 pruned by layout"), std::string::npos) << out;
+  const std::string html = read_text(dir / "autotuning_report.html");
+  for (const char* why : {"tensor_parallel.autotp_size 2 x pipeline.stages 2 = 4 does not divide the 2 ranks of a trial",
+                          "tensor_parallel.autotp_size 1 x pipeline.stages 4 = 4 does not divide the 2 ranks",
+                          "tensor_parallel.autotp_size 2 x pipeline.stages 4 = 8 does not divide the 2 ranks",
+                          "tensor_parallel.autotp_size 1 x pipeline.stages 1 leaves 2 data-parallel rank(s): "
+                          "DeepSpeed config: train_batch_size = 3: must be a multiple of the 2 data-parallel ranks"})
+    EXPECT_NE(html.find(why), std::string::npos) << why;
+  // Each trial ran with its layout: the flags on its command line, the engine's metrics, the pipeline's log line.
+  int64_t lo = INT64_MAX, hi = 0;
+  for (const auto& n : trials(dir)) {
+    const bool tp = n.find("tp2") != std::string::npos;
+    const json m = load(dir / n / "metrics.json"), exp = load(dir / n / "exp.json");
+    EXPECT_EQ(m["tp"], tp ? 2 : 1) << n;
+    EXPECT_EQ(m["pp"], tp ? 1 : 2) << n;
+    EXPECT_EQ(m["dp"], 1) << n;
+    const std::string cmd = read_text(dir / n / "cmd.txt");
+    EXPECT_NE(cmd.find(tp ? " --tp 2" : " --pp 2"), std::string::npos) << cmd;
+    EXPECT_EQ(cmd.find(tp ? "--pp" : "--tp"), std::string::npos) << cmd;
+    EXPECT_NE(cmd.find(" --no-save --timing-init"), std::string::npos) << cmd;  // Note [Autotuning trial cost]
+    EXPECT_EQ(read_text(dir / n / "stdout.log").find("pipeline: 2 stages") != std::string::npos, !tp) << n;
+    EXPECT_EQ(load(dir / n / "ds_config.json")["train_batch_size"], 3) << n;
+    lo = std::min(lo, exp["predicted_peak_bytes"].get<int64_t>());
+    hi = std::max(hi, exp["predicted_peak_bytes"].get<int64_t>());
+  }
+  // Again, reusing those trials, under a limit between the smallest and the largest predicted peak: what fits is
+  // read back, what does not is pruned by memory, and nothing runs.
+  ASSERT_LT(lo, hi);
+  const double limit = double(lo + hi) / 2;
+  out = autotune("--nproc 2 --memory_limit_gib " + std::to_string(limit / double(int64_t(1) << 30)),
+                 write("layouts_again", false), &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("Not launched: (\\d+) pruned by memory, 4 pruned by layout"))) << out;
+  EXPECT_GE(std::stoi(m[1].str()), 1) << out;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("Trials: 0 run, (\\d+) reused"))) << out;
+  EXPECT_GE(std::stoi(m[1].str()), 1) << out;
+  for (const auto& n : trials(dir))
+    if (out.find("trial " + n + ": ok (reused") != std::string::npos)
+      EXPECT_LE(load(dir / n / "exp.json")["predicted_peak_bytes"].get<double>(), limit) << n;
+
+  // --pp on the train arguments fixes the layout; 2 stages of a 1-layer model is none the ranks can train.
+  const std::string one = ws_->write("one_layer.json", R"({"model_type": "gpt2", "n_layer": 1, "n_head": 2,
+      "n_embd": 32, "n_inner": 64, "vocab_size": 300, "n_positions": 32, "layer_norm_epsilon": 1e-5})");
+  out = dscpp::test::run_command(dscpp_binary() + " autotune --nproc 2" + ws_->train_args("out", one) + " --pp 2" +
+                                     " --config " + config("one", R"({})", R"("zero_optimization": {"stage": 0}, )"),
+                                 &rc);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("stage 0: pruned; pipeline.stages 2 exceeds the model's 1 layers"), std::string::npos) << out;
+  EXPECT_TRUE(trials(results("one")).empty()) << out;
 }
 
 TEST_F(Autotune, ConfigErrorsNameTheKey) {

@@ -150,6 +150,9 @@ TEST(AutotuningMetrics, WrittenAtEndProfileStepAndTheRunEnds) {
   EXPECT_NEAR(m.at("tokens_per_second").get<double>(), 32 * 1000.0 / latency, 1e-6 * 32 * 1000.0 / latency);
   EXPECT_GT(m.at("peak_memory_bytes").get<int64_t>(), 0);
   EXPECT_EQ(m.at("profile_steps").get<int64_t>(), 2);
+  EXPECT_EQ(m.at("tp"), 1);  // the layout that ran (tp x pp trials: tests/e2e/test_autotune_e2e.cpp)
+  EXPECT_EQ(m.at("pp"), 1);
+  EXPECT_EQ(m.at("dp"), 1);
   fs::remove_all(dir);
 }
 
@@ -218,7 +221,62 @@ TEST(AutotuneSpace, StageSpacesHoldDeepSpeedsKeysAndOurs) {
   });
   ASSERT_NE(ac, d0.end());
   EXPECT_EQ(ac->values, (std::vector<json>{nullptr, 6}));  // off, every block
-  EXPECT_EQ(all_choices(d0).size(), 3u * 2 * 2);  // reduce_bucket_size x overlap_comm x checkpointing
+  // reduce_bucket_size x overlap_comm x checkpointing x the layouts of 2 ranks (tp {1, 2} x pp {1, 2})
+  EXPECT_EQ(all_choices(d0).size(), 3u * 2 * 2 * 2 * 2);
+  for (const char* k : {"tensor_parallel.autotp_size", "pipeline.stages"}) {
+    auto d = std::find_if(d0.begin(), d0.end(), [&](const Dimension& x) { return x.path == k; });
+    ASSERT_NE(d, d0.end()) << k;
+    EXPECT_EQ(d->values, (std::vector<json>{1, 2})) << k;
+  }
+  for (const auto& d : stage_dimensions(0, u, SpaceContext{1, false, 6}))  // one rank holds one layout
+    EXPECT_TRUE(d.path != "tensor_parallel.autotp_size" && d.path != "pipeline.stages") << d.path;
+  auto values = [](const std::vector<Dimension>& dims, const std::string& path) {
+    for (const auto& d : dims)
+      if (d.path == path) return d.values;
+    return std::vector<json>{};
+  };
+  EXPECT_EQ(values(stage_dimensions(3, u, SpaceContext{4, true, 4}), "tensor_parallel.autotp_size"),
+            (std::vector<json>{1, 2, 4}));
+  // Parameter offload at stage 3 only, on CUDA; NVMe joins a device's values once its nvme_path is given.
+  const std::string param = "zero_optimization.offload_param.device", opt = "zero_optimization.offload_optimizer.device";
+  EXPECT_EQ(values(stage_dimensions(3, u, SpaceContext{2, true, 4}), param), (std::vector<json>{"none", "cpu"}));
+  EXPECT_TRUE(values(stage_dimensions(2, u, SpaceContext{2, true, 4}), param).empty());
+  EXPECT_TRUE(values(stage_dimensions(3, u, SpaceContext{2, false, 4}), param).empty());
+  const UserSpace nvme = split_user_config(json::parse(R"({"zero_optimization": {"offload_optimizer":
+      {"nvme_path": "/local_nvme"}, "offload_param": {"nvme_path": "/local_nvme"}}})"));
+  const std::vector<Dimension> nv = stage_dimensions(3, nvme, SpaceContext{2, true, 4});
+  EXPECT_EQ(values(nv, opt), (std::vector<json>{"none", "cpu", "nvme"}));
+  EXPECT_EQ(values(nv, param), (std::vector<json>{"none", "cpu", "nvme"}));
+  // A degree the user lists is checked as one.
+  try {
+    split_user_config(json::parse(R"({"pipeline": {"stages": [1, 0]}})"));
+    ADD_FAILURE() << "no error for pipeline.stages [1, 0]";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key, "pipeline.stages");
+    EXPECT_NE(std::string(e.what()).find("a whole number >= 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AutotuneSpace, LayoutsLeaveTheDataParallelRanks) {
+  const json base = json::parse(R"({"pipeline": {"stages": 2}})");
+  EXPECT_EQ(data_parallel_ranks({}, base, 4), 2);
+  EXPECT_EQ(data_parallel_ranks({{"tensor_parallel.autotp_size", 2}}, base, 4), 1);
+  EXPECT_EQ(data_parallel_ranks({{"pipeline.stages", 4}}, base, 2), 0);  // 4 does not divide 2
+  EXPECT_EQ(layout_degree({}, json::parse(R"({"tensor_parallel": {"tp": {"tp_size": 2}}})"),
+                          "tensor_parallel.autotp_size"), 2);  // the inference spelling
+  EXPECT_EQ(base_data_parallel_ranks(json::parse(R"({"pipeline": {"stages": [2, 1]}})"), 4), 2);  // the first
+  try {
+    base_data_parallel_ranks(json::parse(R"({"tensor_parallel": {"autotp_size": 3}})"), 4);
+    ADD_FAILURE() << "no error for tp 3 of 4 ranks";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key, "tensor_parallel.autotp_size");
+    EXPECT_NE(std::string(e.what()).find("= 3 does not divide the 4 ranks of a trial"), std::string::npos) << e.what();
+  }
+  // The global batch splits over dp: 2 ranks at tp 2 hold one replica.
+  UserSpace u = split_user_config(json::parse(R"({"train_batch_size": 6})"));
+  EXPECT_EQ(make_config(u, 0, {{"tensor_parallel.autotp_size", 2}}, 3, 2, 1)["train_batch_size"], 6);
+  EXPECT_EQ(batch_rules(json::parse(R"({"train_batch_size": 6})"), AutotuningConfig{}, 1).allowed_list(),
+            (std::vector<int64_t>{1, 2, 3, 6}));
 }
 
 TEST(AutotuneSpace, InertKeysAndOneRankCollapse) {
@@ -239,6 +297,27 @@ TEST(AutotuneSpace, InertKeysAndOneRankCollapse) {
   Choice fixed;
   EXPECT_EQ(canonical_choice(1, fixed, json::parse(R"({"zero_optimization": {"offload_optimizer": {"device": "cpu"}}})"),
                              ctx(1, true)), 1);
+  Choice nvme = {{"zero_optimization.offload_optimizer.device", "nvme"}};
+  EXPECT_EQ(canonical_choice(3, nvme, json::object(), ctx(1, true)), 1);  // NVMe is an offload too
+
+  // Parameter offload is what stage 3 adds on one data-parallel rank; below stage 3 it has no effect.
+  Choice param = {{"zero_optimization.offload_param.device", "cpu"}, {"zero_optimization.overlap_comm", true}};
+  EXPECT_EQ(canonical_choice(3, param, json::object(), ctx(1, true)), 3);
+  EXPECT_EQ(param, (Choice{{"zero_optimization.offload_param.device", "cpu"}}));  // overlap_comm: one rank
+  Choice param2 = {{"zero_optimization.offload_param.device", "cpu"}};
+  EXPECT_EQ(canonical_choice(2, param2, json::object(), ctx(2, true)), 2);
+  EXPECT_TRUE(param2.empty());
+
+  // A tp x pp layout that takes every rank leaves one data-parallel rank: ZeRO partitions nothing there either.
+  Choice tp = {{"tensor_parallel.autotp_size", 2}, {"zero_optimization.overlap_comm", true}};
+  why.clear();
+  EXPECT_EQ(canonical_choice(2, tp, json::object(), ctx(2), &why), 0);
+  EXPECT_EQ(tp, (Choice{{"tensor_parallel.autotp_size", 2}}));
+  EXPECT_NE(why[0].find("one data-parallel rank (tp x pp = 2 ranks): ZeRO stage 2 partitions nothing"),
+            std::string::npos) << why[0];
+  Choice pp = {{"pipeline.stages", 2}, {"zero_optimization.overlap_comm", true}};
+  EXPECT_EQ(canonical_choice(1, pp, json::object(), ctx(4)), 1);  // 2 data-parallel ranks: partitioned
+  EXPECT_EQ(pp.size(), 2u);
 }
 
 TEST(AutotuneSpace, NamesAndConfigsAreDeepSpeeds) {
@@ -250,6 +329,11 @@ TEST(AutotuneSpace, NamesAndConfigsAreDeepSpeeds) {
                                           "activation_checkpointing.number_checkpoints",
                                           "zero_optimization.offload_optimizer.device", "dscpp.fused_head"};
   EXPECT_EQ(experiment_name(2, c, tuned, 1, 8), "z2_ncNone_oocpu_ocT_rbs5.0e+07_gas1_tmbspg8");
+  EXPECT_EQ(experiment_name(3, {{"tensor_parallel.autotp_size", 2}, {"pipeline.stages", 1},
+                                {"zero_optimization.offload_param.device", "cpu"}},
+                            {"tensor_parallel.autotp_size", "pipeline.stages", "zero_optimization.offload_param.device"},
+                            4, 1),
+            "z3_pp1_tp2_opcpu_gas4_tmbspg1");
   UserSpace u = split_user_config(json::parse(R"({"optimizer": {"type": "AdamW"}, "train_batch_size": 64,
       "activation_checkpointing": {"number_checkpoints": 2}})"));
   const json cfg = make_config(u, 2, c, 8, 2, 4);

@@ -148,15 +148,6 @@ TEST(TensorParallel, SequenceParallelTrainsLikeOneProcessGpt2) {
   }));
 }
 
-TEST(TensorParallel, SequenceParallelTrainsLikeOneProcessLlamaFp16PathNoCheckpointing) {
-  tp_only(test::dist_case(2, 0, "llama", [](DistCase& c) {
-    c.gas = 2;
-    c.precision = "fp16";
-    c.checkpointing = false;
-    c.sequence_parallel = true;
-  }));
-}
-
 TEST(TensorParallel, TwoRanksTrainLikeOneProcessLlamaFp16Path) {
   tp_only(test::dist_case(2, 0, "llama", [](DistCase& c) {
     c.gas = 2;
@@ -199,17 +190,21 @@ TEST(TensorParallel, GatheredLogitsAreTheOneProcessLogits) {
       auto whole = make_model(cfg);
       sharded->init_weights(3);
       whole->init_weights(3);
-      Tensor tokens = Tensor::empty({2, 8}, DType::i32);
-      for (int64_t i = 0; i < tokens.numel(); i++) tokens.data<int32_t>()[i] = int32_t((i * 37 + 5) % cfg.vocab_size);
-      const Tensor got = sharded->logits(tokens), want = whole->logits(tokens);
-      ASSERT_EQ(got.shape(), want.shape());
-      double worst = 0, scale = 0;
-      for (int64_t i = 0; i < got.numel(); i++) {
-        worst = std::max(worst, double(std::fabs(got.data<float>()[i] - want.data<float>()[i])));
-        scale = std::max(scale, double(std::fabs(want.data<float>()[i])));
+      // 15 tokens do not split over 2 ranks: sequence parallelism steps aside for them.
+      for (const Shape& shape : {Shape{2, 8}, Shape{3, 5}}) {
+        Tensor tokens = Tensor::empty(shape, DType::i32);
+        for (int64_t i = 0; i < tokens.numel(); i++)
+          tokens.data<int32_t>()[i] = int32_t((i * 37 + 5) % cfg.vocab_size);
+        const Tensor got = sharded->logits(tokens), want = whole->logits(tokens);
+        ASSERT_EQ(got.shape(), want.shape());
+        double worst = 0, scale = 0;
+        for (int64_t i = 0; i < got.numel(); i++) {
+          worst = std::max(worst, double(std::fabs(got.data<float>()[i] - want.data<float>()[i])));
+          scale = std::max(scale, double(std::fabs(want.data<float>()[i])));
+        }
+        EXPECT_LE(worst, 1e-5 * scale) << arch << " " << shape_str(shape);
+        EXPECT_GT(scale, 0.0) << arch;
       }
-      EXPECT_LE(worst, 1e-5 * scale) << arch;
-      EXPECT_GT(scale, 0.0) << arch;
       test::leave_together(*pg);
     }));
   }

@@ -10,7 +10,8 @@
 //     space (space.h) crossed with each choice's own micro-batch list, through the tuner (tuner.h), at most
 //     tuner_num_trials trials, stopping early after tuner_early_stopping trials without a better one.
 // Every candidate is put in canonical form (Note [Inert keys]) and estimated before it runs: one whose canonical
-// config already ran is not run again, one that does not fit is never launched; both are counted in the report.
+// config already ran is not run again, one that does not fit is never launched, nor one whose tp x pp layout the
+// trial's ranks cannot hold (Note [Layouts], src/autotune/space.cpp); each is counted in the report with its reason.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -39,11 +40,11 @@ struct AutotuneInputs {
 };
 
 struct Record {                 // every candidate considered, in the order considered
-  enum class State { ran, pruned, duplicate, invalid };
+  enum class State { ran, pruned, layout, duplicate, invalid };  // pruned: by memory; layout: Note [Layouts]
   Experiment exp;
   State state = State::ran;
   std::optional<TrialResult> result;  // ran
-  std::string note;             // pruned: the memory numbers; duplicate: the experiment it equals; invalid: why
+  std::string note;             // pruned: the memory numbers; layout, invalid: why; duplicate: the experiment it equals
 };
 const char* state_name(Record::State s);
 
@@ -79,6 +80,10 @@ class Autotuner {
   int parallel_;
   std::ostream& log_;
 };
+
+// The data-parallel ranks of the space's first point (the base layout, of the micro-batch search): a trial's ranks
+// over its tp x pp. Throws ConfigError naming the key when tp x pp does not divide them.
+int base_data_parallel_ranks(const json& user_config, int world);
 
 // The ranking: successful trials, best first by the metric (latency: lowest).
 std::vector<size_t> ranked_trials(const AutotuneResult& r, const std::string& metric);

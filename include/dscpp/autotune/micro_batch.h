@@ -34,6 +34,7 @@ struct BatchRules {
 };
 // Throws ConfigError naming the key when the config's batch keys leave no micro-batch (train_batch_size not a
 // multiple of the world size, bounds that cross).
+// world: the data-parallel ranks of a trial (its ranks over tp x pp), over which the global batch is split.
 BatchRules batch_rules(const nlohmann::json& user_config, const AutotuningConfig& at, int world);
 
 // The largest allowed micro-batch that fits (fits() is monotone: a larger micro-batch never needs less memory),

@@ -12,7 +12,10 @@
 //   allgather_partitions             {true, false}    stage 3 (DS)
 //   stage3_prefetch_bucket_size      {5e7, 5e8}       stage 3
 //   stage3_param_persistence_threshold {1e5, 1e6}     stage 3
-//   offload_optimizer.device         {none, cpu}      stages 1-3, CUDA runs
+//   offload_optimizer.device         {none, cpu}      stages 1-3, CUDA runs; nvme too with offload_optimizer.nvme_path
+//   offload_param.device             {none, cpu}      stage 3, CUDA runs; nvme too with offload_param.nvme_path
+//   tensor_parallel.autotp_size      {1, 2, 4, ..}    up to the ranks of a trial (Note [Layouts], space.cpp)
+//   pipeline.stages                  {1, 2, 4, ..}    up to the ranks of a trial
 //   activation_checkpointing.number_checkpoints {off, every block}
 //   dscpp.fused_head                 {false, true}
 //   dscpp.attention                  {auto, own}      CUDA runs
@@ -49,20 +52,29 @@ struct SpaceContext {
   int64_t n_layer = 1;        // "every block" for activation checkpointing
 };
 
+// The first point of the user's space: each listed key at its first value (DeepSpeed's get_first_config).
+Choice first_choice(const UserSpace& user);
+
+// The tp x pp layout of a choice over the base (tensor_parallel.autotp_size, else tensor_parallel.tp.tp_size;
+// pipeline.stages; 1 when unset) and the data-parallel ranks it leaves of `world`: 0 when tp x pp does not divide it.
+int layout_degree(const Choice& c, const json& base, const std::string& path);
+int data_parallel_ranks(const Choice& c, const json& base, int world);
+
 // The keys stage `stage` tunes (fast mode tunes none: only the micro-batch), in a fixed order.
 std::vector<Dimension> stage_dimensions(int stage, const UserSpace& user, const SpaceContext& ctx);
 
 // Every combination of the dimensions' values, in grid order (the last dimension varies fastest).
 std::vector<Choice> all_choices(const std::vector<Dimension>& dims);
 
-// Note [Inert keys]: the stage our engine runs a choice at (at one rank ZeRO partitions nothing: stage 0, or 1 with
-// offload, the choice's or the base's), with the keys that change nothing there removed from the choice. *why gets
+// Note [Inert keys]: the stage our engine runs a choice at (at one data-parallel rank ZeRO partitions nothing: stage
+// 0, or 1 with optimizer offload, 3 with parameter offload, the choice's or the base's), with the keys that change nothing there removed from the choice. *why gets
 // one line per change.
 int canonical_choice(int stage, Choice& choice, const json& base, const SpaceContext& ctx,
                      std::vector<std::string>* why = nullptr);
 
-// The trial's config: the base with stage, choice and batch sizes set (train_batch_size = mbs x gas x world).
-json make_config(const UserSpace& user, int stage, const Choice& choice, int64_t mbs, int64_t gas, int world);
+// The trial's config: the base with stage, choice and batch sizes set (train_batch_size = mbs x gas x dp, the
+// data-parallel ranks of the choice's layout).
+json make_config(const UserSpace& user, int stage, const Choice& choice, int64_t mbs, int64_t gas, int dp);
 
 // DeepSpeed's experiment names: z{stage}_gas{g}_tmbspg{mbs}, with the tuned keys' abbreviations and values between
 // (canonical_name: the initials of the key's words, numbers > 9000 as 5.0e+07, booleans T/F, null None); `tuned`:

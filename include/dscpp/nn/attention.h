@@ -39,6 +39,10 @@ struct CausalSelfAttention {
   // right before the qkv projection's backward GEMMs and dropped after them (Block: its norm1 output).
   void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const MakeInput& make_inp,
                 const SeqInfo& s);
+  // The same with the input kept by the caller (copied in).
+  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp, const SeqInfo& s) {
+    backward(ps, dinp, dout, [&](const Tensor& dst) { Tensor(dst).copy_from(inp); }, s);
+  }
   void release();
 
  private:

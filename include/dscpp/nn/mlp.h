@@ -27,6 +27,10 @@ struct Mlp {
   using MakeInput = std::function<void(const Tensor& dst)>;  // as CausalSelfAttention's (Block: its norm2 output)
   // dinp[tp.rows(N), C] (=) from dout[tp.rows(N), C]; parameter gradients (+=).
   void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const MakeInput& make_inp);
+  // The same with the input kept by the caller (copied in).
+  void backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
+    backward(ps, dinp, dout, [&](const Tensor& dst) { Tensor(dst).copy_from(inp); });
+  }
   void release();
 
  private:

@@ -37,7 +37,8 @@
 //   this rank's own rows are made (with their bias and residual) straight into the output; `beside` (a weight
 //   gradient's GEMM in backward) runs there too; the received partials are added last.
 // Without sequence parallelism the same two calls run the whole consumer and an all-reduce (beside the same work),
-// so the layers have one code path for both.
+// so the layers have one code path for both. (Sending the output in parts as they are made measured slower on 2
+// H100s: docs/PERF.md, "Sequence parallelism".)
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -80,7 +81,8 @@ struct TensorParallel {
   // consume(0, N), full being whole already.
   void gather_rows(const Tensor& full, const RowWork& consume) const;
   // product(dst, r0, n, own): rows [r0, r0 + n) of this rank's partial product (of every row's N) into dst [n, X];
-  // `own` says that the rows are summed into this rank's output (add their bias / residual there: once per row).
+  // `own` says that the rows are summed into this rank's output (add their bias / residual there: once per row);
+  // they are then rows [r0 - first_row(N), + n) of that output.
   using RowProduct = std::function<void(const Tensor& dst, int64_t r0, int64_t n, bool own)>;
   // out[rows(N), X] (=) the sum over the ranks of their partial products of this rank's rows. beside() runs while
   // the partials travel. Without sequence parallelism: product(out, 0, N, rank == 0), beside(), all-reduced.

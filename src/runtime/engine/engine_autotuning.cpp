@@ -4,9 +4,10 @@
 //   latency        milliseconds per optimizer step (DeepSpeed: the mean forward + backward + step time x gas)
 //   throughput     samples per second: train_batch_size * 1000 / latency (over every rank)
 //   FLOPS_per_gpu  model FLOPs per second of one rank: FLOPs per token (ModelConfig::train_flops_per_token, no
-//                  recomputation counted) x this rank's tokens per step / latency
-// and, of ours, tokens_per_second (over every rank), peak_memory_bytes (this rank's allocator high-water mark since
-// the trainer's reset, to set beside the memory estimate) and profile_steps. The time is the wall clock between
+//                  recomputation counted) x this rank's tokens per step / latency, over the tp x pp ranks that
+//                  share a replica's work
+// and, of ours, tokens_per_second (over every rank), peak_memory_bytes (the writing rank's allocator high-water mark since
+// the trainer's reset, to set beside the memory estimate), profile_steps, and the layout that ran (tp, pp, dp). The time is the wall clock between
 // device synchronisations at the two boundaries, so it covers everything the loop does in between (data included):
 // DeepSpeed's sum of its own timers misses that, and its README says its throughput reads higher than end to end.
 // DeepSpeed then calls exit(); library code never exits (only main does), so the engine sets autotuning_finished()
@@ -54,12 +55,17 @@ void Engine::autotuning_after_step() {
   nlohmann::json m = {
       {"latency", latency_ms},
       {"throughput", double(cfg_.train_batch_size) * 1000.0 / latency_ms},
-      {"FLOPS_per_gpu", model_->config().train_flops_per_token(autotune_seq_) * tokens_per_step * 1000.0 / latency_ms},
+      {"FLOPS_per_gpu", model_->config().train_flops_per_token(autotune_seq_) * tokens_per_step * 1000.0 / latency_ms /
+                            double(cfg_.tp_size() * cfg_.pp_size())},
       {"tokens_per_second", tokens_per_step * double(dp_world_size()) * 1000.0 / latency_ms},
       {"peak_memory_bytes", allocator_for(dev).stats().peak_bytes},
-      {"profile_steps", steps}};
+      {"profile_steps", steps},
+      {"tp", cfg_.tp_size()},
+      {"pp", cfg_.pp_size()},
+      {"dp", dp_world_size()}};
   autotune_done_ = true;
-  if (dp_rank() != 0) return;
+  // One writer: the first rank of the first replica (its tp and pp peers hold the same file name).
+  if (dp_rank() != 0 || (mp_ && mp_->rank() != 0)) return;
   if (a.metric_path) write_metrics(*a.metric_path, m);
   else std::cout << "autotuning metrics: " << m.dump() << std::endl;
 }
