@@ -13,7 +13,8 @@
 #            the estimator's per-stage peaks
 #   train    dscpp train --tp 2 on the built-in corpus (NCCL), saving at steps 30 and 60; the step-30 tag resumed on
 #            one GPU (resharded as read) to step 60, its losses beside the uninterrupted tensor-parallel run's; then
-#            dscpp train --pp 2 (the pipeline engine under the trainer) for the same steps
+#            dscpp train --pp 2 (the pipeline engine under the trainer) from the TP run's exported weights, with
+#            the flops profiler, beside one GPU from the same weights
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
 default_steps=(build ops tp sp pp train)
@@ -117,10 +118,21 @@ if want train; then
   grep -E "resumed|step +(40|50|60)/|error" "$OUT/one_dscpp_train.txt" | tail -4
   echo "the same steps of the uninterrupted --tp 2 run:"
   grep -E "step +(40|50|60)/" "$OUT/tp_dscpp_train.txt" | tail -3
-  timeout 200 $launch ./build-gpu/dscpp train --device cuda --pp 2 --no-save --steps 60 --out "$OUT/pp_run" $data \
-    > "$OUT/pp_dscpp_train.txt" 2>&1
-  echo "dscpp train --pp 2 rc=$?"
-  grep -E "pipeline|step +(40|50|60)/|val loss|error" "$OUT/pp_dscpp_train.txt" | tail -5
-  rm -rf "$OUT/tp_run" "$OUT/one_run" "$OUT/pp_run"
+  # The pipeline run starts from the TP run's weights (exported to a Hugging Face folder), each stage reading its
+  # own tensors, with the flops profiler at step 5; its first validation loss beside one GPU's from the same folder.
+  ./build-gpu/dscpp ckpt export "$OUT/tp_run/checkpoints" -o "$OUT/tp_hf" > "$OUT/export.txt" 2>&1
+  echo "ckpt export rc=$?"
+  echo '{"train_micro_batch_size_per_gpu": 8, "gradient_accumulation_steps": 4, "bf16": {"enabled": true},
+    "flops_profiler": {"enabled": true, "profile_step": 5}, "optimizer": {"type": "AdamW", "params": {"lr": 6e-4}}}' \
+    > "$OUT/ds_pp.json"
+  timeout 200 $launch ./build-gpu/dscpp train --device cuda --pp 2 --no-save --steps 20 --out "$OUT/pp_run" \
+    --config "$OUT/ds_pp.json" --init-from "$OUT/tp_hf" $data > "$OUT/pp_dscpp_train.txt" 2>&1
+  echo "dscpp train --pp 2 --init-from (the TP run's step-60 weights) rc=$?"
+  grep -E "pipeline|predicted|FLOPS per|MFU|step +(10|20)/|val loss|error" "$OUT/pp_dscpp_train.txt" | head -12
+  timeout 200 ./build-gpu/dscpp train --device cuda --no-save --steps 20 --out "$OUT/one_init" \
+    --config "$OUT/ds_pp.json" --init-from "$OUT/tp_hf" $data > "$OUT/one_init_train.txt" 2>&1
+  echo "dscpp train (1 GPU) --init-from the same folder rc=$?"
+  grep -E "step +(10|20)/|val loss|error" "$OUT/one_init_train.txt" | head -4
+  rm -rf "$OUT/tp_run" "$OUT/one_run" "$OUT/pp_run" "$OUT/one_init" "$OUT/tp_hf"
   el train
 fi
