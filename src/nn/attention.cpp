@@ -1,6 +1,5 @@
 #include "dscpp/nn/attention.h"
 
-#include "dscpp/comm/process_group.h"
 #include "dscpp/kernels/ops.h"
 
 namespace dscpp {
@@ -35,17 +34,7 @@ void CausalSelfAttention::backward(const ParamSet& ps, const Tensor& dinp, const
   ops::attention_backward(dqkv, datt, qkv_out_, att_, lse_, s.B, s.T, H, Hkv, D, backend);
   datt = Tensor();
   if (rope) ops::rope_backward(dqkv, s.pos, H, Hkv, D, rope_params);
-  // The input lives for the qkv GEMMs only: its other rows are gathered while the input gradient's are made.
-  Tensor inp = Tensor::empty({N, dinp.size(1)}, dout.dtype(), dout.device());
-  make_inp(inp.narrow0(tp.first_row(N), tp.rows(N)));
-  WorkPtr gathered = tp.start_gather(inp);
-  tp.reduce_rows(
-      dinp, N,
-      [&](const Tensor& dst, int64_t r0, int64_t n, bool) { qkv.backward_input(ps, dst, dqkv.narrow0(r0, n)); },
-      [&] {
-        if (gathered) gathered->wait();
-        qkv.backward_weight(ps, dqkv, inp);
-      });
+  qkv.backward_rebuilt(ps, tp, dinp, dqkv, make_inp);  // the input lives for the qkv GEMMs only
 }
 
 void CausalSelfAttention::release() {

@@ -1,5 +1,6 @@
 #include "dscpp/nn/linear.h"
 
+#include "dscpp/comm/process_group.h"
 #include "dscpp/kernels/ops.h"
 
 namespace dscpp {
@@ -58,6 +59,21 @@ void Linear::backward_input(const ParamSet& ps, const Tensor& dinp, const Tensor
 
 void Linear::backward_weight(const ParamSet& ps, const Tensor& dout, const Tensor& inp) const {
   ops::matmul_backward(Tensor(), weight_grad(ps), bias_grad(ps), dout, inp, weight(ps));
+}
+
+void Linear::backward_rebuilt(const ParamSet& ps, const TensorParallel& tp, const Tensor& dinp, const Tensor& dout,
+                              const std::function<void(const Tensor& dst)>& make_inp) const {
+  const int64_t N = dout.size(0);
+  Tensor inp = Tensor::empty({N, in}, dout.dtype(), dout.device());
+  make_inp(inp.narrow0(tp.first_row(N), tp.rows(N)));
+  WorkPtr gathered = tp.start_gather(inp);
+  tp.reduce_rows(
+      dinp, N,
+      [&](const Tensor& dst, int64_t r0, int64_t n, bool) { backward_input(ps, dst, dout.narrow0(r0, n)); },
+      [&] {
+        if (gathered) gathered->wait();
+        backward_weight(ps, dout, inp);
+      });
 }
 
 }  // namespace dscpp

@@ -1,6 +1,5 @@
 #include "dscpp/nn/mlp.h"
 
-#include "dscpp/comm/process_group.h"
 #include "dscpp/kernels/ops.h"
 
 namespace dscpp {
@@ -50,18 +49,7 @@ void Mlp::backward(const ParamSet& ps, const Tensor& dinp, const Tensor& dout, c
     }
     down.backward_weight(ps, d, act_);
   }
-  // The input lives for the up projection's GEMMs only: its other rows are gathered while the input gradient's are
-  // made (Note [Sequence-parallel overlap]).
-  Tensor inp = Tensor::empty({N, dinp.size(1)}, dout.dtype(), dout.device());
-  make_inp(inp.narrow0(tp.first_row(N), tp.rows(N)));
-  WorkPtr gathered = tp.start_gather(inp);
-  tp.reduce_rows(
-      dinp, N,
-      [&](const Tensor& dst, int64_t r0, int64_t n, bool) { up.backward_input(ps, dst, dpre.narrow0(r0, n)); },
-      [&] {
-        if (gathered) gathered->wait();
-        up.backward_weight(ps, dpre, inp);
-      });
+  up.backward_rebuilt(ps, tp, dinp, dpre, make_inp);  // the input lives for the up projection's GEMMs only
 }
 
 void Mlp::release() {

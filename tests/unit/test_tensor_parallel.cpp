@@ -77,6 +77,39 @@ void tp_only(const DistCase& c) {
   }, std::chrono::seconds(120)));
 }
 
+// One forward and backward of a fresh tensor-parallel model (checkpointing every block) on fixed [B, T] tokens.
+struct OneStep {
+  float loss = 0;
+  std::vector<float> grads;
+  int64_t live = 0;  // activation bytes forward left
+};
+OneStep one_step(ProcessGroup& pg, const ModelConfig& cfg, int64_t B, int64_t T, bool sequence, bool partition) {
+  Tensor tokens = Tensor::empty({B, T}, DType::i32), targets = Tensor::empty({B, T}, DType::i32);
+  for (int64_t i = 0; i < B * T; i++) {
+    tokens.data<int32_t>()[i] = int32_t((i * 37 + 5) % cfg.vocab_size);
+    targets.data<int32_t>()[i] = int32_t((i * 11 + 3) % cfg.vocab_size);
+  }
+  ModelOptions mo;
+  mo.tp_group = &pg;
+  mo.sequence_parallel = sequence;
+  auto m = make_model(cfg, mo);
+  m->init_weights(5);
+  m->set_checkpoint_policy(CheckpointPolicy(size_t(cfg.n_layer), true));
+  m->set_partition_activations(partition);
+  OneStep r;
+  auto live = [] { return cpu_allocator().stats().category_current[size_t(MemoryCategory::activations)]; };
+  pg.barrier()->wait();  // a finished Gloo op releases its tensors on the worker thread: before each reading
+  const int64_t before = live();
+  Loss loss = m->forward(tokens, targets);
+  pg.barrier()->wait();
+  r.live = live() - before;
+  r.loss = loss.value();
+  m->backward(1.0f);
+  const Tensor& g = m->params().flat_grads();
+  r.grads.assign(g.data<float>(), g.data<float>() + g.numel());
+  return r;
+}
+
 }  // namespace
 
 TEST(TensorParallel, ShardRunsMapLocalElementsToTheFullTensor) {
@@ -237,37 +270,7 @@ TEST(TensorParallel, PartitionedActivationsKeepEachRanksRowsOnly) {
       auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
       const ModelConfig cfg = test_fixtures::tiny_model_config(arch);
       const int64_t B = 3, T = 5, N = B * T;  // 15 rows: the last rank's part has a padding row
-      Tensor tokens = Tensor::empty({B, T}, DType::i32), targets = Tensor::empty({B, T}, DType::i32);
-      for (int64_t i = 0; i < N; i++) {
-        tokens.data<int32_t>()[i] = int32_t((i * 37 + 5) % cfg.vocab_size);
-        targets.data<int32_t>()[i] = int32_t((i * 11 + 3) % cfg.vocab_size);
-      }
-      struct Result {
-        float loss = 0;
-        std::vector<float> grads;
-        int64_t live = 0;  // activation bytes forward left
-      };
-      auto run = [&](bool partition) {
-        ModelOptions mo;
-        mo.tp_group = pg.get();
-        auto m = make_model(cfg, mo);
-        m->init_weights(5);
-        m->set_checkpoint_policy(CheckpointPolicy(size_t(cfg.n_layer), true));
-        m->set_partition_activations(partition);
-        Result r;
-        auto live = [] { return cpu_allocator().stats().category_current[size_t(MemoryCategory::activations)]; };
-        pg->barrier()->wait();  // a finished Gloo op releases its tensors on the worker thread: before each reading
-        const int64_t before = live();
-        Loss loss = m->forward(tokens, targets);
-        pg->barrier()->wait();
-        r.live = live() - before;
-        r.loss = loss.value();
-        m->backward(1.0f);
-        const Tensor& g = m->params().flat_grads();
-        r.grads.assign(g.data<float>(), g.data<float>() + g.numel());
-        return r;
-      };
-      const Result whole = run(false), parted = run(true);
+      const OneStep whole = one_step(*pg, cfg, B, T, false, false), parted = one_step(*pg, cfg, B, T, false, true);
       EXPECT_EQ(parted.loss, whole.loss) << arch;
       EXPECT_EQ(parted.grads, whole.grads) << arch;
       const int64_t rows = (N + 1) / 2;  // each rank keeps 8 of the 15 rows of each of the n_layer inputs
@@ -286,37 +289,7 @@ TEST(TensorParallel, SequenceParallelKeepsEachRanksRowsOnly) {
       auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, kTimeout);
       const ModelConfig cfg = test_fixtures::tiny_model_config(arch);
       const int64_t B = 2, T = 5, N = B * T, n = N / 2;
-      Tensor tokens = Tensor::empty({B, T}, DType::i32), targets = Tensor::empty({B, T}, DType::i32);
-      for (int64_t i = 0; i < N; i++) {
-        tokens.data<int32_t>()[i] = int32_t((i * 37 + 5) % cfg.vocab_size);
-        targets.data<int32_t>()[i] = int32_t((i * 11 + 3) % cfg.vocab_size);
-      }
-      struct Result {
-        float loss = 0;
-        std::vector<float> grads;
-        int64_t live = 0;  // activation bytes forward left
-      };
-      auto run = [&](bool sequence) {
-        ModelOptions mo;
-        mo.tp_group = pg.get();
-        mo.sequence_parallel = sequence;
-        auto m = make_model(cfg, mo);
-        m->init_weights(5);
-        m->set_checkpoint_policy(CheckpointPolicy(size_t(cfg.n_layer), true));
-        Result r;
-        auto live = [] { return cpu_allocator().stats().category_current[size_t(MemoryCategory::activations)]; };
-        pg->barrier()->wait();  // a finished Gloo op releases its tensors on the worker thread: before each reading
-        const int64_t before = live();
-        Loss loss = m->forward(tokens, targets);
-        pg->barrier()->wait();
-        r.live = live() - before;
-        r.loss = loss.value();
-        m->backward(1.0f);
-        const Tensor& g = m->params().flat_grads();
-        r.grads.assign(g.data<float>(), g.data<float>() + g.numel());
-        return r;
-      };
-      const Result whole = run(false), split = run(true);
+      const OneStep whole = one_step(*pg, cfg, B, T, false, false), split = one_step(*pg, cfg, B, T, true, false);
       EXPECT_NEAR(split.loss, whole.loss, 1e-6 * std::fabs(whole.loss)) << arch;
       ASSERT_EQ(split.grads.size(), whole.grads.size());
       double worst = 0, scale = 0;

@@ -2,11 +2,13 @@
 // members stored back to back (q/k/v, gate/up), so one GEMM computes all of them. The layer holds only parameter
 // ids; it fetches views from the ParamSet at call time and keeps no state (the caller keeps `inp` for backward).
 #pragma once
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "dscpp/nn/params.h"
+#include "dscpp/nn/tensor_parallel.h"
 
 namespace dscpp {
 
@@ -37,6 +39,12 @@ struct Linear {
   // dinp[N,C] (=) = dout W, and dW += dout^T inp, db += sum_n dout.
   void backward_input(const ParamSet& ps, const Tensor& dinp, const Tensor& dout) const;
   void backward_weight(const ParamSet& ps, const Tensor& dout, const Tensor& inp) const;
+  // backward of a tensor-parallel first projection (q/k/v, up) whose input the caller rebuilds instead of keeping:
+  // make_inp writes the rows this rank holds (tp.first_row, tp.rows of dout's N rows) into its argument; the other
+  // rows are gathered beside the input gradient's GEMM, and the input is dropped after the weight's GEMM.
+  // dinp[tp.rows(N), C] (=) the input gradient summed over the ranks (Note [Sequence-parallel overlap]).
+  void backward_rebuilt(const ParamSet& ps, const TensorParallel& tp, const Tensor& dinp, const Tensor& dout,
+                        const std::function<void(const Tensor& dst)>& make_inp) const;
 };
 
 }  // namespace dscpp
