@@ -45,6 +45,9 @@ void add_train_options(CLI::App* app, TrainOptions& o) {
   app->add_option("--trace", o.trace, "Write a Chrome trace (ui.perfetto.dev) of the step "
                   "flops_profiler.profile_step (default 1, counted from 0) to this file");
   app->add_option("--tp", o.tp, "Tensor-parallel degree (overrides tensor_parallel.autotp_size)")->check(whole(1, 4096));
+  app->add_flag("--sequence-parallel", o.sequence_parallel,
+                "With tensor parallelism, split the residual stream by rows over its ranks (sets "
+                "dscpp.sequence_parallel)");
   app->add_option("--pp", o.pp, "Pipeline stages (overrides pipeline.stages)")->check(whole(1, 4096));
   app->add_option("--device", o.device, "cpu or cuda")->capture_default_str()->check(CLI::IsMember({"cpu", "cuda"}));
 }
@@ -85,6 +88,7 @@ std::vector<std::string> train_arguments(const TrainOptions& o) {
   number("--seed", int64_t(o.seed), int64_t(d.seed));
   text("--trace", o.trace, d.trace);
   number("--tp", o.tp, d.tp);
+  flag("--sequence-parallel", o.sequence_parallel);
   number("--pp", o.pp, d.pp);
   text("--device", o.device, d.device);
   return a;

@@ -15,6 +15,11 @@ void apply_parallel_flags(nlohmann::json& j, const TrainOptions& o) {
     for (const char* sub : {"tp", "tensor_parallel"})
       if (tp.contains(sub) && tp[sub].is_object()) tp[sub].erase("tp_size");
   }
+  if (o.sequence_parallel) {
+    auto& d = j["dscpp"];
+    if (!d.is_object()) d = nlohmann::json::object();
+    d["sequence_parallel"] = true;
+  }
   if (o.pp > 0) {
     auto& p = j["pipeline"];
     if (!p.is_object()) p = nlohmann::json::object();

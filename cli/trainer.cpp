@@ -426,6 +426,9 @@ TrainResult run_training(const TrainOptions& o, std::ostream& log) {
     if (mopts.device.is_cuda())
       log << ", of the GPU's " << fmt_bytes(cuda_device_memory(mopts.device.index));
     log << std::endl;
+    if (mopts.sequence_parallel && cfg.tp_size() > 1)
+      log << "sequence parallelism: the residual stream split by rows over the " << cfg.tp_size() << " tensor-parallel "
+          << "ranks (dscpp.sequence_parallel; the prediction above does not model it: an upper bound)" << std::endl;
     if (mopts.device.is_cuda() && highest > cuda_device_memory(mopts.device.index))
       log << "warning: the predicted peak does not fit this GPU: expect out of memory. Lower "
              "train_micro_batch_size_per_gpu, raise zero_optimization.stage, or set "

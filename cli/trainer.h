@@ -40,6 +40,7 @@ struct TrainOptions {
   std::string device = "cpu";         // "cpu" or "cuda" (bf16/fp16 from the config need cuda)
   int tp = 0;                          // tensor-parallel degree; 0 = the config's (tensor_parallel.autotp_size)
   int pp = 0;                          // pipeline stages; 0 = the config's (pipeline.stages)
+  bool sequence_parallel = false;      // sets dscpp.sequence_parallel (Note [Sequence parallelism])
   std::string trace;                  // Chrome trace of the flops_profiler.profile_step step ("" = none)
 };
 

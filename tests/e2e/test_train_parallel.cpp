@@ -234,13 +234,17 @@ TEST(TrainParallelCli, LaunchedTpAndPpSaveForOneProcessAndTrainLikeIt) {
   const std::vector<double> want = printed_losses(out);
   ASSERT_EQ(want.size(), 4u) << out;
   for (const auto& [name, flags] : std::vector<std::pair<std::string, std::string>>{
-           {"tp2run", "--tp 2"}, {"pp2run", "--pp 2"}, {"tp2pp2run", "--tp 2 --pp 2"}}) {
+           {"tp2run", "--tp 2"}, {"tp2sprun", "--tp 2 --sequence-parallel"}, {"pp2run", "--pp 2"},
+           {"tp2pp2run", "--tp 2 --pp 2"}}) {
     const int n = name == "tp2pp2run" ? 4 : 2;
     out = launch(n, name, flags + run, &rc, 2);
     EXPECT_EQ(rc, 0) << out;
     expect_parts(out, {"step     2/2 | loss", "val loss"});
-    if (name != "tp2run") expect_parts(out, {"pipeline: 2 stages, partition parameters, 2 micro-batches per step"});
-    expect_parts(out, {predicted_line(ws.model, name == "pp2run" ? 1 : 2, name == "tp2run" ? 1 : 2, config, out).c_str()});
+    const bool tp_only = name == "tp2run" || name == "tp2sprun";
+    EXPECT_EQ(out.find("sequence parallelism: the residual stream split") != std::string::npos, name == "tp2sprun")
+        << out;
+    if (!tp_only) expect_parts(out, {"pipeline: 2 stages, partition parameters, 2 micro-batches per step"});
+    expect_parts(out, {predicted_line(ws.model, name == "pp2run" ? 1 : 2, tp_only ? 1 : 2, config, out).c_str()});
     EXPECT_LT(predicted_mib(out), predicted_mib(one)) << name << ": a rank holds part of the model";
     const std::vector<double> got = printed_losses(out);
     ASSERT_EQ(got.size(), want.size()) << name << ":\n" << out;
