@@ -7,8 +7,9 @@
 # Usage: bash bench/run_autotune_bench.sh [--build DIR] [--models "llama-1b gpt2-medium"] [--gpus "1 2"]
 #          [--early 3] [--timeout 120] [--reserve 3] [--cpu]
 #   --gpus: GPUs per trial (each count is its own space, below); --early: the model-based run's
-#   tuner_early_stopping (3: with DeepSpeed's 5 it runs at least the 2 micro-batch-search trials + 6 = 8 of the 24,
-#   33%, so the <= 25% target could not be met whatever the cost model learns); --timeout: seconds per trial;
+#   tuner_early_stopping (3: the cost model starts from the 2 micro-batch-search trials and must beat their best, so
+#   a run whose tuner finds nothing better stops after 2 + 3 = 5 of the 24, 21%; with DeepSpeed's 5, 7 of 24, 29%,
+#   over the <= 25% target whatever the cost model learns); --timeout: seconds per trial;
 #   --reserve: GiB of each GPU the estimate may not use;
 #   --cpu: a smoke run of the script itself on CPU ranks (f32, B = 4, 32-token sequences; e.g. --models llama-tiny).
 # The stated spaces (ds_configs with lists: docs/CONFIG.md, "autotuning"), bf16, AdamW, clipping 1.0, 1024-token

@@ -328,8 +328,7 @@ struct Autotuner::Impl {
     return best_in(space);
   }
 
-  std::vector<double> features(const Planned& p, const std::vector<Dimension>& dims) const {
-    const Experiment& e = p.exp;
+  std::vector<double> features(const Experiment& e, const std::vector<Dimension>& dims) const {
     std::vector<double> f = {double(e.stage), std::log2(double(e.micro_batch)), std::log2(double(e.gas)),
                              double(e.predicted_peak) / double(std::max<int64_t>(1, in.memory_limit))};
     for (const Dimension& d : dims) {
@@ -384,7 +383,7 @@ struct Autotuner::Impl {
         if (p.error.empty() && p.exp.predicted_peak <= in.memory_limit && !seen.count(p.canon) &&
             !canon_done.count(p.canon)) {
           canon_done[p.canon] = true;
-          feats.push_back(features(p, dims));
+          feats.push_back(features(p.exp, dims));
           cands.push_back(std::move(p));
           continue;
         }
@@ -405,12 +404,26 @@ struct Autotuner::Impl {
     log << "stage " << stage << ": space of " << (keys.empty() ? "no key" : keys) << ": " << cands.size()
         << " candidates for the " << in.at.tuner_type << " tuner" << std::endl;
     std::unique_ptr<Tuner> tuner = make_tuner(in.at.tuner_type, feats, in.seed);
-    const TuneStats st = autotune::tune(*tuner, size_t(std::max(1, parallel)), size_t(in.at.tuner_num_trials),
-                              size_t(in.at.tuner_early_stopping), [&](const std::vector<size_t>& idx) {
-                                std::vector<Planned> b;
-                                for (size_t i : idx) b.push_back(cands[i]);
-                                return run(b);
-                              });
+    // The stage's micro-batch search ran points of this space (the first choice at each micro-batch): the tuner
+    // learns from them and must beat their best.
+    std::optional<double> prior_best;
+    int priors = 0;
+    for (size_t i = 0; i < res.records.size(); i++) {
+      const Record& r = res.records[i];
+      if (r.exp.stage != stage || r.state != Record::State::ran) continue;
+      const std::optional<double> s = score_of(i);
+      tuner->prior(features(r.exp, dims), s);
+      priors++;
+      if (s && (!prior_best || *s > *prior_best)) prior_best = s;
+    }
+    const TuneStats st = autotune::tune(
+        *tuner, size_t(std::max(1, parallel)), size_t(in.at.tuner_num_trials), size_t(in.at.tuner_early_stopping),
+        [&](const std::vector<size_t>& idx) {
+          std::vector<Planned> b;
+          for (size_t i : idx) b.push_back(cands[i]);
+          return run(b);
+        },
+        prior_best);
     std::string line = "space (" + (keys.empty() ? std::string("no key left to tune") : keys) + "): " +
                        std::to_string(cands.size()) + " candidates, " + std::to_string(st.trials) + " run by the " +
                        in.at.tuner_type + " tuner";
@@ -423,6 +436,8 @@ struct Autotuner::Impl {
     if (pruned) line += "; " + std::to_string(pruned) + " pruned by memory";
     if (layouts) line += "; " + std::to_string(layouts) + " pruned by layout";
     if (invalid) line += "; " + std::to_string(invalid) + " invalid configs";
+    if (priors && in.at.tuner_type == "model_based")
+      line += "; its cost model started from the micro-batch search's " + std::to_string(priors) + " trials";
     sr.notes.push_back(line);
   }
 

@@ -52,6 +52,15 @@ class ModelBasedTuner : public Tuner {
     fitted_ = true;
   }
 
+  // The seeds exist to give the model its first points; trials that already ran give it better ones.
+  void prior(const std::vector<double>& features, std::optional<double> score) override {
+    x_.push_back(features);
+    y_.push_back(score.value_or(0.0));
+    model_.fit(x_, y_);
+    fitted_ = true;
+    seeds_.clear();
+  }
+
  private:
   static constexpr size_t kNone = size_t(-1);
   static constexpr double kRandomExploration = 0.2;
@@ -110,14 +119,18 @@ std::unique_ptr<Tuner> make_tuner(const std::string& type, std::vector<std::vect
 }
 
 TuneStats tune(Tuner& tuner, size_t sample_size, size_t n_trials, size_t early_stopping,
-               const std::function<std::vector<std::optional<double>>(const std::vector<size_t>&)>& evaluate) {
+               const std::function<std::vector<std::optional<double>>(const std::vector<size_t>&)>& evaluate,
+               std::optional<double> prior_best) {
   TuneStats st;
+  st.best_score = prior_best.value_or(0.0);
+  bool have_best = prior_best.has_value();
   sample_size = std::max<size_t>(1, sample_size);
   while (st.trials < n_trials && tuner.has_next()) {
     const std::vector<size_t> batch = tuner.next_batch(std::min(sample_size, n_trials - st.trials));
     const std::vector<std::optional<double>> scores = evaluate(batch);
     for (size_t k = 0; k < batch.size(); k++)
-      if (scores[k] && (!st.best || *scores[k] > st.best_score)) {
+      if (scores[k] && (!have_best || *scores[k] > st.best_score)) {
+        have_best = true;
         st.best = batch[k];
         st.best_score = *scores[k];
         st.best_iter = st.trials;

@@ -476,6 +476,41 @@ TEST(AutotuneTuner, EarlyStoppingCountsTrialsSinceTheBest) {
   EXPECT_FALSE(st2.best);
 }
 
+TEST(AutotuneTuner, PriorTrialsSeedTheModelAndTheEarlyStop) {
+  // The micro-batch search's trials, handed over as priors, replace the random seeds: the first pick is the model's,
+  // and early stopping counts from the priors' best, so a space whose points never beat it stops after `early`.
+  const Landscape l;
+  auto t = make_tuner("model_based", l.f, 3);
+  t->prior({0, 0, 0}, 0.0);
+  t->prior({3, 0, 0}, 30.0);
+  std::vector<size_t> order;
+  const TuneStats st = tune(*t, 1, 64, 3, [&](const std::vector<size_t>& idx) {
+    std::vector<std::optional<double>> s;
+    for (size_t i : idx) order.push_back(i), s.push_back(l.score[i] >= 40 ? 1.0 : l.score[i]);
+    return s;
+  }, 40.0);
+  ASSERT_FALSE(order.empty());
+  EXPECT_NE(order[0], 0u) << "no DeepSpeed seed once priors exist";
+  EXPECT_GE(l.f[order[0]][0], 2.0) << "the first pick follows the priors' slope along the first feature";
+  EXPECT_TRUE(st.early_stopped);
+  EXPECT_EQ(st.trials, 3u);
+  EXPECT_FALSE(st.best) << "nothing beat the prior best of 40";
+  // Without a prior best, the first trial is the best whatever it scores (and counts towards the early stop).
+  auto t2 = make_tuner("gridsearch", l.f, 3);
+  const TuneStats st2 = tune(*t2, 1, 64, 3, [&](const std::vector<size_t>& idx) {
+    return std::vector<std::optional<double>>(idx.size(), 5.0);
+  });
+  EXPECT_EQ(st2.trials, 3u);
+  EXPECT_EQ(*st2.best, 0u);
+  // With a prior best of 5, the same equal scores beat nothing.
+  auto t3 = make_tuner("gridsearch", l.f, 3);
+  const TuneStats st3 = tune(
+      *t3, 1, 64, 3,
+      [&](const std::vector<size_t>& idx) { return std::vector<std::optional<double>>(idx.size(), 5.0); }, 5.0);
+  EXPECT_EQ(st3.trials, 3u);
+  EXPECT_FALSE(st3.best);
+}
+
 // ---- resources, arguments ------------------------------------------------------------------------------------------
 TEST(AutotuneResources, ReservesDisjointSlotsPerTrial) {
   const launcher::Resources pool = {{"a", {0, 1, 2, 3}}, {"b", {0, 1, 2, 3}}};
