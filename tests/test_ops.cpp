@@ -31,6 +31,7 @@
 #include "dscpp/core/cuda.h"
 #include "dscpp/core/tensor.h"
 #include "dscpp/kernels/attention_backend.h"
+#include "dscpp/kernels/norm_matmul_ops.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
 #include "dscpp/kernels/parallel_ops.h"
@@ -510,6 +511,24 @@ void add_matmul() {
               ops::matmul_forward(a["out"], a["inp"], a["weight"], a["bias"], a["residual"]);
             });
       }
+  // RMSNorm fused into the linear behind it (norm_matmul_ops.h): bf16 / f16 with one row run one kernel (Note [Norm
+  // in the decode GEMV]), the rest the two ops (more rows, C = 13, f32). normed is the norm's output; out is the
+  // product of normed rounded to the inputs' dtype (inner eps(t)) on the fused path.
+  for (DType t : kDtypes)
+    for (S s : {S{1, 2048, 3072}, S{3, 1032, 77}, S{4, 264, 40}, S{2, 520, 9}, S{5, 4096, 77}, S{6, 4096, 77},
+                S{8, 1024, 3072}, S{8, 4096, 40}, S{7, 13, 33}, S{33, 768, 257}})
+      for (int variant = 0; variant < 2; variant++) {  // bias and out of inp's dtype; no bias, out f32 (an lm head)
+        if (variant && t == f32) continue;
+        const DType o = variant ? f32 : t;
+        const std::string name = dims({{"N", s.N}, {"C", s.C}, {"OC", s.OC}}) + (variant ? " out=f32" : " bias");
+        Case& c = add("rmsnorm_matmul_forward", t, name).in("inp", {s.N, s.C}, t, -2, 3).in("norm_weight", {s.C}, t)
+                      .in("weight", {s.OC, s.C}, t).with(t == f32 ? kTf32 : eps(t));
+        if (!variant) c.in("bias", {s.OC}, t);
+        c.out("normed", {s.N, s.C}, t).out("out", {s.N, s.OC}, o, s.C).run([=](const Args& a) {
+          ops::rmsnorm_matmul_forward(a["out"], a["normed"], a["inp"], a["norm_weight"], 1e-6f, a["weight"],
+                                      a.opt(!variant, "bias"));
+        });
+      }
   struct G { int64_t M, N, K; };
   for (DType t : kDtypes)
     for (G g : {G{1, 1, 1}, G{7, 13, 33}, G{64, 48, 256}})
@@ -711,6 +730,13 @@ void add_paged_kv() {
       auto append = [=](const Args& a) { ops::kv_cache_append(a["cache"], a["qkv"], a["slots"], s.H, s.Hkv, s.D); };
       ragged(add("kv_cache_append", t, sh).in("qkv", {N, R}, t, -2, 2)).acc("cache", cache, ct).exact().run(append)
           .with_ref([=](const Args& a) { append(a), round_to(a["cache"], ct); });  // the f32 reference, rounded
+      // The same with the q and k heads rotated first (Llama 3.1's rope scaling): qkv is rotated in place too.
+      const RopeParams rope(5e5f, RopeScaling{8.0f, 1.0f, 4.0f, 8192.0f});
+      auto rope_append = [=](const Args& a) {
+        ops::rope_kv_cache_append(a["cache"], a["qkv"], a["pos"], a["slots"], s.H, s.Hkv, s.D, rope);
+      };
+      ragged(add("rope_kv_cache_append", t, sh).acc("qkv", {N, R}, t)).acc("cache", cache, ct).run(rope_append)
+          .with_ref([=](const Args& a) { rope_append(a), round_to(a["cache"], ct); });
       ragged(add("paged_attention_forward", t, sh).in("qkv", {N, R}, t, -2, 2).in("cache", cache, ct, -2, 2))
           .out("out", {N, s.H * s.D}, t, K).run([=](const Args& a) {
             ops::paged_attention_forward(a["out"], a["qkv"], a["cache"], a["block_table"], a["seq_start"], a["pos"],
@@ -857,6 +883,20 @@ void add_quant() {
                                     a["residual"]);
             });
       }
+  // The same weights behind an RMSNorm (norm_matmul_ops.h): one row of bf16 takes the tensor-core GEMV, of f16 the
+  // CUDA-core one, each normalizing its own input row; the other shapes and f32 run the two ops.
+  for (DType t : kDtypes)
+    for (S s : {S{1, 4096, 3072, 128}, S{1, 4096, 3072, 0}, S{4, 256, 77, 64}, S{8, 4096, 77, 128}, S{6, 128, 8, 0},
+                S{33, 256, 77, 128}}) {
+      const std::string sh = dims({{"N", s.N}, {"C", s.C}, {"OC", s.OC}}) + " " + fmt(s.g) + " bias";
+      Case& c = add("rmsnorm_matmul_q_forward", t, sh).in("inp", {s.N, s.C}, t, -2, 3).in("norm_weight", {s.C}, t);
+      quant_args(c, {s.OC, s.C}, s.g, Role::in);
+      c.in("bias", {s.OC}, t).with(t == f32 ? kTf32 : eps(t)).out("normed", {s.N, s.C}, t)
+          .out("out", {s.N, s.OC}, t, s.C).run([g = s.g](const Args& a) {
+            ops::rmsnorm_matmul_q_forward(a["out"], a["normed"], a["inp"], a["norm_weight"], 1e-6f, a["q"], a["scale"],
+                                          a.opt(g, "zero"), g, a["bias"]);
+          });
+    }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -1,22 +1,66 @@
 #!/usr/bin/env bash
 # On a GPU machine: where a batch-1 decode step's GPU time goes, in one call (< 600 s). Stages (default: all):
 #   build    a fresh sm_90a build (scripts/gpu/check.sh build)
-#   ops      the op harness on the decode path's ops (matmul, quantized matmul, paged attention)
+#   ops      the op harness on the decode path's ops (matmul, quantized matmul, norm + matmul, rope + KV append,
+#            paged attention)
 #   gemm     gemm_bench decode: the Llama-3.1-8B shape's decode linears, CUDA-core and tensor-core GEMVs
 #   e2e      inference_bench batch 1 and 8 on the Llama-3.1-8B shape (E2E_WEIGHTS, default dense int4)
 #   profile  one 8B batch-1 run per weight type under the CUPTI tracer (bench/cupti_trace.cpp): GPU time per kernel
 #            and per token (the tracer itself slows each kernel; compare shares, not absolute times)
 #   ncu      Nsight Compute on one layer's int4 GEMVs (qkv, o, gate_up, down) in the 8B decode graph: DRAM
 #            throughput, issue activity, occupancy and the warp stall reasons
+#   base     start building a baseline tree beside this one (.carry/base.tar, made here by `git archive -o
+#            .carry/base.tar REV`) into build-base/, in the background; `ab` waits for it (on a warm machine a
+#            later call finds it built)
+#   ab       e2e on this tree and on the baseline, alternately (base, ours, base, ours), on Llama-3.1-8B and
+#            Llama-3.2-1B, AB_WEIGHTS (default: dense int8 int4), batch 1 and 8, prompt 32, 128 new tokens; then one
+#            table of the medians
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
 default_steps=(build ops gemm e2e profile ncu)
+if [[ " $* " == *" base "* ]] && [ -f .carry/base.tar ]; then
+  rm -rf build-base && mkdir -p build-base/tree && tar -xf .carry/base.tar -C build-base/tree &&
+    ln -s "$PWD/.carry" build-base/tree/.carry
+  ( cd build-base/tree && nice cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSCPP_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90a -DICU_ROOT="$PWD/.carry/root/usr" -DCMAKE_PREFIX_PATH="$PWD/.carry/root/usr" \
+      > ../cmake.log 2>&1 && nice ninja -C build-gpu inference_bench > ../build.log 2>&1; echo $? > ../rc ) &
+fi
 source "$(dirname "$0")/stages.sh"
 models=$(mktemp -d)
 mkdir -p "$models/llama-3.1-8b" && cp bench/models/llama-3.1-8b.json "$models/llama-3.1-8b/config.json"
 ib=(./build-gpu/bench/inference_bench --model "$models/llama-3.1-8b" --prompt 32 --new 128)
+if want ab; then
+  while [ ! -f build-base/rc ] && [ -d build-base ]; do sleep 2; done
+  [ "$(cat build-base/rc 2>/dev/null)" = 0 ] || { echo "baseline build failed:"; tail -20 build-base/build.log; }
+  el baseline built
+  for model in llama-3.1-8b llama-3.2-1b; do
+    mkdir -p "$models/$model" && cp bench/models/$model.json "$models/$model/config.json"
+    for w in ${AB_WEIGHTS:-dense int8 int4}; do
+      for round in 1 2; do
+        for tree in base ours; do
+          bin=./build-gpu/bench/inference_bench
+          [ $tree = base ] && bin=./build-base/tree/build-gpu/bench/inference_bench
+          timeout 100 $bin --model "$models/$model" --prompt 32 --new 128 --weights $w --batch 1,8 \
+            2> "$OUT/ab-$model-$w-$tree-$round.err" | grep -E "^RESULT" | sed "s/^/$tree\t$w\t/" >> "$OUT/ab.tsv"
+        done
+      done
+    done
+  done
+  python3 - "$OUT/ab.tsv" <<'PY'
+import sys, statistics as st, collections
+rows = collections.defaultdict(list)
+for line in open(sys.argv[1]):
+    f = line.rstrip("\n").split("\t")  # tree weights RESULT impl model B prompt new tok/s ms/step forwards peak host
+    rows[(f[4].split("/")[-1], f[1], int(f[5]), f[0])].append(float(f[8]))
+print(f"{'model':<14} {'weights':<7} {'B':>3} {'base tok/s':>11} {'ours tok/s':>11} {'ours/base':>9}")
+for (m, w, b, tree) in sorted(k for k in rows if k[3] == "ours"):
+    o, base = st.median(rows[(m, w, b, "ours")]), st.median(rows.get((m, w, b, "base"), [float("nan")]))
+    print(f"{m:<14} {w:<7} {b:>3} {base:>11.1f} {o:>11.1f} {o / base:>9.3f}")
+PY
+  el ab
+fi
 if want ops; then
-  for op in matmul_forward matmul_q_forward paged_attention_forward; do
+  for op in matmul_forward matmul_q_forward rope_forward rope_kv_cache_append paged_attention_forward; do
     timeout 200 ./build-gpu/tests/test_ops --op $op > "$OUT/test_ops_$op.log" 2>&1
     echo "test_ops --op $op rc=$?: $(grep -E 'passed' "$OUT/test_ops_$op.log" | tail -1)"
     grep -E "FAIL" "$OUT/test_ops_$op.log" | head -5

@@ -15,6 +15,7 @@
 #include "dscpp/kernels/parallel_ops.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/cpu_adam.h"
+#include "kernels/rope_checks.h"
 #ifdef DSCPP_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/parallel_ops_cuda.h"
@@ -624,6 +625,16 @@ double sum_squares(const Tensor& x) {
 }
 
 // ---- attention ----
+void check_rope(const char* op, int64_t D, const RopeParams& rope) {
+  if (!(rope.theta > 0) || !std::isfinite(rope.theta)) fail(op, "rope theta must be positive, got ", rope.theta);
+  const RopeScaling& sc = rope.scaling;
+  if (sc.enabled() && !(sc.low_freq_factor > 0 && sc.high_freq_factor > sc.low_freq_factor &&
+                        sc.original_max_position > 0))
+    fail(op, "llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position > 0, got ",
+         sc.low_freq_factor, ", ", sc.high_freq_factor, ", ", sc.original_max_position);
+  if (D % 2 || D > 1024) fail(op, "head dim D = ", D, ", expected even and <= 1024");
+}
+
 namespace {
 void need_heads(const char* op, int64_t H, int64_t Hkv, int64_t D) {
   if (H <= 0 || Hkv <= 0 || D <= 0) fail(op, "expected positive H, Hkv, D, got ", H, ", ", Hkv, ", ", D);
@@ -633,13 +644,7 @@ void need_heads(const char* op, int64_t H, int64_t Hkv, int64_t D) {
 void rope_checked(const char* op, const Tensor& qkv, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D,
                   const RopeParams& rope, bool forward) {
   need_heads(op, H, Hkv, D);
-  if (!(rope.theta > 0) || !std::isfinite(rope.theta)) fail(op, "rope theta must be positive, got ", rope.theta);
-  const RopeScaling& sc = rope.scaling;
-  if (sc.enabled() && !(sc.low_freq_factor > 0 && sc.high_freq_factor > sc.low_freq_factor &&
-                        sc.original_max_position > 0))
-    fail(op, "llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position > 0, got ",
-         sc.low_freq_factor, ", ", sc.high_freq_factor, ", ", sc.original_max_position);
-  if (D % 2 || D > 1024) fail(op, "head dim D = ", D, ", expected even and <= 1024");
+  check_rope(op, D, rope);
   const char* qname = forward ? "qkv" : "dqkv";
   const bool cuda = on_cuda(op, {{qname, qkv}, {"pos", pos}});
   need_act(op, {qname, qkv}, cuda);

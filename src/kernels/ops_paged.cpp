@@ -4,7 +4,9 @@
 // device) go to the kernels of src/kernels/cuda/paged_kv.cu, which range-check the indices themselves: reading
 // them here would cost a device sync per layer.
 #include "dscpp/kernels/paged_ops.h"
+#include "dscpp/kernels/ops.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/rope_checks.h"
 #ifdef DSCPP_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -78,6 +80,21 @@ void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots
     cpu::kv_cache_append(static_cast<fp8_e4m3*>(cache.raw()), qkv.data<float>(), sl, N, H, Hkv, D);
   else
     cpu::kv_cache_append(cache.data<float>(), qkv.data<float>(), sl, N, H, Hkv, D);
+}
+
+void rope_kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& pos, const Tensor& slots, int64_t H,
+                          int64_t Hkv, int64_t D, const RopeParams& rope) {
+  const char* op = "rope_kv_cache_append";
+  const int64_t N = check_qkv(op, qkv, H, Hkv, D);
+  check_cache(op, cache, qkv, Hkv, D);
+  check_i32(op, "slots", slots, N, qkv);
+  check_i32(op, "pos", pos, N, qkv);
+  check_rope(op, D, rope);
+#ifdef DSCPP_WITH_CUDA
+  if (qkv.device().is_cuda()) return cuda::rope_kv_cache_append(cache, qkv, pos, slots, H, Hkv, D, rope);
+#endif
+  rope_forward(qkv, pos, H, Hkv, D, rope);
+  kv_cache_append(cache, qkv, slots, H, Hkv, D);
 }
 
 void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/kernels/rope_params.h"
 
 namespace dscpp::ops {
 
@@ -16,6 +17,11 @@ namespace dscpp::ops {
 // cache[slots[n] / block_size, slots[n] % block_size] (=) = (k heads, v heads) of qkv[N,(H+2Hkv)*D] row n, where
 // slots[N] (i32) = block * block_size + offset, the block taken from the token's sequence's block table.
 void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots, int64_t H, int64_t Hkv, int64_t D);
+
+// rope_forward(qkv, pos, H, Hkv, D, rope) then kv_cache_append(cache, qkv, slots, H, Hkv, D), as one op: qkv's q and
+// k heads rotated in place, the rotated k heads and the v heads into each token's slot (one kernel on CUDA).
+void rope_kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& pos, const Tensor& slots, int64_t H,
+                          int64_t Hkv, int64_t D, const RopeParams& rope);
 
 // Causal attention of a ragged batch's new tokens over the cache (after kv_cache_append wrote them): token n of
 // sequence s (seq_start[S+1] i32, CSR over the N tokens) at position pos[n] attends to positions 0..pos[n] of s,

@@ -1,6 +1,6 @@
 // The ragged forward (DeepSpeed-FastGen's model forward): N new tokens of S sequences packed end to end, each
 // sequence's earlier tokens already in the paged KV cache. Per layer, on all N tokens at once:
-//   h = norm1(x); qkv = h Wqkv^T (+ b); RoPE on q, k at each token's own position; K, V -> cache slots;
+//   h = norm1(x); qkv = h Wqkv^T (+ b) (one op for RMSNorm); RoPE on q, k at each token's own position and K, V -> cache slots (one op);
 //   x = x + (paged causal attention over the sequence's cached positions) Wo^T; x = x + mlp(norm2(x))
 // then only each sequence's last token goes through the final norm and the lm head: the engine samples from one row
 // per sequence, and the [N, V] logits of a long prompt chunk would be most of the forward's memory (every token
@@ -11,6 +11,7 @@
 
 #include "dscpp/core/check.h"
 #include "dscpp/inference/inference_model.h"
+#include "dscpp/kernels/norm_matmul_ops.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
 #include "dscpp/kernels/parallel_ops.h"
@@ -34,6 +35,20 @@ void linear_forward(const Tensor& out, const Tensor& inp, const Tensor& w, const
                     const Tensor& residual = Tensor()) {
   if (q.defined()) return ops::matmul_q_forward(out, inp, q.q, q.scale, q.zero, q.group, b, residual);
   ops::matmul_forward(out, inp, w, b, residual);
+}
+
+// h (=) norm(x); out (=) h @ W^T + b. RMSNorm goes through the fused op (at decode the GEMV normalizes its own
+// input rows: Note [Norm in the decode GEMV]); LayerNorm through the two ops.
+void norm_linear_forward(const InferenceModelConfig& c, const Tensor& out, const Tensor& h, const Tensor& x,
+                         const Tensor& norm_w, const Tensor& norm_b, const Tensor& w, const QuantWeight& q,
+                         const Tensor& b, const Tensor& mean, const Tensor& rstd) {
+  if (c.norm != NormKind::rmsnorm) {
+    norm_forward(c, h, x, norm_w, norm_b, mean, rstd);
+    return linear_forward(out, h, w, q, b);
+  }
+  if (q.defined())
+    return ops::rmsnorm_matmul_q_forward(out, h, x, norm_w, c.norm_eps, q.q, q.scale, q.zero, q.group, b);
+  ops::rmsnorm_matmul_forward(out, h, x, norm_w, c.norm_eps, w, b);
 }
 
 constexpr int64_t kAlign = 256;
@@ -144,18 +159,17 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
   for (int64_t l = 0; l < c.n_layer; l++) {
     const LayerWeights& w = m.layers[size_t(l)];
     const Tensor layer_cache = cache.data().view_at(cache.offset(l, 0, 0, 0), {ks.n_blocks, bs, 2, Hkv, D});
-    norm_forward(c, h, x, w.norm1_w, w.norm1_b, mean, rstd);
-    linear_forward(qkv, h, w.qkv_w, w.qkv_q, w.qkv_b);
-    if (!c.learned_positions) ops::rope_forward(qkv, in.pos, H, Hkv, D, c.rope);
-    ops::kv_cache_append(layer_cache, qkv, in.slots, H, Hkv, D);
+    norm_linear_forward(c, qkv, h, x, w.norm1_w, w.norm1_b, w.qkv_w, w.qkv_q, w.qkv_b, mean, rstd);
+    if (c.learned_positions) ops::kv_cache_append(layer_cache, qkv, in.slots, H, Hkv, D);
+    else ops::rope_kv_cache_append(layer_cache, qkv, in.pos, in.slots, H, Hkv, D, c.rope);
     ops::paged_attention_forward(att, qkv, layer_cache, in.table, in.seq_start, in.pos, H, Hkv, D);
     linear_forward(x1, att, w.o_w, w.o_q, first ? w.o_b : Tensor(), first ? x : Tensor());  // x1 = x + attention
     tp_sum(m.tp, x1);
-    norm_forward(c, h, x1, w.norm2_w, w.norm2_b, mean, rstd);
     if (c.mlp == MlpKind::gelu && !w.up_q.defined()) {
+      norm_forward(c, h, x1, w.norm2_w, w.norm2_b, mean, rstd);
       ops::matmul_bias_gelu_forward(mid, pre, h, w.up_w, w.up_b);
     } else {
-      linear_forward(pre, h, w.up_w, w.up_q, w.up_b);
+      norm_linear_forward(c, pre, h, x1, w.norm2_w, w.norm2_b, w.up_w, w.up_q, w.up_b, mean, rstd);
       c.mlp == MlpKind::gelu ? ops::gelu_forward(mid, pre) : ops::swiglu_forward(mid, pre);
     }
     linear_forward(x, mid, w.down_w, w.down_q, first ? w.down_b : Tensor(), first ? x1 : Tensor());  // x = x1 + mlp
@@ -176,6 +190,9 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
   // The last new token of each sequence (embedding_forward is a row gather: out[s] = x[last[s]]).
   Tensor xl = empty({S, C}, act), xf = empty({S, C}, act);
   ops::embedding_forward(xl, in.last, x);
+  if (m.tp.size == 1)
+    return norm_linear_forward(c, logits, xf, xl, m.norm_f_w, m.norm_f_b, m.lm_head, m.lm_head_q, Tensor(), mean,
+                               rstd);
   norm_forward(c, xf, xl, m.norm_f_w, m.norm_f_b, mean, rstd);
   lm_head(logits, xf);
 }

@@ -17,6 +17,10 @@ void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& 
 // ---- matmul (torch.nn.Linear layout: weight[OC, C]) ----
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     const Tensor& residual = Tensor());
+// rmsnorm_matmul_forward's one-kernel path (Note [Norm in the decode GEMV]): false, having done nothing, where the
+// few-row GEMV does not take the shapes (the caller then runs rmsnorm_forward and matmul_forward).
+bool try_rmsnorm_matmul(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
+                        float eps, const Tensor& weight, const Tensor& bias);
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight);
 void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta);
@@ -82,6 +86,8 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 
 // ---- the paged KV cache (paged_kv.cu; index tensors on the device, range-checked in the kernels) ----
 void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots, int64_t H, int64_t Hkv, int64_t D);
+void rope_kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& pos, const Tensor& slots, int64_t H,
+                          int64_t Hkv, int64_t D, const RopeParams& rope);  // rope.cu
 void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
                              const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D);
 // The tensor-core paths of paged_attention_forward (attention.cu, Note [Paged prompt attention]): the rows of the
@@ -107,6 +113,9 @@ void quantize_weight_int4(const Tensor& q, const Tensor& scale, const Tensor& ze
 void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group);
 void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero,
                       int64_t group, const Tensor& bias, const Tensor& residual);
+bool try_rmsnorm_matmul_q(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
+                          float eps, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group,
+                          const Tensor& bias);  // as try_rmsnorm_matmul
 
 // ---- loss ----
 void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V,

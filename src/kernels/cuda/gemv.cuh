@@ -4,10 +4,13 @@
 //   L::V                               columns per 16-byte load (8 for bf16, 16 for int8, 32 for packed int4);
 //   L(const typename L::Params&, oc)   the row of output feature oc;
 //   uint4 fetch(c) const               the 16 raw bytes holding columns c .. c + V;
+//   const void* address(c) const       where they lie (for an L2 prefetch);
 //   void expand(raw, c, float* w)      w[0..V) = the f32 weights of those columns.
 // The kernel issues kUnroll fetches before expanding any, so each lane keeps four 16-byte loads in flight.
+// NORM: the input rows are RMSNorm'ed by the CTA first (Note [Norm in the decode GEMV], gemv_norm.cuh).
 #pragma once
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_norm.cuh"
 
 namespace dscpp::cuda::gemv {
 
@@ -15,13 +18,22 @@ constexpr int kWarps = 8;
 constexpr int kUnroll = 4;
 
 // out[m, oc] (=) = sum_c w[oc, c] * inp[m, c] + bias[oc] + residual[m, oc], M rows; C a multiple of L::V.
-template <typename L, typename T, typename O, typename B, int M>
+template <typename L, typename T, typename O, typename B, int M, bool NORM>
 __global__ void __launch_bounds__(kWarps * 32)
     kernel(O* __restrict__ out, const T* __restrict__ inp, const typename L::Params w, const B* __restrict__ bias,
-           const O* residual, int64_t OC, int C) {
+           const O* residual, int64_t OC, int C, const RowNorm norm) {
   constexpr int V = L::V;
   const int lane = threadIdx.x & 31;
   const int64_t oc = int64_t(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  extern __shared__ __align__(16) unsigned char gemv_xs[];
+  if constexpr (NORM) {  // every thread takes part in the CTA's norm, rows past OC too
+    const L first(w, oc < OC ? oc : 0);
+#pragma unroll
+    for (int u = 0; u < kUnroll; u++)
+      if (lane * V + u * 32 * V < C) prefetch_l2(first.address(lane * V + u * 32 * V));
+    norm_rows_to_shared(reinterpret_cast<T*>(gemv_xs), inp, norm, M, C);
+  }
+  const T* x = NORM ? reinterpret_cast<const T*>(gemv_xs) : inp;  // the (normalized) input rows
   if (oc >= OC) return;
   const L row(w, oc);
   float acc[M];
@@ -33,7 +45,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int m = 0; m < M; m++) {
       float xv[V];
-      load_f<T, V>(inp + int64_t(m) * C + c, xv);
+      load_f<T, V>(x + int64_t(m) * C + c, xv);
 #pragma unroll
       for (int k = 0; k < V; k++) acc[m] = fmaf(wv[k], xv[k], acc[m]);
     }
@@ -59,38 +71,44 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-// The kernel for M in 1..4 rows on stream s.
+// The kernel for M in 1..4 rows on stream s; false, having done nothing, when the normalized rows would not fit
+// shared memory.
 template <typename L, typename T, typename O, typename B>
-void launch(O* out, const T* inp, const typename L::Params& w, const B* bias, const O* residual, int64_t M,
-            int64_t OC, int64_t C, cudaStream_t s) {
+bool launch(O* out, const T* inp, const typename L::Params& w, const B* bias, const O* residual, int64_t M,
+            int64_t OC, int64_t C, const RowNorm& norm, cudaStream_t s) {
   const unsigned grid = unsigned(ceil_div(OC, kWarps));
-  auto go = [&](auto k) { k<<<grid, kWarps * 32, 0, s>>>(out, inp, w, bias, residual, OC, int(C)); };
+  const size_t smem = norm.gamma ? size_t(M * C) * sizeof(T) : 0;
+  if (norm.gamma && (M > kMaxNormRows || smem > kMaxNormSmem)) return false;
+  auto go = [&](auto plain, auto normed) {
+    (norm.gamma ? normed : plain)<<<grid, kWarps * 32, smem, s>>>(out, inp, w, bias, residual, OC, int(C), norm);
+  };
   switch (M) {
-    case 1: go(kernel<L, T, O, B, 1>); break;
-    case 2: go(kernel<L, T, O, B, 2>); break;
-    case 3: go(kernel<L, T, O, B, 3>); break;
-    default: go(kernel<L, T, O, B, 4>); break;
+    case 1: go(kernel<L, T, O, B, 1, false>, kernel<L, T, O, B, 1, true>); break;
+    case 2: go(kernel<L, T, O, B, 2, false>, kernel<L, T, O, B, 2, false>); break;  // no norm past kMaxNormRows
+    case 3: go(kernel<L, T, O, B, 3, false>, kernel<L, T, O, B, 3, false>); break;
+    default: go(kernel<L, T, O, B, 4, false>, kernel<L, T, O, B, 4, false>); break;
   }
   DSCPP_CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 // launch() for out f32 or T (in_t) and a bias f32 or T (or none); false, having done nothing, for other dtypes.
 // residual (may be null or out) has out's dtype.
 template <typename L, typename T>
 bool launch_dtypes(void* out, DType out_t, DType in_t, const T* inp, const typename L::Params& w, const void* bias,
-                   DType bias_t, const void* residual, int64_t M, int64_t OC, int64_t C, cudaStream_t s) {
+                   DType bias_t, const void* residual, int64_t M, int64_t OC, int64_t C, const RowNorm& norm,
+                   cudaStream_t s) {
   const bool out_f32 = out_t == DType::f32, bias_f32 = bias && bias_t == DType::f32;
   if (!out_f32 && out_t != in_t) return false;
   if (bias && !bias_f32 && bias_t != in_t) return false;
   auto go = [&](auto* o, auto* b) {
     using O = std::remove_pointer_t<decltype(o)>;
     using B = std::remove_pointer_t<decltype(b)>;
-    launch<L, T, O, B>(static_cast<O*>(out), inp, w, static_cast<const B*>(bias), static_cast<const O*>(residual), M,
-                       OC, C, s);
+    return launch<L, T, O, B>(static_cast<O*>(out), inp, w, static_cast<const B*>(bias),
+                              static_cast<const O*>(residual), M, OC, C, norm, s);
   };
-  if (out_f32) bias_f32 ? go((float*)nullptr, (float*)nullptr) : go((float*)nullptr, (T*)nullptr);
-  else bias_f32 ? go((T*)nullptr, (float*)nullptr) : go((T*)nullptr, (T*)nullptr);
-  return true;
+  if (out_f32) return bias_f32 ? go((float*)nullptr, (float*)nullptr) : go((float*)nullptr, (T*)nullptr);
+  return bias_f32 ? go((T*)nullptr, (float*)nullptr) : go((T*)nullptr, (T*)nullptr);
 }
 
 }  // namespace dscpp::cuda::gemv

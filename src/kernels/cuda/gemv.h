@@ -9,6 +9,14 @@
 
 namespace dscpp::cuda {
 
+// An RMSNorm of the input rows inside the GEMV (Note [Norm in the decode GEMV], gemv_norm.cuh): gamma [C] of the
+// input's dtype (null: none); the normalized rows are also written to normed [M, C].
+struct GemvNorm {
+  const void* gamma = nullptr;
+  float eps = 0.0f;
+  void* normed = nullptr;
+};
+
 struct GemvArgs {
   void* out;
   DType out_t;
@@ -19,10 +27,11 @@ struct GemvArgs {
   DType bias_t;
   const void* residual;  // out's dtype; may be null or out
   int64_t M, OC, C;
+  GemvNorm norm = {};
 };
 
-// Runs a kernel and returns true when the shapes and dtypes are its own (bf16 / f16 weights, M <= 4, ...); else
-// returns false having done nothing.
+// Runs a kernel and returns true when the shapes and dtypes are its own (bf16 / f16 weights, M <= 4, ...; with a
+// norm, rows that fit its shared memory); else returns false having done nothing.
 bool try_gemv(const GemvArgs& g, cudaStream_t s);
 
 // Benchmark A/B only: false routes every decode GEMV to the CUDA-core kernels (gemv.cuh) instead of the tensor-core

@@ -14,9 +14,13 @@
 //   int8  bytes ^ 0x80 placed under the exponent of 2^23, minus 2^23 + 128: the signed value, exact, two packed to bf16;
 //   int4  nibbles k and k + 4 of a 32-bit word under bf16's 128 (one LOP3: 0x43004300 | w >> s & 0x000F000F) minus
 //         128 + zero: (q - zero) exact; the group's scale multiplies the f32 product of each 128-column macro step.
-// int8's per-channel scale multiplies the finished sums. The four warps of a CTA share its 16 rows and split C (each
+// int8's per-channel scale multiplies the finished sums. The W warps of a CTA share its 16 rows and split C (each
 // warp U consecutive macro steps at a time), summing through shared memory in a fixed order (the same bits every
-// run); the epilogue adds bias and residual. On the Llama-3.1-8B shape's decode linears (H100, cold L2) a token's
+// run); the epilogue adds bias and residual. W is 4, or 8 for a grid of at most two CTAs per SM (a small OC: o_proj,
+// down_proj, a 1B model's qkv), where four warps a CTA left too few loads in flight (H100, each linear of every layer
+// replayed in a CUDA graph, int4: Llama-3.1-8B o_proj 8.16 -> 7.06 µs, down 24.2 -> 19.3; Llama-3.2-1B down 11.9 ->
+// 8.3), while 8 warps on gate_up's large grid were 23% slower. The weights are read with an L2 prefetch of 256 bytes: 1-4% on
+// every shape (the CUDA-core kernel, gemv.cu, measured 1-6% slower with it, and keeps plain loads). On the Llama-3.1-8B shape's decode linears (H100, cold L2) a token's
 // int4 GEMVs took 3.48 ms on the CUDA cores and 3.02 here, int8 4.05 and 3.72, at one row; at four rows int4 went
 // from 8.50 to 3.11 ms (it does not grow with the rows). bf16 at one row stays on the CUDA-core kernel (6.38 against
 // 6.45 ms; Llama-1B batch-1 decode 750 against 716 tokens/s); from two rows it comes here (4 rows: 7.38 to 6.47 ms,
@@ -24,11 +28,11 @@
 // consecutive macro steps) were within 5% of each other; docs/PERF.md has the table.
 #pragma once
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_norm.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace dscpp::cuda::gemv_mma {
 
-constexpr int kWarps = 4;
 constexpr int kRows = 16;  // output rows per CTA
 constexpr int kMaxM = 8;   // input rows: the mma's N
 
@@ -46,7 +50,7 @@ constexpr int kCols = 128 / BITS;  // columns of a row in one lane's 16 bytes
 
 __device__ __forceinline__ uint4 load_stream(const void* p) {  // read once: keep L1 for the inputs
   uint4 r;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
@@ -92,13 +96,15 @@ __device__ __forceinline__ uint32_t b_pair(const uint32_t* xw, int s, int h) {
   else return __byte_perm(xw[lo / 2], xw[hi / 2], (lo & 1) ? 0x7632 : 0x5410);
 }
 
-// U consecutive macro steps of loads in flight per lane before any is used.
-template <int BITS, typename O, typename B, int U>
-__global__ void __launch_bounds__(kWarps * 32)
+// W warps a CTA; U consecutive macro steps of loads in flight per lane before any is used. NORM: the input rows are
+// RMSNorm'ed by the CTA first (Note [Norm in the decode GEMV]).
+// (Five CTAs of 4 warps an SM, as the registers allowed before the norm's prologue came.)
+template <int BITS, typename O, typename B, int U, int W, bool NORM>
+__global__ void __launch_bounds__(W * 32, W == 4 ? 5 : 2)
     kernel(O* __restrict__ out, const __nv_bfloat16* __restrict__ inp, const Weights w, const B* __restrict__ bias,
-           const O* residual, int M, int64_t OC, int C) {
+           const O* residual, int M, int64_t OC, int C, const GemvNorm norm) {
   constexpr int K = kCols<BITS>, MC = 4 * K, S = K / 4, XV = K / 8;  // XV: 16-byte loads of inputs per macro step
-  __shared__ float red[kWarps][kMaxM][kRows];
+  __shared__ float red[W][kMaxM][kRows];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int64_t r0 = int64_t(blockIdx.x) * kRows + g, r1 = r0 + 8;
   const int64_t c0 = r0 < OC ? r0 : 0, c1 = r1 < OC ? r1 : 0;  // rows past OC read row 0 and are not written
@@ -106,7 +112,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint8_t* q0 = static_cast<const uint8_t*>(w.q) + c0 * row_bytes + t * 16;
   const uint8_t* q1 = static_cast<const uint8_t*>(w.q) + c1 * row_bytes + t * 16;
   const bool has_x = g < M;
-  const __nv_bfloat16* xp = inp + int64_t(has_x ? g : 0) * C + t * K;
+  extern __shared__ __align__(16) unsigned char gemv_xs[];
+  if constexpr (NORM) {
+#pragma unroll
+    for (int u = 0; u < U; u++)
+      if ((warp * U + u) * MC < C) {
+        gemv::prefetch_l2(q0 + int64_t(warp * U + u) * 64);
+        gemv::prefetch_l2(q1 + int64_t(warp * U + u) * 64);
+      }
+    gemv::norm_rows_to_shared(reinterpret_cast<__nv_bfloat16*>(gemv_xs), inp, norm, M, C);
+  }
+  const __nv_bfloat16* x = NORM ? reinterpret_cast<const __nv_bfloat16*>(gemv_xs) : inp;
+  const __nv_bfloat16* xp = x + int64_t(has_x ? g : 0) * C + t * K;
   const int64_t groups = BITS == 4 ? C / w.G : 0;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   const int macros = C / MC;
@@ -129,7 +146,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   };
-  for (int m0 = warp * U; m0 < macros; m0 += kWarps * U) {
+  for (int m0 = warp * U; m0 < macros; m0 += W * U) {
     load_weights(m0);
     uint4 xr[U][XV];
 #pragma unroll
@@ -172,11 +189,22 @@ __global__ void __launch_bounds__(kWarps * 32)
   if (n >= M || row >= OC) return;
   float sum = 0.0f;
 #pragma unroll
-  for (int k = 0; k < kWarps; k++) sum += red[k][n][rr];
+  for (int k = 0; k < W; k++) sum += red[k][n][rr];
   const int64_t at = int64_t(n) * OC + row;
   if (bias) sum += to_f(bias[row]);
   if (residual) sum += to_f(residual[at]);
   out[at] = from_f<O>(sum);
+}
+
+// The SMs of the current device, asked once (every GPU of a job is the same kind).
+inline int sm_count() {
+  static const int n = [] {
+    int d = 0, v = 132;
+    cudaGetDevice(&d);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d);
+    return v;
+  }();
+  return n;
 }
 
 // The columns one macro step of a row covers: C must be a multiple (and, for int4, the group too).
@@ -191,16 +219,24 @@ constexpr int kUnroll = BITS == 4 ? 2 : 4;
 // done nothing, for other dtypes.
 template <int BITS>
 bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, const void* bias, DType bias_t,
-            const void* residual, int64_t M, int64_t OC, int64_t C, cudaStream_t s) {
+            const void* residual, int64_t M, int64_t OC, int64_t C, const GemvNorm& norm, cudaStream_t s) {
   if (out_t != DType::f32 && out_t != DType::bf16) return false;
   if (bias && bias_t != DType::f32 && bias_t != DType::bf16) return false;
+  const size_t smem = norm.gamma ? size_t(M * C) * sizeof(__nv_bfloat16) : 0;
+  if (norm.gamma && (M > gemv::kMaxNormRows || smem > gemv::kMaxNormSmem)) return false;
   const unsigned grid = unsigned(ceil_div(OC, kRows));
+  const bool small = grid <= 2u * unsigned(sm_count());
   auto go = [&](auto* o, auto* b) {
     using O = std::remove_pointer_t<decltype(o)>;
     using B = std::remove_pointer_t<decltype(b)>;
-    kernel<BITS, O, B, kUnroll<BITS>><<<grid, kWarps * 32, 0, s>>>(static_cast<O*>(out), inp, w,
-                                                                   static_cast<const B*>(bias),
-                                                                   static_cast<const O*>(residual), int(M), OC, int(C));
+    auto args = [&](auto plain, auto normed, int warps) {
+      (norm.gamma ? normed : plain)<<<grid, warps * 32, smem, s>>>(
+          static_cast<O*>(out), inp, w, static_cast<const B*>(bias), static_cast<const O*>(residual), int(M), OC,
+          int(C), norm);
+    };
+    constexpr int U = kUnroll<BITS>;
+    small ? args(kernel<BITS, O, B, U, 8, false>, kernel<BITS, O, B, U, 8, true>, 8)
+          : args(kernel<BITS, O, B, U, 4, false>, kernel<BITS, O, B, U, 4, true>, 4);
   };
   const bool bias_f32 = bias && bias_t == DType::f32;
   if (out_t == DType::f32) bias_f32 ? go((float*)nullptr, (float*)nullptr) : go((float*)nullptr, (__nv_bfloat16*)nullptr);

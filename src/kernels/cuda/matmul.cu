@@ -351,6 +351,19 @@ void need_cuda_float(const char* op, const char* name, const Tensor& t) {
 void set_matmul_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 void set_matmul_epilogues(bool enable) { g_epilogues.store(enable); }
 
+bool try_rmsnorm_matmul(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
+                        float eps, const Tensor& weight, const Tensor& bias) {
+  const int64_t OC = weight.size(0), C = weight.size(1), N = C ? inp.numel() / C : 0;
+  if (N < 1 || N > 8 || norm_weight.dtype() != inp.dtype() || C % 8 != 0 ||
+      !all_aligned16(norm_weight.raw(), normed.raw()))
+    return false;
+  OpLaunch l(out);
+  GemvArgs gv{out.raw(), out.dtype(), inp.raw(), weight.raw(), inp.dtype(),
+              bias.defined() ? bias.raw() : nullptr, bias.defined() ? bias.dtype() : DType::f32, nullptr, N, OC, C,
+              {norm_weight.raw(), eps, normed.raw()}};
+  return try_gemv(gv, l.stream);
+}
+
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     const Tensor& residual) {
   const char* op = "matmul_forward";

@@ -96,6 +96,7 @@ struct Int8Row {
   float s;
   __device__ Int8Row(const Params& p, int64_t oc) : row(p.q + oc * p.C), s(p.scale[oc]) {}
   __device__ uint4 fetch(int c) const { return *reinterpret_cast<const uint4*>(row + c); }
+  __device__ const void* address(int c) const { return row + c; }
   __device__ void expand(const uint4& raw, int, float* w) const {
     const int8_t* b = reinterpret_cast<const int8_t*>(&raw);
 #pragma unroll
@@ -119,6 +120,7 @@ struct Int4Row {
   __device__ Int4Row(const Params& p, int64_t oc)
       : row(p.q + oc * p.C / 2), scale(p.scale + oc * (p.C / p.G)), zero(p.zero + oc * (p.C / p.G)), G(p.G) {}
   __device__ uint4 fetch(int c) const { return *reinterpret_cast<const uint4*>(row + c / 2); }
+  __device__ const void* address(int c) const { return row + c / 2; }
   __device__ void expand(const uint4& raw, int c, float* w) const {
     const uint8_t* b = reinterpret_cast<const uint8_t*>(&raw);
     const float s = scale[c / G];
@@ -133,13 +135,13 @@ struct Int4Row {
 
 template <typename L>
 bool try_quant_gemv(const Tensor& out, const Tensor& inp, const typename L::Params& w, const Tensor& bias,
-                    const Tensor& residual, int64_t N, int64_t OC, int64_t C, cudaStream_t s) {
+                    const Tensor& residual, int64_t N, int64_t OC, int64_t C, const GemvNorm& norm, cudaStream_t s) {
   bool done = false;
   dispatch_float("matmul_q_forward", inp.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     done = gemv::launch_dtypes<L, T>(out.raw(), out.dtype(), inp.dtype(), ptr<const T>(inp), w,
                                      bias.defined() ? bias.raw() : nullptr, bias.defined() ? bias.dtype() : DType::f32,
-                                     residual.defined() ? residual.raw() : nullptr, N, OC, C, s);
+                                     residual.defined() ? residual.raw() : nullptr, N, OC, C, norm, s);
   });
   return done;
 }
@@ -186,11 +188,13 @@ void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, co
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
-void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero,
-                      int64_t group, const Tensor& bias, const Tensor& residual) {
+namespace {
+
+// The few-row kernels of matmul_q_forward (with the input rows RMSNorm'ed first when norm.gamma is set); false,
+// having done nothing, where none takes the shapes.
+bool try_q_gemv(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero,
+                int64_t group, const Tensor& bias, const Tensor& residual, const GemvNorm& norm, cudaStream_t s) {
   const int64_t OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1), N = inp.numel() / C;
-  if (N == 0) return;
-  OpLaunch l(out);
   if (gemv_tensor_cores() && inp.dtype() == DType::bf16 && N <= gemv_mma::kMaxM && C <= INT32_MAX &&
       all_aligned16(inp.raw(), q.raw())) {  // Note [Decode GEMV on tensor cores]
     const void* b = bias.defined() ? bias.raw() : nullptr;
@@ -199,26 +203,48 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
     const auto* x = ptr<const __nv_bfloat16>(inp);
     if (group == 0 && C % gemv_mma::kMacroCols<8> == 0 &&
         gemv_mma::launch<8>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), nullptr, 0}, b, bt, res, N,
-                            OC, C, l.stream))
-      return;
+                            OC, C, norm, s))
+      return true;
     if (group > 0 && group % gemv_mma::kMacroCols<4> == 0 && C % group == 0 &&
         gemv_mma::launch<4>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), bytes(zero), int(group)}, b,
-                            bt, res, N, OC, C, l.stream))
-      return;
+                            bt, res, N, OC, C, norm, s))
+      return true;
   }
   if (N <= 4 && C <= INT32_MAX && all_aligned16(inp.raw(), q.raw())) {  // Note [Quantized GEMV]
     if (group == 0 && C % Int8Row::V == 0 &&
         try_quant_gemv<Int8Row>(out, inp, {ptr<const int8_t>(q), ptr<const float>(scale), C}, bias, residual, N, OC,
-                                C, l.stream))
-      return;
+                                C, norm, s))
+      return true;
     if (group > 0 && C % Int4Row::V == 0 && group % Int4Row::V == 0 &&
         try_quant_gemv<Int4Row>(out, inp, {bytes(q), ptr<const float>(scale), bytes(zero), C, int(group)}, bias,
-                                residual, N, OC, C, l.stream))
-      return;
+                                residual, N, OC, C, norm, s))
+      return true;
   }
+  return false;
+}
+
+}  // namespace
+
+void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero,
+                      int64_t group, const Tensor& bias, const Tensor& residual) {
+  const int64_t OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1), N = inp.numel() / C;
+  if (N == 0) return;
+  OpLaunch l(out);
+  if (try_q_gemv(out, inp, q, scale, zero, group, bias, residual, {}, l.stream)) return;
   Tensor w = Tensor::empty({OC, C}, inp.dtype(), q.device());  // stream-ordered (Note [Current stream])
   dequantize_weight(w, q, scale, zero, group);
   matmul_forward(out, inp, w, bias, residual);
+}
+
+bool try_rmsnorm_matmul_q(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
+                          float eps, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group,
+                          const Tensor& bias) {
+  const int64_t C = group ? 2 * q.size(1) : q.size(1);
+  if (inp.numel() == 0 || norm_weight.dtype() != inp.dtype() || !all_aligned16(norm_weight.raw(), normed.raw()) ||
+      C % 8 != 0)
+    return false;
+  OpLaunch l(out);
+  return try_q_gemv(out, inp, q, scale, zero, group, bias, Tensor(), {norm_weight.raw(), eps, normed.raw()}, l.stream);
 }
 
 }  // namespace dscpp::cuda

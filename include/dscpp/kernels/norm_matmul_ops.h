@@ -1,0 +1,23 @@
+// RMSNorm fused into the linear behind it, for the inference forward (a pre-norm block's qkv and gate_up): the op
+// contracts of rmsnorm_forward followed by matmul_forward / matmul_q_forward, as one op. The CPU reference is those
+// two calls; on CUDA a few rows (a decode step) run one kernel, the GEMV normalizing its own input rows (Note [Norm
+// in the decode GEMV], src/kernels/cuda/gemv_norm.cuh), and everything else the two ops, whose checks name the
+// argument at fault.
+#pragma once
+#include <cstdint>
+
+#include "dscpp/core/tensor.h"
+
+namespace dscpp::ops {
+
+// normed[N,C] (=) rmsnorm(inp[N,C]) with norm_weight[C] and eps; out[N,OC] (=) normed @ weight[OC,C]^T + bias[OC]
+// (optional). Dtypes as rmsnorm_forward and matmul_forward take them.
+void rmsnorm_matmul_forward(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
+                            float eps, const Tensor& weight, const Tensor& bias);
+
+// The same with a quantized weight (quant_ops.h's matmul_q_forward: int8 when group == 0, else int4).
+void rmsnorm_matmul_q_forward(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
+                              float eps, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group,
+                              const Tensor& bias);
+
+}  // namespace dscpp::ops
