@@ -13,6 +13,8 @@
 //   stage3_*                                       stage 3 at two dp ranks or more only
 //   offload_param.device                           stage 3 only
 //   dscpp.attention                                chooses among CUDA kernels: CPU runs
+//   dscpp.sequence_parallel                        splits rows over the tensor-parallel ranks: tp 1
+//   dscpp.pipeline.virtual_stages                  interleaves pipeline stages: pp 1
 // A key that starts to matter leaves this list.
 //
 // Note [Layouts]: with several ranks per trial, the default space holds the tensor-parallel degree
@@ -62,6 +64,8 @@ const std::vector<Tunable>& tunables() {
       {"activation_checkpointing.number_checkpoints", Kind::checkpoints, {nullptr, "every"}, 0, 3, false},
       {"dscpp.fused_head", Kind::boolean, {false, true}, 0, 3, false},
       {"dscpp.attention", Kind::text, {"auto", "own"}, 0, 3, true},
+      {"dscpp.sequence_parallel", Kind::boolean, {false, true}, 0, 3, false},
+      {"dscpp.pipeline.virtual_stages", Kind::size, {}, 0, 3, false},
   };
   return t;
 }
@@ -314,9 +318,16 @@ int canonical_choice(int stage, Choice& choice, const json& base, const SpaceCon
                                                           " ranks)") +
          ": ZeRO stage " + std::to_string(stage) + " partitions nothing, it runs as stage " + std::to_string(eff));
   }
+  const bool tp1 = layout_degree(choice, base, "tensor_parallel.autotp_size") == 1;
+  const bool pp1 = layout_degree(choice, base, "pipeline.stages") == 1;
   for (auto it = choice.begin(); it != choice.end();) {
     const bool no_offload_at_0 = it->first == "zero_optimization.offload_optimizer.device" && eff == 0;
-    if (inert(it->first, eff, dp, ctx) || no_offload_at_0) {
+    if ((it->first == "dscpp.sequence_parallel" && tp1) || (it->first == "dscpp.pipeline.virtual_stages" && pp1)) {
+      note(it->first + ": no effect without " + (tp1 && it->first == "dscpp.sequence_parallel"
+                                                     ? "tensor parallelism (tp 1)"
+                                                     : "pipeline stages (pp 1)"));
+      it = choice.erase(it);
+    } else if (inert(it->first, eff, dp, ctx) || no_offload_at_0) {
       note(it->first + ": no effect at stage " + std::to_string(eff) +
            (dp == 1 ? ctx.world == 1 ? " on one rank" : " on one data-parallel rank" : "") +
            (ctx.cuda ? "" : " on the CPU"));

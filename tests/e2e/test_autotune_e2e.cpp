@@ -284,7 +284,8 @@ TEST_F(Autotune, TensorAndPipelineLayoutsOnTwoCpuRanks) {
   auto write = [&](const std::string& name, bool overwrite) {
     const fs::path dir = ws_->dir / "layouts";
     return ws_->write(name + ".json", R"({"train_batch_size": 3, "train_micro_batch_size_per_gpu": [1, 3],
-        "optimizer": {"type": "AdamW", "params": {"lr": 0.003}}, "dscpp": {"fused_head": false},
+        "optimizer": {"type": "AdamW", "params": {"lr": 0.003}},
+        "dscpp": {"fused_head": false, "sequence_parallel": false},
         "zero_optimization": {"stage": 0, "reduce_bucket_size": 5e8, "overlap_comm": true},
         "activation_checkpointing": {"number_checkpoints": null},
         "pipeline": {"stages": [2, 1, 4]}, "tensor_parallel": {"autotp_size": [1, 2]},

@@ -221,8 +221,9 @@ TEST(AutotuneSpace, StageSpacesHoldDeepSpeedsKeysAndOurs) {
   });
   ASSERT_NE(ac, d0.end());
   EXPECT_EQ(ac->values, (std::vector<json>{nullptr, 6}));  // off, every block
-  // reduce_bucket_size x overlap_comm x checkpointing x the layouts of 2 ranks (tp {1, 2} x pp {1, 2})
-  EXPECT_EQ(all_choices(d0).size(), 3u * 2 * 2 * 2 * 2);
+  // reduce_bucket_size x overlap_comm x checkpointing x the layouts of 2 ranks (tp {1, 2} x pp {1, 2}) x sequence
+  // parallelism
+  EXPECT_EQ(all_choices(d0).size(), 3u * 2 * 2 * 2 * 2 * 2);
   for (const char* k : {"tensor_parallel.autotp_size", "pipeline.stages"}) {
     auto d = std::find_if(d0.begin(), d0.end(), [&](const Dimension& x) { return x.path == k; });
     ASSERT_NE(d, d0.end()) << k;
@@ -318,6 +319,25 @@ TEST(AutotuneSpace, InertKeysAndOneRankCollapse) {
   Choice pp = {{"pipeline.stages", 2}, {"zero_optimization.overlap_comm", true}};
   EXPECT_EQ(canonical_choice(1, pp, json::object(), ctx(4)), 1);  // 2 data-parallel ranks: partitioned
   EXPECT_EQ(pp.size(), 2u);
+  // Sequence parallelism splits rows over the tensor-parallel ranks: without them it is the same run.
+  Choice sp1 = {{"pipeline.stages", 2}, {"dscpp.sequence_parallel", true}};
+  why.clear();
+  canonical_choice(0, sp1, json::object(), ctx(2), &why);
+  EXPECT_EQ(sp1, (Choice{{"pipeline.stages", 2}}));
+  EXPECT_NE(why.back().find("dscpp.sequence_parallel: no effect without tensor parallelism"), std::string::npos);
+  Choice sp2 = {{"tensor_parallel.autotp_size", 2}, {"dscpp.sequence_parallel", true}};
+  canonical_choice(0, sp2, json::object(), ctx(2));
+  EXPECT_EQ(sp2.size(), 2u);
+  Choice sp_base = {{"dscpp.sequence_parallel", true}};  // the tp of the base config counts too
+  canonical_choice(0, sp_base, json::parse(R"({"tensor_parallel": {"autotp_size": 2}})"), ctx(2));
+  EXPECT_EQ(sp_base.size(), 1u);
+  // Interleaved stages alike without pipeline stages; searched only when listed.
+  Choice v1 = {{"tensor_parallel.autotp_size", 2}, {"dscpp.pipeline.virtual_stages", 2}};
+  canonical_choice(0, v1, json::object(), ctx(2));
+  EXPECT_EQ(v1, (Choice{{"tensor_parallel.autotp_size", 2}}));
+  Choice v2 = {{"pipeline.stages", 2}, {"dscpp.pipeline.virtual_stages", 2}};
+  canonical_choice(0, v2, json::object(), ctx(2));
+  EXPECT_EQ(v2.size(), 2u);
 }
 
 TEST(AutotuneSpace, NamesAndConfigsAreDeepSpeeds) {
