@@ -323,9 +323,8 @@ int canonical_choice(int stage, Choice& choice, const json& base, const SpaceCon
   for (auto it = choice.begin(); it != choice.end();) {
     const bool no_offload_at_0 = it->first == "zero_optimization.offload_optimizer.device" && eff == 0;
     if ((it->first == "dscpp.sequence_parallel" && tp1) || (it->first == "dscpp.pipeline.virtual_stages" && pp1)) {
-      note(it->first + ": no effect without " + (tp1 && it->first == "dscpp.sequence_parallel"
-                                                     ? "tensor parallelism (tp 1)"
-                                                     : "pipeline stages (pp 1)"));
+      note(it->first + ": no effect without " +
+           (it->first == "dscpp.sequence_parallel" ? "tensor parallelism (tp 1)" : "pipeline stages (pp 1)"));
       it = choice.erase(it);
     } else if (inert(it->first, eff, dp, ctx) || no_offload_at_0) {
       note(it->first + ": no effect at stage " + std::to_string(eff) +

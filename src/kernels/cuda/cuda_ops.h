@@ -18,7 +18,8 @@ void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& 
 void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, const Tensor& bias,
                     const Tensor& residual = Tensor());
 // rmsnorm_matmul_forward's one-kernel path (Note [Norm in the decode GEMV]): false, having done nothing, where the
-// few-row GEMV does not take the shapes (the caller then runs rmsnorm_forward and matmul_forward).
+// few-row GEMV does not take the shapes (the caller then runs rmsnorm_forward and matmul_forward). The caller
+// (ops_norm_matmul.cpp) has checked devices, dtypes and shapes.
 bool try_rmsnorm_matmul(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
                         float eps, const Tensor& weight, const Tensor& bias);
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,

@@ -223,7 +223,9 @@ bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, 
   if (out_t != DType::f32 && out_t != DType::bf16) return false;
   if (bias && bias_t != DType::f32 && bias_t != DType::bf16) return false;
   const size_t smem = norm.gamma ? size_t(M * C) * sizeof(__nv_bfloat16) : 0;
-  if (norm.gamma && (M > gemv::kMaxNormRows || smem > gemv::kMaxNormSmem)) return false;
+  // bf16 weights reach this kernel from two rows on, past kMaxNormRows: no norm variant of them is built.
+  constexpr bool kNorm = BITS != 16;
+  if (norm.gamma && (!kNorm || M > gemv::kMaxNormRows || smem > gemv::kMaxNormSmem)) return false;
   const unsigned grid = unsigned(ceil_div(OC, kRows));
   const bool small = grid <= 2u * unsigned(sm_count());
   auto go = [&](auto* o, auto* b) {
@@ -235,8 +237,8 @@ bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, 
           int(C), norm);
     };
     constexpr int U = kUnroll<BITS>;
-    small ? args(kernel<BITS, O, B, U, 8, false>, kernel<BITS, O, B, U, 8, true>, 8)
-          : args(kernel<BITS, O, B, U, 4, false>, kernel<BITS, O, B, U, 4, true>, 4);
+    small ? args(kernel<BITS, O, B, U, 8, false>, kernel<BITS, O, B, U, 8, kNorm>, 8)
+          : args(kernel<BITS, O, B, U, 4, false>, kernel<BITS, O, B, U, 4, kNorm>, 4);
   };
   const bool bias_f32 = bias && bias_t == DType::f32;
   if (out_t == DType::f32) bias_f32 ? go((float*)nullptr, (float*)nullptr) : go((float*)nullptr, (__nv_bfloat16*)nullptr);

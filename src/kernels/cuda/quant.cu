@@ -240,9 +240,7 @@ bool try_rmsnorm_matmul_q(const Tensor& out, const Tensor& normed, const Tensor&
                           float eps, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group,
                           const Tensor& bias) {
   const int64_t C = group ? 2 * q.size(1) : q.size(1);
-  if (inp.numel() == 0 || norm_weight.dtype() != inp.dtype() || !all_aligned16(norm_weight.raw(), normed.raw()) ||
-      C % 8 != 0)
-    return false;
+  if (inp.numel() == 0 || C % 8 != 0 || !all_aligned16(norm_weight.raw(), normed.raw())) return false;
   OpLaunch l(out);
   return try_q_gemv(out, inp, q, scale, zero, group, bias, Tensor(), {norm_weight.raw(), eps, normed.raw()}, l.stream);
 }

@@ -51,7 +51,7 @@ __global__ void rope_kernel(T* qkv, const int32_t* pos, int64_t N, int heads, in
     __syncthreads();
     if (n >= N) continue;
     T* row = qkv + n * int64_t(Htot) * D;
-    const int Hq = Htot - 2 * (Htot - heads), kv = (Htot - heads) * D;  // query heads; elements of the k (or v) heads
+    const int Hkv = Htot - heads, Hq = heads - Hkv, kv = Hkv * D;  // kv: the elements of the k (or of the v) heads
     int64_t slot = -1;
     if (sink.cache) {
       slot = sink.slots[n];
