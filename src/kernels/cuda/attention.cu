@@ -29,12 +29,16 @@
 //    to f32 rounding: pure-f32 training matches the CPU reference.
 // Masking: key j is visible to query i when j <= i; rows and keys past T are zero-filled in shared memory and
 // masked explicitly, so any T >= 1 works. Query blocks run heaviest-first (reversed block index).
+#include <cuda_fp8.h>
+
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/attention_calls.h"
 #include "kernels/cuda/attention_cudnn.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/kv_cache_elem.cuh"
 #include "kernels/cuda/mma.cuh"
 
 namespace dscpp::cuda {
@@ -86,6 +90,24 @@ template <>
 __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   __half2 v = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// Eight e4m3 codes (little-endian in q) as eight T, exactly (Note [fp8 KV cache]).
+template <typename T>
+__device__ __forceinline__ uint4 widen_fp8x8(uint2 q) {
+  uint32_t w[4];
+  const uint32_t in[2] = {q.x, q.y};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const __half2 h(__nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(in[i / 2] >> (16 * (i % 2))), __NV_E4M3));
+    if constexpr (std::is_same_v<T, __half>) {
+      w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    } else {
+      const float2 f = __half22float2(h);
+      w[i] = pack2<T>(f.x, f.y);
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // ---- tiles and warp-level products (shared-memory tiles have row stride LD = D + 8 elements) ----
@@ -202,9 +224,12 @@ struct DenseKV {
 // PagedKV: a ragged batch's sequence in the paged KV cache (kernels/paged_ops.h): position j in slot
 // blocks[j / block_size] * block_size + j % block_size, each slot `slot` elements holding the K then V heads. A
 // block-table entry outside the cache loads zeros and sets *bad (the rows become NaN, as in the decode kernel).
-template <typename T, int D>
+// C is the cache's element: T (cp.async, as the dense tiles) or fp8 e4m3 (Note [fp8 KV cache]), whose 8-byte chunks
+// are loaded into registers and widened to T on their way into shared memory. Every e4m3 value is exact in bf16 and
+// f16, so the tile the mma reads is the one a 16-bit cache of the same values would give.
+template <typename T, typename C, int D>
 struct PagedKV {
-  const T* k;  // the cache, advanced to this kv head's K (V is v_off further)
+  const C* k;  // the cache, advanced to this kv head's K (V is v_off further)
   const int32_t* blocks;
   int64_t slot, v_off;
   int n, block_size, n_blocks;
@@ -216,9 +241,16 @@ struct PagedKV {
       const int blk = j < n ? blocks[j / block_size] : 0;
       const bool ok = j < n && blk >= 0 && blk < n_blocks;
       if (j < n && !ok) *bad = 1;  // benign race: every writer stores 1
-      const T* src = ok ? k + (int64_t(blk) * block_size + j % block_size) * slot + col : k;
-      cp_async16(sK + r * LD + col, src, ok);
-      cp_async16(sV + r * LD + col, ok ? src + v_off : k, ok);
+      const C* src = ok ? k + (int64_t(blk) * block_size + j % block_size) * slot + col : k;
+      if constexpr (std::is_same_v<C, T>) {
+        cp_async16(sK + r * LD + col, src, ok);
+        cp_async16(sV + r * LD + col, ok ? src + v_off : k, ok);
+      } else {
+        uint2 kq = make_uint2(0, 0), vq = make_uint2(0, 0);  // zero codes are +0
+        if (ok) kq = *reinterpret_cast<const uint2*>(src), vq = *reinterpret_cast<const uint2*>(src + v_off);
+        *reinterpret_cast<uint4*>(sK + r * LD + col) = widen_fp8x8<T>(kq);
+        *reinterpret_cast<uint4*>(sV + r * LD + col) = widen_fp8x8<T>(vq);
+      }
     }
   }
 };
@@ -420,9 +452,9 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
 // through the same tensor-core tile, keys and values read through the block table. Grid (upper bound on the
 // sequences' 128-row query blocks, H); each CTA finds its (sequence, query block) by a warp scan over seq_start
 // (work past the last block exits). Sequences of one new token are the split-K decode kernel's (paged_kv.cu).
-template <typename T, int D>
+template <typename T, typename C, int D>
 __global__ void __launch_bounds__(kFlashThreads)
-    paged_flash_fwd_kernel(T* __restrict__ out, const T* __restrict__ qkv, const T* __restrict__ cache,
+    paged_flash_fwd_kernel(T* __restrict__ out, const T* __restrict__ qkv, const C* __restrict__ cache,
                            const int32_t* __restrict__ block_table, const int32_t* __restrict__ seq_start,
                            const int32_t* __restrict__ pos, int S, int max_blocks, int block_size, int n_blocks, int H,
                            int Hkv, float scale_log2) {
@@ -450,7 +482,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   const int64_t R = int64_t(H + 2 * Hkv) * D, slot = int64_t(2) * Hkv * D;
   if (threadIdx.x == 0 && (offset < 0 || offset + nq > max_blocks * block_size)) bad = 1;
   __syncthreads();
-  const PagedKV<T, D> kv{cache + int64_t(kh) * D, block_table + int64_t(s) * max_blocks, slot, int64_t(Hkv) * D,
+  const PagedKV<T, C, D> kv{cache + int64_t(kh) * D, block_table + int64_t(s) * max_blocks, slot, int64_t(Hkv) * D,
                          bad ? 0 : offset + nq, block_size, n_blocks, &bad};
   flash_fwd_tile<T, D>(out + int64_t(n0) * H * D + int64_t(h) * D, int64_t(H) * D, nullptr,
                        qkv + int64_t(n0) * R + int64_t(h) * D, R, nq, found_qb * kFwdBlockQ, bad ? 0 : offset, 1,
@@ -463,9 +495,9 @@ __global__ void __launch_bounds__(kFlashThreads)
 // group as its rows (all at the token's position: row_step 0; rows G.. of the 128 are empty), so each 64-key tile
 // of K and V is read once into shared memory and multiplied on tensor cores. Grid (N, Hkv); tokens of sequences
 // with 2 or more new tokens are the prompt kernel's and exit.
-template <typename T, int D>
+template <typename T, typename C, int D>
 __global__ void __launch_bounds__(kFlashThreads)
-    paged_decode_tc_kernel(T* __restrict__ out, const T* __restrict__ qkv, const T* __restrict__ cache,
+    paged_decode_tc_kernel(T* __restrict__ out, const T* __restrict__ qkv, const C* __restrict__ cache,
                            const int32_t* __restrict__ block_table, const int32_t* __restrict__ seq_start,
                            const int32_t* __restrict__ pos, int S, int max_blocks, int block_size, int n_blocks, int H,
                            int Hkv, float scale_log2) {
@@ -482,7 +514,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   if (threadIdx.x == 0) bad = p < 0 || p >= max_blocks * block_size;
   __syncthreads();
   const int64_t R = int64_t(H + 2 * Hkv) * D, slot = int64_t(2) * Hkv * D;
-  const PagedKV<T, D> kv{cache + int64_t(kh) * D, block_table + int64_t(lo) * max_blocks, slot, int64_t(Hkv) * D,
+  const PagedKV<T, C, D> kv{cache + int64_t(kh) * D, block_table + int64_t(lo) * max_blocks, slot, int64_t(Hkv) * D,
                          bad ? 0 : p + 1, block_size, n_blocks, &bad};
   flash_fwd_tile<T, D>(out + int64_t(n) * H * D + int64_t(kh) * G * D, D, nullptr,
                        qkv + int64_t(n) * R + int64_t(kh) * G * D, D, G, 0, bad ? 0 : p, 0, bad ? 1 : p + 1, kv,
@@ -883,33 +915,33 @@ void flash_forward(T* out, float* lse, const T* qkv, const Dims& d, cudaStream_t
 }
 
 // The paged kernels' launch (Note [Paged prompt attention], Note [Paged decode on tensor cores]): one argument list.
-template <typename T, typename K>
+template <typename T, typename C, typename K>
 void launch_paged_tc(K kernel, dim3 grid, size_t smem, int D, const Tensor& out, const Tensor& qkv,
                      const Tensor& cache, const Tensor& block_table, const Tensor& seq_start, const Tensor& pos, int H,
                      int Hkv, cudaStream_t stream) {
   const int64_t S = seq_start.numel() - 1;
   set_smem(kernel, smem);
   kernel<<<grid, kFlashThreads, smem, stream>>>(
-      ptr<T>(out), ptr<T>(qkv), ptr<T>(cache), ptr<int32_t>(block_table), ptr<int32_t>(seq_start), ptr<int32_t>(pos),
+      ptr<T>(out), ptr<T>(qkv), ptr<C>(cache), ptr<int32_t>(block_table), ptr<int32_t>(seq_start), ptr<int32_t>(pos),
       int(S), int(block_table.numel() / S), int(cache.size(1)), int(cache.size(0)), H, Hkv,
       kLog2e / std::sqrt(float(D)));
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
-template <typename T, int D>
+template <typename T, typename C, int D>
 void paged_flash_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
                          const Tensor& seq_start, const Tensor& pos, int H, int Hkv, cudaStream_t stream) {
   const int64_t N = pos.numel(), S = seq_start.numel() - 1;
   // At most N / 128 + (sequences of 2 or more tokens) query blocks (Note [Paged prompt attention]).
   const int64_t blocks = ceil_div(N, kFwdBlockQ) + std::min<int64_t>(S, N / 2);
-  launch_paged_tc<T>(paged_flash_fwd_kernel<T, D>, dim3(unsigned(blocks), unsigned(H)), fwd_smem_bytes<D>(), D, out,
+  launch_paged_tc<T, C>(paged_flash_fwd_kernel<T, C, D>, dim3(unsigned(blocks), unsigned(H)), fwd_smem_bytes<D>(), D, out,
                      qkv, cache, block_table, seq_start, pos, H, Hkv, stream);
 }
 
-template <typename T, int D>
+template <typename T, typename C, int D>
 void paged_decode_tc(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
                      const Tensor& seq_start, const Tensor& pos, int H, int Hkv, cudaStream_t stream) {
-  launch_paged_tc<T>(paged_decode_tc_kernel<T, D>, dim3(unsigned(pos.numel()), unsigned(Hkv)), fwd_smem_bytes<D>(), D,
+  launch_paged_tc<T, C>(paged_decode_tc_kernel<T, C, D>, dim3(unsigned(pos.numel()), unsigned(Hkv)), fwd_smem_bytes<D>(), D,
                      out, qkv, cache, block_table, seq_start, pos, H, Hkv, stream);
 }
 
@@ -1037,7 +1069,8 @@ void attention_backward(const Tensor& dqkv, const Tensor& dout, const Tensor& qk
 
 bool paged_prompt_attention_supported(const Tensor& out, const Tensor& qkv, const Tensor& cache, int64_t D) {
   return (D == 64 || D == 128) && (qkv.dtype() == DType::bf16 || qkv.dtype() == DType::f16) &&
-         cache.dtype() == qkv.dtype() && all_aligned16(out.raw(), qkv.raw(), cache.raw());  // Note [fp8 KV cache]
+         (cache.dtype() == qkv.dtype() || cache.dtype() == DType::fp8_e4m3) &&
+         all_aligned16(out.raw(), qkv.raw(), cache.raw());  // Note [fp8 KV cache]
 }
 
 void paged_prompt_attention(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
@@ -1046,17 +1079,18 @@ void paged_prompt_attention(const Tensor& out, const Tensor& qkv, const Tensor& 
   DSCPP_CHECK(paged_prompt_attention_supported(out, qkv, cache, D), "paged_prompt_attention: unsupported operands");
   const int64_t N = pos.numel(), S = seq_start.numel() - 1;
   OpLaunch L(qkv);
-  dispatch_float("paged_attention_forward", qkv.dtype(), [&](auto* tag) {
+  dispatch_paged("paged_attention_forward", qkv.dtype(), cache.dtype(), [&](auto* tag, auto* ctag) {
     using T = std::remove_pointer_t<decltype(tag)>;
+    using C = std::remove_pointer_t<decltype(ctag)>;
     if constexpr (!std::is_same_v<T, float>) {
       const int h = int(H), hkv = int(Hkv);
       if (decode_too) {
-        if (D == 64) paged_decode_tc<T, 64>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
-        else paged_decode_tc<T, 128>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
+        if (D == 64) paged_decode_tc<T, C, 64>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
+        else paged_decode_tc<T, C, 128>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
       }
       if (N == S) return;  // one token per sequence: no prompt chunk
-      if (D == 64) paged_flash_forward<T, 64>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
-      else paged_flash_forward<T, 128>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
+      if (D == 64) paged_flash_forward<T, C, 64>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
+      else paged_flash_forward<T, C, 128>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
     }
   });
 }

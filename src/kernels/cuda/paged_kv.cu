@@ -304,8 +304,8 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
   const int splits = paged_splits(N, int(Hkv), max_blocks * a.block_size);
   // Prompt chunks go to the tensor-core kernel (Note [Paged prompt attention]), after the decode tokens' kernels
   // (which then skip them); a decode-only batch (one token per sequence) launches no prompt kernel. Decode tokens
-  // enough to fill the GPU without splits go to tensor cores too (Note [Paged decode on tensor cores]). Those read a
-  // cache of qkv's dtype only: an fp8 cache stays on this kernel (Note [fp8 KV cache]).
+  // enough to fill the GPU without splits go to tensor cores too (Note [Paged decode on tensor cores]). Those read an
+  // fp8 cache too, widening each chunk to T on its way into shared memory (Note [fp8 KV cache]).
   const bool tc = paged_prompt_attention_supported(out, qkv, cache, D);
   const bool tc_decode = tc && splits == 1 && N * Hkv >= kTargetCtas && G <= 128;
   if (tc_decode) return paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D, true);
