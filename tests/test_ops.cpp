@@ -450,6 +450,18 @@ void add_optimizers() {
       if (variant) c.acc("momentum_buf", {n}, f32);
       c.run([=](const Args& a) { ops::sgd_update(a["param"], a["grad"], a.opt(variant, "momentum_buf"), p); });
     }
+    for (float wd : {0.0f, 0.1f}) {
+      ops::LionParams p;
+      p.lr = 1e-2f, p.beta1 = 0.9f, p.beta2 = 0.99f, p.weight_decay = wd, p.grad_scale = 0.5f;
+      add("lion_update", f32, sh + (wd ? " decay" : "")).acc("param", {n}, f32).in("grad", {n}, f32)
+          .acc("exp_avg", {n}, f32, 1, -0.1f, 0.1f)
+          .run([=](const Args& a) { ops::lion_update(a["param"], a["grad"], a["exp_avg"], p); });
+      ops::AdagradParams q;
+      q.lr = 5e-2f, q.weight_decay = wd, q.grad_scale = 0.5f;
+      add("adagrad_update", f32, sh + (wd ? " decay" : "")).acc("param", {n}, f32).in("grad", {n}, f32)
+          .acc("sum", {n}, f32, 1, 0, 0.05f)
+          .run([=](const Args& a) { ops::adagrad_update(a["param"], a["grad"], a["sum"], q); });
+    }
   }
 }
 

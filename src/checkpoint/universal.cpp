@@ -7,8 +7,9 @@
 // back to back). Both depend on the world size, and the flat offsets also depend on the unit padding (16 x world
 // size), so a run of another size cannot map them by offset. A universal tag stores each parameter's states by
 // its Hugging Face name in the parameter's own shape:
-//   universal/<hf_name>.safetensors  "fp32" (master weights, or the f32 parameters), "exp_avg", "exp_avg_sq" |
-//                                    "momentum_buffer": f32, shape as in model_states ([numel] if nothing says)
+//   universal/<hf_name>.safetensors  "fp32" (master weights, or the f32 parameters) and the optimizer's states by
+//                                    name ("exp_avg", "exp_avg_sq" | "momentum_buffer" | "exp_avg" (Lion) | "sum"
+//                                    (Adagrad)): f32, shape as in model_states ([numel] if nothing says)
 //   engine_state.json                the source's, "universal": true, "zero" removed (the layout stays, as a record)
 //   model_states.safetensors, tokenizer.json, ...   copied
 // Loading maps by name and element index (of any tag, universal or not: ModelSource gives every tag's whole

@@ -22,7 +22,7 @@ TrainingMemoryInputs training_memory_inputs(const ModelConfig& model, const Deep
   s.zero = cfg.zero_optimization;
   s.fp32_master = w.act != DType::f32;
   const OptimizerConfig opt = resolved_optimizer(cfg);
-  s.optimizer_states = opt.is_adam() ? 2 : opt.sgd.momentum > 0 ? 1 : 0;
+  s.optimizer_states = opt.states_per_element();
   s.gradient_accumulation_steps = cfg.gradient_accumulation_steps;
   if (const auto& oo = cfg.zero_optimization.offload_optimizer; oo && oo->enabled()) s.offload_ratio = oo->ratio;
   s.delayed_update = cfg.dscpp.offload.delayed_update;

@@ -57,7 +57,7 @@ struct DistCase {
   int stage = 0;
   std::string arch = "gpt2";     // gpt2: tied head; llama: GQA, untied head
   int64_t gas = 2;
-  std::string optimizer = "sgd";  // sgd (momentum, weight decay: Note [Equivalence tolerances]) or adamw
+  std::string optimizer = "sgd";  // sgd (momentum, weight decay: Note [Equivalence tolerances]), adamw, lion, adagrad
   std::string precision = "f32";  // f32; fp16: the fp16 engine path (loss scaler, f32 masters) on the f32 model;
                                   // bf16: a bf16 model (CUDA)
   std::string comm;               // communication_data_type ("" = the gradients' f32)
@@ -146,6 +146,10 @@ inline std::string config_json(const DistCase& c) {
   j << R"({"train_micro_batch_size_per_gpu": )" << batch(c) << R"(, "gradient_accumulation_steps": )" << c.gas;
   if (c.optimizer == "sgd")  // clipping at 0.05 engages on every step (checked): the norms are ~1
     j << R"(, "optimizer": {"type": "SGD", "params": {"lr": 0.5, "momentum": 0.9, "weight_decay": 0.1}})";
+  else if (c.optimizer == "lion")
+    j << R"(, "optimizer": {"type": "Lion", "params": {"lr": 0.001, "betas": [0.9, 0.99], "weight_decay": 0.1}})";
+  else if (c.optimizer == "adagrad")
+    j << R"(, "optimizer": {"type": "Adagrad", "params": {"lr": 0.05, "weight_decay": 0.01}})";
   else
     j << R"(, "optimizer": {"type": "AdamW", "params": {"lr": 0.01, "weight_decay": 0.1}})";
   j << R"(, "gradient_clipping": 0.05,

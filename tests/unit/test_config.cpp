@@ -136,6 +136,11 @@ TEST(Config, WrongTypesAndRanges) {
   expect_error(with_batch(R"("optimizer": {"type": "Adam", "params": {"max_grad_norm": 1.0}})"),
                "optimizer.params.max_grad_norm", {"gradient_clipping"});
   expect_error(with_batch(R"("optimizer": {"type": "Lamb"})"), "optimizer.type", {"not supported"});
+  expect_error(with_batch(R"("optimizer": {"type": "Lion", "params": {"eps": 1e-8}})"), "optimizer.params.eps", {});
+  expect_error(with_batch(R"("optimizer": {"type": "Lion", "params": {"betas": [1.0, 0.99]}})"),
+               "optimizer.params.betas", {"[0, 1)"});
+  expect_error(with_batch(R"("optimizer": {"type": "Adagrad", "params": {"initial_accumulator_value": 0.1}})"),
+               "optimizer.params.initial_accumulator_value", {"only 0"});
   expect_error(with_batch(R"("optimizer": {"params": {}})"), "optimizer.type", {"required"});
   expect_error(with_batch(R"("optimizer": {"type": "SGD", "params": {"nesterov": true}})"),
                "optimizer.params.nesterov", {"Nesterov momentum requires a momentum and zero dampening"});
@@ -285,6 +290,17 @@ TEST(Config, OptimizerTypesAndAdamWMode) {
   EXPECT_EQ(s.optimizer.type, "sgd");
   EXPECT_TRUE(s.optimizer.sgd.nesterov);
   EXPECT_EQ(s.optimizer.lr(), 0.1);
+  auto l = DeepSpeedConfig::from_string(with_batch(R"("optimizer": {"type": "Lion", "params": {"lr": 2e-4, "betas": [0.95, 0.98], "weight_decay": 0.1}})"));
+  EXPECT_EQ(l.optimizer.type, "lion");
+  EXPECT_EQ(l.optimizer.lr(), 2e-4);
+  EXPECT_EQ(l.optimizer.lion.betas[0], 0.95);
+  EXPECT_EQ(l.optimizer.lion.weight_decay, 0.1);
+  EXPECT_EQ(DeepSpeedConfig::from_string(l.to_json().dump()).optimizer.lion.betas[1], 0.98);  // round trip
+  auto g = DeepSpeedConfig::from_string(with_batch(R"("optimizer": {"type": "Adagrad", "params": {"eps": 1e-8, "lr_decay": 0}})"));
+  EXPECT_EQ(g.optimizer.type, "adagrad");
+  EXPECT_EQ(g.optimizer.lr(), 1e-2);  // torch's default
+  EXPECT_EQ(g.optimizer.adagrad.eps, 1e-8);
+  EXPECT_EQ(DeepSpeedConfig::from_string(g.to_json().dump()).optimizer.adagrad.eps, 1e-8);
 }
 
 TEST(Config, Fp16DynamicArgsQuirk) {

@@ -203,6 +203,9 @@ std::vector<DistCase> exact_cases() {
   add(2, 2, "llama", [](DistCase& c) { c.precision = "fp16"; });
   add(1, 1, "gpt2", [](DistCase& c) { c.precision = "fp16", c.offload = 0.5; });
   add(2, 1, "llama", [](DistCase& c) { c.optimizer = "sgd"; });
+  // Lion and Adagrad step on the host with the device's kernels too (ratio 0.5: both halves).
+  add(2, 2, "gpt2", [](DistCase& c) { c.optimizer = "lion", c.offload = 0.5; });
+  add(1, 3, "llama", [](DistCase& c) { c.optimizer = "adagrad"; });
   add(2, 3, "gpt2", [](DistCase& c) { c.gas = 1, c.overlap = false, c.n_layer = 5; });
   // One and two copy slots: every piece's gradients wait for the slot the piece before read.
   add(1, 2, "llama", [](DistCase& c) { c.offload_buffers = 1; });

@@ -1,4 +1,4 @@
-// Adam/AdamW/SGD over a ParamSet against scalar double references, weight-decay masks, ranges, state round trip,
+// Adam/AdamW/SGD/Lion/Adagrad over a ParamSet against scalar double references, weight-decay masks, ranges, state round trip,
 // and gradient clipping.
 #include <gtest/gtest.h>
 
@@ -83,6 +83,24 @@ static void sgd_ref(Ref& r, const std::vector<float>& g, const std::vector<bool>
   }
 }
 
+static void lion_ref(Ref& r, const std::vector<float>& g, const std::vector<bool>& decay, const LionConfig& c,
+                     double lr, double gs) {
+  for (size_t i = 0; i < r.p.size(); ++i) {
+    const double gi = g[i] * gs, ci = c.betas[0] * r.m[i] + (1 - c.betas[0]) * gi;
+    r.p[i] = r.p[i] * (1 - lr * (decay[i] ? c.weight_decay : 0.0)) - lr * ((ci > 0) - (ci < 0));
+    r.m[i] = c.betas[1] * r.m[i] + (1 - c.betas[1]) * gi;
+  }
+}
+
+static void adagrad_ref(Ref& r, const std::vector<float>& g, const std::vector<bool>& decay, const AdagradConfig& c,
+                        double lr, double gs) {
+  for (size_t i = 0; i < r.p.size(); ++i) {
+    const double gi = g[i] * gs + (decay[i] ? c.weight_decay : 0.0) * r.p[i];
+    r.v[i] += gi * gi;
+    r.p[i] -= lr * gi / (std::sqrt(r.v[i]) + c.eps);
+  }
+}
+
 static void expect_close(const Tensor& got, const std::vector<double>& want, double tol, const char* what) {
   auto g = to_float_vector(got);
   ASSERT_EQ(g.size(), want.size());
@@ -109,12 +127,15 @@ static void run_optimizer_case(const OptimizerConfig& cfg, int steps) {
     double lr = 0.01 * t, gs = 0.5;
     opt->step(float(lr), float(gs));
     if (cfg.is_adam()) adam_ref(ref, g, decay, cfg.adam, float(lr), float(gs), t);
+    else if (cfg.type == "lion") lion_ref(ref, g, decay, cfg.lion, float(lr), float(gs));
+    else if (cfg.type == "adagrad") adagrad_ref(ref, g, decay, cfg.adagrad, float(lr), float(gs));
     else sgd_ref(ref, g, decay, cfg.sgd, float(lr), float(gs), t);
   }
   EXPECT_EQ(opt->step_count(), steps);
   // f32 kernel vs f64 reference over several steps: m / sqrt(v) amplifies f32 rounding when v is small.
   expect_close(ps.flat_params(), ref.p, 1e-5, cfg.type.c_str());
-  if (cfg.is_adam()) expect_close(opt->state_tensors()[0].second, ref.m, 1e-5, "exp_avg");
+  if (cfg.is_adam() || cfg.type == "lion") expect_close(opt->state_tensors()[0].second, ref.m, 1e-5, "exp_avg");
+  if (cfg.type == "adagrad") expect_close(opt->state_tensors()[0].second, ref.v, 1e-5, "sum");
 }
 
 TEST(Optim, AdamWDecoupledDecayWithMask) {
@@ -153,6 +174,23 @@ TEST(Optim, SgdNesterovAndPlain) {
   OptimizerConfig plain;
   plain.type = "sgd";
   run_optimizer_case(plain, 3);
+}
+
+TEST(Optim, LionSignUpdateWithDecoupledDecay) {
+  OptimizerConfig c;
+  c.type = "lion";
+  c.lion.betas = {0.9, 0.99};
+  c.lion.weight_decay = 0.1;
+  run_optimizer_case(c, 5);
+  EXPECT_EQ(c.states_per_element(), 1);
+}
+
+TEST(Optim, AdagradL2DecayAndItsSum) {
+  OptimizerConfig c;
+  c.type = "adagrad";
+  c.adagrad.weight_decay = 0.05;
+  run_optimizer_case(c, 5);
+  EXPECT_EQ(c.states_per_element(), 1);
 }
 
 TEST(Optim, NoDecayParamsAreUntouchedByDecay) {
@@ -233,7 +271,7 @@ TEST(Optim, UpdateRangeWritesTheRoundedCopy) {
 }
 
 TEST(Optim, StateRoundTripContinuesIdentically) {
-  for (const char* type : {"adam", "sgd"}) {
+  for (const char* type : {"adam", "sgd", "lion", "adagrad"}) {
     OptimizerConfig c;
     c.type = type;
     c.sgd.momentum = 0.9;
@@ -264,7 +302,7 @@ TEST(Optim, StateRoundTripContinuesIdentically) {
     ob->zero_state();
     EXPECT_EQ(ob->step_count(), 0);
     nlohmann::json wrong = meta;
-    wrong["type"] = "lion";
+    wrong["type"] = c.type == "lion" ? "adam" : "lion";
     EXPECT_THROW(ob->load_state(wrong, saved), Error);
   }
 }

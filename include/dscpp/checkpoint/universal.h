@@ -2,7 +2,8 @@
 // parameter (DeepSpeed's ds_to_universal), for those who want one file per parameter; any tag loads into any layout
 // directly too (read_owned_states). Layouts: the
 // contract in Note [Universal checkpoint] (src/checkpoint/universal.cpp):
-//   universal/<hf_name>.safetensors  "fp32", "exp_avg", "exp_avg_sq" | "momentum_buffer": f32, the parameter's shape
+//   universal/<hf_name>.safetensors  "fp32" and the optimizer's states by name ("exp_avg", "exp_avg_sq" |
+//                                    "momentum_buffer" | "sum"): f32, the parameter's shape
 //   engine_state.json                the source's, with "universal": true and "zero" removed
 //   model_states.safetensors, extra files   copied
 #pragma once

@@ -156,5 +156,15 @@ struct SgdParams {
   float grad_scale = 1.0f;
 };
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const SgdParams& p);
+struct LionParams {  // DeepSpeed's FusedLion / DeepSpeedCPULion
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, weight_decay = 0.0f;
+  float grad_scale = 1.0f;
+};
+void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const LionParams& p);
+struct AdagradParams {  // torch.optim.Adagrad (lr_decay 0, initial_accumulator_value 0)
+  float lr = 1e-2f, eps = 1e-10f, weight_decay = 0.0f;
+  float grad_scale = 1.0f;
+};
+void adagrad_update(const Tensor& param, const Tensor& grad, const Tensor& sum, const AdagradParams& p);
 
 }  // namespace dscpp::ops

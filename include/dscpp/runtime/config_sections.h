@@ -31,12 +31,27 @@ struct SgdConfig {                       // optimizer.type "sgd" (torch.optim.SG
   bool nesterov = false;                 // needs momentum > 0 and dampening == 0 (torch rule)
 };
 
+struct LionConfig {                      // optimizer.type "lion" (DeepSpeed's FusedLion / DeepSpeedCPULion)
+  double lr = 1e-3;                      // learning rate
+  std::array<double, 2> betas{0.9, 0.999};  // update interpolation, momentum decay; each in [0, 1)
+  double weight_decay = 0.0;             // decoupled: p *= 1 - lr * weight_decay
+};
+
+struct AdagradConfig {                   // optimizer.type "adagrad" (torch.optim.Adagrad semantics)
+  double lr = 1e-2;                      // learning rate
+  double eps = 1e-10;                    // added to the denominator, > 0
+  double weight_decay = 0.0;             // L2 added to the gradient
+};
+
 struct OptimizerConfig {                 // "optimizer": {type, params}; absent = no optimizer (type "")
-  std::string type;                      // "adam", "adamw", "sgd" (lower-cased) or "" when absent
+  std::string type;                      // "adam", "adamw", "sgd", "lion", "adagrad" (lower-cased) or ""
   AdamConfig adam;                       // valid when type is adam/adamw
   SgdConfig sgd;                         // valid when type is sgd
+  LionConfig lion;                       // valid when type is lion
+  AdagradConfig adagrad;                 // valid when type is adagrad
   bool is_adam() const { return type == "adam" || type == "adamw"; }
-  double lr() const { return is_adam() ? adam.lr : sgd.lr; }
+  double lr() const;
+  int states_per_element() const;        // f32 optimizer states per parameter (Adam 2, Lion 1, ...); "" counts as AdamW
 };
 
 struct SchedulerConfig {                 // "scheduler": {type, params}; absent = constant optimizer lr (type "")

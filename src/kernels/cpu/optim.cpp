@@ -1,4 +1,4 @@
-// Optimizer updates: CPU kernels and the checked entries ops::adam_update / ops::sgd_update.
+// Optimizer updates: CPU kernels and the checked entries ops::adam_update, sgd_update, lion_update, adagrad_update.
 #include "kernels/cpu/optim.h"
 
 #include <cmath>
@@ -51,6 +51,32 @@ void sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
   }
 }
 
+void lion_update(float* param, const float* grad, float* exp_avg, int64_t n, const ops::LionParams& p) {
+  const float lr = p.lr, b1 = p.beta1, b2 = p.beta2, gs = p.grad_scale, decay = 1.0f - p.lr * p.weight_decay;
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = grad[i] * gs, m = exp_avg[i];
+    const float b1m = b1 * m, b1g = (1.0f - b1) * g;  // two roundings, then the sum's: as the CUDA twin
+    const float c = b1m + b1g;
+    const float w = param[i] * decay;
+    param[i] = c > 0.0f ? w - lr : c < 0.0f ? w + lr : w;
+    exp_avg[i] = b2 * m + (1.0f - b2) * g;
+  }
+}
+
+void adagrad_update(float* param, const float* grad, float* sum, int64_t n, const ops::AdagradParams& p) {
+  const float lr = p.lr, eps = p.eps, wd = p.weight_decay, gs = p.grad_scale;
+#pragma omp parallel for schedule(static) if (n > 32768)
+  for (int64_t i = 0; i < n; ++i) {
+    const float w = param[i];
+    float g = grad[i] * gs;
+    if (wd != 0.0f) g += wd * w;
+    const float s = sum[i] + g * g;
+    sum[i] = s;
+    param[i] = w - lr * (g / (std::sqrt(s) + eps));
+  }
+}
+
 }  // namespace dscpp::cpu
 
 namespace dscpp::ops {
@@ -97,6 +123,36 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
   }
   cpu::sgd_update(param.data<float>(), grad.data<float>(),
                   p.momentum != 0.0f ? momentum_buf.data<float>() : nullptr, param.numel(), p);
+}
+
+void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const LionParams& p) {
+  const char* op = "lion_update";
+  check_flat_f32(op, "param", param, param);
+  check_flat_f32(op, "grad", grad, param);
+  check_flat_f32(op, "exp_avg", exp_avg, param);
+  if (!param.device().is_cpu()) {
+#ifdef DSCPP_WITH_CUDA
+    return cuda::lion_update(param, grad, exp_avg, p);
+#else
+    DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
+#endif
+  }
+  cpu::lion_update(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), param.numel(), p);
+}
+
+void adagrad_update(const Tensor& param, const Tensor& grad, const Tensor& sum, const AdagradParams& p) {
+  const char* op = "adagrad_update";
+  check_flat_f32(op, "param", param, param);
+  check_flat_f32(op, "grad", grad, param);
+  check_flat_f32(op, "sum", sum, param);
+  if (!param.device().is_cpu()) {
+#ifdef DSCPP_WITH_CUDA
+    return cuda::adagrad_update(param, grad, sum, p);
+#else
+    DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
+#endif
+  }
+  cpu::adagrad_update(param.data<float>(), grad.data<float>(), sum.data<float>(), param.numel(), p);
 }
 
 }  // namespace dscpp::ops

@@ -128,6 +128,8 @@ void crossentropy_backward(const Tensor& dlogits, const Tensor& logits, const Te
 void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                  const ops::AdamParams& p);
 void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_buf, const ops::SgdParams& p);
+void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const ops::LionParams& p);
+void adagrad_update(const Tensor& param, const Tensor& grad, const Tensor& sum, const ops::AdagradParams& p);
 void adam_update_with_copy(const Tensor& param_f32, const Tensor& grad, const Tensor& m, const Tensor& v,
                            const Tensor& param_lowp, const ops::AdamParams& p);
 

@@ -1,5 +1,6 @@
 // Fused optimizer updates on CUDA over flat f32 ranges (params, grads, states): one pass, one kernel, the same
-// per-element math as the CPU kernels in src/kernels/cpu/optim.cpp (FusedAdam / torch.optim.SGD). The bias
+// per-element math as the CPU kernels in src/kernels/cpu/optim.cpp (FusedAdam, torch.optim.SGD, Lion,
+// torch.optim.Adagrad). The bias
 // corrections are computed on the host in double, as the CPU path does.
 // adam_update_with_copy also writes the updated parameters rounded to bf16/f16 (the compute copy used by the next
 // forward in mixed precision), saving a separate cast kernel and a second read of the f32 parameters.
@@ -91,6 +92,31 @@ __global__ void sgd_kernel(float* param, const float* grad, float* buf, int64_t 
   }
 }
 
+// Lion: c rounded after each product and the sum (no FMA contraction), so its sign is the CPU kernel's.
+__global__ void lion_kernel(float* param, const float* grad, float* m, int64_t n, ops::LionParams p) {
+  const float decay = 1.0f - p.lr * p.weight_decay;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float g = __fmul_rn(grad[i], p.grad_scale), mi = m[i];
+    const float c = __fadd_rn(__fmul_rn(p.beta1, mi), __fmul_rn(1.0f - p.beta1, g));
+    const float w = __fmul_rn(param[i], decay);
+    param[i] = c > 0.0f ? w - p.lr : c < 0.0f ? w + p.lr : w;
+    m[i] = p.beta2 * mi + (1.0f - p.beta2) * g;
+  }
+}
+
+__global__ void adagrad_kernel(float* param, const float* grad, float* sum, int64_t n, ops::AdagradParams p) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const float w = param[i];
+    float g = grad[i] * p.grad_scale;
+    if (p.weight_decay != 0.0f) g += p.weight_decay * w;
+    const float s = sum[i] + g * g;
+    sum[i] = s;
+    param[i] = w - p.lr * (g / (sqrtf(s) + p.eps));
+  }
+}
+
 }  // namespace
 
 // ---- raw launchers ---- n elements; param/grad/m/v f32, lowp (may be null) L.
@@ -135,6 +161,24 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
   const int64_t n = param.numel();
   sgd_kernel<<<grid_for(n, kBlock), kBlock, 0, L.stream>>>(ptr<float>(param), ptr<float>(grad),
                                                             use_mom ? ptr<float>(momentum_buf) : nullptr, n, k);
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
+void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg, const ops::LionParams& p) {
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  OpLaunch L(param);
+  lion_kernel<<<grid_for(n, kBlock), kBlock, 0, L.stream>>>(ptr<float>(param), ptr<float>(grad), ptr<float>(exp_avg),
+                                                             n, p);
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
+void adagrad_update(const Tensor& param, const Tensor& grad, const Tensor& sum, const ops::AdagradParams& p) {
+  const int64_t n = param.numel();
+  if (n == 0) return;
+  OpLaunch L(param);
+  adagrad_kernel<<<grid_for(n, kBlock), kBlock, 0, L.stream>>>(ptr<float>(param), ptr<float>(grad), ptr<float>(sum),
+                                                                n, p);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 

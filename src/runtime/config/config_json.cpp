@@ -165,6 +165,14 @@ json DeepSpeedConfig::to_json() const {
     j["optimizer"] = {{"type", "sgd"},
                       {"params", {{"lr", s.lr}, {"momentum", s.momentum}, {"dampening", s.dampening},
                                   {"weight_decay", s.weight_decay}, {"nesterov", s.nesterov}}}};
+  } else if (optimizer.type == "lion") {
+    const LionConfig& l = optimizer.lion;
+    j["optimizer"] = {{"type", "lion"},
+                      {"params", {{"lr", l.lr}, {"betas", {l.betas[0], l.betas[1]}}, {"weight_decay", l.weight_decay}}}};
+  } else if (optimizer.type == "adagrad") {
+    const AdagradConfig& a = optimizer.adagrad;
+    j["optimizer"] = {{"type", "adagrad"},
+                      {"params", {{"lr", a.lr}, {"eps", a.eps}, {"weight_decay", a.weight_decay}}}};
   }
   if (!scheduler.type.empty()) j["scheduler"] = scheduler_json(scheduler);
   j["gradient_clipping"] = gradient_clipping;

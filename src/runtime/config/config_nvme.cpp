@@ -26,11 +26,6 @@ void parse_aio(const json& j, AioConfig& a) {
          "page-locked host buffers (remove the key or set it to false)");
 }
 
-// Optimizer states per element of the optimizer the engine builds (resolved_optimizer: AdamW when none is named).
-static int optimizer_states(const OptimizerConfig& o) {
-  if (o.type.empty() || o.is_adam()) return 2;
-  return o.sgd.momentum != 0.0 ? 1 : 0;
-}
 
 void check_nvme_offload(const DeepSpeedConfig& c) {
   const std::string& backend = c.dscpp.offload.aio_backend;
@@ -54,7 +49,7 @@ void check_nvme_offload(const DeepSpeedConfig& c) {
          "elements");
   // DeepSpeed's buffer_count counts buffers of the largest sub-group: one per swapped tensor of each sub-group in
   // memory, i.e. the f32 weights and each optimizer state, and a sub-group in memory per pipelined direction.
-  const int per_group = 1 + optimizer_states(c.optimizer);
+  const int per_group = 1 + c.optimizer.states_per_element();
   const int groups = 1 + int(o->pipeline_read) + int(o->pipeline_write);
   if (o->buffer_count < int64_t(per_group) * groups)
     fail(key + ".buffer_count", o->buffer_count,

@@ -17,18 +17,12 @@ static const json& empty_object() {
   return e;
 }
 
+static std::array<double, 2> parse_betas(SectionReader& r, std::array<double, 2> betas);
+
 static void parse_adam(const json& params, AdamConfig& a, bool is_adamw) {
   SectionReader r(params, "optimizer.params");
   r.get("lr", a.lr, 0.0, 1e30);
-  if (const json* b = r.raw("betas")) {
-    if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
-      fail(r.path("betas"), *b, "expected [beta1, beta2]");
-    for (int i = 0; i < 2; ++i) {
-      double x = (*b)[i].get<double>();
-      if (!(x >= 0.0 && x < 1.0)) fail(r.path("betas"), *b, "each beta must be in [0, 1)");
-      a.betas[i] = x;
-    }
-  }
+  a.betas = parse_betas(r, a.betas);
   r.get("eps", a.eps, 0.0, 1e30);
   r.get("weight_decay", a.weight_decay, 0.0, 1e30);
   r.get("adam_w_mode", a.adam_w_mode);
@@ -60,6 +54,39 @@ static void parse_sgd(const json& params, SgdConfig& s) {
     fail(r.path("nesterov"), true, "Nesterov momentum requires a momentum and zero dampening");
 }
 
+static std::array<double, 2> parse_betas(SectionReader& r, std::array<double, 2> betas) {
+  if (const json* b = r.raw("betas")) {
+    if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number() || !(*b)[1].is_number())
+      fail(r.path("betas"), *b, "expected [beta1, beta2]");
+    for (int i = 0; i < 2; ++i) {
+      double x = (*b)[i].get<double>();
+      if (!(x >= 0.0 && x < 1.0)) fail(r.path("betas"), *b, "each beta must be in [0, 1)");
+      betas[size_t(i)] = x;
+    }
+  }
+  return betas;
+}
+
+static void parse_lion(const json& params, LionConfig& l) {
+  SectionReader r(params, "optimizer.params");
+  r.get("lr", l.lr, 0.0, 1e30);
+  l.betas = parse_betas(r, l.betas);
+  r.get("weight_decay", l.weight_decay, 0.0, 1e30);
+  r.finish();
+}
+
+static void parse_adagrad(const json& params, AdagradConfig& a) {
+  SectionReader r(params, "optimizer.params");
+  r.get("lr", a.lr, 0.0, 1e30);
+  r.get("eps", a.eps, 0.0, 1e30);
+  r.get("weight_decay", a.weight_decay, 0.0, 1e30);
+  double lr_decay = 0.0, init = 0.0;  // torch's; DeepSpeedCPUAdagrad has neither
+  if (r.get("lr_decay", lr_decay, -1e30, 1e30) && lr_decay != 0.0) fail(r.path("lr_decay"), lr_decay, "only 0 is supported");
+  if (r.get("initial_accumulator_value", init, -1e30, 1e30) && init != 0.0)
+    fail(r.path("initial_accumulator_value"), init, "only 0 is supported");
+  r.finish();
+}
+
 void parse_optimizer(const json& j, OptimizerConfig& out) {
   SectionReader r(j, "optimizer");
   std::string type;
@@ -75,9 +102,14 @@ void parse_optimizer(const json& j, OptimizerConfig& out) {
     parse_adam(p, out.adam, out.type == "adamw");
   } else if (out.type == "sgd") {
     parse_sgd(p, out.sgd);
+  } else if (out.type == "lion") {
+    parse_lion(p, out.lion);
+  } else if (out.type == "adagrad") {
+    parse_adagrad(p, out.adagrad);
   } else {
     fail("optimizer.type", type,
-         "not supported by DeepSpeed.cpp (supported: Adam, AdamW, SGD)" + did_you_mean(out.type, {"adam", "adamw", "sgd"}));
+         "not supported by DeepSpeed.cpp (supported: Adam, AdamW, SGD, Lion, Adagrad)" +
+             did_you_mean(out.type, {"adam", "adamw", "sgd", "lion", "adagrad"}));
   }
 }
 
@@ -153,3 +185,20 @@ void parse_scheduler(const json& j, SchedulerConfig& out, std::vector<std::strin
 }
 
 }  // namespace dscpp::config_detail
+
+namespace dscpp {
+
+double OptimizerConfig::lr() const {
+  if (is_adam()) return adam.lr;
+  if (type == "lion") return lion.lr;
+  if (type == "adagrad") return adagrad.lr;
+  return sgd.lr;
+}
+
+int OptimizerConfig::states_per_element() const {
+  if (type.empty() || is_adam()) return 2;  // the engine's default optimizer is AdamW
+  if (type == "lion" || type == "adagrad") return 1;
+  return sgd.momentum != 0.0 ? 1 : 0;
+}
+
+}  // namespace dscpp

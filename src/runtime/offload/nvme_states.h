@@ -4,7 +4,7 @@
 // Note [NVMe optimizer states]: the f32 master weights and optimizer states of each rank's offloaded share live on
 // disk, in the folder DeepSpeed's swapper uses, <nvme_path>/zero_stage_<s>/optimizer/rank<r>/: per sub-group
 // "<id>.tensor.swp" holds its f32 weights and "<state>-<id>.tensor.swp" each optimizer state (exp_avg, exp_avg_sq;
-// SGD's momentum_buffer), each padded to 4096 bytes. DeepSpeed's id names the first and last parameter of the
+// SGD's momentum_buffer, Lion's exp_avg, Adagrad's sum), each padded to 4096 bytes. DeepSpeed's id names the first and last parameter of the
 // sub-group; ours names its first and last flat element, since our sub-groups may cut a parameter. A sub-group is a
 // run of consecutive host pieces of at most zero_optimization.sub_group_size elements (pieces are cut to fit).
 // The folder is emptied at start (a killed run's files) and removed at a clean exit; files are reserved when made,

@@ -40,4 +40,37 @@ class SgdOptimizer final : public Optimizer {
   Tensor momentum_;  // [owned_numel()] f32; undefined when momentum == 0 (torch keeps no buffer)
 };
 
+// Lion (DeepSpeed's FusedLion): one momentum state, the update its sign.
+class LionOptimizer final : public Optimizer {
+ public:
+  LionOptimizer(const LionConfig& cfg, const ParamSet& params, std::vector<FlatRange> owned, StateMemory memory);
+  const char* name() const override { return "lion"; }
+  void zero_state() override;
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
+  nlohmann::json state_json() const override;
+  void set_betas(double beta1, double beta2) override;
+
+ private:
+  void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
+                      const std::vector<Tensor>& states, float lr, float grad_scale, bool decay) override;
+  LionConfig cfg_;
+  Tensor exp_avg_;  // [owned_numel()] f32
+};
+
+// torch.optim.Adagrad: the running sum of squared gradients.
+class AdagradOptimizer final : public Optimizer {
+ public:
+  AdagradOptimizer(const AdagradConfig& cfg, const ParamSet& params, std::vector<FlatRange> owned, StateMemory memory);
+  const char* name() const override { return "adagrad"; }
+  void zero_state() override;
+  std::vector<std::pair<std::string, Tensor>> state_tensors() const override;
+  nlohmann::json state_json() const override;
+
+ private:
+  void update_segment(int64_t begin, int64_t end, const Tensor& p, const Tensor& g, const Tensor& lowp,
+                      const std::vector<Tensor>& states, float lr, float grad_scale, bool decay) override;
+  AdagradConfig cfg_;
+  Tensor sum_;  // [owned_numel()] f32
+};
+
 }  // namespace dscpp

@@ -50,6 +50,8 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& cfg, const Para
   if (cfg.is_adam())
     return std::make_unique<AdamOptimizer>(cfg.adam, cfg.type == "adamw", params, std::move(owned), memory);
   if (cfg.type == "sgd") return std::make_unique<SgdOptimizer>(cfg.sgd, params, std::move(owned), memory);
+  if (cfg.type == "lion") return std::make_unique<LionOptimizer>(cfg.lion, params, std::move(owned), memory);
+  if (cfg.type == "adagrad") return std::make_unique<AdagradOptimizer>(cfg.adagrad, params, std::move(owned), memory);
   DSCPP_FAIL("make_optimizer: no optimizer of type '", cfg.type, "' (config has no \"optimizer\" section?)");
 }
 
