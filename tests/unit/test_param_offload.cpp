@@ -55,7 +55,7 @@ TEST(ParamOffloadConfig, DeepSpeedKeysDefaultsAndRules) {
   EXPECT_EQ(o.buffer_count, 5);
   EXPECT_EQ(o.buffer_size, 100000000);
   EXPECT_EQ(o.max_in_cpu, 1000000000);
-  EXPECT_FALSE(o.pin_memory);
+  EXPECT_TRUE(o.pin_memory);  // DeepSpeed >= 0.19.6, as offload_optimizer
   EXPECT_TRUE(w.empty()) << w[0];
   const DeepSpeedConfig all = parse_config(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu",
       "pin_memory": true, "buffer_count": 2, "buffer_size": 1000, "max_in_cpu": 5}})");

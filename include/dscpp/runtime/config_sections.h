@@ -141,7 +141,8 @@ struct OffloadParamConfig {              // "zero_optimization.offload_param" (s
   int64_t buffer_count = 5;              // staging buffers the parameters' copies pass through
   int64_t buffer_size = 100000000;       // elements per staging buffer (1e8)
   int64_t max_in_cpu = 1000000000;       // elements kept in CPU memory (1e9; nvme only)
-  bool pin_memory = false;               // page-locked host partition (else pageable, staged through pinned buffers)
+  bool pin_memory = true;                // page-locked host partition (else pageable, staged through pinned buffers);
+                                         // DeepSpeed >= 0.19.6's default, as offload_optimizer's (false before)
   bool enabled() const { return device != "none"; }
 };
 
