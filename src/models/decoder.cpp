@@ -414,10 +414,9 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
       fused_head_forward(losses, num_valid_ ? *fused_dloss_ / float(num_valid_) : 0.0f);
       xf_ = Tensor();  // backward reads dxf_ only
     } else {
-      const Tensor W = params_.param(m_.lm_head_id);
-      tp_.gather_rows(xf_, [&](int64_t r0, int64_t n) {
-        ops::matmul_forward(logits_.narrow0(r0, n), xf_.narrow0(r0, n), W, Tensor());
-      });
+      const Linear head = m_.lm_head(params_);
+      tp_.gather_rows(xf_,
+                      [&](int64_t r0, int64_t n) { head.forward(params_, logits_.narrow0(r0, n), xf_.narrow0(r0, n)); });
     }
   }
   if (!fused_dloss_) {
@@ -477,15 +476,15 @@ void Decoder::backward(float dloss) {
       }
       dxf = Tensor::empty({rows, C}, act_, device_);
       DSCPP_PROFILE_RANGE("model.lm_head");
-      const Tensor W = params_.param(m_.lm_head_id);
+      const Linear head = m_.lm_head(params_);
       // Each rank's vocabulary rows give a partial sum of every row's gradient; the weight's GEMM runs beside
-      // the sum (Note [Sequence-parallel overlap]). matmul_backward reads its input for dW only: dst stands in.
+      // the sum (Note [Sequence-parallel overlap]).
       tp_.reduce_rows(
           dxf, N,
           [&](const Tensor& dst, int64_t r0, int64_t n, bool) {
-            ops::matmul_backward(dst, Tensor(), Tensor(), logits_.narrow0(r0, n), dst, W);
+            head.backward_input(params_, dst, logits_.narrow0(r0, n));
           },
-          [&] { ops::matmul_backward(Tensor(), params_.grad(m_.lm_head_id), Tensor(), logits_, xf_, W); });
+          [&] { head.backward_weight(params_, logits_, xf_); });
     }
     logits_ = Tensor();
     dres = Tensor::empty({rows, C}, act_, device_);

@@ -43,6 +43,11 @@ struct DecoderLayers {
   std::vector<Block> blocks;
   Norm norm_f;
   int lm_head_id = -1;  // == wte.table_id when tied
+  // The lm head as a layer without bias: [this rank's vocabulary rows, C].
+  Linear lm_head(const ParamSet& ps) const {
+    const auto& shape = ps.info(lm_head_id).shape;
+    return Linear{lm_head_id, -1, 1, shape[1], shape[0]};
+  }
 };
 
 // Each family's tensor table; under tensor parallelism (tp.on()) this rank's shard of it.
