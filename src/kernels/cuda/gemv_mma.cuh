@@ -19,7 +19,8 @@
 // run); the epilogue adds bias and residual. W is 4, or 8 for a grid of at most two CTAs per SM (a small OC: o_proj,
 // down_proj, a 1B model's qkv), where four warps a CTA left too few loads in flight (H100, each linear of every layer
 // replayed in a CUDA graph, int4: Llama-3.1-8B o_proj 8.16 -> 7.06 µs, down 24.2 -> 19.3; Llama-3.2-1B down 11.9 ->
-// 8.3), while 8 warps on gate_up's large grid were 23% slower. The weights are read with an L2 prefetch of 256 bytes: 1-4% on
+// 8.3), while 8 warps on an int4 gate_up's large grid were 23% slower; bf16 takes 8 on every grid (its gate_up 83.4 ->
+// 78.1 µs; batch-8 decode +1.5% on Llama-3.1-8B and 3.2-1B). The weights are read with an L2 prefetch of 256 bytes: 1-4% on
 // every shape (the CUDA-core kernel, gemv.cu, measured 1-6% slower with it, and keeps plain loads). On the Llama-3.1-8B shape's decode linears (H100, cold L2) a token's
 // int4 GEMVs took 3.48 ms on the CUDA cores and 3.02 here, int8 4.05 and 3.72, at one row; at four rows int4 went
 // from 8.50 to 3.11 ms (it does not grow with the rows). bf16 at one row stays on the CUDA-core kernel (6.38 against
@@ -227,7 +228,7 @@ bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, 
   constexpr bool kNorm = BITS != 16;
   if (norm.gamma && (!kNorm || M > gemv::kMaxNormRows || smem > gemv::kMaxNormSmem)) return false;
   const unsigned grid = unsigned(ceil_div(OC, kRows));
-  const bool small = grid <= 2u * unsigned(sm_count());
+  const bool small = BITS == 16 || grid <= 2u * unsigned(sm_count());
   auto go = [&](auto* o, auto* b) {
     using O = std::remove_pointer_t<decltype(o)>;
     using B = std::remove_pointer_t<decltype(b)>;
