@@ -130,7 +130,7 @@ void per_depth(std::string& s, const ModuleNode& root, const ModuleTimeMap& time
 }
 
 void detailed(std::string& s, const ModuleNode& n, const ModuleNode& root, const ModuleTimeMap& times,
-              const ReportOptions& o) {
+              const ReportOptions& o, int tp) {
   if (o.module_depth >= 0 && n.depth > o.module_depth) return;
   const ModuleTimes* t = nullptr;
   if (auto it = times.find(n.path); it != times.end()) t = &it->second;
@@ -143,10 +143,10 @@ void detailed(std::string& s, const ModuleNode& n, const ModuleNode& root, const
        format_si(n.cost.macs, "MACs") + " (" + pct(n.cost.macs, root.cost.macs) + "), fwd " +
        format_si(n.fwd_flops(), "FLOPs");
   if (!times.empty())
-    s += ", fwd " + ms_str(fwd) + " (" + pct(fwd, rt ? rt->fwd_ms : 0) + ") " + rate_str(n.fwd_flops(), fwd) +
-         ", bwd " + ms_str(bwd) + " (" + pct(bwd, rt ? rt->bwd_ms : 0) + ") " + rate_str(n.bwd_flops(), bwd);
+    s += ", fwd " + ms_str(fwd) + " (" + pct(fwd, rt ? rt->fwd_ms : 0) + ") " + rate_str(n.fwd_flops() / tp, fwd) +
+         ", bwd " + ms_str(bwd) + " (" + pct(bwd, rt ? rt->bwd_ms : 0) + ") " + rate_str(n.bwd_flops() / tp, bwd);
   s += "\n";
-  for (const ModuleNode& c : n.children) detailed(s, c, root, times, o);
+  for (const ModuleNode& c : n.children) detailed(s, c, root, times, o, tp);
 }
 
 }  // namespace
@@ -206,8 +206,12 @@ std::string format_flops_profile(const ModuleNode& tree, const ModuleTimeMap& ti
   if (o.detailed) {
     s += "\n------------------------------ Detailed Profile per Device ------------------------------\n";
     s += "Each module: params (% of total), fwd MACs (% of total), fwd FLOPs, fwd latency (% of model fwd) and\n"
-         "achieved fwd FLOPS, bwd latency (% of model bwd) and achieved bwd FLOPS (bwd FLOPs include recompute).\n\n";
-    detailed(s, tree, tree, times, o);
+         "achieved fwd FLOPS, bwd latency (% of model bwd) and achieved bwd FLOPS (bwd FLOPs include recompute).\n";
+    if (m.tensor_parallel > 1)
+      s += "Counts are the whole module's; the achieved FLOPS divide them by tp = " + std::to_string(m.tensor_parallel) +
+           " (this device's slice).\n";
+    s += "\n";
+    detailed(s, tree, tree, times, o, std::max(1, m.tensor_parallel));
   }
   s += "------------------------------------------------------------------------------------------\n";
   return s;

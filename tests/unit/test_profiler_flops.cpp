@@ -233,6 +233,20 @@ TEST(ProfilerFlops, ReportLayout) {
             format_si((2 + r) * fwd / 4 / 0.060, "FLOPS"));
   EXPECT_EQ(value(split, "fwd+bwd FLOPS per device = (3 + r) * fwd flops / (tp x pp) / (fwd+bwd latency)"),
             format_si((3 + r) * fwd / 4 / 0.090, "FLOPS"));
+  // The detailed profile's per-module rates: the module's FLOPs over its latency, divided by tp (its slice).
+  ro.detailed = true;
+  ro.module_depth = 3;
+  m.model_parallel = 1;
+  const ModuleNode* found = t.find("model.blocks.1.attn");
+  ASSERT_NE(found, nullptr);
+  const ModuleNode& attn = *found;
+  const std::string whole = format_flops_profile(t, times, m, ro);
+  EXPECT_NE(whole.find(") " + format_si(attn.fwd_flops() / 0.004, "FLOPS") + ", bwd"), std::string::npos) << whole;
+  m.model_parallel = 2, m.tensor_parallel = 2;
+  const std::string tp2 = format_flops_profile(t, times, m, ro);
+  EXPECT_NE(tp2.find(") " + format_si(attn.fwd_flops() / 2 / 0.004, "FLOPS") + ", bwd"), std::string::npos) << tp2;
+  EXPECT_NE(tp2.find(") " + format_si(attn.bwd_flops() / 2 / 0.009, "FLOPS") + "\n"), std::string::npos) << tp2;
+  EXPECT_NE(tp2.find("divide them by tp = 2"), std::string::npos);
   EXPECT_EQ(format_si(124.4398e6, ""), "124.44 M");
   EXPECT_EQ(format_si(0.03, "s"), "30.00 ms");
   EXPECT_EQ(format_si(2.5e-5, "s"), "25.00 us");

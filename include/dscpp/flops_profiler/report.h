@@ -30,6 +30,9 @@ struct StepMeasure {               // one profiled step on one device; 0 = not m
   // tp x pp: the ranks one model replica is split over. Each device does 1 / model_parallel of the model's FLOPs for
   // its tokens (Megatron's MFU: model FLOPs / (tp x pp) per GPU); the module tree stays the whole model's.
   int model_parallel = 1;
+  // tp: a module on this device runs 1 / tensor_parallel of the module's FLOPs (its slice of the heads, MLP columns
+  // and vocabulary), so the detailed profile's per-module rates divide by it (a stage's modules are whole in pp).
+  int tensor_parallel = 1;
 };
 
 struct StepSummary {

@@ -151,6 +151,7 @@ void Engine::profile_finish_step() {
     m.peak_flops = model_->params().device().is_cuda() ? kPeakBf16FlopsH100 : 0.0;  // CPU: MFU N/A
     m.world_size = dp_world_size();
     m.model_parallel = mp_ ? mp_->size() : 1;
+    m.tensor_parallel = cfg_.tp_size();
     ReportOptions ro;
     ro.profile_step = cfg_.flops_profiler.profile_step;
     ro.module_depth = int(cfg_.flops_profiler.module_depth);
