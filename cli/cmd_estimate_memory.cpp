@@ -38,6 +38,7 @@ struct EstimateOptions {
   double gpu_memory_gib = 0;     // > 0: say whether each stage fits
   bool fused_head = false;       // Note [Fused head] (DSCPP_FUSED_HEAD=1)
   bool cpu_checkpointing = false;  // Note [CPU checkpointing] (also from --deepspeed_config)
+  bool sequence_parallel = false;  // dscpp.sequence_parallel under --tp (also from --deepspeed_config)
   int64_t micro_batches = 0;     // under --pp: 0 = gradient_accumulation_steps of --deepspeed_config
   int tp = 1, pp = 1;            // tensor-parallel degree, pipeline stages (Note [Model states under TP and PP])
 };
@@ -108,6 +109,7 @@ void print_parallel_states(const EstimateOptions& o, const ModelConfig& cfg, int
     w.checkpoint = CheckpointPolicy(size_t(cfg.n_layer), true);
   w.fused_head = w.fused_head || o.fused_head;
   w.cpu_checkpointing = w.cpu_checkpointing || o.cpu_checkpointing;
+  w.sequence_parallel = w.sequence_parallel || o.sequence_parallel;
   const std::vector<StageMemory> stages = estimate_pipeline_memory(cfg, lay, w, in.setup);
   const int64_t nc = std::count(w.checkpoint.begin(), w.checkpoint.end(), true);
   std::printf("\n== DeepSpeed.cpp engine: training peak per GPU under tp %d x pp %d x dp %d, ZeRO %d, %s, micro-batch "
@@ -117,8 +119,9 @@ void print_parallel_states(const EstimateOptions& o, const ModelConfig& cfg, int
               lay.virtual_stages > 1 ? ("interleaved 1F1B, " + std::to_string(lay.virtual_stages) + " chunks per "
                                         "stage").c_str() : "1F1B", (long long)nc, (long long)cfg.n_layer);
   std::printf("(Note [Pipeline memory estimate] in runtime/parallel_estimate.h: activations split by tp as Megatron "
-              "splits them, the residual stream and norms whole; each stage holds up to `in flight` micro-batches' "
-              "activations under the schedule, with the received activations and gradients)\n");
+              "splits them, the residual stream and norms %s; each stage holds up to `in flight` micro-batches' "
+              "activations under the schedule, with the received activations and gradients)\n",
+              w.sequence_parallel && lay.tp > 1 ? "split by rows (sequence parallelism)" : "whole");
   std::printf("| stage | layers | params per rank | model states GiB | activations per micro-batch GiB | in flight | "
               "activations peak GiB | peak GiB | at |\n|---|---|---:|---:|---:|---:|---:|---:|---|\n");
   for (size_t s = 0; s < stages.size(); s++) {
@@ -387,6 +390,8 @@ Command register_estimate_memory(CLI::App& app) {
                   "The loss and lm head's backward inside forward, in chunks (what DSCPP_FUSED_HEAD=1 does)");
   c.app->add_flag("--cpu_checkpointing", o->cpu_checkpointing,
                   "The checkpointed blocks' inputs in host memory (activation_checkpointing.cpu_checkpointing)");
+  c.app->add_flag("--sequence_parallel", o->sequence_parallel,
+                  "Under --tp: the residual stream split by rows over the tensor-parallel ranks (dscpp.sequence_parallel)");
   c.app->add_option("--tp", o->tp, "Tensor-parallel degree: model states, activations and peak per rank of a tp x pp x dp layout")
       ->capture_default_str()->check(whole(1, 4096));
   c.app->add_option("--pp", o->pp, "Pipeline stages: memory per rank of each stage under the schedule, and the bubble")

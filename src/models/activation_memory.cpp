@@ -49,6 +49,9 @@ class Replay final : public ReplayLedger {
 
 struct Shapes {
   int64_t B, T, N, C, F, U, V, H, Q, HD;  // U: the up projection's width; Q: q, k and v together
+  int64_t n;                               // the residual stream's rows on this rank: N, or N / tp under SP
+  bool sp;                                 // Note [Sequence parallelism]: the rows split over the tp ranks
+  int64_t norm_grads;                      // bytes of a block's norm-parameter gradients (SP sums them apart)
   int64_t a;                               // bytes of an activation element
   int norm_stats;                          // f32 [N] tensors per norm: rstd (+ mean for LayerNorm)
   bool gelu, cuda;
@@ -66,24 +69,74 @@ struct BlockSaved {
   }
 };
 
+// TensorParallel::reduce_rows under SP: the all-to-all's send and receive buffers [N, C] around the products, the
+// own rows' product (with a residual on the CPU: its temporary of `own_temp` bytes) last.
+void reduce_rows_sp(Replay& r, const Shapes& s, int64_t own_temp) {
+  const Replay::Id send = r.alloc(s.N * s.C * s.a), recv = r.alloc(s.N * s.C * s.a);
+  if (own_temp) r.temp(own_temp);
+  r.free(recv);
+  r.free(send);
+}
+
+// Linear::backward_rebuilt: the input rebuilt whole [N, C] for the weight's GEMM, beside the input gradient's
+// reduction (reduce_rows: under SP its buffers).
+void backward_rebuilt(Replay& r, const Shapes& s) {
+  const Replay::Id inp = r.alloc(s.N * s.C * s.a);
+  if (s.sp) reduce_rows_sp(r, s, 0);
+  r.free(inp);
+}
+
 BlockSaved block_forward(Replay& r, const Shapes& s) {
   BlockSaved k;
-  const Replay::Id h = r.alloc(s.N * s.C * s.a);                // h = norm1(x)
-  for (int i = 0; i < s.norm_stats; i++) k.st1.push_back(r.alloc(s.N * 4));
-  k.x1.push_back(r.alloc(s.N * s.C * s.a));
+  const Replay::Id h = r.alloc(s.N * s.C * s.a);                // h = norm1(x), every row (SP: gathered)
+  for (int i = 0; i < s.norm_stats; i++) k.st1.push_back(r.alloc(s.n * 4));
+  k.x1.push_back(r.alloc(s.n * s.C * s.a));
   k.attn.push_back(r.alloc(s.N * s.Q * s.a));                   // qkv_out_
   k.attn.push_back(r.alloc(s.N * s.HD * s.a));                  // att_
   k.attn.push_back(r.alloc(s.B * s.H * s.T * 4));               // lse_
-  for (int i = 0; i < s.norm_stats; i++) k.st2.push_back(r.alloc(s.N * 4));  // norm2.forward_residual
+  if (s.sp) reduce_rows_sp(r, s, 0);                            // the output projection's rows to their owners
+  for (int i = 0; i < s.norm_stats; i++) k.st2.push_back(r.alloc(s.n * 4));  // norm2.forward_residual
   k.mlp.push_back(r.alloc(s.N * s.U * s.a));                    // pre_
   k.mlp.push_back(r.alloc(s.N * s.F * s.a));                    // act_
-  if (!s.cuda) r.temp(s.N * s.C * s.a);  // the CPU matmul with a residual (down projection): the product's temporary
+  // The CPU matmul with a residual (down projection): the product's temporary.
+  if (s.sp) reduce_rows_sp(r, s, s.cuda ? 0 : s.n * s.C * s.a);
+  else if (!s.cuda) r.temp(s.N * s.C * s.a);
   r.free(h);
   return k;
 }
 
+// Block::backward under SP, in the code's order: the norms' row gradients, d(norm output) of this rank's rows, each
+// sublayer's d(out) with all rows (with_all_rows), and the rebuilt inputs with their reductions' buffers.
+void block_backward_sp(Replay& r, const Shapes& s, BlockSaved& k, const std::function<void()>& grads_written) {
+  const Replay::Id row_grads = r.alloc(s.norm_grads);
+  const Replay::Id dnorm = r.alloc(s.n * s.C * s.a);
+  {  // Mlp::backward
+    const Replay::Id dpre = r.alloc(s.N * s.U * s.a), d = r.alloc(s.N * s.C * s.a);
+    if (!s.gelu) r.temp(s.N * s.F * s.a);  // dact
+    grads_written();                       // down.backward_weight
+    r.free(d);
+    backward_rebuilt(r, s);
+    r.free(dpre);
+  }
+  BlockSaved::free(r, k.mlp);  // mlp.release()
+  BlockSaved::free(r, k.st2);
+  {  // CausalSelfAttention::backward
+    const Replay::Id datt = r.alloc(s.N * s.HD * s.a);
+    r.temp(s.N * s.C * s.a);  // d(out) with all rows
+    const Replay::Id dqkv = r.alloc(s.N * s.Q * s.a);
+    if (s.cuda) r.temp(s.B * s.H * s.T * 4);
+    r.free(datt);
+    backward_rebuilt(r, s);
+    r.free(dqkv);
+  }
+  k.free_all(r);
+  r.free(dnorm);
+  r.free(row_grads);
+}
+
 // grads_written: where the down projection's backward first asks for the block's gradients.
 void block_backward(Replay& r, const Shapes& s, BlockSaved& k, const std::function<void()>& grads_written) {
+  if (s.sp) return block_backward_sp(r, s, k, grads_written);
   const Replay::Id dnorm = r.alloc(s.N * s.C * s.a);
   if (s.gelu) {  // Mlp::backward, GELU: dpre, then the up projection's rebuilt input
     const Replay::Id dpre = r.alloc(s.N * s.F * s.a);
@@ -151,7 +204,13 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
   s.norm_stats = gpt2 ? 2 : 1;
   s.gelu = gpt2;
   s.cuda = w.cuda;
-  const int64_t NC = s.N * s.C * s.a;
+  s.sp = w.sequence_parallel && tp > 1;
+  DSCPP_CHECK(!s.sp || s.N % tp == 0, "activation estimate: sequence parallelism splits the ", s.N,
+              " tokens of a micro-batch over ", tp, " ranks; they must divide evenly");
+  s.n = s.sp ? s.N / tp : s.N;
+  const int64_t norm_params = (gpt2 ? 2 : 1) * s.C;  // a norm's weight (and LayerNorm's bias)
+  s.norm_grads = 2 * norm_params * 4;                 // f32 gradients
+  const int64_t NC = s.N * s.C * s.a, nC = s.n * s.C * s.a;  // a whole [N, C] tensor; the residual stream's rows
   auto checkpointed = [&](int64_t l) { return !w.checkpoint.empty() && w.checkpoint[size_t(l)]; };
 
   Replay r(w.cuda ? 512 : 1);
@@ -185,18 +244,21 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
   std::vector<Replay::Id> x(static_cast<size_t>(L + 1));
   if (embed) {
     use(0, true);
-    x[0] = r.alloc(NC);  // embed()
-    if (gpt2) r.temp(NC);  // the position embeddings, added in place
+    x[0] = r.alloc(nC);  // embed()
+    if (s.sp) reduce_rows_sp(r, s, gpt2 ? nC : 0);  // the lookups' partial sums; the positions for the own rows
+    else if (gpt2) r.temp(NC);  // the position embeddings, added in place
     use(0, false);
   } else {
-    x[size_t(b0)] = r.alloc(NC);  // set_input: the previous stage's hidden state, received
+    x[size_t(b0)] = r.alloc(nC);  // set_input: the previous stage's hidden state, received
   }
   std::vector<BlockSaved> blocks(static_cast<size_t>(L));
   // Note [CPU checkpointing]: offloaded inputs; their host copies are in the ledger only on the CPU device.
   auto offloaded = [&](int64_t l) { return w.cpu_checkpointing && checkpointed(l); };
   int64_t stashed = -1, host_bytes = 0;
   // Note [Partitioned activations]: a checkpointed input kept as this rank's rows.
-  auto partitioned = [&](int64_t l) { return w.partition_activations && tp > 1 && !offloaded(l) && checkpointed(l); };
+  auto partitioned = [&](int64_t l) {
+    return w.partition_activations && tp > 1 && !s.sp && !offloaded(l) && checkpointed(l);  // SP: rows already
+  };
   const int64_t rows = (s.N + tp - 1) / tp;
   auto drop_stashed = [&](int64_t keep) {  // Decoder::drop_stashed
     if (stashed >= 0 && stashed != keep) r.free(x[size_t(std::exchange(stashed, -1))]);
@@ -205,10 +267,10 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
   for (int64_t l = b0; l < b1; l++) {
     r.at("forward of block " + std::to_string(l));
     use(int(l) + 1, true);
-    x[size_t(l + 1)] = r.alloc(NC);
+    x[size_t(l + 1)] = r.alloc(nC);
     if (offloaded(l)) {  // stash_input: the host copy
-      host_bytes += NC;
-      if (!w.cuda) step.push_back(r.alloc(NC));
+      host_bytes += nC;
+      if (!w.cuda) step.push_back(r.alloc(nC));
     }
     blocks[size_t(l)] = block_forward(r, s);
     if (checkpointed(l)) blocks[size_t(l)].free_all(r);  // release(): only the block's input and output stay
@@ -227,7 +289,7 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
     xf = r.alloc(NC);
     if (!w.fused_head) logits = r.alloc(s.N * s.V * s.a);
     head_use(true);
-    for (int i = 0; i < s.norm_stats; i++) stf.push_back(r.alloc(s.N * 4));
+    for (int i = 0; i < s.norm_stats; i++) stf.push_back(r.alloc(s.n * 4));
     if (w.fused_head) {  // Note [Fused head]: Decoder::fused_head_forward
       losses = r.alloc(s.N * 4);
       written(tied ? 0 : fin);  // the lm head's weight gradient
@@ -263,11 +325,13 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
     } else {
       head_use(true);
       r.free(loss_lse);  // the cross-entropy gradient overwrites the logits in place
-      dxf = r.alloc(NC);
+      dxf = r.alloc(nC);
+      if (s.sp) reduce_rows_sp(r, s, 0);  // every rank's vocabulary rows' partial sums of each row's gradient
       written(tied ? 0 : fin);  // the lm head's weight gradient
       r.free(logits);
     }
-    dres = r.alloc(NC);
+    dres = r.alloc(nC);
+    if (s.sp) r.temp(norm_params * 4);  // the final norm's row gradients, summed over the ranks
     written(fin);  // the final norm's
     r.free(dxf);
     if (!w.fused_head) r.free(xf);
@@ -277,17 +341,17 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
     else head_use(false);
   } else {
     r.at("backward: the received d(output)");
-    dres = r.alloc(NC);  // set_output_grad: the next stage's d(input), received
+    dres = r.alloc(nC);  // set_output_grad: the next stage's d(input), received
   }
   std::vector<bool> fetched(static_cast<size_t>(L), false);
   for (int64_t l = b1 - 1; l >= b0; l--) {
     r.at("backward of block " + std::to_string(l) + (checkpointed(l) ? " (recomputed)" : ""));
     use(int(l) + 1, true);
     if (offloaded(l)) {  // fetch_input: this block's input unless it came ahead, and the next one down
-      if (!fetched[size_t(l)]) x[size_t(l)] = r.alloc(NC), fetched[size_t(l)] = true;
+      if (!fetched[size_t(l)]) x[size_t(l)] = r.alloc(nC), fetched[size_t(l)] = true;
       for (int64_t j = l - 1; j >= b0; j--)
         if (offloaded(j)) {
-          x[size_t(j)] = r.alloc(NC), fetched[size_t(j)] = true;
+          x[size_t(j)] = r.alloc(nC), fetched[size_t(j)] = true;
           break;
         }
     }
@@ -302,6 +366,7 @@ ActivationEstimate estimate_activation_memory(const ModelConfig& cfg, const Acti
     use(int(l) + 1, false);
   }
   r.at(embed ? "backward: the embeddings" : "backward: d(input) to send");
+  if (embed && s.sp) r.temp(NC);  // d(output) with all rows, for every rank's vocabulary rows
   written(0);
   ready(0);
   r.free(x[size_t(b0)]);

@@ -110,8 +110,8 @@ std::vector<StageMemory> estimate_pipeline_memory(const ModelConfig& cfg, const 
   const PipeShape shape{lay.pp, int(lay.micro_batches), lay.virtual_stages};
   const auto schedule = build_schedule(shape, /*train=*/true);
   const int64_t granule = w.cuda ? 512 : 1;
-  const int64_t hidden = (w.micro_batch * w.seq_len * cfg.n_embd * int64_t(dtype_size(w.act)) + granule - 1) /
-                         granule * granule;
+  const int64_t rows = w.micro_batch * w.seq_len / (w.sequence_parallel && lay.tp > 1 ? lay.tp : 1);
+  const int64_t hidden = (rows * cfg.n_embd * int64_t(dtype_size(w.act)) + granule - 1) / granule * granule;
   std::vector<StageMemory> out;
   for (int r = 0; r < lay.pp; r++) {
     StageMemory m;

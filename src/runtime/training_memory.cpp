@@ -16,6 +16,7 @@ TrainingMemoryInputs training_memory_inputs(const ModelConfig& model, const Deep
   w.fused_head = cfg.dscpp.fused_head;
   w.cpu_checkpointing = cfg.activation_checkpointing.cpu_checkpointing;
   w.partition_activations = cfg.activation_checkpointing.partition_activations;
+  w.sequence_parallel = cfg.dscpp.sequence_parallel;
   TrainingMemorySetup& s = in.setup;
   s.stage = cfg.zero_optimization.stage;
   s.world_size = cfg.dp_world_size;

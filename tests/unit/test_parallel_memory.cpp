@@ -126,7 +126,8 @@ TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
   if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (const char* arch : {"gpt2", "llama"})
     for (int ckpt : {0, 1, 3})
-      for (bool partition : {false, true}) {
+      for (int variant = 0; variant < 3; variant++) {  // plain, partition_activations, sequence parallelism
+        const bool partition = variant == 1, sp = variant == 2;
         if (partition && !ckpt) continue;
         test::expect_all_pass(test::run_ranks(2, [&](int rank, int port) {
           auto pg = new_process_group("gloo", rank, 2, "127.0.0.1", port, std::chrono::seconds(30));
@@ -134,6 +135,7 @@ TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
           cfg.n_layer = 3;
           ModelOptions mo;
           mo.tp_group = pg.get();
+          mo.sequence_parallel = sp;
           auto m = make_model(cfg, mo);
           m->init_weights(7);
           ActivationWorkload w = f32_cpu(3, 16);
@@ -141,6 +143,7 @@ TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
           w.checkpoint = checkpoint_every(cfg.n_layer, ckpt);
           m->set_checkpoint_policy(w.checkpoint);
           w.partition_activations = partition;
+          w.sequence_parallel = sp;
           m->set_partition_activations(partition);
           Tensor x = Tensor::empty({3, 16}, DType::i32), y = Tensor::empty({3, 16}, DType::i32);
           for (int64_t i = 0; i < x.numel(); i++) {
@@ -158,7 +161,8 @@ TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
           const int64_t measured = a.stats().peak_bytes - base;
           const ActivationEstimate e = estimate_activation_memory(cfg, w);
           const std::string what = std::string(arch) + " checkpoints " + std::to_string(ckpt) +
-                                   (partition ? " partition_activations" : "") + " rank " +
+                                   (partition ? " partition_activations" : "") + (sp ? " sequence_parallel" : "") +
+                                   " rank " +
                                    std::to_string(rank) + " (peak at " + e.peak_at + ")";
           const int64_t hidden = 3 * 16 * cfg.n_embd * 4;
           if (rank == 0) EXPECT_GE(measured, e.peak_bytes) << what;
@@ -166,6 +170,11 @@ TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
           ActivationWorkload whole = w;
           whole.tp = 1;
           EXPECT_LT(e.peak_bytes, estimate_activation_memory(cfg, whole).peak_bytes) << what;
+          if (sp) {  // what a block keeps of the residual stream is this rank's half of the rows
+            ActivationWorkload whole_rows = w;
+            whole_rows.sequence_parallel = false;
+            EXPECT_LT(e.end_of_forward, estimate_activation_memory(cfg, whole_rows).end_of_forward) << what;
+          }
           ActivationWorkload unpartitioned = w;
           unpartitioned.partition_activations = false;
           if (partition)  // each checkpointed input held as its rows: (N - ceil(N / 2)) x C x 4 bytes less

@@ -548,6 +548,19 @@ TEST(EstimateMemoryCli, TensorAndPipelineParallelStates) {
                              " | " + stages[s].peak_at + " |";
     EXPECT_NE(out.find(tail), std::string::npos) << stages[s].activation_peak << " missing '" << tail << "' in\n" << out;
   }
+  // --sequence_parallel: the same layout with the residual stream split by rows, each stage's figures from the
+  // same replay with sequence_parallel on (smaller: a block keeps half its [N, C] tensors).
+  ASSERT_EQ(run_capture(dscpp_binary() + " estimate-memory --model gpt2 --num_gpus_per_node 8 --tp 2 --pp 2 "
+                        "--micro_batch 2 --seq_len 512 --micro_batches 8 --sequence_parallel", out), 0) << out;
+  EXPECT_NE(out.find("split by rows (sequence parallelism)"), std::string::npos) << out;
+  w.sequence_parallel = true;
+  const auto sp_stages = estimate_pipeline_memory(cfg, lay, w, ts);
+  for (size_t s = 0; s < sp_stages.size(); ++s) {
+    EXPECT_LT(sp_stages[s].activation_peak, stages[s].activation_peak);
+    const std::string tail = " | " + format_gib(sp_stages[s].activation_peak) + " | " +
+                             format_gib(sp_stages[s].peak_bytes()) + " | " + sp_stages[s].peak_at + " |";
+    EXPECT_NE(out.find(tail), std::string::npos) << "missing '" << tail << "' in\n" << out;
+  }
   EXPECT_NE(run_capture(dscpp_binary() + " estimate-memory --model gpt2 --num_gpus_per_node 8 --tp 8", out), 0);
   EXPECT_NE(out.find("--tp 8 does not divide the model's 12 attention heads"), std::string::npos) << out;
   EXPECT_NE(run_capture(dscpp_binary() + " estimate-memory --model gpt2 --num_gpus_per_node 8 --tp 3", out), 0);

@@ -38,12 +38,15 @@ struct ActivationWorkload {
   int tp = 1;
   int64_t first_item = 0, end_item = 0;
   bool partition_activations = false;  // Note [Partitioned activations] (models/decoder.h), under tp > 1
+  bool sequence_parallel = false;      // Note [Sequence parallelism] (nn/tensor_parallel.h), under tp > 1
 };
 
 // Note [Activations under TP and PP]: Megatron's tensor parallelism (Note [Tensor parallelism], nn/tensor_parallel.h)
 // splits what a block keeps for its heads and MLP columns (q/k/v, the attention output and its log-sum-exp, the MLP's
 // pre-activation and activation) and the logits over the tp ranks; the residual stream, the norms' inputs, outputs and
-// statistics stay whole on every rank (there is no sequence parallelism). The replay is tensor-parallel rank 0's, the
+// statistics stay whole on every rank, except under sequence parallelism: then the residual stream, the norms'
+// statistics and every [N, C] a block keeps hold this rank's N / tp rows, while the norms' outputs are gathered whole
+// for the GEMMs and each reduction to the rows' owners takes an all-to-all's send and receive buffers. The replay is tensor-parallel rank 0's, the
 // one that adds the residual into the down projection (on the CPU a temporary the others do not take). A pipeline
 // chunk without the embeddings starts from the received hidden state [N, C] (the replay's x_0), and one without the
 // head from the received d(output) [N, C]; its d(input) stays after backward until it is sent (after_backward).
