@@ -31,6 +31,8 @@ std::string cuda_device_name(int device) {
   DSCPP_FAIL("cuda_device_name(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
 }
 
+std::string cuda_device_pci_id(int) { return ""; }
+
 int64_t cuda_device_memory(int device) {
   DSCPP_FAIL("cuda_device_memory(", device, "): this build has no CUDA backend (configure with -DDSCPP_CUDA=ON)");
 }

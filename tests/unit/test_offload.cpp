@@ -9,13 +9,18 @@
 // rounding (FMA contraction): the Nccl cases compare within Note [Equivalence tolerances] instead.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <limits>
+#include <thread>
 
 #include "checkpoint_fixtures.h"
 #include "dist/offload_checks.h"
 #include "dscpp/checkpoint/universal.h"
 #include "dscpp/core/copy_stream.h"
+#include "runtime/offload/host_affinity.h"
 #include "runtime/offload/optimizer_offload.h"
 #include "runtime/offload/step_worker.h"
 
@@ -407,3 +412,57 @@ TEST_P(OffloadNccl, MatchesOneProcessWithoutOffload) {
 
 INSTANTIATE_TEST_SUITE_P(Nccl, OffloadNccl, ::testing::ValuesIn(nccl_cases()),
                          [](const auto& i) { return i.param.name(); });
+
+// Note [Host step affinity]: sysfs's CPU lists, a device's node from a fake sysfs tree, and the OpenMP team pinned
+// one thread per CPU (on this machine's allowed CPUs, the node every CI host has).
+TEST(HostAffinity, CpuListsNodesAndPinning) {
+  EXPECT_EQ(parse_cpu_list("0-3,8,10-11\n"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(parse_cpu_list("5"), (std::vector<int>{5}));
+  EXPECT_EQ(parse_cpu_list(" 2-3, 1 ,3"), (std::vector<int>{1, 2, 3}));
+  EXPECT_TRUE(parse_cpu_list("").empty());
+  EXPECT_THROW(parse_cpu_list("3-1"), Error);
+  EXPECT_THROW(parse_cpu_list("a-b"), Error);
+
+  const std::filesystem::path sysfs = std::filesystem::temp_directory_path() / ("dscpp_sysfs_" + std::to_string(getpid()));
+  std::filesystem::create_directories(sysfs / "devices/system/node/node1");
+  std::ofstream(sysfs / "devices/system/node/node1/cpulist") << "16-19,48-49\n";
+  EXPECT_EQ(numa_node_cpus(1, sysfs.string()), (std::vector<int>{16, 17, 18, 19, 48, 49}));
+  EXPECT_TRUE(numa_node_cpus(0, sysfs.string()).empty());   // no such node: unknown
+  EXPECT_TRUE(numa_node_cpus(-1, sysfs.string()).empty());  // a one-node host's -1
+  EXPECT_EQ(device_numa_node(Device::cpu(), sysfs.string()), -1);
+  // No node for the CPU device: every allowed CPU serves, unpinned, with or without numa_affinity.
+  const std::vector<int> allowed = allowed_cpus();
+  ASSERT_FALSE(allowed.empty());
+  for (bool numa : {true, false}) {
+    const HostStepCpus h = host_step_cpus(Device::cpu(), numa, sysfs.string());
+    EXPECT_EQ(h.node, -1);
+    EXPECT_EQ(h.cpus, allowed);
+  }
+  std::filesystem::remove_all(sysfs);
+
+  // The team lands where it was put, and a bound scope gives the caller its mask back.
+  const int threads = int(std::min<size_t>(allowed.size(), 3));
+  std::thread t([&] {
+    const std::vector<int> on = pin_openmp_team(allowed, threads);
+    for (int i = 0; i < threads; i++) EXPECT_EQ(on[size_t(i)], allowed[size_t(i) % allowed.size()]) << "thread " << i;
+  });
+  t.join();
+  {
+    const ScopedCpuBinding one({allowed.back()});
+    EXPECT_EQ(allowed_cpus(), (std::vector<int>{allowed.back()}));
+  }
+  EXPECT_EQ(allowed_cpus(), allowed);
+
+  // The config key: on by default, refused when not a bool, kept in the canonical JSON.
+  EXPECT_TRUE(DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1})").dscpp.offload.numa_affinity);
+  const DeepSpeedConfig off = DeepSpeedConfig::from_string(
+      R"({"train_micro_batch_size_per_gpu": 1, "dscpp": {"offload": {"numa_affinity": false}}})");
+  EXPECT_FALSE(off.dscpp.offload.numa_affinity);
+  EXPECT_FALSE(DeepSpeedConfig::parse(off.to_json(), 1).dscpp.offload.numa_affinity);
+  try {
+    DeepSpeedConfig::from_string(R"({"train_micro_batch_size_per_gpu": 1, "dscpp": {"offload": {"numa_affinity": 2}}})");
+    ADD_FAILURE() << "numa_affinity 2 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.key, "dscpp.offload.numa_affinity") << e.what();
+  }
+}

@@ -20,6 +20,8 @@ void cuda_stream_synchronize(int device = -1);  // wait for the work on this thr
 // How urgent this thread's current stream on `device` is: 0 normal, more is more urgent (Note [Stream priorities]).
 int cuda_current_stream_urgency(int device = -1);
 std::string cuda_device_name(int device);   // "NVIDIA H100 80GB HBM3"
+// The device's PCI function as sysfs names it ("0000:1b:00.0"); "" when unknown. Never throws.
+std::string cuda_device_pci_id(int device);
 int64_t cuda_device_memory(int device);     // total bytes of the device's memory
 // Bytes the device's memory pool holds for kernels' cudaMallocAsync workspaces (Note [Workspace pool]).
 int64_t cuda_workspace_pool_bytes(int device);

@@ -188,6 +188,9 @@ struct DscppOffloadConfig {              // "dscpp.offload": ZeRO-Offload's opti
   // OpenMP threads of the host step; unset = OpenMP's default less one (at least 1), leaving a core to the training
   // thread, which launches the next forward's kernels while the host steps.
   std::optional<int64_t> threads;
+  // Note [Host step affinity]: the host step's threads on the CPUs of the device's NUMA node, its buffers in that
+  // node's memory; the default thread count then counts that node's CPUs.
+  bool numa_affinity = true;
   // NVMe offload (Note [NVMe optimizer states]): the swap I/O's kernel interface, "auto" (io_uring, else libaio
   // with a notice), "io_uring" or "libaio"; the disk probe's size before training (0: no probe); the probe's rate
   // below which start-up warns, GB/s.

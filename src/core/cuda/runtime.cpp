@@ -7,6 +7,7 @@
 #include <execinfo.h>
 
 #include <array>
+#include <cctype>
 #include <atomic>
 #include <cstdlib>
 #include <mutex>
@@ -68,6 +69,16 @@ std::string cuda_device_name(int device) {
   cudaDeviceProp p{};
   DSCPP_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
   return p.name;
+}
+
+std::string cuda_device_pci_id(int device) {
+  char id[32] = {};
+  if (device < 0 || device >= cuda_device_count() || cudaDeviceGetPCIBusId(id, sizeof id, device) != cudaSuccess)
+    return "";
+  std::string s = id;  // "00000000:1B:00.0" or "0000:1B:00.0": sysfs has a 4-digit domain, lower case
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (s.find(':') == 8) s = s.substr(4);
+  return s;
 }
 
 int64_t cuda_device_memory(int device) {

@@ -216,6 +216,7 @@ json DeepSpeedConfig::to_json() const {
                 {"copy_engine", {{"enabled", dscpp.copy_engine.enabled},
                                  {"arena_mib", opt(dscpp.copy_engine.arena_mib)}}},
                 {"offload", {{"delayed_update", dscpp.offload.delayed_update}, {"threads", opt(dscpp.offload.threads)},
+                             {"numa_affinity", dscpp.offload.numa_affinity},
                              {"aio_backend", dscpp.offload.aio_backend},
                              {"nvme_probe_mib", dscpp.offload.nvme_probe_mib},
                              {"nvme_min_gbps", dscpp.offload.nvme_min_gbps}}},

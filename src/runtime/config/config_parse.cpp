@@ -157,6 +157,7 @@ static void parse_dscpp(const json& j, DscppConfig& d) {
     SectionReader orr(*o, "dscpp.offload");
     orr.get("delayed_update", d.offload.delayed_update);
     orr.get("threads", d.offload.threads, 1, 4096);
+    orr.get("numa_affinity", d.offload.numa_affinity);
     orr.get("aio_backend", d.offload.aio_backend, {"auto", "io_uring", "libaio"});
     orr.get("nvme_probe_mib", d.offload.nvme_probe_mib, 0, int64_t(1) << 20);
     orr.get("nvme_min_gbps", d.offload.nvme_min_gbps, 0.0, 1e6);

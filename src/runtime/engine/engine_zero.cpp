@@ -237,7 +237,7 @@ std::string Engine::model_state_report() const {
         << " GiB)";
     }
     o << ", copy slots for gradients " << gib(h.host_grads) << " GiB and parameters " << gib(h.host_staging)
-      << " GiB, host total " << gib(h.host()) << " GiB";
+      << " GiB, host total " << gib(h.host()) << " GiB, " << offload_->host_threads();
   }
   // Note [Copy-engine reductions], Note [Copy-engine ZeRO]: registered buffers beyond the model states.
   int64_t copies = grad_sync_ ? grad_sync_->arena().nbytes() : 0;

@@ -35,10 +35,14 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
     : mixed_(mixed),
       delayed_(ours.delayed_update),
       params_on_host_(params_on_host),
-      threads_(ours.threads ? int(*ours.threads) : std::max(1, omp_get_max_threads() - 1)),
+      cpus_(host_step_cpus(ps.device(), ours.numa_affinity)),
+      threads_(ours.threads ? int(*ours.threads)
+                            : std::max(1, (cpus_.node >= 0 ? int(cpus_.cpus.size()) : omp_get_max_threads()) - 1)),
       track_grads_(track_grads),
       to_host_(ps.device()),
       to_device_(ps.device()) {
+  // Note [Host step affinity]: the host buffers are first touched here, on the device's node.
+  const ScopedCpuBinding on_node(cpus_.node >= 0 ? cpus_.cpus : std::vector<int>{});
   const bool nvme = offload.device == "nvme";
   DSCPP_CHECK(offload.device == "cpu" || nvme, "optimizer offload: device \"", offload.device, "\"");
   DSCPP_CHECK(!(nvme && delayed_), "optimizer offload: the delayed update needs device \"cpu\"");
@@ -222,6 +226,8 @@ void OptimizerOffload::step(float lr, float grad_scale) {
 void OptimizerOffload::host_step(float lr, float grad_scale) {
   const auto t0 = Clock::now();
   omp_set_num_threads(threads_);  // this thread's parallel regions (the CPU Adam's)
+  if (!team_pinned_ && cpus_.node >= 0) pin_openmp_team(cpus_.cpus, threads_);  // Note [Host step affinity]
+  team_pinned_ = true;
   const size_t n = host_pieces_.size();
   try {
     if (delayed_) grads_out_.synchronize();
@@ -458,5 +464,11 @@ std::unique_ptr<NvmeStates> OptimizerOffload::make_nvme(const OffloadOptimizerCo
 double OptimizerOffload::take_host_step_ms() { return double(host_step_us_.exchange(0)) / 1e3; }
 
 double OptimizerOffload::take_wait_ms() { return std::exchange(wait_ms_, 0.0); }
+
+std::string OptimizerOffload::host_threads() const {
+  std::string s = std::to_string(threads_) + " host-step thread" + (threads_ == 1 ? "" : "s");
+  if (cpus_.node < 0) return s;
+  return s + " on NUMA node " + std::to_string(cpus_.node) + " (" + std::to_string(cpus_.cpus.size()) + " CPUs)";
+}
 
 }  // namespace dscpp

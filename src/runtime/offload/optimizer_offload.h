@@ -58,6 +58,7 @@
 
 #include "dscpp/core/copy_stream.h"
 #include "dscpp/nn/zero_partition.h"
+#include "runtime/offload/host_affinity.h"
 #include "dscpp/runtime/config.h"
 #include "dscpp/runtime/optimizer.h"
 #include "runtime/dp/ready_ranges.h"
@@ -141,6 +142,8 @@ class OptimizerOffload {
   double take_host_step_ms();                  // the worker's step time since the last call
   double take_wait_ms();                       // time the training thread waited for the worker since the last call
   const NvmeStates* nvme() const { return nvme_.get(); }  // device "nvme", else null
+  // Note [Host step affinity]: the host step's threads and where they run, for the start-up line.
+  std::string host_threads() const;
 
  private:
   struct Piece {
@@ -165,7 +168,9 @@ class OptimizerOffload {
                                         const SwapOptions& swap, int rank);
 
   bool mixed_, delayed_, params_on_host_;
+  HostStepCpus cpus_;                  // Note [Host step affinity]
   int threads_;                        // OpenMP threads of the host step
+  bool team_pinned_ = false;           // the worker's OpenMP team is on cpus_ (first host step)
   int64_t shard_numel_ = 0, split_ = 0, host_numel_ = 0;  // shard elements [split_, shard_numel_) are offloaded
   std::vector<Piece> pieces_;          // unit order; device pieces first within a unit
   std::vector<size_t> host_pieces_;    // indices into pieces_
