@@ -8,6 +8,7 @@
 // One step = begin_step() (advances the step count) then update_range() over one or more sub-ranges (ZeRO-3 runs
 // its step in sub_group_size tiles); step() does both over the owned range with the ParamSet's own f32 buffers.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -63,7 +64,7 @@ class Optimizer {
   // tensor into the matching state buffer (same numel; converted from its dtype/device). StateMemory::none: the
   // tensors are checked, not kept (the caller stores them).
   void load_state(const nlohmann::json& meta, const std::vector<std::pair<std::string, Tensor>>& tensors);
-  // OneCycle's momentum cycling sets (beta1, beta2). Adam only; SGD throws.
+  // OneCycle's momentum cycling sets (beta1, beta2). Adam and Lion; the others throw.
   virtual void set_betas(double beta1, double beta2);
   StateMemory state_memory() const { return memory_; }
 
@@ -78,6 +79,7 @@ class Optimizer {
   Tensor new_state() const;
   int64_t state_offset(int64_t flat) const;  // index of owned flat element `flat` in the state buffers
   nlohmann::json owned_json() const;         // [[begin, end], ...]
+  std::array<double, 2> checked_betas(double beta1, double beta2) const;  // set_betas' range check, naming name()
 
   struct Segment {
     int64_t begin, end;

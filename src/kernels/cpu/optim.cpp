@@ -79,6 +79,15 @@ void adagrad_update(float* param, const float* grad, float* sum, int64_t n, cons
 
 }  // namespace dscpp::cpu
 
+// A device tensor's update runs the CUDA twin (a CPU-only build refuses it); a host one falls through to the CPU.
+#ifdef DSCPP_WITH_CUDA
+#define ON_DEVICE(op, param, call) \
+  if (!(param).device().is_cpu()) return cuda::call
+#else
+#define ON_DEVICE(op, param, call) \
+  if (!(param).device().is_cpu()) DSCPP_FAIL(op, ": no CUDA implementation in this build (", (param).str(), ")")
+#endif
+
 namespace dscpp::ops {
 
 static void check_flat_f32(const char* op, const char* name, const Tensor& t, const Tensor& param) {
@@ -98,13 +107,7 @@ void adam_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   check_flat_f32(op, "exp_avg", exp_avg, param);
   check_flat_f32(op, "exp_avg_sq", exp_avg_sq, param);
   DSCPP_CHECK(p.step >= 1, op, ": step must be >= 1 (1-based count after this update), got ", p.step);
-  if (!param.device().is_cpu()) {
-#ifdef DSCPP_WITH_CUDA
-    return cuda::adam_update(param, grad, exp_avg, exp_avg_sq, p);
-#else
-    DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
-#endif
-  }
+  ON_DEVICE(op, param, adam_update(param, grad, exp_avg, exp_avg_sq, p));
   cpu::cpu_adam_step(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), exp_avg_sq.data<float>(),
                      nullptr, DType::f32, param.numel(), p);
 }
@@ -114,13 +117,7 @@ void sgd_update(const Tensor& param, const Tensor& grad, const Tensor& momentum_
   check_flat_f32(op, "param", param, param);
   check_flat_f32(op, "grad", grad, param);
   if (p.momentum != 0.0f) check_flat_f32(op, "momentum_buf", momentum_buf, param);
-  if (!param.device().is_cpu()) {
-#ifdef DSCPP_WITH_CUDA
-    return cuda::sgd_update(param, grad, momentum_buf, p);
-#else
-    DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
-#endif
-  }
+  ON_DEVICE(op, param, sgd_update(param, grad, momentum_buf, p));
   cpu::sgd_update(param.data<float>(), grad.data<float>(),
                   p.momentum != 0.0f ? momentum_buf.data<float>() : nullptr, param.numel(), p);
 }
@@ -130,13 +127,7 @@ void lion_update(const Tensor& param, const Tensor& grad, const Tensor& exp_avg,
   check_flat_f32(op, "param", param, param);
   check_flat_f32(op, "grad", grad, param);
   check_flat_f32(op, "exp_avg", exp_avg, param);
-  if (!param.device().is_cpu()) {
-#ifdef DSCPP_WITH_CUDA
-    return cuda::lion_update(param, grad, exp_avg, p);
-#else
-    DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
-#endif
-  }
+  ON_DEVICE(op, param, lion_update(param, grad, exp_avg, p));
   cpu::lion_update(param.data<float>(), grad.data<float>(), exp_avg.data<float>(), param.numel(), p);
 }
 
@@ -145,13 +136,7 @@ void adagrad_update(const Tensor& param, const Tensor& grad, const Tensor& sum, 
   check_flat_f32(op, "param", param, param);
   check_flat_f32(op, "grad", grad, param);
   check_flat_f32(op, "sum", sum, param);
-  if (!param.device().is_cpu()) {
-#ifdef DSCPP_WITH_CUDA
-    return cuda::adagrad_update(param, grad, sum, p);
-#else
-    DSCPP_FAIL(op, ": no CUDA implementation in this build (", param.str(), ")");
-#endif
-  }
+  ON_DEVICE(op, param, adagrad_update(param, grad, sum, p));
   cpu::adagrad_update(param.data<float>(), grad.data<float>(), sum.data<float>(), param.numel(), p);
 }
 

@@ -48,10 +48,6 @@ nlohmann::json AdamOptimizer::state_json() const {
           {"bias_correction", cfg_.bias_correction}};
 }
 
-void AdamOptimizer::set_betas(double beta1, double beta2) {
-  DSCPP_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "adam set_betas: betas must be in [0, 1), got ",
-              beta1, ", ", beta2);
-  cfg_.betas = {beta1, beta2};
-}
+void AdamOptimizer::set_betas(double beta1, double beta2) { cfg_.betas = checked_betas(beta1, beta2); }
 
 }  // namespace dscpp

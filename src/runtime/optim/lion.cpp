@@ -36,10 +36,6 @@ nlohmann::json LionOptimizer::state_json() const {
           {"weight_decay", cfg_.weight_decay}};
 }
 
-void LionOptimizer::set_betas(double beta1, double beta2) {
-  DSCPP_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, "lion set_betas: betas must be in [0, 1), got ",
-              beta1, ", ", beta2);
-  cfg_.betas = {beta1, beta2};
-}
+void LionOptimizer::set_betas(double beta1, double beta2) { cfg_.betas = checked_betas(beta1, beta2); }
 
 }  // namespace dscpp

@@ -152,4 +152,10 @@ void Optimizer::load_state(const nlohmann::json& meta, const std::vector<std::pa
 
 void Optimizer::set_betas(double, double) { DSCPP_FAIL(name(), " optimizer has no betas to set"); }
 
+std::array<double, 2> Optimizer::checked_betas(double beta1, double beta2) const {
+  DSCPP_CHECK(beta1 >= 0 && beta1 < 1 && beta2 >= 0 && beta2 < 1, name(), " set_betas: betas must be in [0, 1), got ",
+              beta1, ", ", beta2);
+  return {beta1, beta2};
+}
+
 }  // namespace dscpp
