@@ -36,7 +36,7 @@ struct EstimateOptions {
   int64_t seq_len = 0;           // 0: the model's max_seq_len
   int64_t number_checkpoints = -1;  // -1: from --deepspeed_config, else none
   double gpu_memory_gib = 0;     // > 0: say whether each stage fits
-  bool fused_head = false;       // Note [Fused head] (DSCPP_FUSED_HEAD=1)
+  bool fused_head = false;       // Note [Fused head] (dscpp.fused_head)
   bool cpu_checkpointing = false;  // Note [CPU checkpointing] (also from --deepspeed_config)
   bool sequence_parallel = false;  // dscpp.sequence_parallel under --tp (also from --deepspeed_config)
   int64_t micro_batches = 0;     // under --pp: 0 = gradient_accumulation_steps of --deepspeed_config
@@ -387,7 +387,7 @@ Command register_estimate_memory(CLI::App& app) {
                     "GPU memory: say whether each stage fits, and the largest micro-batch that does")
       ->check(number(0));
   c.app->add_flag("--fused_head", o->fused_head,
-                  "The loss and lm head's backward inside forward, in chunks (what DSCPP_FUSED_HEAD=1 does)");
+                  "The loss and lm head's backward inside forward, in chunks (dscpp.fused_head)");
   c.app->add_flag("--cpu_checkpointing", o->cpu_checkpointing,
                   "The checkpointed blocks' inputs in host memory (activation_checkpointing.cpu_checkpointing)");
   c.app->add_flag("--sequence_parallel", o->sequence_parallel,

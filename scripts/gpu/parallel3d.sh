@@ -71,6 +71,20 @@ if want sp; then
     done; } > "$OUT/sp_train.txt" 2>&1
   echo "sp bench rc=$?"
   grep -E "RESULT|error|rank [0-9]:|killed" "$OUT/sp_train.txt" | head -16
+  # The estimator's peak per rank for the checkpointed TP 2 runs above, without and with sequence parallelism.
+  mkdir -p "$OUT/llama3b"
+  [ -f "$OUT/llama3b/config.json" ] || echo '{"model_type": "llama", "hidden_size": 3072, "num_hidden_layers": 28,
+    "num_attention_heads": 24, "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
+    "max_position_embeddings": 2048, "tie_word_embeddings": true, "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0}' > "$OUT/llama3b/config.json"
+  echo '{"train_micro_batch_size_per_gpu": 4, "bf16": {"enabled": true}, "zero_optimization": {"stage": 0},
+    "activation_checkpointing": {"number_checkpoints": 28}, "optimizer": {"type": "AdamW", "params": {"lr": 1e-4}}}' \
+    > "$OUT/llama3b/ds_sp.json"
+  for flag in "" --sequence_parallel; do
+    echo "estimate tp 2, checkpointing ${flag:-(no sequence parallelism)}:"
+    ./build-gpu/dscpp estimate-memory --config "$OUT/llama3b" --num_gpus_per_node 2 --tp 2 --seq_len 2048 \
+      --deepspeed_config "$OUT/llama3b/ds_sp.json" $flag | grep -E "^\| 0 \|" | tail -1
+  done
   data="--data README.md docs/ARCHITECTURE.md docs/CONFIG.md docs/PERF.md"
   for sp in false true; do
     echo "{\"train_micro_batch_size_per_gpu\": 8, \"bf16\": {\"enabled\": true}, \"dscpp\": {\"sequence_parallel\": $sp},

@@ -338,7 +338,7 @@ Loss Decoder::forward(const Tensor& tokens, const Tensor& targets) {
               "cpu_checkpointing is not supported on a pipeline stage (Note [Pipeline stage])");
   // A fused forward has added its lm head's gradient already: without its backward, that gradient would stay.
   DSCPP_CHECK(!fused_dloss_, "forward() after a forward with a fused head and no backward(): that forward's lm head "
-              "gradient is already accumulated (Note [Fused head]); with DSCPP_FUSED_HEAD=1 every training forward "
+              "gradient is already accumulated (Note [Fused head]); with dscpp.fused_head every training forward "
               "needs its backward (evaluate with Model::logits, or without the knob)");
   release();
   if (ch.head) fused_dloss_ = fuse_next_;  // Note [Fused head]: this forward only
