@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <thread>
 
@@ -24,6 +25,7 @@
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/cuda.h"
 #include "dscpp/inference/engine.h"
+#include "dscpp/inference/quantization.h"
 #include "dscpp/kernels/ops.h"
 #include "inference/model/model_runner.h"
 #include "inference_reference.h"
@@ -309,16 +311,41 @@ TEST(TensorParallelRules, RanksWithDifferentConfigsStopAtStartUpNamingTheKey) {
   }));
 }
 
-TEST(TensorParallelRules, QuantizedWeightsAreNotSplit) {
+// Note [Quantized tensor-parallel shards]: each rank quantizes its shard as it loads. int4 in groups of 8 keeps tp 1's
+// groups (every shard's width is a multiple of 8), so its logits are tp 1's int4 logits up to the order of the sums;
+// int8's row-parallel shards take their scales over their own columns, so they differ from tp 1's int8 by
+// quantization noise (a wrong shard or scale gives errors of the logits' own size). A folder stored quantized is
+// refused at tp 2, naming the way that works.
+TEST(TensorParallelQuantized, ShardsQuantizedAsTheyLoadMatchOneRank) {
+  for (int bits : {4, 8}) {
+    SCOPED_TRACE("int" + std::to_string(bits));
+    expect_all_pass(run_ranks(2, [&](int rank, int port) {
+      TpRank r = join_two("llama", rank, port);
+      r.lo.quant.enabled = true, r.lo.quant.num_bits = bits, r.lo.quant.group_size = 8;
+      InferenceEngine tp2(load_inference_model(r.dir, r.lo), small_config(2));
+      EXPECT_TRUE(tp2.model().layers[0].down_q.defined());
+      EXPECT_EQ(tp2.model().layers[0].down_q.q.size(1), bits == 4 ? 40 / 2 : 40);  // its half of the 80 columns
+      if (rank == 1) return tp2.follow();
+      LoadOptions one;
+      one.quant = r.lo.quant;
+      InferenceEngine tp1(load_inference_model(r.dir, one), small_config(1));
+      put_steps_agree(tp2, tp1, bits == 4 ? 1e-4f : 5e-2f);
+    }));
+  }
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
     TpRank r = join_two("llama", rank, port);
-    r.lo.quant.enabled = true;
+    LoadOptions one;
+    one.quant.enabled = true;
+    const std::string stored = r.dir + "-int8";
+    std::filesystem::remove_all(stored);
+    save_quantized_folder(load_inference_model(r.dir, one), r.dir, stored);
     try {
-      load_inference_model(r.dir, r.lo);
-      ADD_FAILURE() << "int8 weights split over 2 ranks";
+      load_inference_model(stored, r.lo);
+      ADD_FAILURE() << "a stored int8 folder split over 2 ranks";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("tensor_parallel.tp_size = 2 with int8"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("stored quantized (int8)"), std::string::npos) << e.what();
     }
+    test::leave_together(*r.pg);
   }));
 }
 

@@ -55,11 +55,16 @@ WeightQuantConfig resolve_quant(const WeightQuantConfig& folder, const WeightQua
   return folder;
 }
 
-// Quantized weights are not split across ranks yet (their groups and scales would have to follow the shards).
-void refuse_quantized_shards(const TpShard& tp, const WeightQuantConfig& quant, const std::string& what) {
-  DSCPP_CHECK(tp.size == 1 || !quant.enabled, "tensor_parallel.tp_size = ", tp.size, " with ", quant.name(),
-              " weights (", what, "; the quant keys, --quantization or a quantized folder): quantized weights are "
-              "not split across ranks; use tp_size 1, or 16-bit weights");
+// Note [Quantized tensor-parallel shards]: weights quantized as they load are quantized per rank, after the policy
+// has cut this rank's shard, so each shard has its own scales and groups: column-parallel shards (q/k/v, gate/up, the
+// vocabulary's rows) keep every row's, row-parallel ones (o, down) take their scales over their own columns (int8:
+// each row's absmax over its half; int4: the same groups whenever the shard's width is a multiple of the group, else
+// refused naming group_size). A folder stored quantized is not split (its scales would have to follow the cut).
+void refuse_quantized_shards(const TpShard& tp, const WeightQuantConfig& stored, const std::string& what) {
+  DSCPP_CHECK(tp.size == 1 || !stored.enabled, "tensor_parallel.tp_size = ", tp.size, " with ", what, ", a folder "
+              "stored quantized (", stored.name(), "): its weights are not split across ranks; load the 16-bit "
+              "folder with the quant keys (or --quantization) to quantize each rank's shard as it loads, or use "
+              "tp_size 1");
 }
 
 }  // namespace
@@ -74,7 +79,7 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
   const TpShard tp = tp_shard(opts.tp_group, full.vocab);
   const InferenceModelConfig cfg = shard_config(full, tp);
   const WeightQuantConfig stored = folder_quantization(j, dir), quant = resolve_quant(stored, opts.quant, dir);
-  refuse_quantized_shards(tp, quant, dir);
+  refuse_quantized_shards(tp, stored, dir);
   if (opts.load_format == "dummy") {
     InferenceModel m = allocate_weights(cfg, opts.dtype, opts.device, {}, tp);
     fill_dummy_weights(m, opts.seed + uint64_t(tp.rank) * 0x9E3779B97F4A7C15ull);
@@ -102,7 +107,6 @@ InferenceModel inference_model_from(const Model& model, const LoadOptions& opts)
   const ModelConfig& mc = model.config();
   const InferenceModelConfig full = inference_config_from_hf(mc.to_hf_json(), opts.max_context);
   const TpShard tp = tp_shard(opts.tp_group, full.vocab);
-  refuse_quantized_shards(tp, opts.quant, "the trained " + mc.arch + " model");
   InferenceModel m = allocate_weights(shard_config(full, tp), DType::f32, Device::cpu(), {}, tp);
   // The parameters under their Hugging Face names, in its layout (what export_hf_model would write), so the
   // policy that reads a folder reads them too.
