@@ -136,6 +136,10 @@ TEST(PeerAllReduce, RefusedOnEveryRankWhereItCannotRun) {
     std::string why;
     EXPECT_FALSE(PeerAllReduce::create(*pg, kMaxBytes, &why));
     EXPECT_FALSE(why.empty());
+    // Neither rank may close its pairs while the other still connects (a flake under ctest -j: rank 0's connect
+    // met "Connection closed by peer" once rank 1 had refused and exited).
+    pg->barrier()->wait();
+    test::leave_together(*pg);
   }));
 }
 
