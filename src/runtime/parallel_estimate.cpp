@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -64,17 +65,22 @@ namespace {
 
 // The activations of one rank over its instruction list (Note [Pipeline memory estimate]), in the steady state: what
 // the previous train_batch left (the positions; a chunk's last d(input), which the decoder keeps until its next
-// backward) is live from the start.
+// backward) is live from the start. A d(input) waits in the engine's outbox until the schedule sends it, which under
+// interleaving can be after the next backward: it lives while the decoder or the outbox holds it. (A chunk's output
+// waits there too, but it is the last of the activations its forward keeps for backward, so it costs nothing more.)
 void walk_schedule(StageMemory& out, const std::vector<PipeInstr>& list, const std::vector<ActivationEstimate>& chunk,
                    const std::vector<bool>& sends_grad, int64_t hidden_bytes, int64_t loss_bytes) {
+  using Key = std::pair<int, int>;  // (micro-batch, chunk)
+  const Key none{-1, -1};
   int64_t live = 0;
   for (const ActivationEstimate& e : chunk) live = std::max(live, e.kept_bytes);  // the decoder's positions
-  bool pending = false;  // a d(input) the decoder still holds
+  Key decoder = none;  // the d(input) the decoder still holds
   for (const PipeInstr& i : list)
-    if (i.op == PipeOp::backward) pending = sends_grad[size_t(i.chunk)];
-  if (pending) live += hidden_bytes;
+    if (i.op == PipeOp::backward) decoder = sends_grad[size_t(i.chunk)] ? Key{i.mb, i.chunk} : none;
+  if (decoder != none) live += hidden_bytes;
   out.between_batches = live;
-  std::map<std::pair<int, int>, int64_t> stashed;
+  std::map<Key, int64_t> stashed;
+  std::set<Key> unsent_grads;
   auto reach = [&](int64_t bytes, const PipeInstr& i) {
     if (bytes <= out.activation_peak) return;
     out.activation_peak = bytes;
@@ -82,23 +88,30 @@ void walk_schedule(StageMemory& out, const std::vector<PipeInstr>& list, const s
                   std::to_string(i.mb) + ", chunk " + std::to_string(i.chunk);
   };
   for (const PipeInstr& i : list) {
+    const Key k{i.mb, i.chunk};
+    if (i.op == PipeOp::send_grad) {
+      if (unsent_grads.erase(k) && decoder != k) live -= hidden_bytes;
+      continue;
+    }
     if (i.op != PipeOp::forward && i.op != PipeOp::backward) continue;
     const ActivationEstimate& e = chunk[size_t(i.chunk)];
     if (i.op == PipeOp::forward) {
       reach(live + e.forward_peak - e.kept_bytes, i);
       const int64_t held = e.end_of_forward - e.kept_bytes - loss_bytes;  // the engine drops the returned Loss
-      stashed[{i.mb, i.chunk}] = held;
+      stashed[k] = held;
       live += held;
       out.in_flight = std::max(out.in_flight, int(stashed.size()));
     } else {
-      auto it = stashed.find({i.mb, i.chunk});
+      auto it = stashed.find(k);
       DSCPP_CHECK(it != stashed.end(), "pipeline estimate: backward of micro-batch ", i.mb, " before its forward");
       live -= it->second + loss_bytes;  // the replay's backward counts its Loss as held
       stashed.erase(it);
-      if (std::exchange(pending, false)) live -= hidden_bytes;  // the last d(input), dropped as backward begins
+      // The decoder lets go of the last d(input) as backward begins; it is freed unless still waiting to be sent.
+      const Key released = std::exchange(decoder, none);
+      if (released != none && !unsent_grads.count(released)) live -= hidden_bytes;
       reach(live + loss_bytes + e.backward_peak - e.kept_bytes, i);
       live += loss_bytes + e.after_backward - e.kept_bytes;  // with this chunk's d(input)
-      pending = sends_grad[size_t(i.chunk)];
+      if (sends_grad[size_t(i.chunk)]) decoder = k, unsent_grads.insert(k);
     }
   }
 }

@@ -119,9 +119,8 @@ TEST(PipelineMemory, Bubble) {
 
 // Note [Activations under TP and PP]: the replay with w.tp = 2 is tensor-parallel rank 0's allocator peak over a
 // forward and backward of the whole model, with and without partition_activations; rank 1 (no residual temporary on
-// the CPU) stays under it. Either rank may measure one [N, C] tensor more, varying from run to run: Gloo's worker
-// thread holds the handle of the tensor it sums (a closure's copy) and may drop it after the caller has moved on to
-// its next allocation.
+// the CPU) stays under it. Exact, run after run: Gloo's worker drops the tensors an op captured before the op
+// completes (Note [Gloo comm thread]); before it did, either rank measured an [N, C] tensor or more at random.
 TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
   if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (const char* arch : {"gpt2", "llama"})
@@ -164,9 +163,8 @@ TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
                                    (partition ? " partition_activations" : "") + (sp ? " sequence_parallel" : "") +
                                    " rank " +
                                    std::to_string(rank) + " (peak at " + e.peak_at + ")";
-          const int64_t hidden = 3 * 16 * cfg.n_embd * 4;
-          if (rank == 0) EXPECT_GE(measured, e.peak_bytes) << what;
-          EXPECT_LE(measured, e.peak_bytes + hidden) << what;
+          if (rank == 0) EXPECT_EQ(measured, e.peak_bytes) << what;
+          EXPECT_LE(measured, e.peak_bytes) << what;
           ActivationWorkload whole = w;
           whole.tp = 1;
           EXPECT_LT(e.peak_bytes, estimate_activation_memory(cfg, whole).peak_bytes) << what;
@@ -189,8 +187,8 @@ TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
 // Note [Pipeline memory estimate]: PP 2 under 1F1B and interleaved (2 chunks per stage) on two forked Gloo ranks, 4
 // micro-batches (stage 0 holds two at once, interleaved five chunks' worth): the CPU allocator's peak over a
 // train_batch (the second: the optimizer's states exist) above what the first left is each stage's estimated
-// activation peak above what a batch leaves, within the one [N, C] tensor Gloo's worker may still hold (above), or 4
-// bytes under it when the base was read while the worker still held the previous batch's broadcast loss.
+// activation peak above what a batch leaves, exactly. Interleaved, stage 0 sends a d(input) after its next backward
+// (Note [Pipeline memory estimate]), which a margin of one [N, C] tensor once hid.
 TEST(PipelineMemory, PipelineEstimateMatchesTheCpuAllocator) {
   if (!gloo_available()) GTEST_SKIP() << "no Gloo in this build";
   for (const char* arch : {"gpt2", "llama"})
@@ -234,8 +232,8 @@ TEST(PipelineMemory, PipelineEstimateMatchesTheCpuAllocator) {
                                    std::to_string(v) + " stage " + std::to_string(rank) + " (peak at " +
                                    est.peak_at + ", " +
                                    std::to_string(est.in_flight) + " in flight)";
-          EXPECT_GE(measured, est.activation_peak - est.between_batches - 4) << what;
-          EXPECT_LE(measured, est.activation_peak - est.between_batches + B * T * cfg.n_embd * 4) << what;
+          EXPECT_GE(measured, est.activation_peak - est.between_batches) << what;
+          EXPECT_LE(measured, est.activation_peak - est.between_batches) << what;
           test::leave_together(*pg);
         }, std::chrono::seconds(60)));
       }
