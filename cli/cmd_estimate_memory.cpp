@@ -176,7 +176,8 @@ ActivationWorkload workload(const EstimateOptions& o, const DeepSpeedConfig& ds,
 // Note [Memory tiers]: per rank on each tier, for each offload choice at stage 3, DeepSpeed's estimate beside ours.
 // Model states and the engine's buffers only (micro_batch 0), or the training peak with activations and ZeRO's
 // buffers. The NVMe row keeps offload_optimizer's masters and states in swap files, stepped through host buffers of
-// the largest sub-group (Note [NVMe optimizer states]); DeepSpeed's estimator has no NVMe case.
+// the largest sub-group (Note [NVMe optimizer states]), and with the parameters too their partition is a swap file
+// staged through offload_param's buffers (Note [Parameter offload]); DeepSpeed's estimator has no NVMe case.
 void print_offload_choices(const EstimateOptions& o, const ModelConfig& cfg, int W, const ModelParamCounts& n,
                            bool with_workload) {
   const DeepSpeedConfig ds = workload_config(o, W);
@@ -198,7 +199,8 @@ void print_offload_choices(const EstimateOptions& o, const ModelConfig& cfg, int
               "|---|---:|---:|---:|---:|---:|\n");
   for (const Choice& c : {Choice{"none", false, false, false}, Choice{"optimizer cpu", true, false, false},
                           Choice{"optimizer + param cpu", true, true, false},
-                          Choice{"optimizer nvme", true, false, true}}) {
+                          Choice{"optimizer nvme", true, false, true},
+                          Choice{"optimizer + param nvme", true, true, true}}) {
     TrainingMemorySetup s;
     s.stage = 3;
     s.world_size = W;
@@ -213,7 +215,7 @@ void print_offload_choices(const EstimateOptions& o, const ModelConfig& cfg, int
     }
     if (c.params) {
       s.zero.offload_param = ds.zero_optimization.offload_param.value_or(OffloadParamConfig());
-      s.zero.offload_param->device = "cpu";
+      s.zero.offload_param->device = c.nvme ? "nvme" : "cpu";
     }
     s.fp32_master = w.act != DType::f32;
     s.gradient_accumulation_steps = std::max<int64_t>(1, ds.gradient_accumulation_steps);
@@ -230,7 +232,8 @@ void print_offload_choices(const EstimateOptions& o, const ModelConfig& cfg, int
   std::printf("Ours keep f32 gradients on the GPU (4 bytes per parameter of the rank's shard; DeepSpeed's estimate "
               "counts none) and step an f32 master and AdamW's two states on the host (12 bytes; DeepSpeed 16), the "
               "16-bit partition with offload_param (2); with NVMe the host holds swap buffers of the largest "
-              "sub-group (zero_optimization.sub_group_size) instead. DeepSpeed's figures are model states alone.\n");
+              "sub-group (zero_optimization.sub_group_size) instead, and offload_param's staging buffers for a partition on "
+              "NVMe. DeepSpeed's figures are model states alone.\n");
 }
 
 // Model states + activations + ZeRO's buffers per GPU, for each stage (Note [Activation estimate]).

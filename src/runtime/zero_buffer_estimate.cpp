@@ -34,6 +34,7 @@ struct OffloadBuffers {
   int64_t optimizer_host = 0;                   // gradient and 16-bit copy slots, NVMe swap buffers
   int64_t nvme = 0;                             // NVMe: the masters' and states' swap files
   int64_t params_host = 0, params_device = 0;   // staging
+  int64_t params_nvme = 0;                      // offload_param.device "nvme": the partition's swap file
 };
 OffloadBuffers offload_buffers(const std::vector<int64_t>& units, int world, const TrainingMemorySetup& s,
                                int64_t param_bytes) {
@@ -71,8 +72,10 @@ OffloadBuffers offload_buffers(const std::vector<int64_t>& units, int world, con
   if (params) {
     const OffloadParamConfig& p = *s.zero.offload_param;
     const int64_t staging = p.buffer_count * std::min(p.buffer_size, largest_chunk) * param_bytes;
-    b.params_host = p.pin_memory ? 0 : staging;
+    const bool on_nvme = p.device == "nvme";  // a shared mapping of one swap file, staged like a pageable partition
+    b.params_host = p.pin_memory && !on_nvme ? 0 : staging;
     b.params_device = s.offload_ratio > 0 ? 0 : staging;
+    if (on_nvme) b.params_nvme = aio_aligned(std::max<int64_t>(1, shard) * param_bytes);
   }
   return b;
 }
@@ -212,8 +215,9 @@ TrainingMemoryEstimate estimate_training_memory(const ModelConfig& cfg, const Ac
                                     s.fp32_master, s.optimizer_states, s.offload_ratio, offload_params);
   const OffloadBuffers ob = offload_buffers(units, sharded ? s.world_size : 1, s, pb);
   e.states.params += ob.params_device;
-  e.states.host_params += ob.params_host;
   if (ob.nvme > 0) e.states.nvme = ob.nvme, e.states.host = 0;  // Note [NVMe optimizer states]
+  if (ob.params_nvme > 0) e.states.nvme += ob.params_nvme, e.states.host_params = 0;  // Note [Parameter offload]
+  e.states.host_params += ob.params_host;
   e.activations = estimate_activation_memory(cfg, w);
   // The coordinator records the sequence of unit uses in the first micro-step and follows it afterwards: so do we.
   std::vector<int> seq;

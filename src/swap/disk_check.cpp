@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <chrono>
 #include <cstring>
 
@@ -17,6 +18,12 @@ int64_t disk_free_bytes(const std::string& dir) {
   struct statvfs s {};
   if (::statvfs(dir.c_str(), &s) != 0) DSCPP_FAIL("statvfs ", dir, ": ", std::strerror(errno));
   return int64_t(s.f_bavail) * int64_t(s.f_frsize);
+}
+
+std::string disk_bytes_text(int64_t bytes) {
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.2f", double(bytes) / double(int64_t(1) << 30));
+  return std::string(gib) + " GiB (" + std::to_string(bytes) + " bytes)";
 }
 
 DiskSpeed probe_disk(const std::string& dir, int64_t bytes, AioHandle& aio) {

@@ -82,6 +82,7 @@ struct DistCase {
   bool offload_param = false;     // zero_optimization.offload_param: device "cpu" (stage 3)
   bool pin_param = true;          // and its pin_memory (false: staged through page-locked buffers)
   int64_t param_buffer_size = 100000000;  // and its buffer_size
+  std::string param_nvme_path;    // set: offload_param.device "nvme" there instead of "cpu"
 
   bool gpu() const { return backend == "nccl"; }
   std::string name() const {  // a gtest parameter name
@@ -105,7 +106,7 @@ struct DistCase {
     if (!nvme_path.empty()) o << "_nvme" << (pipeline_read ? "_pr" : "") << (pipeline_write ? "_pw" : "");
     if (sub_group) o << "_sg" << sub_group;
     if (!aio_backend.empty()) o << "_" << aio_backend;
-    if (offload_param) o << "_offparam" << (pin_param ? "_pinned" : "_pageable");
+    if (offload_param) o << "_offparam" << (!param_nvme_path.empty() ? "_nvme" : pin_param ? "_pinned" : "_pageable");
     if (offload_param && param_buffer_size != 100000000) o << "_staging" << param_buffer_size;
     return o.str();
   }
@@ -178,8 +179,9 @@ inline std::string config_json(const DistCase& c) {
   }
   if (c.sub_group) j << R"(, "sub_group_size": )" << c.sub_group;
   if (c.offload_param)
-    j << R"(, "offload_param": {"device": "cpu", "pin_memory": )" << (c.pin_param ? "true" : "false")
-      << R"(, "buffer_size": )" << c.param_buffer_size << "}";
+    j << R"(, "offload_param": {"device": ")" << (c.param_nvme_path.empty() ? "cpu" : "nvme") << R"(", "pin_memory": )"
+      << (c.pin_param ? "true" : "false") << R"(, "buffer_size": )" << c.param_buffer_size
+      << (c.param_nvme_path.empty() ? "" : R"(, "nvme_path": ")" + c.param_nvme_path + '"') << "}";
   if (c.overlap) j << R"(, "overlap_comm": )" << (*c.overlap ? "true" : "false");
   j << R"(, "reduce_bucket_size": )" << c.bucket << R"(, "stage3_prefetch_bucket_size": )" << c.prefetch
     << R"(, "stage3_param_persistence_threshold": )" << c.persistence << R"(, "stage3_max_reuse_distance": )"

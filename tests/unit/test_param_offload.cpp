@@ -3,11 +3,13 @@
 // pin_memory false, through staging buffers), so the offload path runs for real; since nothing changes the values on
 // the way, an offloaded run must equal the same run without offload BIT FOR BIT, with and without offload_optimizer
 // (ZeRO-Infinity's CPU case, where the host step writes the partition itself), on one and two Gloo ranks, and across
-// save -> resume. On GPUs (the Nccl cases, skipped without them) the same runs are compared within Note
+// save -> resume; with the partition on NVMe (offload_param.device "nvme": a mapped swap file in a temporary folder)
+// likewise, with the device optimizer and with the host step writing it. On GPUs (the Nccl cases, skipped without them) the same runs are compared within Note
 // [Equivalence tolerances].
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 
@@ -43,6 +45,23 @@ DistCase offloaded(int world, const char* arch, const std::function<void(DistCas
   });
 }
 
+fs::path swap_root() {
+  static const fs::path p = fs::temp_directory_path() / ("dscpp_param_nvme_" + std::to_string(::getpid()));
+  return p;
+}
+
+// The parameters on "NVMe": a folder of their own under the temporary directory (a shared mapping needs no O_DIRECT).
+void on_nvme(DistCase& c) {
+  c.param_nvme_path = "set";  // the name says so
+  c.param_nvme_path = (swap_root() / c.name()).string();
+}
+
+// DeepSpeed's folder for this rank's parameter swap file.
+fs::path param_swap_folder(const DistCase& c, int rank) {
+  return fs::path(c.param_nvme_path) / "zero_stage_3" / (c.precision == "bf16" ? "bfloat16params" : "float32params") /
+         ("rank" + std::to_string(rank));
+}
+
 }  // namespace
 
 TEST(ParamOffloadConfig, DeepSpeedKeysDefaultsAndRules) {
@@ -67,9 +86,13 @@ TEST(ParamOffloadConfig, DeepSpeedKeysDefaultsAndRules) {
                       "zero_optimization.offload_param.device", {"\"cpu\"", "stage 3", "got stage 2"});
   expect_config_error(R"("zero_optimization": {"offload_param": {"device": "cpu"}})",
                       "zero_optimization.offload_param.device", {"stage 3", "got stage 0"});
-  expect_config_error(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
-                      "nvme_path": "/local_nvme"}})",
-                      "zero_optimization.offload_param.device", {"\"nvme\"", "not supported", "\"cpu\""});
+  const DeepSpeedConfig nvme = parse_config(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme",
+      "nvme_path": "/local_nvme"}, "offload_optimizer": {"device": "nvme", "nvme_path": "/local_nvme"}})");
+  EXPECT_EQ(nvme.zero_optimization.offload_param->nvme_path.value_or(""), "/local_nvme");
+  expect_config_error(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}})",
+                      "zero_optimization.offload_param.nvme_path", {"required", "\"nvme\""});
+  expect_config_error(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "nvme", "nvme_path": "/x",
+                      "buffer_count": 0}})", "zero_optimization.offload_param.buffer_count", {"0", ">= 1", "\"nvme\""});
   for (const char* k : {"buffer_count", "buffer_size"})
     expect_config_error(std::string(R"("zero_optimization": {"stage": 3, "offload_param": {"device": "cpu", ")") + k +
                             R"(": 0}})",
@@ -109,6 +132,17 @@ std::vector<DistCase> exact_cases() {
   v.push_back(offloaded(1, "gpt2", F([](DistCase& c) {
     c.prefetch = 0, c.persistence = 0, c.checkpointing = false, c.n_layer = 3;
   })));
+  // On NVMe: the device optimizer through staging buffers of 100 elements, the host step (CPU and NVMe optimizer
+  // states) writing the mapped partition, every unit uploaded at each use.
+  for (int world : {1, 2}) {
+    v.push_back(offloaded(world, "llama", F([](DistCase& c) { c.param_buffer_size = 100, on_nvme(c); })));
+    v.push_back(offloaded(world, "gpt2", F([](DistCase& c) { c.offload = 1.0, on_nvme(c); })));
+  }
+  v.push_back(offloaded(2, "llama", F([](DistCase& c) { c.reuse = 0, c.persistence = 0, c.gas = 1, on_nvme(c); })));
+  v.push_back(offloaded(2, "llama", F([](DistCase& c) {
+    c.offload = 1.0, c.sub_group = 1000, c.offload_buffers = 3, c.nvme_path = (swap_root() / "optimizer").string();
+    on_nvme(c);
+  })));
   return v;
 }
 
@@ -120,29 +154,51 @@ TEST_P(ParamOffloadExact, EqualsTheSameRunWithoutOffload) {
   const DistCase c = GetParam();
   std::string why;
   if (!dscpp::test::can_run(c, &why)) GTEST_SKIP() << why;
+  if (!c.nvme_path.empty())
+    if (const std::string no = dscpp::test::swap_unavailable(c.nvme_path); !no.empty()) GTEST_SKIP() << no;
+  const bool nvme = !c.param_nvme_path.empty();
   dscpp::test::on_ranks(c, [&](ProcessGroup& pg, int rank) {
     auto e = dscpp::test::make_engine(c, &pg);
     ASSERT_NE(e->param_offload(), nullptr);
     ASSERT_NE(e->zero_params(), nullptr) << "gathered through the coordinator in one process too";
     EXPECT_FALSE(e->model().params().flat_params().defined()) << "no whole model on the device";
-    // What it placed: the partition in host memory, only the staging (if any) on the device.
+    // What it placed: the partition in host memory or its swap file, only the staging (if any) on the device.
     const ParamOffloadBytes pb = e->param_offload()->bytes();
     const ModelStateBytes bytes = e->model_state_bytes(), theory = e->theoretical_model_state_bytes();
-    EXPECT_EQ(pb.host_partition, e->zero_partition().shard_numel() * 4);
+    const int64_t partition = e->zero_partition().shard_numel() * 4;
+    EXPECT_EQ(pb.host_partition, nvme ? 0 : partition);
+    EXPECT_EQ(pb.nvme, nvme ? aio_aligned(partition) : 0);
     EXPECT_EQ(bytes.params, pb.device_staging);
     EXPECT_EQ(pb.device_staging > 0, c.offload == 0) << "the device optimizer's buffers only without offload_optimizer";
-    EXPECT_EQ(pb.host_staging > 0, !c.pin_param) << "staging only for a pageable partition";
+    EXPECT_EQ(pb.host_staging > 0, !c.pin_param || nvme) << "staging only for a pageable or mapped partition";
     EXPECT_EQ(bytes.host_params, pb.host_partition + pb.host_staging);
     EXPECT_EQ(theory.params, 0);
-    EXPECT_NEAR(double(theory.host_params), double(pb.host_partition), 0.1 * double(pb.host_partition));
-    EXPECT_NE(e->model_state_report().find("offload_param"), std::string::npos) << e->model_state_report();
-    EXPECT_NE(e->model_state_report().find("placed on cpu"), std::string::npos) << e->model_state_report();
+    EXPECT_NEAR(double(nvme ? theory.nvme : theory.host_params), double(partition), 0.1 * double(partition));
+    if (nvme) EXPECT_EQ(theory.host_params, 0);
+    const std::string report = e->model_state_report();
+    EXPECT_NE(report.find(nvme ? "offload_param on NVMe" : "offload_param in"), std::string::npos) << report;
+    EXPECT_NE(report.find("placed on cpu"), std::string::npos) << report;
+    const fs::path file = param_swap_folder(c, rank) / "partition.tensor.swp";
+    if (nvme) {  // DeepSpeed's folder, the partition's bytes reserved
+      EXPECT_EQ(e->param_offload()->nvme_folder(), param_swap_folder(c, rank).string());
+      ASSERT_TRUE(fs::exists(file)) << file;
+      EXPECT_EQ(int64_t(fs::file_size(file)), pb.nvme);
+    }
 
     const DistCase p = plain(c);
     auto r = dscpp::test::make_engine(p, &pg);
     ASSERT_EQ(r->param_offload(), nullptr);
     dscpp::test::expect_same_training(*e, c, *r, p, rank);
     EXPECT_GT(e->zero_params()->gathers(), 0);
+    if (nvme) {  // what training wrote went through the file: its bytes are the partition's
+      e->model();
+      const Tensor part = e->param_offload()->partition();
+      std::string bytes_on_disk = read_bytes(file);
+      ASSERT_GE(int64_t(bytes_on_disk.size()), partition);
+      EXPECT_EQ(std::memcmp(bytes_on_disk.data(), part.raw(), size_t(partition)), 0);
+      e.reset();
+      EXPECT_FALSE(fs::exists(param_swap_folder(c, rank))) << "a clean exit removes the swap folder";
+    }
   });
 }
 
@@ -192,7 +248,8 @@ TEST(ParamOffload, CheckpointsAndResumeAreTheSameAsWithoutOffload) {
   fs::remove_all(dir);
   for (const DistCase& c : {offloaded(2, "llama", [](DistCase& x) { x.offload = 1.0; }),
                             offloaded(1, "gpt2", [](DistCase& x) { x.precision = "fp16", x.pin_param = false; }),
-                            offloaded(1, "llama", [](DistCase& x) { x.offload = 1.0; })}) {
+                            offloaded(1, "llama", [](DistCase& x) { x.offload = 1.0; }),
+                            offloaded(2, "gpt2", [](DistCase& x) { x.offload = 1.0, on_nvme(x); })}) {
     SCOPED_TRACE(c.name());
     const fs::path off_dir = dir / (c.name() + "_off"), plain_dir = dir / (c.name() + "_plain");
     dscpp::test::on_ranks(c, [&](ProcessGroup& pg, int rank) {
@@ -242,7 +299,9 @@ TEST(ParamOffload, EstimateMatchesWhatTheEnginePlaced) {
         offloaded(2, "gpt2", F([](DistCase& x) { x.offload = 1.0, x.precision = "fp16"; })),
         dist_case(2, 3, "llama", F([](DistCase& x) { x.offload = 1.0, x.optimizer = "adamw"; })),
         dist_case(1, 2, "gpt2", F([](DistCase& x) { x.offload = 0.5, x.offload_buffers = 2; })),
-        dist_case(2, 3, "gpt2"), nvme(1, 2, 5000, 6), nvme(2, 3, 3000, 9)}) {
+        dist_case(2, 3, "gpt2"), nvme(1, 2, 5000, 6), nvme(2, 3, 3000, 9),
+        offloaded(1, "llama", F([](DistCase& x) { x.offload = 1.0, on_nvme(x); })),
+        offloaded(2, "gpt2", F([](DistCase& x) { x.param_buffer_size = 100, on_nvme(x); }))}) {
     std::string why;
     if (!dscpp::test::can_run(c, &why)) GTEST_SKIP() << why;
     SCOPED_TRACE(c.name());
@@ -269,7 +328,7 @@ TEST(ParamOffload, EstimateMatchesWhatTheEnginePlaced) {
       EXPECT_EQ(est.placed.gpu, placed.gpu) << e->model_state_report();
       EXPECT_EQ(est.placed.cpu, placed.cpu) << e->model_state_report();
       EXPECT_EQ(est.placed.nvme, placed.nvme);
-      EXPECT_EQ(placed.nvme > 0, !c.nvme_path.empty());
+      EXPECT_EQ(placed.nvme > 0, !c.nvme_path.empty() || !c.param_nvme_path.empty());
       EXPECT_EQ(est.states.host_params, e->model_state_bytes().host_params);
       EXPECT_EQ(placed.cpu > 0, c.offload > 0 || c.offload_param);
       if (e->zero_params()) {
@@ -280,7 +339,7 @@ TEST(ParamOffload, EstimateMatchesWhatTheEnginePlaced) {
   fs::remove_all(swap);
 }
 
-// On GPUs (skipped without them): pinned and pageable partitions, uploads on the copy stream beside the compute, the
+// On GPUs (skipped without them): pinned, pageable and mapped (NVMe) partitions, uploads on the copy stream beside the compute, the
 // in-place all-gather after them; compared with the one-process reference within Note [Equivalence tolerances].
 namespace {
 std::vector<DistCase> nccl_cases() {
@@ -297,6 +356,8 @@ std::vector<DistCase> nccl_cases() {
   add(2, "llama", [](DistCase& c) { c.offload = 1.0, c.precision = "bf16"; });
   add(1, "gpt2", [](DistCase& c) { c.offload = 1.0, c.precision = "bf16", c.pin_param = false; });
   add(1, "llama", [](DistCase& c) { c.precision = "bf16"; });
+  add(1, "llama", [](DistCase& c) { c.offload = 1.0, c.precision = "bf16", on_nvme(c); });
+  add(2, "gpt2", [](DistCase& c) { c.precision = "bf16", c.param_buffer_size = 1000, on_nvme(c); });
   return v;
 }
 }  // namespace

@@ -9,6 +9,7 @@
 namespace dscpp {
 
 int64_t disk_free_bytes(const std::string& dir);  // what an unprivileged process may still write there (statvfs)
+std::string disk_bytes_text(int64_t bytes);       // "1.50 GiB (1610612736 bytes)", for messages about a disk
 
 struct DiskSpeed {
   int64_t bytes = 0;        // written, then read back

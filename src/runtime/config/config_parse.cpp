@@ -247,12 +247,6 @@ DeepSpeedConfig DeepSpeedConfig::parse(const nlohmann::json& root, int world_siz
   if (c.dscpp.offload.delayed_update && op && op->enabled())
     throw ConfigError("dscpp.offload.delayed_update", "dscpp.offload.delayed_update: the delayed update's host step "
                       "would write the host partition of offload_param while the next step reads it; turn one off");
-  const auto& oo = c.zero_optimization.offload_optimizer;
-  if (op && op->enabled() && oo && oo->enabled() && oo->device == "nvme")
-    throw ConfigError("zero_optimization.offload_param.device", "zero_optimization.offload_param.device \"" +
-                      op->device + "\" with offload_optimizer.device \"nvme\": the NVMe host step does not write a "
-                      "host parameter partition yet; offload the optimizer to \"cpu\" with it, or keep the "
-                      "parameters on the device");
   if (c.fp16.enabled && c.fp16.fp16_master_weights_and_grads && c.zero_optimization.stage != 2)
     throw ConfigError("fp16.fp16_master_weights_and_grads",
                       "Fp16_master_weights_and_grads is only supported with ZeRO Stage 2 for now.");

@@ -57,13 +57,11 @@ static OffloadParamConfig parse_offload_param(const json& j) {
   r.get("max_in_cpu", o.max_in_cpu, 0);
   r.get("pin_memory", o.pin_memory);
   r.finish();
-  if (o.device == "nvme")
-    fail(r.path("device"), o.device, "NVMe offload of parameters is not supported by DeepSpeed.cpp yet; use \"cpu\" "
-         "(host memory) or \"none\"");
+  if (o.device == "nvme" && !o.nvme_path) fail(r.path("nvme_path"), nullptr, "required when device is \"nvme\"");
   for (const auto& [key, v] : {std::pair{"buffer_count", o.buffer_count}, {"buffer_size", o.buffer_size}})
-    if (o.device == "cpu" && v < 1)  // Note [Parameter offload]
-      fail(r.path(key), v, "must be >= 1 with device \"cpu\": the parameters' copies pass through buffer_count "
-           "staging buffers of buffer_size elements");
+    if (o.enabled() && v < 1)  // Note [Parameter offload]
+      fail(r.path(key), v, "must be >= 1 with device \"" + o.device + "\": the parameters' copies pass through "
+           "buffer_count staging buffers of buffer_size elements");
   return o;
 }
 

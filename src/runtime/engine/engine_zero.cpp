@@ -2,6 +2,7 @@
 // its model-state accounting.
 #include <algorithm>
 #include <sstream>
+#include <utility>
 
 #include "dscpp/runtime/engine.h"
 #include "runtime/dp/grad_sync.h"
@@ -187,6 +188,7 @@ ModelStateBytes Engine::model_state_bytes() const {
     b.host = o.host_states;
     b.nvme = o.nvme;
   }
+  if (param_offload_) b.nvme += param_offload_->bytes().nvme;
   return b;
 }
 
@@ -195,8 +197,11 @@ ModelStateBytes Engine::theoretical_model_state_bytes() const {
   const ParamSet& ps = model_->params();
   const int stage = zp_.sharded() || param_offload_ ? zp_.stage() : 0;
   const int states = int((offload_ ? offload_->optimizer() : *optimizer_).state_tensors().size());
-  return zero_model_state_bytes(ps.num_parameters(), stage, dp_world_size(), int(dtype_size(ps.dtype())), 4, mixed_,
-                                states, offload_ ? offload_->ratio() : 0.0, param_offload_ != nullptr);
+  ModelStateBytes b = zero_model_state_bytes(ps.num_parameters(), stage, dp_world_size(), int(dtype_size(ps.dtype())),
+                                             4, mixed_, states, offload_ ? offload_->ratio() : 0.0,
+                                             param_offload_ != nullptr);
+  if (param_offload_ && !param_offload_->nvme_folder().empty()) b.nvme += std::exchange(b.host_params, 0);
+  return b;
 }
 
 TierBytes Engine::placed_bytes() const {
@@ -245,10 +250,14 @@ std::string Engine::model_state_report() const {
   if (copies > 0) o << "; copy-engine buffers " << gib(copies) << " GiB more";
   if (param_offload_) {  // Note [Parameter offload]
     const ParamOffloadBytes p = param_offload_->bytes();
-    o << "; offload_param in " << (param_offload_->pinned() && model_->params().device().is_cuda() ? "pinned " : "")
-      << "host memory: the partition " << gib(p.host_partition) << " GiB (theoretical " << gib(t.host_params)
-      << " GiB), staging " << gib(p.host_staging) << " GiB on the host and " << gib(p.device_staging)
-      << " GiB on the device";
+    if (!param_offload_->nvme_folder().empty())
+      o << "; offload_param on NVMe: the partition " << gib(p.nvme) << " GiB in " << param_offload_->nvme_folder()
+        << " (mapped; the page cache holds what it keeps)";
+    else
+      o << "; offload_param in " << (param_offload_->pinned() && model_->params().device().is_cuda() ? "pinned " : "")
+        << "host memory: the partition " << gib(p.host_partition) << " GiB (theoretical " << gib(t.host_params)
+        << " GiB)";
+    o << ", staging " << gib(p.host_staging) << " GiB on the host and " << gib(p.device_staging) << " GiB on the device";
   }
   // Note [Memory tiers]: what this rank placed on each tier: the model states and the engine's standing buffers on
   // its device, offload's host buffers, its swap files.

@@ -20,9 +20,6 @@ std::string fixed(double v, int decimals) {
   return o.str();
 }
 
-std::string gib(int64_t bytes) {
-  return fixed(double(bytes) / double(int64_t(1) << 30), 2) + " GiB (" + std::to_string(bytes) + " bytes)";
-}
 }  // namespace
 
 NvmeStates::NvmeStates(const NvmeSetup& setup, std::vector<NvmePiece> pieces,
@@ -75,8 +72,8 @@ void NvmeStates::make_files(const std::string& key) {
   free_bytes_ = disk_free_bytes(folder_);
   const int64_t probe = aio_aligned(setup.probe_bytes);
   if (free_bytes_ < file_bytes_ + probe)
-    DSCPP_FAIL(key, ": rank ", setup.rank, "'s optimizer swap files need ", gib(file_bytes_), " in ", folder_,
-               probe ? " (and the disk probe " + gib(probe) + ")" : std::string(), ", the disk has ", gib(free_bytes_),
+    DSCPP_FAIL(key, ": rank ", setup.rank, "'s optimizer swap files need ", disk_bytes_text(file_bytes_), " in ", folder_,
+               probe ? " (and the disk probe " + disk_bytes_text(probe) + ")" : std::string(), ", the disk has ", disk_bytes_text(free_bytes_),
                " free");
   if (probe > 0) {
     speed_ = probe_disk(folder_, probe, *aio_);

@@ -2,11 +2,16 @@
 #include "runtime/offload/param_offload.h"
 
 #include <algorithm>
+#include <filesystem>
 
 #include "dscpp/core/allocator.h"
 #include "dscpp/core/cuda.h"
+#include "dscpp/swap/disk_check.h"
+#include "dscpp/swap/swap_file.h"
 
 namespace dscpp {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -23,8 +28,9 @@ class CopyWork final : public Work {
 
 ParamOffload::ParamOffload(const OffloadParamConfig& cfg, const ZeroPartition& zp, DType dtype, Device device,
                            bool device_optimizer)
-    : zp_(zp), dtype_(dtype), device_(device), pinned_(cfg.pin_memory), count_(cfg.buffer_count), stream_(device) {
-  DSCPP_CHECK(cfg.device == "cpu", "parameter offload: device \"", cfg.device, "\" (only \"cpu\")");
+    : zp_(zp), dtype_(dtype), device_(device), pinned_(cfg.pin_memory && cfg.device == "cpu"),
+      count_(cfg.buffer_count), stream_(device) {
+  DSCPP_CHECK(cfg.device == "cpu" || cfg.device == "nvme", "parameter offload: device \"", cfg.device, "\"");
   DSCPP_CHECK(cfg.buffer_count >= 1 && cfg.buffer_size >= 1, "zero_optimization.offload_param: buffer_count (",
               cfg.buffer_count, ") and buffer_size (", cfg.buffer_size, ") must be >= 1");
   DSCPP_CHECK(zp.stage() == 3, "parameter offload needs a ZeRO stage-3 partition, got stage ", zp.stage());
@@ -32,13 +38,49 @@ ParamOffload::ParamOffload(const OffloadParamConfig& cfg, const ZeroPartition& z
   for (size_t u = 0; u < zp.units().size(); u++) largest = std::max(largest, zp.chunk(u));
   staging_ = std::min(cfg.buffer_size, largest);
   MemoryCategoryScope scope(MemoryCategory::parameters);
-  partition_ = pinned_ ? empty_pinned({zp.shard_numel()}, dtype) : Tensor::empty({zp.shard_numel()}, dtype);
+  if (cfg.device == "nvme") {
+    DSCPP_CHECK(cfg.nvme_path, "zero_optimization.offload_param.nvme_path is required with device \"nvme\"");
+    partition_ = map_partition(*cfg.nvme_path, zp.shard_numel(), zp.rank());
+  } else {
+    partition_ = pinned_ ? empty_pinned({zp.shard_numel()}, dtype) : Tensor::empty({zp.shard_numel()}, dtype);
+  }
   for (int64_t i = 0; !pinned_ && i < count_; i++) host_slots_.push_back({empty_pinned({staging_}, dtype), {}});
   for (int64_t i = 0; device_optimizer && i < count_; i++)
     device_slots_.push_back({Tensor::empty({staging_}, dtype, device), {}});
 }
 
-ParamOffload::~ParamOffload() { stream_.synchronize(); }
+Tensor ParamOffload::map_partition(const std::string& nvme_path, int64_t numel, int rank) {
+  const std::string key = "zero_optimization.offload_param.nvme_path \"" + nvme_path + "\"";
+  const std::string kind = dtype_ == DType::bf16 ? "bfloat16" : dtype_ == DType::f16 ? "float16" : "float32";
+  folder_ = (fs::path(nvme_path) / "zero_stage_3" / (kind + "params") / ("rank" + std::to_string(rank))).string();
+  std::error_code ec;
+  fs::remove_all(folder_, ec);  // a killed run's files
+  if (!ec) fs::create_directories(folder_, ec);
+  if (ec) DSCPP_FAIL(key, ": cannot make the swap folder ", folder_, ": ", ec.message());
+  const int64_t bytes = aio_aligned(std::max<int64_t>(1, numel) * int64_t(dtype_size(dtype_)));
+  const int64_t free = disk_free_bytes(folder_);
+  try {
+    if (free < bytes)
+      DSCPP_FAIL(key, ": rank ", rank, "'s parameter swap file needs ", disk_bytes_text(bytes), " in ", folder_,
+                 ", the disk has ", disk_bytes_text(free), " free");
+    mapping_ = SwapMapping::create((fs::path(folder_) / "partition.tensor.swp").string(), bytes);
+  } catch (...) {  // a start that failed leaves no folder behind
+    fs::remove_all(folder_, ec);
+    throw;
+  }
+  return Tensor::wrap(mapping_.data(), {numel}, dtype_);
+}
+
+ParamOffload::~ParamOffload() {
+  stream_.synchronize();
+  if (folder_.empty()) return;
+  partition_ = Tensor();
+  mapping_ = SwapMapping();
+  std::error_code ec;
+  fs::remove_all(folder_, ec);  // a clean exit leaves no swap files
+}
+
+
 
 ParamOffload::Slot& ParamOffload::next(std::vector<Slot>& ring, size_t& cursor) {
   Slot& s = ring[cursor % ring.size()];
@@ -77,6 +119,13 @@ WorkPtr ParamOffload::upload(size_t unit, const Tensor& dst) {
   DSCPP_CHECK(dst.numel() == n && dst.dtype() == dtype_ && dst.device() == device_, "parameter offload: unit ", unit,
               "'s chunk is ", n, " elements of ", dtype_name(dtype_), " on ", device_.str(), ", got ", dst.str());
   stream_.wait_for_current_stream();  // whatever used dst's memory before
+  if (!folder_.empty()) {  // NVMe: the next unit the way the gathers go is read from the disk meanwhile
+    const size_t next = unit < last_upload_ && unit > 0 ? unit - 1 : unit + 1;
+    if (next < zp_.units().size())
+      mapping_.prefetch(zp_.shard_offset(next) * int64_t(dtype_size(dtype_)),
+                        zp_.chunk(next) * int64_t(dtype_size(dtype_)));
+    last_upload_ = unit;
+  }
   to_device(dst, partition_.slice(zp_.shard_offset(unit), n));
   auto w = std::make_shared<CopyWork>();
   stream_.record(w->done);
@@ -114,7 +163,7 @@ void ParamOffload::synchronize() { stream_.synchronize(); }
 
 ParamOffloadBytes ParamOffload::bytes() const {
   ParamOffloadBytes b;
-  b.host_partition = int64_t(partition_.nbytes());
+  (folder_.empty() ? b.host_partition : b.nvme) = folder_.empty() ? int64_t(partition_.nbytes()) : mapping_.bytes();
   for (const Slot& s : host_slots_) b.host_staging += int64_t(s.buf.nbytes());
   for (const Slot& s : device_slots_) b.device_staging += int64_t(s.buf.nbytes());
   return b;

@@ -1,4 +1,4 @@
-// ParamOffload: ZeRO-3's parameter partition in host memory (zero_optimization.offload_param, device "cpu"). Private
+// ParamOffload: ZeRO-3's parameter partition in host memory or on NVMe (zero_optimization.offload_param). Private
 // to the runtime; the engine owns one when the config asks for it, and ZeroParamCoordinator gathers through it.
 //
 // Note [Parameter offload]: at stage 3 each rank keeps only its shard of the model-dtype parameters (Note [ZeRO
@@ -21,21 +21,32 @@
 //   elements, and each is copied into the host partition on the copy stream, which orders the next upload after it.
 // - The host writes the partition itself (the host step, a checkpoint load) only after synchronize(): no queued
 //   copy reads it then.
+// - NVMe (device "nvme"): the partition is a shared mapping of one swap file per rank,
+//   <nvme_path>/zero_stage_3/<dtype>params/rank<r>/partition.tensor.swp (DeepSpeed's folder; its files hold one
+//   parameter each), reserved at start (a disk too small fails there, naming the bytes), the folder emptied at start
+//   (a killed run's files) and removed at a clean exit. Everything above holds as written with a pageable partition:
+//   copies pass through the page-locked staging buffers, and every reader and writer of the partition (the gathers,
+//   the updates, the host step, checkpoints) addresses it as host memory. The kernel reads a unit's pages from the
+//   disk as they are used and writes updated ones back, so host memory holds only what its page cache keeps; each
+//   upload asks the kernel to read the next unit in the direction of travel ahead (madvise WILLNEED).
 // On a CPU device the same steps run: the partition, the staging buffers and the windows are separate buffers and
 // every copy is made at once, so the tests follow the GPU's path.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dscpp/comm/process_group.h"
 #include "dscpp/core/copy_stream.h"
 #include "dscpp/nn/zero_partition.h"
 #include "dscpp/runtime/config.h"
+#include "dscpp/swap/swap_mapping.h"
 
 namespace dscpp {
 
 struct ParamOffloadBytes {
-  int64_t host_partition = 0;  // the model-dtype shard
+  int64_t host_partition = 0;  // the model-dtype shard (device "cpu")
+  int64_t nvme = 0;            // device "nvme": its swap file
   int64_t host_staging = 0;    // pageable partition: the page-locked staging buffers
   int64_t device_staging = 0;  // without offload_optimizer: the device optimizer's update buffers
 };
@@ -54,6 +65,7 @@ class ParamOffload {
   // synchronize().
   const Tensor& partition() const { return partition_; }
   bool pinned() const { return pinned_; }
+  const std::string& nvme_folder() const { return folder_; }  // device "nvme": the swap folder, else empty
   // Queues unit's chunk into dst (unit's chunk elements on the device), after the current stream's work so far;
   // wait() on the result makes the current stream wait for it.
   WorkPtr upload(size_t unit, const Tensor& dst);
@@ -75,14 +87,18 @@ class ParamOffload {
   Slot& next(std::vector<Slot>& ring, size_t& cursor);
   void to_device(const Tensor& dst, const Tensor& host);  // queued on stream_ (through the host staging if pageable)
   void to_host(const Tensor& host, const Tensor& src);    // likewise; returns once a pageable destination is written
+  Tensor map_partition(const std::string& nvme_path, int64_t numel, int rank);  // device "nvme"
 
   const ZeroPartition& zp_;
   DType dtype_;
   Device device_;
   bool pinned_;
   int64_t count_, staging_;  // staging buffers and their elements
+  std::string folder_;   // device "nvme"
+  SwapMapping mapping_;  // device "nvme": partition_'s memory
   Tensor partition_;
   CopyStream stream_;
+  size_t last_upload_ = 0;
   std::vector<Slot> host_slots_, device_slots_;
   size_t host_cursor_ = 0, device_cursor_ = 0;
 };
