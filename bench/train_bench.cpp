@@ -5,7 +5,7 @@
 //               [--gemm-tflops 678] [--dtype bf16|fp16|f32] [--attention auto|cudnn|own] [--nvtx-step]
 //               [--gas 1] [--zero-stage 0..3] [--offload none|cpu|nvme] [--offload-ratio 1] [--delayed-update]
 //               [--offload-threads N] [--checkpointing] [--nvme-path DIR] [--sub-group 100000000]
-//               [--aio 1048576:8:1] [--offload-param none|cpu|cpu-pageable] [--cpu-checkpointing]
+//               [--aio 1048576:8:1] [--offload-param none|cpu|cpu-pageable|nvme] [--cpu-checkpointing]
 // Prints one line per model, tab-separated and prefixed "RESULT" (bench/run_train_bench.sh collects them):
 //   RESULT impl model B T tokens_per_s ms_per_step mfu_pct mfu_vs_gemm_pct peak_mem_gib
 // B = sequences per optimizer step (--batch x --gas); impl names the variant: dscpp-<dtype>[-z<stage>][-gas<n>]
@@ -16,7 +16,7 @@
 // its lines add the swap files' bytes read and written per second of the host step. --offload-param cpu
 // (zero_optimization.offload_param, pinned; cpu-pageable: pin_memory false, staged; needs --zero-stage 3, Note
 // [Parameter offload]) keeps the parameters in host memory and initialises them there, so the model need not fit the
-// GPU; --cpu-checkpointing
+// GPU; --offload-param nvme keeps them in a mapped swap file under --nvme-path instead; --cpu-checkpointing
 // (activation_checkpointing.cpu_checkpointing, with --checkpointing) keeps the checkpointed inputs there too.
 // tokens/s = B*T / median step time (forward + backward + step, synchronised) over --steps steps after --warmup;
 // MFU = tokens/s * ModelConfig::train_flops_per_token(T) / 989.4e12 (H100 SXM dense bf16), and the same against
@@ -75,7 +75,7 @@ const bench::Flags kFlags{"train_bench",
                           "                   [--offload none|cpu|nvme] [--offload-ratio 1] [--delayed-update]\n"
                           "                   [--offload-threads N] [--nvme-path DIR] [--sub-group 100000000]\n"
                           "                   [--aio 1048576:8:1]\n"
-                          "                   [--checkpointing] [--offload-param none|cpu|cpu-pageable]\n"
+                          "                   [--checkpointing] [--offload-param none|cpu|cpu-pageable|nvme]\n"
                           "                   [--cpu-checkpointing]\n"};
 
 Args parse(int argc, char** argv) {
@@ -111,12 +111,15 @@ Args parse(int argc, char** argv) {
   if (a.offload != "none" && a.offload != "cpu" && a.offload != "nvme")
     kFlags.fail("--offload must be none, cpu or nvme");
   if (a.offload != "none" && a.zero_stage == 0) kFlags.fail("--offload needs --zero-stage 1, 2 or 3");
-  if ((a.offload == "nvme") != !a.nvme_path.empty()) kFlags.fail("--offload nvme and --nvme-path go together");
+  if (!a.nvme_path.empty() && a.offload != "nvme" && a.offload_param != "nvme")
+    kFlags.fail("--nvme-path serves --offload nvme or --offload-param nvme");
+  if (a.offload == "nvme" && a.nvme_path.empty()) kFlags.fail("--offload nvme needs --nvme-path");
   if (std::count(a.aio.begin(), a.aio.end(), ':') != 2) kFlags.fail("--aio takes block_size:queue_depth:threads");
   if (a.delayed_update && a.offload != "cpu") kFlags.fail("--delayed-update needs --offload cpu");
-  const bool param_cpu = a.offload_param == "cpu" || a.offload_param == "cpu-pageable";
-  if (a.offload_param != "none" && (!param_cpu || a.zero_stage != 3))
-    kFlags.fail("--offload-param: none, or cpu / cpu-pageable with --zero-stage 3");
+  const bool param_known = a.offload_param == "cpu" || a.offload_param == "cpu-pageable" || a.offload_param == "nvme";
+  if (a.offload_param != "none" && (!param_known || a.zero_stage != 3))
+    kFlags.fail("--offload-param: none, or cpu / cpu-pageable / nvme with --zero-stage 3");
+  if (a.offload_param == "nvme" && a.nvme_path.empty()) kFlags.fail("--offload-param nvme needs --nvme-path");
   if (a.cpu_checkpointing && !a.checkpointing) kFlags.fail("--cpu-checkpointing needs --checkpointing");
   if (a.dtype != "bf16" && a.dtype != "fp16" && a.dtype != "f32") kFlags.fail("--dtype must be bf16, fp16 or f32");
   if (a.attention != "auto" && a.attention != "cudnn" && a.attention != "own")
@@ -146,7 +149,9 @@ DeepSpeedConfig bench_config(const Args& a) {
                "pipeline_write": true}, "sub_group_size": )" + std::to_string(a.sub_group);
   else if (a.offload != "none")
     zero += "}";
-  if (a.offload_param != "none")
+  if (a.offload_param == "nvme")
+    zero += R"(, "offload_param": {"device": "nvme", "nvme_path": ")" + a.nvme_path + R"("})";
+  else if (a.offload_param != "none")
     zero += R"(, "offload_param": {"device": "cpu", "pin_memory": )" +
             std::string(a.offload_param == "cpu" ? "true" : "false") + "}";
   zero += "}";
@@ -184,7 +189,8 @@ std::string impl_name(const Args& a) {
     }
     if (a.delayed_update) s += "-dpu";
   }
-  if (a.offload_param != "none") s += a.offload_param == "cpu" ? "-offparam" : "-offparam-pageable";
+  if (a.offload_param != "none")
+    s += a.offload_param == "cpu" ? "-offparam" : a.offload_param == "nvme" ? "-offparam-nvme" : "-offparam-pageable";
   if (a.checkpointing) s += a.cpu_checkpointing ? "-cpuckpt" : "-ckpt";
   return s;
 }
