@@ -7,6 +7,9 @@
 #   param    train_bench, Llama-1B, ZeRO-3, bf16, 8 x 1024 tokens: no offload, parameters to the CPU, parameters and
 #            optimizer to the CPU; then the Llama-3.1-8B shape with both offloaded, activation checkpointing and
 #            cpu_checkpointing (the host's 128 GiB bound the shape: 14 bytes a parameter stay there)
+#   paramnvme  train_bench, Llama-1B as in `param`: parameters and optimizer on the CPU against parameters on NVMe
+#            (offload_param.device "nvme" under .nvme/, a mapped swap file) with the optimizer on the CPU; then the
+#            Llama-3.1-8B shape with its parameters on NVMe (host: the optimizer's 12 bytes a parameter)
 #   kv       inference_bench on the Llama-3.1-8B shape, KV cache bf16 against fp8: batch 1 / 32 at a 32-token prompt
 #            and batch 32 at a 2,048-token prompt
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
@@ -38,6 +41,21 @@ if want param; then
   grep -E "placed on|host optimizer|rror" "$OUT/param8b.err" | tail -3 | cut -c1-400
   free -g | head -2
   el param
+fi
+if want paramnvme; then
+  mkdir -p .nvme
+  tb="./build-gpu/bench/train_bench --steps 3 --warmup 1 --zero-stage 3"
+  for v in "--offload-param cpu --offload cpu" "--offload-param nvme --nvme-path .nvme --offload cpu"; do
+    timeout 200 $tb --models llama-1b --batch 8 --seq 1024 $v > "$OUT/pnv.out" 2> "$OUT/pnv.err"
+    echo "llama-1b z3 $v: rc=$? $(grep -E '^RESULT' "$OUT/pnv.out")"
+    grep -E "placed on" "$OUT/pnv.err" | head -1 | sed 's/.*offload_param/  offload_param/' | cut -c1-300
+  done
+  timeout ${PNV_8B_TIMEOUT:-300} $tb --models bench/models/llama-3.1-8b.json --batch 2 --seq 1024 --offload-param nvme \
+    --nvme-path .nvme --offload cpu --checkpointing --cpu-checkpointing > "$OUT/pnv8b.out" 2> "$OUT/pnv8b.err"
+  echo "llama-3.1-8b z3 params on NVMe, optimizer on the CPU: rc=$? $(grep -E '^RESULT' "$OUT/pnv8b.out")"
+  grep -E "placed on|host optimizer|rror" "$OUT/pnv8b.err" | tail -3 | cut -c1-400
+  free -g | head -2; df -h .nvme | tail -1
+  el paramnvme
 fi
 if want kv; then
   m=$(mktemp -d)/llama-3.1-8b; mkdir -p "$m"; cp bench/models/llama-3.1-8b.json "$m/config.json"
