@@ -314,8 +314,7 @@ TEST(TensorParallelRules, RanksWithDifferentConfigsStopAtStartUpNamingTheKey) {
 // Note [Quantized tensor-parallel shards]: each rank quantizes its shard as it loads. int4 in groups of 8 keeps tp 1's
 // groups (every shard's width is a multiple of 8), so its logits are tp 1's int4 logits up to the order of the sums;
 // int8's row-parallel shards take their scales over their own columns, so they differ from tp 1's int8 by
-// quantization noise (a wrong shard or scale gives errors of the logits' own size). A folder stored quantized is
-// refused at tp 2, naming the way that works.
+// quantization noise (a wrong shard or scale gives errors of the logits' own size).
 TEST(TensorParallelQuantized, ShardsQuantizedAsTheyLoadMatchOneRank) {
   for (int bits : {4, 8}) {
     SCOPED_TRACE("int" + std::to_string(bits));
@@ -332,18 +331,38 @@ TEST(TensorParallelQuantized, ShardsQuantizedAsTheyLoadMatchOneRank) {
       put_steps_agree(tp2, tp1, bits == 4 ? 1e-4f : 5e-2f);
     }));
   }
+  // A folder stored quantized: each rank cuts its shard from the whole (int8 row scales whole, int4 groups with
+  // their columns), so tp 2 computes with exactly tp 1's weights from the same folder.
+  for (int bits : {8, 4}) {
+    SCOPED_TRACE("stored int" + std::to_string(bits));
+    expect_all_pass(run_ranks(2, [&](int rank, int port) {
+      TpRank r = join_two("llama", rank, port);
+      LoadOptions one;
+      one.quant.enabled = true, one.quant.num_bits = bits, one.quant.group_size = 8;
+      const std::string stored = r.dir + "-int" + std::to_string(bits);
+      std::filesystem::remove_all(stored);  // each rank's own copy of the model's folder
+      save_quantized_folder(load_inference_model(r.dir, one), r.dir, stored);
+      InferenceEngine tp2(load_inference_model(stored, r.lo), small_config(2));
+      EXPECT_EQ(tp2.model().layers[0].down_q.q.size(1), bits == 4 ? 40 / 2 : 40);  // its half of the 80 columns
+      EXPECT_EQ(tp2.model().layers[0].down_q.scale.size(0), tp2.model().cfg.hidden);
+      if (rank == 1) return tp2.follow();
+      InferenceEngine tp1(load_inference_model(stored, LoadOptions{}), small_config(1));
+      put_steps_agree(tp2, tp1, 1e-4f);
+    }));
+  }
+  // int4 in groups of 16: the 80 columns of down_proj split into 40 a rank would cut a group; refused by name.
   expect_all_pass(run_ranks(2, [&](int rank, int port) {
     TpRank r = join_two("llama", rank, port);
     LoadOptions one;
-    one.quant.enabled = true;
-    const std::string stored = r.dir + "-int8";
+    one.quant.enabled = true, one.quant.num_bits = 4, one.quant.group_size = 16;
+    const std::string stored = r.dir + "-int4-g16";
     std::filesystem::remove_all(stored);
     save_quantized_folder(load_inference_model(r.dir, one), r.dir, stored);
     try {
       load_inference_model(stored, r.lo);
-      ADD_FAILURE() << "a stored int8 folder split over 2 ranks";
+      ADD_FAILURE() << "a group cut in two across ranks";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("stored quantized (int8)"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("group_size 16"), std::string::npos) << e.what();
     }
     test::leave_together(*r.pg);
   }));

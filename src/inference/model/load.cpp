@@ -59,13 +59,10 @@ WeightQuantConfig resolve_quant(const WeightQuantConfig& folder, const WeightQua
 // has cut this rank's shard, so each shard has its own scales and groups: column-parallel shards (q/k/v, gate/up, the
 // vocabulary's rows) keep every row's, row-parallel ones (o, down) take their scales over their own columns (int8:
 // each row's absmax over its half; int4: the same groups whenever the shard's width is a multiple of the group, else
-// refused naming group_size). A folder stored quantized is not split (its scales would have to follow the cut).
-void refuse_quantized_shards(const TpShard& tp, const WeightQuantConfig& stored, const std::string& what) {
-  DSCPP_CHECK(tp.size == 1 || !stored.enabled, "tensor_parallel.tp_size = ", tp.size, " with ", what, ", a folder "
-              "stored quantized (", stored.name(), "): its weights are not split across ranks; load the 16-bit "
-              "folder with the quant keys (or --quantization) to quantize each rank's shard as it loads, or use "
-              "tp_size 1");
-}
+// refused naming group_size). A folder stored quantized (ours, AWQ, GPTQ) is read whole into host memory and each
+// rank cuts its shard from it (cut_shard): rows with their scales and zero points, or input columns with int4's
+// groups in proportion (a shard width that would cut a group is refused naming group_size), and an int8 row scale
+// whole, since it covers the row; every rank then dequantizes to exactly the weights of one rank.
 
 }  // namespace
 
@@ -79,7 +76,6 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
   const TpShard tp = tp_shard(opts.tp_group, full.vocab);
   const InferenceModelConfig cfg = shard_config(full, tp);
   const WeightQuantConfig stored = folder_quantization(j, dir), quant = resolve_quant(stored, opts.quant, dir);
-  refuse_quantized_shards(tp, stored, dir);
   if (opts.load_format == "dummy") {
     InferenceModel m = allocate_weights(cfg, opts.dtype, opts.device, {}, tp);
     fill_dummy_weights(m, opts.seed + uint64_t(tp.rank) * 0x9E3779B97F4A7C15ull);
@@ -88,11 +84,12 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
   }
   WeightSource src(dir, cfg.model_type, opts.progress);
   if (stored.enabled) {
-    InferenceModel m = allocate_weights(cfg, DType::f32, Device::cpu(), stored);
+    InferenceModel m = allocate_weights(full, DType::f32, Device::cpu(), stored);  // whole: cut below
     int64_t group = 0;
     const Int4Format imported = int4_format(j, dir, group);
     if (imported == Int4Format::none) read_named_tensors(src, m);
     else load_int4_checkpoint(src, m, imported, group);  // Note [Imported int4 formats]
+    if (tp.size > 1) m = cut_shard(m, cfg, tp);  // Note [Quantized tensor-parallel shards]
     return place(std::move(m), opts);
   }
   InferenceModel m = allocate_weights(cfg, DType::f32, Device::cpu(), {}, tp);

@@ -12,6 +12,10 @@ TpShard tp_shard(ProcessGroup* group, int64_t vocab);
 // ranks divide them).
 InferenceModelConfig shard_config(const InferenceModelConfig& full, const TpShard& tp);
 
+// Rank tp.rank's shard (shard_cfg = shard_config(full.cfg, tp)) cut from a whole model in host memory, quantized
+// linears included (Note [Quantized tensor-parallel shards], load.cpp): a folder stored quantized loads whole, then
+// each rank keeps its part.
+InferenceModel cut_shard(const InferenceModel& full, const InferenceModelConfig& shard_cfg, const TpShard& tp);
 // x (=) the sum of every rank's x, on the forward's stream; nothing on one rank.
 void tp_sum(const TpShard& tp, Tensor& x);
 // logits[S, V] (=) every rank's part[S, vocab_rows] side by side, the padding past V left out; gathered: f32 scratch
