@@ -5,11 +5,14 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "cli/paths.h"
 #include "cli/rules.h"
 #include "dscpp/checkpoint/hf_interop.h"
+#include "dscpp/data/tokenizer.h"
 #include "dscpp/inference/quantization.h"
 
 namespace fs = std::filesystem;
@@ -22,7 +25,29 @@ struct QuantizeOptions {
   int64_t group = 128;
   bool lm_head = false;
   std::string shard_size = "5GB";
+  std::string calibration;       // AWQ: a text file (Note [AWQ scaling])
+  int64_t calibration_tokens = 8192, calibration_seq = 512;
+  inference::AwqOptions awq;
 };
+
+// The calibration text tokenized with the folder's tokenizer, cut into sequences of at most `seq` tokens (and the
+// model's context), `tokens` in all at most.
+std::vector<std::vector<int32_t>> calibration_sequences(const QuantizeOptions& o, int64_t context) {
+  const std::string tok_path = o.hf + "/tokenizer.json";
+  DSCPP_CHECK(std::ifstream(tok_path).good(), "--awq-calibration: ", o.hf, " has no tokenizer.json to tokenize ",
+              o.calibration, " with");
+  std::ifstream in(o.calibration, std::ios::binary);
+  DSCPP_CHECK(in.good(), "--awq-calibration ", o.calibration, ": cannot read it");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::vector<int32_t> all = Tokenizer::load_hf(tok_path).encode(ss.str());
+  const int64_t seq = std::min(o.calibration_seq, context), n = std::min<int64_t>(int64_t(all.size()),
+                                                                                    o.calibration_tokens);
+  DSCPP_CHECK(n >= 2, "--awq-calibration ", o.calibration, ": ", all.size(), " tokens, too few to calibrate on");
+  std::vector<std::vector<int32_t>> out;
+  for (int64_t b = 0; b < n; b += seq) out.emplace_back(all.begin() + b, all.begin() + std::min(n, b + seq));
+  return out;
+}
 
 // "<what>: 40% (2.9 of 7.2 GB), 0:12 elapsed, ETA 0:18" on stderr: rewritten in place on a terminal, else a line
 // per tenth.
@@ -71,6 +96,22 @@ int run_quantize(const QuantizeOptions& o) {
   q.lm_head = o.lm_head;
   inference::LoadOptions lo;  // f32 on the host: the exact source values
   inference::InferenceModel m = inference::load_inference_model(o.hf, lo);
+  if (!o.calibration.empty()) {  // Note [AWQ scaling]
+    const auto seqs = calibration_sequences(o, m.cfg.max_context);
+    int64_t n = 0;
+    for (const auto& s : seqs) n += int64_t(s.size());
+    std::fprintf(stderr, "AWQ: calibrating on %lld tokens of %s (%zu sequences)\n", (long long)n,
+                 o.calibration.c_str(), seqs.size());
+    const auto chosen = inference::awq_scale(m, q, seqs, o.awq, [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "\rAWQ: %lld of %lld linears searched", (long long)done, (long long)total);
+      if (done == total) std::fprintf(stderr, "\n");
+    });
+    double rtn = 0, awq = 0;
+    int64_t moved = 0;
+    for (const auto& r : chosen) rtn += r.rtn_error, awq += r.awq_error, moved += r.alpha > 0;
+    std::fprintf(stderr, "AWQ: %lld of %zu linears scaled; their output error on the calibration rows %.4g of "
+                 "round-to-nearest's\n", (long long)moved, chosen.size(), rtn > 0 ? awq / rtn : 1.0);
+  }
   inference::quantize_weights(m, q, Progress("quantizing", "G weights"));
   inference::QuantizedFolderOptions so;
   so.dense_dtype = o.dtype.empty() ? source_dtype(read_json_file(o.hf + "/config.json")) : dtype_from_name(o.dtype);
@@ -88,13 +129,15 @@ Command register_quantize(CLI::App& app) {
   Command c;
   c.app = app.add_subcommand("quantize", "Convert a Hugging Face model folder to int8 or int4 weights");
   c.app->footer(
-      "The linears (q/k/v, o, gate/up, down; the lm head with --lm-head) are rounded to nearest: int8 with one scale\n"
+      "The linears (q/k/v, o, gate/up, down; the lm head with --lm-head) are rounded to nearest (after AWQ's\n"
+      "activation-aware scaling with --awq-calibration TEXT): int8 with one scale\n"
       "per output channel, int4 with a scale and a zero point per --group columns. The embedding and norms keep the\n"
       "source's dtype. The output folder loads in `dscpp generate` / `dscpp serve` like any model\n"
       "(docs/QUANTIZATION.md).\n"
       "Examples:\n"
       "  dscpp quantize --hf path/to/Llama-3.2-1B --out Llama-3.2-1B-int4 --weights int4\n"
-      "  dscpp quantize --hf path/to/gpt2 --out gpt2-int8 --weights int8");
+      "  dscpp quantize --hf path/to/gpt2 --out gpt2-int8 --weights int8\n"
+      "  dscpp quantize --hf path/to/Llama-3.2-1B --out Llama-3.2-1B-awq --weights int4 --awq-calibration wiki.train.raw");
   c.app->add_option("--hf", o->hf, "The Hugging Face model folder to read (config.json, safetensors, tokenizer)")
       ->required()->check(CLI::ExistingDirectory);
   c.app->add_option("--out", o->out, "The folder to write (must not exist)")->required();
@@ -105,6 +148,16 @@ Command register_quantize(CLI::App& app) {
   c.app->add_option("--dtype", o->dtype, "The unquantized tensors' dtype (default: the source's torch_dtype)")
       ->check(CLI::IsMember({"f32", "bf16", "f16"}));
   c.app->add_option("--shard-size", o->shard_size, "Tensor bytes per safetensors file")->capture_default_str();
+  c.app->add_option("--awq-calibration", o->calibration, "AWQ: scale each linear's input channels by their "
+                    "activations on this text before rounding (docs/QUANTIZATION.md)")->check(CLI::ExistingFile);
+  c.app->add_option("--awq-tokens", o->calibration_tokens, "AWQ: calibration tokens at most")
+      ->capture_default_str()->check(whole(2, int64_t(1) << 30));
+  c.app->add_option("--awq-seq", o->calibration_seq, "AWQ: tokens per calibration sequence (at most the context)")
+      ->capture_default_str()->check(whole(2, int64_t(1) << 20));
+  c.app->add_option("--awq-grid", o->awq.grid, "AWQ: scale exponents searched per linear, 0 to 1 in this many steps")
+      ->capture_default_str()->check(whole(1, 1000));
+  c.app->add_option("--awq-rows", o->awq.sample_rows, "AWQ: calibration rows per linear the error is measured on")
+      ->capture_default_str()->check(whole(1, int64_t(1) << 20));
   c.run = [o] { return run_quantize(*o); };
   return c;
 }

@@ -65,6 +65,17 @@ TEST(QuantizeCli, FolderLoadsLikeAnyModelAndMatchesQuantizingAtLoad) {
   EXPECT_NE(ppl_folder.find("perplexity "), std::string::npos) << ppl_folder;
   EXPECT_NE(ppl_folder.find("over 248 tokens (8 windows of 32"), std::string::npos) << ppl_folder;
 
+  // AWQ scaling from a calibration text (Note [AWQ scaling]): the search's report, and a folder that scores.
+  const std::string awq = (ws.dir / "awq").string();
+  out = run_command(bin + " quantize --hf " + hf + " --out " + awq + " --weights int4 --group 16 --awq-calibration " +
+                        (ws.dir / "corpus.txt").string() + " --awq-tokens 256 --awq-seq 64 --awq-grid 4", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("AWQ: calibrating on 256 tokens"), std::string::npos) << out;
+  EXPECT_NE(out.find("linears scaled; their output error on the calibration rows"), std::string::npos) << out;
+  const std::string ppl_awq = run_stdout(bin + ppl + " --hf " + awq, &rc);
+  ASSERT_EQ(rc, 0) << ppl_awq;
+  EXPECT_NE(ppl_awq.find("over 248 tokens"), std::string::npos) << ppl_awq;
+
   out = run_command(bin + gen + " --hf " + q4 + " --quantization int8", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("already quantized (int4 g16"), std::string::npos) << out;

@@ -11,6 +11,7 @@
 // load), the lm head [V, C] (the embedding tensor itself when tied).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,10 @@ struct QuantWeight {
   bool defined() const { return q.defined(); }
 };
 
+// The inputs of a layer's linears: qkv's (the first norm's output), o's (attention's), up's (the second norm's),
+// down's (the MLP's activation).
+enum class LinearInput { qkv, o, up, down };
+
 struct LayerWeights {
   Tensor norm1_w, norm1_b;  // [C]; biases undefined where the model has none
   Tensor qkv_w, qkv_b;      // [(H + 2 Hkv) D, C], [(H + 2 Hkv) D]
@@ -104,6 +109,9 @@ struct InferenceModel {
   Tensor lm_head;             // [V, C]; the same storage as embed when tied
   QuantWeight lm_head_q;      // a quantized lm head (then lm_head is undefined, or the embedding when tied)
   WeightQuantConfig quant;    // how the linears are stored (enabled false: all dense)
+  // Calibration (awq_scale, inference/quantization.h): on a host model, called by each forward with every layer's
+  // linear inputs [N, in] as they are made; unset otherwise.
+  std::function<void(int64_t layer, LinearInput input, const Tensor& rows)> observe_inputs;
 
   // "layers.3.qkv_w", ...; a quantized weight as "layers.3.qkv_w.q", ".scale", ".zero": tests, byte counts, and
   // the tensor names of a quantized folder (inference/quantization.h).

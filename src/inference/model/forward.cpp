@@ -160,9 +160,11 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
     const LayerWeights& w = m.layers[size_t(l)];
     const Tensor layer_cache = cache.data().view_at(cache.offset(l, 0, 0, 0), {ks.n_blocks, bs, 2, Hkv, D});
     norm_linear_forward(c, qkv, h, x, w.norm1_w, w.norm1_b, w.qkv_w, w.qkv_q, w.qkv_b, mean, rstd);
+    if (m.observe_inputs) m.observe_inputs(l, LinearInput::qkv, h);
     if (c.learned_positions) ops::kv_cache_append(layer_cache, qkv, in.slots, H, Hkv, D);
     else ops::rope_kv_cache_append(layer_cache, qkv, in.pos, in.slots, H, Hkv, D, c.rope);
     ops::paged_attention_forward(att, qkv, layer_cache, in.table, in.seq_start, in.pos, H, Hkv, D);
+    if (m.observe_inputs) m.observe_inputs(l, LinearInput::o, att);
     linear_forward(x1, att, w.o_w, w.o_q, first ? w.o_b : Tensor(), first ? x : Tensor());  // x1 = x + attention
     tp_sum(m.tp, x1);
     if (c.mlp == MlpKind::gelu && !w.up_q.defined()) {
@@ -172,6 +174,8 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
       norm_linear_forward(c, pre, h, x1, w.norm2_w, w.norm2_b, w.up_w, w.up_q, w.up_b, mean, rstd);
       c.mlp == MlpKind::gelu ? ops::gelu_forward(mid, pre) : ops::swiglu_forward(mid, pre);
     }
+    if (m.observe_inputs) m.observe_inputs(l, LinearInput::up, h);
+    if (m.observe_inputs) m.observe_inputs(l, LinearInput::down, mid);
     linear_forward(x, mid, w.down_w, w.down_q, first ? w.down_b : Tensor(), first ? x1 : Tensor());  // x = x1 + mlp
     tp_sum(m.tp, x);
   }
