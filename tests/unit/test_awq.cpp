@@ -7,12 +7,9 @@
 
 #include <filesystem>
 
-#include "checkpoint_fixtures.h"
-#include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/inference/engine.h"
 #include "dscpp/inference/quantization.h"
-#include "dscpp/kernels/ops.h"
-#include "tiny_models.h"
+#include "tiny_hf_folder.h"
 
 using namespace dscpp;
 using namespace dscpp::inference;
@@ -20,14 +17,7 @@ using namespace dscpp::inference;
 namespace {
 
 std::string export_tiny(const std::string& arch) {
-  ModelConfig c = test_fixtures::tiny_model_config(arch);
-  c.max_seq_len = 64;
-  auto model = make_model(c);
-  model->init_weights(5);
-  ops::scale_inplace(model->params().flat_params(), 4.0f);  // logits far from 0
-  const std::string dir = test_fixtures::checkpoint_test_dir("awq_" + arch);
-  export_hf_model(*model, dir);
-  return dir;
+  return test_fixtures::export_tiny_hf(arch, "awq_" + arch, 64, 5, 4.0f).dir;
 }
 
 // Channel 3 of every norm's output carries 8x the others' activations.
@@ -47,14 +37,8 @@ std::vector<std::vector<int32_t>> calibration_text(int64_t V) {
 }
 
 InferenceConfig engine_config() {
-  InferenceConfig c;
-  c.state_manager.max_context = 64;
-  c.state_manager.max_ragged_batch_size = 64;
-  c.state_manager.max_ragged_sequence_count = 2;
-  c.state_manager.memory_config.mode = "allocate";
-  c.state_manager.memory_config.size = 32;
-  c.dscpp.kv_block_size = 8;
-  return c;
+  return InferenceConfig::from_string(R"({"state_manager": {"max_context": 64, "max_ragged_batch_size": 64,
+      "max_ragged_sequence_count": 2, "memory_config": {"mode": "allocate", "size": 32}}, "dscpp": {"kv_block_size": 8}})");
 }
 
 // The last-token logits of held-out prompts (not the calibration text), one row per prompt.

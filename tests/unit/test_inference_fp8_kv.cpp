@@ -13,7 +13,7 @@
 #include "dscpp/inference/engine.h"
 #include "dscpp/runtime/config.h"
 #include "gpu_test.h"
-#include "tiny_models.h"
+#include "tiny_hf_folder.h"
 
 using namespace dscpp;
 using namespace dscpp::inference;
@@ -21,13 +21,7 @@ using namespace dscpp::inference;
 namespace {
 
 std::string export_tiny(const std::string& arch) {
-  ModelConfig c = test_fixtures::tiny_model_config(arch);
-  c.max_seq_len = 96;
-  auto m = make_model(c);
-  m->init_weights(11);
-  const std::string dir = test_fixtures::checkpoint_test_dir("fp8_kv_" + arch);
-  export_hf_model(*m, dir);
-  return dir;
+  return test_fixtures::export_tiny_hf(arch, "fp8_kv_" + arch, 96, 11).dir;
 }
 
 InferenceConfig config(const std::string& kv_cache_dtype, int64_t graph_max_batch = 0) {

@@ -27,7 +27,7 @@
 #include "dscpp/kernels/quant_ops.h"
 #include "gpu_test.h"
 #include "inference/model/weights.h"
-#include "tiny_models.h"
+#include "tiny_hf_folder.h"
 
 using namespace dscpp;
 using namespace dscpp::inference;
@@ -38,20 +38,10 @@ namespace {
 
 constexpr int64_t kGroup = 16;  // divides the tiny models' widths (32, 80, 128)
 
-struct Exported {
-  std::unique_ptr<Model> train;
-  std::string dir;
-};
+using Exported = test_fixtures::TinyHfFolder;
 
 Exported export_tiny(const std::string& arch, const std::string& name) {
-  ModelConfig c = test_fixtures::tiny_model_config(arch);
-  c.max_seq_len = 64;
-  Exported e;
-  e.train = make_model(c);
-  e.train->init_weights(3);
-  ops::scale_inplace(e.train->params().flat_params(), 4.0f);  // attention far from uniform, logits far from 0
-  e.dir = test_fixtures::checkpoint_test_dir("quant_" + name);
-  export_hf_model(*e.train, e.dir);
+  Exported e = test_fixtures::export_tiny_hf(arch, "quant_" + name, 64, 3, 4.0f);
   std::ofstream(fs::path(e.dir) / "tokenizer_config.json") << R"({"bos_token": null})";
   return e;
 }
