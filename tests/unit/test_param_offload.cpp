@@ -7,6 +7,9 @@
 // likewise, with the device optimizer and with the host step writing it. On GPUs (the Nccl cases, skipped without them) the same runs are compared within Note
 // [Equivalence tolerances].
 #include <gtest/gtest.h>
+#include <omp.h>
+#include <signal.h>
+#include <sys/resource.h>
 
 #include <cmath>
 #include <cstring>
@@ -277,6 +280,26 @@ TEST(ParamOffload, CheckpointsAndResumeAreTheSameAsWithoutOffload) {
     });
   }
   fs::remove_all(dir);
+}
+
+// A disk too small for the parameters' swap file (RLIMIT_FSIZE in a child: reserving past it fails with EFBIG, as a
+// full disk fails with ENOSPC) stops the engine at start-up, naming the key, the rank and the bytes, and leaves no
+// swap folder behind.
+TEST(ParamOffload, ADiskTooSmallFailsAtStartNamingTheBytes) {
+  const DistCase c = offloaded(1, "llama", on_nvme);
+  const int status = dscpp::test::child_exit_code([&] {
+    ::signal(SIGXFSZ, SIG_IGN);
+    omp_set_num_threads(1);  // the parent's OpenMP pool does not exist in this process
+    rlimit lim{};
+    ::getrlimit(RLIMIT_FSIZE, &lim);
+    const rlimit small{rlim_t(4096), lim.rlim_max};  // the partition is tens of KiB
+    ::setrlimit(RLIMIT_FSIZE, &small);
+    const std::string e = dscpp::test::error_of([&] { dscpp::test::make_engine(c, nullptr); });
+    for (const char* part : {"zero_optimization.offload_param.nvme_path", "rank 0", "reserving", "bytes"})
+      if (e.find(part) == std::string::npos) return std::fprintf(stderr, "child: %s lacks %s\n", e.c_str(), part), 1;
+    return fs::exists(param_swap_folder(c, 0)) ? 2 : 0;
+  });
+  EXPECT_EQ(status, 0);
 }
 
 // Note [Memory tiers]: the estimate of what the engine places on each tier at start-up is what it placed, byte for

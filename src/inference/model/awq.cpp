@@ -33,13 +33,14 @@ Tensor round_trip(const Tensor& w, const WeightQuantConfig& q) {
   return out;
 }
 
-// w (=) w with column j times s[j] (power +1) or divided by it (power -1); rows likewise for a [rows] / [rows, in].
+// w[R, K] (=) w with column k times s[k] (power +1) or divided by it (power -1).
 void scale_columns(const Tensor& w, const std::vector<float>& s, int power) {
   float* p = w.data<float>();
   const int64_t R = w.size(0), K = w.size(1);
   for (int64_t r = 0; r < R; r++)
     for (int64_t k = 0; k < K; k++) p[r * K + k] = power > 0 ? p[r * K + k] * s[size_t(k)] : p[r * K + k] / s[size_t(k)];
 }
+// Rows [first, first + s.size()) of t ([rows] or [rows, in]; nothing when undefined), row first + j divided by s[j].
 void divide_rows(const Tensor& t, int64_t first, const std::vector<float>& s) {
   if (!t.defined()) return;
   const int64_t K = t.dim() == 1 ? 1 : t.size(1);

@@ -58,15 +58,17 @@ Tensor ParamOffload::map_partition(const std::string& nvme_path, int64_t numel, 
   if (!ec) fs::create_directories(folder_, ec);
   if (ec) DSCPP_FAIL(key, ": cannot make the swap folder ", folder_, ": ", ec.message());
   const int64_t bytes = aio_aligned(std::max<int64_t>(1, numel) * int64_t(dtype_size(dtype_)));
-  const int64_t free = disk_free_bytes(folder_);
-  try {
-    if (free < bytes)
-      DSCPP_FAIL(key, ": rank ", rank, "'s parameter swap file needs ", disk_bytes_text(bytes), " in ", folder_,
-                 ", the disk has ", disk_bytes_text(free), " free");
-    mapping_ = SwapMapping::create((fs::path(folder_) / "partition.tensor.swp").string(), bytes);
-  } catch (...) {  // a start that failed leaves no folder behind
+  auto fail = [&](const std::string& why) {  // a start that failed leaves no folder behind
     fs::remove_all(folder_, ec);
-    throw;
+    DSCPP_FAIL(key, ": rank ", rank, "'s parameter swap file ", why);
+  };
+  const int64_t free = disk_free_bytes(folder_);
+  if (free < bytes)
+    fail("needs " + disk_bytes_text(bytes) + " in " + folder_ + ", the disk has " + disk_bytes_text(free) + " free");
+  try {
+    mapping_ = SwapMapping::create((fs::path(folder_) / "partition.tensor.swp").string(), bytes);
+  } catch (const std::exception& e) {
+    fail(std::string("cannot be made: ") + e.what());
   }
   return Tensor::wrap(mapping_.data(), {numel}, dtype_);
 }
@@ -79,8 +81,6 @@ ParamOffload::~ParamOffload() {
   std::error_code ec;
   fs::remove_all(folder_, ec);  // a clean exit leaves no swap files
 }
-
-
 
 ParamOffload::Slot& ParamOffload::next(std::vector<Slot>& ring, size_t& cursor) {
   Slot& s = ring[cursor % ring.size()];
@@ -179,7 +179,8 @@ void ParamOffload::synchronize() { stream_.synchronize(); }
 
 ParamOffloadBytes ParamOffload::bytes() const {
   ParamOffloadBytes b;
-  (folder_.empty() ? b.host_partition : b.nvme) = folder_.empty() ? int64_t(partition_.nbytes()) : mapping_.bytes();
+  if (folder_.empty()) b.host_partition = int64_t(partition_.nbytes());
+  else b.nvme = mapping_.bytes();
   for (const Slot& s : host_slots_) b.host_staging += int64_t(s.buf.nbytes());
   for (const Slot& s : device_slots_) b.device_staging += int64_t(s.buf.nbytes());
   return b;
