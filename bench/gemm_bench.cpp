@@ -1,5 +1,5 @@
 // GEMM benchmark and self-check for the cuBLASLt matmuls (src/kernels/cuda/matmul.cu).
-//   gemm_bench            check against the CPU reference, then time      gemm_bench check | time | dbias | decode
+//   gemm_bench            check against the CPU reference, then time      gemm_bench check | time | dbias | decode | fp8
 // The 8192^3 bf16 case compares with the measured cuBLAS ceiling (~677-790 TFLOP/s on H100).
 // The dbias section times the bias gradient of GPT-2's four linears (our bias_grad kernel, Note [Matmul epilogues])
 // alone and after the weight-gradient GEMM, L2 flushed before each run.
@@ -168,7 +168,7 @@ void run_decode_timing() {
   const Device dev = Device::cuda(0);
   Tensor flush = Tensor::empty({int64_t(64) << 20}, DType::f32, dev);
   struct Weights {
-    Tensor w, q8, s8, q4, s4, z4;
+    Tensor w, q8, s8, q4, s4, z4, qf, sf;
   };
   std::vector<Weights> ws;
   const int64_t G = 128;
@@ -180,6 +180,8 @@ void run_decode_timing() {
     x.q4 = Tensor::empty({l.OC, l.C / 2}, DType::i8, dev), x.s4 = Tensor::empty({l.OC, l.C / G}, DType::f32, dev);
     x.z4 = Tensor::empty({l.OC, l.C / G}, DType::i8, dev);
     dscpp::ops::quantize_weight_int4(x.q4, x.s4, x.z4, x.w, G);
+    x.qf = Tensor::empty({l.OC, l.C}, DType::fp8_e4m3, dev), x.sf = Tensor::empty({l.OC}, DType::f32, dev);
+    dscpp::ops::quantize_weight_fp8(x.qf, x.sf, x.w);
     ws.push_back(std::move(x));
   }
   std::printf("\ndecode linears (us: qkv o gate_up down lm_head | per token | GB/s of gate_up, lm_head)\n");
@@ -187,9 +189,10 @@ void run_decode_timing() {
     for (bool tc : {false, true}) {
       if (!tc && N > 4) continue;
       dscpp::cuda::set_gemv_tensor_cores(tc);
-      for (int k = 0; k < 3; k++) {
+      for (int k = 0; k < 4; k++) {
+        if (k == 3 && !tc) continue;  // fp8 has one GEMV (Note [fp8 decode GEMV])
         std::printf("N=%lld %-4s %s |", (long long)N, tc ? "mma" : "cuda",
-                    k == 0 ? "bf16" : k == 1 ? "int8" : "int4");
+                    k == 0 ? "bf16" : k == 1 ? "int8" : k == 2 ? "int4" : "fp8 ");
         double tot = 0, gbs[2] = {0, 0};
         for (size_t i = 0; i < ws.size(); i++) {
           const Lin& l = lins[i];
@@ -205,6 +208,9 @@ void run_decode_timing() {
           if (k == 2)
             t = time_cold_ms([&] { dscpp::ops::matmul_q_forward(out, inp, x.q4, x.s4, x.z4, G, Tensor()); }, flush),
             bytes = double(x.q4.nbytes() + x.s4.nbytes() + x.z4.nbytes());
+          if (k == 3)
+            t = time_cold_ms([&] { dscpp::ops::matmul_q_forward(out, inp, x.qf, x.sf, Tensor(), 0, Tensor()); }, flush),
+            bytes = double(x.qf.nbytes() + x.sf.nbytes());
           std::printf(" %6.1f", t * 1e3);
           tot += t * l.per_token;
           if (i == 2) gbs[0] = bytes / (t * 1e-3) * 1e-9;
@@ -214,6 +220,35 @@ void run_decode_timing() {
       }
     }
   dscpp::cuda::set_gemv_tensor_cores(true);
+}
+
+// Llama-3.1-8B's four layer linears at prefill sizes: bf16 weights through cuBLASLt against fp8 weights (the rows
+// quantized per token, then cuBLASLt's fp8 GEMM: Note [fp8 GEMM]), each timed warm (median); TFLOP/s of 2 N C OC.
+void run_fp8_timing() {
+  struct Lin {
+    const char* name;
+    int64_t C, OC;
+  };
+  const Lin lins[] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}};
+  const Device dev = Device::cuda(0);
+  std::printf("\nprefill linears, bf16 vs fp8 (us and TFLOP/s; fp8 includes quantizing the rows)\n");
+  std::printf("%-8s %6s | %9s %7s | %9s %7s | %5s\n", "linear", "N", "bf16 us", "TFLOP/s", "fp8 us", "TFLOP/s",
+              "ratio");
+  for (const Lin& l : lins) {
+    Tensor w = to_device(randn_rounded({l.OC, l.C}, DType::bf16, 2, 0.02f), DType::bf16);
+    Tensor q = Tensor::empty({l.OC, l.C}, DType::fp8_e4m3, dev), sc = Tensor::empty({l.OC}, DType::f32, dev);
+    dscpp::ops::quantize_weight_fp8(q, sc, w);
+    for (int64_t N : {16, 256, 2048, 8192}) {
+      Tensor inp = to_device(randn_rounded({N, l.C}, DType::bf16, 1), DType::bf16);
+      Tensor out = Tensor::empty({N, l.OC}, DType::bf16, dev);
+      const double tb = time_ms([&] { dscpp::cuda::matmul_forward(out, inp, w, Tensor()); });
+      const double tf = time_ms([&] { dscpp::ops::matmul_q_forward(out, inp, q, sc, Tensor(), 0, Tensor()); });
+      const double flop = 2.0 * double(N) * double(l.C) * double(l.OC);
+      auto tflops = [&](double ms) { return flop / (ms * 1e-3) * 1e-12; };
+      std::printf("%-8s %6lld | %9.1f %7.1f | %9.1f %7.1f | %5.2f\n", l.name, (long long)N, tb * 1e3, tflops(tb),
+                  tf * 1e3, tflops(tf), tb / tf);
+    }
+  }
 }
 
 }  // namespace
@@ -228,6 +263,7 @@ int main(int argc, char** argv) {
     bool ok = true;
     if (mode == "all" || mode == "check") ok = run_checks();
     if (mode == "all" || mode == "time") run_timing();
+    if (mode == "all" || mode == "fp8") run_fp8_timing();
     if (mode == "all" || mode == "time" || mode == "dbias") run_dbias_timing();
     if (mode == "all" || mode == "time" || mode == "decode") run_decode_timing();
     return ok ? 0 : 2;

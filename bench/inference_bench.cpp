@@ -1,9 +1,9 @@
 // Generation throughput and decode latency of the inference engine (bench/run_inference_bench.sh runs it next to
 // bench/inference_torch.py, Hugging Face generate, and prints one table):
 //   inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda] [--dtype bf16]
-//                   [--weights dense|int8|int4] [--group 128]
+//                   [--weights dense|int8|int4|fp8] [--group 128]
 //                   [--batch 1,32] [--prompt 32] [--new 128] [--warmup 1] [--offline N] [--tensor-parallel-size T]
-// --weights int8 / int4 quantizes the linears as the model loads (the engine's quant keys; --group: int4's group);
+// --weights int8 / int4 / fp8 quantizes the linears as the model loads (the engine's quant keys; --group: int4's group);
 // the model column then reads "<name>-int8" / "<name>-int4".
 // --tensor-parallel-size T: the model split over T ranks started by `dscpp launch --nproc_per_node T -- inference_bench
 // ...` (one per GPU, Note [Tensor-parallel shards]); rank 0 measures and prints, the model's name gets "-tpT".
@@ -59,7 +59,7 @@ struct Args {
 
 const bench::Flags kFlags{"inference_bench",
                           "inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda|cpu]\n"
-                          "                       [--dtype bf16|f16|f32] [--weights dense|int8|int4] [--group 128]\n"
+                          "                       [--dtype bf16|f16|f32] [--weights dense|int8|int4|fp8] [--group 128]\n"
                           "                       [--batch 1,32] [--prompt 32] [--new 128]\n"
                           "                       [--warmup 1] [--offline N] [--tensor-parallel-size T]\n"
                           "                       [--peer-all-reduce-max-bytes N] [--kv-cache-dtype auto|fp8]\n"};
@@ -86,8 +86,8 @@ Args parse(int argc, char** argv) {
     else kFlags.fail("unknown flag --" + k);
   });
   if (a.model.empty()) kFlags.fail("--model DIR is required");
-  if (a.weights != "dense" && a.weights != "int8" && a.weights != "int4")
-    kFlags.fail("--weights must be dense, int8 or int4, got '" + a.weights + "'");
+  if (a.weights != "dense" && a.weights != "int8" && a.weights != "int4" && a.weights != "fp8")
+    kFlags.fail("--weights must be dense, int8, int4 or fp8, got '" + a.weights + "'");
   if (a.kv_cache_dtype != "auto" && a.kv_cache_dtype != "fp8_e4m3")
     kFlags.fail("--kv-cache-dtype must be auto, fp8 or fp8_e4m3, got '" + a.kv_cache_dtype + "'");
   return a;
@@ -179,6 +179,7 @@ int main(int argc, char** argv) {
   lo.tp_group = tp.get();
   lo.quant.enabled = a.weights != "dense";
   lo.quant.num_bits = a.weights == "int4" ? 4 : 8;
+  lo.quant.fp8 = a.weights == "fp8";
   lo.quant.group_size = a.group;
   const std::string name = std::filesystem::path(a.model).filename().string() +
                            (lo.quant.enabled ? "-" + a.weights : std::string()) +

@@ -1,4 +1,4 @@
-// dscpp quantize: a Hugging Face folder -> a folder of ours with int8 or int4 weights (Note [Quantized folder],
+// dscpp quantize: a Hugging Face folder -> a folder of ours with int8, int4 or fp8 weights (Note [Quantized folder],
 // docs/QUANTIZATION.md), which `dscpp generate` / `dscpp serve` / the engine then load like any model.
 #include <unistd.h>
 
@@ -92,6 +92,7 @@ int run_quantize(const QuantizeOptions& o) {
   inference::WeightQuantConfig q;
   q.enabled = true;
   q.num_bits = o.weights == "int4" ? 4 : 8;
+  q.fp8 = o.weights == "fp8";
   q.group_size = o.group;
   q.lm_head = o.lm_head;
   inference::LoadOptions lo;  // f32 on the host: the exact source values
@@ -127,21 +128,24 @@ int run_quantize(const QuantizeOptions& o) {
 Command register_quantize(CLI::App& app) {
   auto o = std::make_shared<QuantizeOptions>();
   Command c;
-  c.app = app.add_subcommand("quantize", "Convert a Hugging Face model folder to int8 or int4 weights");
+  c.app = app.add_subcommand("quantize", "Convert a Hugging Face model folder to int8, int4 or fp8 weights");
   c.app->footer(
       "The linears (q/k/v, o, gate/up, down; the lm head with --lm-head) are rounded to nearest (after AWQ's\n"
       "activation-aware scaling with --awq-calibration TEXT): int8 with one scale\n"
-      "per output channel, int4 with a scale and a zero point per --group columns. The embedding and norms keep the\n"
+      "per output channel, int4 with a scale and a zero point per --group columns, fp8 (e4m3) with one scale per\n"
+      "output channel (its activations are quantized per token as it runs). The embedding and norms keep the\n"
       "source's dtype. The output folder loads in `dscpp generate` / `dscpp serve` like any model\n"
       "(docs/QUANTIZATION.md).\n"
       "Examples:\n"
       "  dscpp quantize --hf path/to/Llama-3.2-1B --out Llama-3.2-1B-int4 --weights int4\n"
       "  dscpp quantize --hf path/to/gpt2 --out gpt2-int8 --weights int8\n"
+      "  dscpp quantize --hf path/to/Llama-3.1-8B --out Llama-3.1-8B-fp8 --weights fp8\n"
       "  dscpp quantize --hf path/to/Llama-3.2-1B --out Llama-3.2-1B-awq --weights int4 --awq-calibration wiki.train.raw");
   c.app->add_option("--hf", o->hf, "The Hugging Face model folder to read (config.json, safetensors, tokenizer)")
       ->required()->check(CLI::ExistingDirectory);
   c.app->add_option("--out", o->out, "The folder to write (must not exist)")->required();
-  c.app->add_option("--weights", o->weights, "int8 or int4")->required()->check(CLI::IsMember({"int8", "int4"}));
+  c.app->add_option("--weights", o->weights, "int8, int4 or fp8")->required()
+      ->check(CLI::IsMember({"int8", "int4", "fp8"}));
   c.app->add_option("--group", o->group, "int4: columns per scale and zero point (even, dividing each linear's "
                     "inputs)")->capture_default_str()->check(whole(2, 1 << 16));
   c.app->add_flag("--lm-head", o->lm_head, "Quantize the lm head too (vLLM and torchao keep it 16-bit)");

@@ -53,9 +53,10 @@ void add_model_source_options(CLI::App* app, ModelSource& o) {
   app->add_option("--load-format", o.load_format, "safetensors, or dummy: random weights of --hf's config.json "
                   "shapes (benchmarks)")->capture_default_str()->check(CLI::IsMember({"safetensors", "dummy"}));
   app->add_option("--quantization,-q", o.quantization, "Quantize the linears' weights as the model loads: int8 (per "
-                  "channel) or int4 (groups of dscpp.quantization.group_size), or none; sets the config's "
-                  "quant.enabled and quant.weight.num_bits (a folder from `dscpp quantize` needs no flag)")
-      ->check(CLI::IsMember({"none", "int8", "int4"}));
+                  "channel), int4 (groups of dscpp.quantization.group_size), fp8 (e4m3 per channel, activations "
+                  "per token), or none; sets the config's quant.enabled, quant.weight.num_bits and "
+                  "dscpp.quantization.format (a folder from `dscpp quantize` needs no flag)")
+      ->check(CLI::IsMember({"none", "int8", "int4", "fp8"}));
   app->add_option("--tensor-parallel-size", o.tp_size, "Ranks that split the model (tensor_parallel.tp_size), one "
                   "per GPU, started by dscpp launch; overrides --config's (default: --config's, else 1)")
       ->check(whole(1, 4096));
@@ -71,6 +72,7 @@ inference::WeightQuantConfig quant_config(const ModelSource& o) {
   if (!o.quantization.empty()) {
     q.enabled = o.quantization != "none";
     q.num_bits = o.quantization == "int4" ? 4 : 8;
+    q.fp8 = o.quantization == "fp8";
   }
   return q;
 }

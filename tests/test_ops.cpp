@@ -895,6 +895,58 @@ void add_quant() {
                                     a["residual"]);
             });
       }
+  // The host's reference holds every float argument in f32 (values of the argument's dtype): fp8 codes are made
+  // from it for the op, and an fp8 output is widened back.
+  auto fp8_of = [](const Tensor& t) { return t.dtype() == fp8_ ? t : t.to(fp8_); };
+  // fp8 weights (Note [fp8 matmul]): quantizing is exact; the matmul quantizes its input rows by the same f32
+  // operations on both sides, so the codes agree and what differs is the sum's order, and, in cuBLASLt's fp8 GEMM
+  // (Note [fp8 GEMM]), the tensor cores' own accumulation and the raw sums' bf16 rounding (inner 2^-11 on top of
+  // the output's). bf16 up to 4 rows takes the fp8 GEMV (Note [fp8 decode GEMV]); 8 and 33 rows, and f32 / f16
+  // inputs, the quantize + cuBLASLt path.
+  for (DType t : kDtypes)
+    for (W w : {W{8, 128}, W{77, 256}, W{3072, 4096}}) {
+      const std::string sh = dims({{"OC", w.OC}, {"C", w.C}}) + " fp8";
+      add("quantize_weight_fp8", t, sh).in("w", {w.OC, w.C}, t).out("scale", {w.OC}, f32).exact()
+          .out("q", {w.OC, w.C}, fp8_).exact()
+          .run([](const Args& a) {
+            Tensor q = a["q"].dtype() == fp8_ ? a["q"] : Tensor::empty(a["q"].shape(), fp8_);
+            ops::quantize_weight_fp8(q, a["scale"], a["w"]);
+            if (Tensor out = a["q"]; q.raw() != out.raw()) out.copy_from(q);
+          });
+      Case& dc = add("dequantize_weight", t, sh).in("q", {w.OC, w.C}, fp8_, -300, 300)
+                     .in("scale", {w.OC}, f32, 0.001f, 0.02f).out("w", {w.OC, w.C}, t);
+      if (t == f32) dc.exact();
+      dc.run([=](const Args& a) { ops::dequantize_weight(a["w"], fp8_of(a["q"]), a["scale"], Tensor(), 0); });
+    }
+  for (DType t : kDtypes)
+    for (int64_t N : {1, 3, 8, 33})
+      for (W w : {W{8, 128}, W{77, 256}, W{3072, 4096}, W{40, 14336}})
+        for (int variant = 0; variant < 2; variant++) {  // out of inp's dtype; in place on the residual
+          if (variant && w.C != 4096) continue;
+          const std::string sh = dims({{"N", N}, {"C", w.C}, {"OC", w.OC}}) + " fp8 bias residual" +
+                                 (variant ? "=out" : "");
+          Case& c = add("matmul_q_forward", t, sh).in("inp", {N, w.C}, t).in("q", {w.OC, w.C}, fp8_, -300, 300)
+                        .in("scale", {w.OC}, f32, 0.001f, 0.02f).in("bias", {w.OC}, t).in("residual", {N, w.OC}, t)
+                        .with(0x1p-11);
+          (variant ? c.inplace("out", "residual", w.C) : c.out("out", {N, w.OC}, t, w.C)).run([=](const Args& a) {
+            ops::matmul_q_forward(a["out"], a["inp"], fp8_of(a["q"]), a["scale"], Tensor(), 0, a["bias"],
+                                  a["residual"]);
+          });
+        }
+  // Behind an RMSNorm: the device quantizes the normed rows as rounded to bf16 / f16 (the GEMV's and the two-op
+  // path's `normed`), the reference the f32 ones, so a code may differ by one step where that rounding crosses a
+  // midpoint (inner 2^-5); in f32 they agree as above.
+  for (DType t : kDtypes)
+    for (S s : {S{1, 4096, 3072, 0}, S{4, 256, 77, 0}, S{8, 4096, 77, 0}, S{33, 256, 77, 0}}) {
+      const std::string sh = dims({{"N", s.N}, {"C", s.C}, {"OC", s.OC}}) + " fp8 bias";
+      add("rmsnorm_matmul_q_forward", t, sh).in("inp", {s.N, s.C}, t, -2, 3).in("norm_weight", {s.C}, t)
+          .in("q", {s.OC, s.C}, fp8_, -300, 300).in("scale", {s.OC}, f32, 0.001f, 0.02f).in("bias", {s.OC}, t)
+          .with(t == f32 ? 0x1p-11 : 0x1p-5).out("normed", {s.N, s.C}, t).out("out", {s.N, s.OC}, t, s.C)
+          .run([=](const Args& a) {
+            ops::rmsnorm_matmul_q_forward(a["out"], a["normed"], a["inp"], a["norm_weight"], 1e-6f, fp8_of(a["q"]),
+                                          a["scale"], Tensor(), 0, a["bias"]);
+          });
+    }
   // The same weights behind an RMSNorm (norm_matmul_ops.h): one row of bf16 takes the tensor-core GEMV, of f16 the
   // CUDA-core one, each normalizing its own input row; the other shapes and f32 run the two ops.
   for (DType t : kDtypes)

@@ -6,7 +6,9 @@
 #                                   the OpenSSL headers its header includes and the brotli libraries it links;
 #                                   liburing and libaio (liburing-dev, liburing2, libaio-dev, libaio1: NVMe offload's
 #                                   swap I/O, src/swap/);
-#   .carry/cudnn-frontend/include   cuDNN's header-only frontend (scripts/fetch-cudnn-frontend.sh).
+#   .carry/cudnn-frontend/include   cuDNN's header-only frontend (scripts/fetch-cudnn-frontend.sh);
+#   .carry/fortunes.txt             Debian's fortunes (fortunes, fortunes-min), the real text of
+#                                   bench/run_quant_accuracy.sh.
 # scripts/gpu/check.sh and bench/run_zero_bench.sh put .carry/root/usr/lib on LD_LIBRARY_PATH. About 40 MB.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,6 +51,10 @@ if [ ! -f "$root/usr/lib/liburing.so" ] || [ ! -f "$root/usr/lib/libaio.so" ]; t
   rm -rf "$root"/usr/lib/pkgconfig "$root/usr/share"
   find "$root" -name "*.a" -delete
   rm -rf "$tmp"
+fi
+if [ ! -s .carry/fortunes.txt ] && [ -d /usr/share/games/fortunes ]; then
+  find /usr/share/games/fortunes -maxdepth 1 -type f ! -name "*.dat" ! -name "*.u8" | sort | xargs cat \
+    > .carry/fortunes.txt
 fi
 bash scripts/fetch-cudnn-frontend.sh
 [ -f .carry/cudnn-frontend/include/cudnn_frontend.h ] || cp -r .deps/cudnn-frontend .carry/

@@ -109,7 +109,12 @@ static void parse_dscpp(const json& j, InferenceDscppConfig& d, WeightQuantConfi
     if (qr.get("group_size", q.group_size, 2, 1 << 16) && q.group_size % 2 != 0)
       fail(qr.path("group_size"), q.group_size, "must be even (two int4 weights share a byte)");
     qr.get("lm_head", q.lm_head);
+    std::string format = q.fp8 ? "fp8" : "int";
+    if (qr.get("format", format, {"int", "fp8"})) q.fp8 = format == "fp8";
     qr.finish();
+    if (q.fp8 && q.num_bits != 8)
+      fail(qr.path("format"), format, "fp8 weights are 8 bits: quant.weight.num_bits must be 8, not " +
+                                          std::to_string(q.num_bits));
   }
   r.finish();
   if (d.peer_all_reduce_max_bytes % 16 != 0)
@@ -157,6 +162,7 @@ InferenceConfig InferenceConfig::from_file(const std::string& path) {
 
 std::string WeightQuantConfig::name() const {
   if (!enabled) return "none";
+  if (fp8) return "fp8";
   return num_bits == 8 ? "int8" : "int4 g" + std::to_string(group_size);
 }
 
@@ -178,7 +184,8 @@ json InferenceConfig::to_json() const {
                     {"cuda_graph_max_batch", dscpp.cuda_graph_max_batch},
                     {"peer_all_reduce_max_bytes", dscpp.peer_all_reduce_max_bytes},
                     {"kv_cache_dtype", dscpp.kv_cache_dtype},
-                    {"quantization", {{"group_size", quant.group_size}, {"lm_head", quant.lm_head}}}}}};
+                    {"quantization", {{"group_size", quant.group_size}, {"lm_head", quant.lm_head},
+                                      {"format", quant.fp8 ? "fp8" : "int"}}}}}};
 }
 
 }  // namespace dscpp::inference

@@ -53,7 +53,8 @@ void rmsnorm_matmul_q_forward(const Tensor& out, const Tensor& normed, const Ten
   if (q.defined() && q.dim() == 2 && q.device() == inp.device() && scale.defined() && scale.device() == inp.device() &&
       group >= 0) {
     const int64_t OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1);
-    const bool layout = q.dtype() == DType::i8 &&
+    const bool fp8 = q.dtype() == DType::fp8_e4m3;
+    const bool layout = (q.dtype() == DType::i8 || (fp8 && group == 0)) &&
                         (group ? zero.defined() && zero.dtype() == DType::i8 && zero.device() == inp.device() &&
                                      group % 2 == 0 && C % group == 0 && scale.numel() == OC * (C / group) &&
                                      zero.numel() == OC * (C / group)

@@ -1,6 +1,8 @@
 // Checked entry points of the weight-only quantization ops (quant_ops.h): the layout's shapes and dtypes (Note
 // [Quantized weight layout]), one device, then cpu:: or cuda::.
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/quant_ops.h"
@@ -35,14 +37,17 @@ void need_weight_shape(const char* op, int64_t OC, int64_t C, int64_t group) {
               " for C = ", C, ", expected 0 (int8) or an even divisor of C (int4)");
 }
 
+bool is_fp8(const Tensor& q) { return q.defined() && q.dtype() == DType::fp8_e4m3; }
+
 // q, scale and zero of an [OC, C] weight (Note [Quantized weight layout]).
 void need_quant(const char* op, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group, int64_t OC,
                 int64_t C, const Tensor& like) {
   need_weight_shape(op, OC, C, group);
+  DSCPP_CHECK(!is_fp8(q) || group == 0, op, ": group = ", group, " with fp8 weights, expected 0 (one scale a row)");
   if (group == 0) {
-    need(op, "q", q, DType::i8, {OC, C}, like);
+    need(op, "q", q, is_fp8(q) ? DType::fp8_e4m3 : DType::i8, {OC, C}, like);
     need(op, "scale", scale, DType::f32, {OC}, like);
-    DSCPP_CHECK(!zero.defined(), op, ": zero is ", str(zero), ", expected undefined for int8 (group 0)");
+    DSCPP_CHECK(!zero.defined(), op, ": zero is ", str(zero), ", expected undefined for int8 and fp8 (group 0)");
     return;
   }
   need(op, "q", q, DType::i8, {OC, C / 2}, like);
@@ -52,8 +57,37 @@ void need_quant(const char* op, const Tensor& q, const Tensor& scale, const Tens
 
 // {OC, C} of the weight that q holds.
 std::pair<int64_t, int64_t> quant_shape(const char* op, const Tensor& q, int64_t group) {
-  DSCPP_CHECK(q.defined() && q.dim() == 2, op, ": q is ", str(q), ", expected i8 [OC, C] (int8) or [OC, C/2] (int4)");
+  DSCPP_CHECK(q.defined() && q.dim() == 2, op, ": q is ", str(q),
+              ", expected i8 [OC, C] (int8), i8 [OC, C/2] (int4) or fp8_e4m3 [OC, C] (fp8)");
   return {q.size(0), group ? 2 * q.size(1) : q.size(1)};
+}
+
+// Note [fp8 matmul] on the host, as written there: the e4m3 codes of inp's rows and of the weight as f32 values, their
+// f32 product (matmul_forward, no bias), then each element scaled by its row's and its column's scale, then the bias
+// and the residual.
+void fp8_reference(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& bias,
+                   const Tensor& residual) {
+  const int64_t OC = q.size(0), C = q.size(1), N = inp.numel() / C;
+  std::vector<uint8_t> xq(size_t(N * C));
+  Tensor sx = Tensor::empty({N}, DType::f32), xf = Tensor::empty({N, C}, DType::f32);
+  Tensor wf = Tensor::empty({OC, C}, DType::f32);
+  cpu::quantize_rows_fp8(xq.data(), sx.data<float>(), inp.data<float>(), N, C);
+  const std::vector<float> ones(size_t(std::max(N, OC)), 1.0f);
+  cpu::dequantize_weight_fp8(xf.data<float>(), xq.data(), ones.data(), N, C);
+  cpu::dequantize_weight_fp8(wf.data<float>(), static_cast<const uint8_t*>(q.raw()), ones.data(), OC, C);
+  Tensor acc = Tensor::empty({N, OC}, DType::f32);
+  matmul_forward(acc, xf, wf, Tensor());
+  const float *a = acc.data<float>(), *s = scale.data<float>(), *r = sx.data<float>();
+  const float* b = bias.defined() ? bias.data<float>() : nullptr;
+  const float* res = residual.defined() ? residual.data<float>() : nullptr;
+  float* o = out.data<float>();
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c = 0; c < OC; c++) {
+      float v = a[n * OC + c] * r[n] * s[c];
+      if (b) v += b[c];
+      if (res) v += res[n * OC + c];
+      o[n * OC + c] = v;
+    }
 }
 
 }  // namespace
@@ -84,6 +118,19 @@ void quantize_weight_int4(const Tensor& q, const Tensor& scale, const Tensor& ze
                             w.data<float>(), OC, C, group);
 }
 
+void quantize_weight_fp8(const Tensor& q, const Tensor& scale, const Tensor& w) {
+  const char* op = "quantize_weight_fp8";
+  DSCPP_CHECK(w.defined() && w.dim() == 2, op, ": w is ", str(w), ", expected [OC, C]");
+  need_float(op, "w", w, w);
+  const int64_t OC = w.size(0), C = w.size(1);
+  need(op, "q", q, DType::fp8_e4m3, {OC, C}, w);
+  need(op, "scale", scale, DType::f32, {OC}, w);
+#ifdef DSCPP_WITH_CUDA
+  if (w.device().is_cuda()) return cuda::quantize_weight_fp8(q, scale, w);
+#endif
+  cpu::quantize_rows_fp8(static_cast<uint8_t*>(q.raw()), scale.data<float>(), w.data<float>(), OC, C);
+}
+
 void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group) {
   const char* op = "dequantize_weight";
   const auto [OC, C] = quant_shape(op, q, group);
@@ -93,6 +140,8 @@ void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, co
 #ifdef DSCPP_WITH_CUDA
   if (q.device().is_cuda()) return cuda::dequantize_weight(w, q, scale, zero, group);
 #endif
+  if (is_fp8(q))
+    return cpu::dequantize_weight_fp8(w.data<float>(), static_cast<const uint8_t*>(q.raw()), scale.data<float>(), OC, C);
   if (group == 0) return cpu::dequantize_weight_int8(w.data<float>(), q.data<int8_t>(), scale.data<float>(), OC, C);
   cpu::dequantize_weight_int4(w.data<float>(), static_cast<const uint8_t*>(q.raw()), scale.data<float>(),
                               static_cast<const uint8_t*>(zero.raw()), OC, C, group);
@@ -123,6 +172,7 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
 #ifdef DSCPP_WITH_CUDA
   if (q.device().is_cuda()) return cuda::matmul_q_forward(out, inp, q, scale, zero, group, bias, residual);
 #endif
+  if (is_fp8(q)) return fp8_reference(out, inp, q, scale, bias, residual);
   // The reference is its definition: matmul_forward on the f32 dequantized weight.
   Tensor w = Tensor::empty({OC, C}, DType::f32);
   dequantize_weight(w, q, scale, zero, group);

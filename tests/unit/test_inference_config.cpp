@@ -129,6 +129,16 @@ TEST(InferenceConfig, WeightQuantization) {
   expect_error(R"({"dscpp": {"quantization": {"group_size": 0}}})", "dscpp.quantization.group_size", {"= 0", ">= 2"});
   expect_error(R"({"dscpp": {"quantization": {"lm_head": "yes"}}})", "dscpp.quantization.lm_head",
                {"expected true or false"});
+  // fp8 weights: 8 bits in e4m3 (Note [fp8 matmul]).
+  c = InferenceConfig::from_string(R"({"quant": {"weight": {"num_bits": 8}}, "dscpp": {"quantization": {"format": "fp8"}}})");
+  EXPECT_TRUE(c.quant.enabled && c.quant.fp8);
+  EXPECT_EQ(c.quant.group(), 0);
+  EXPECT_EQ(c.quant.name(), "fp8");
+  EXPECT_EQ(InferenceConfig::parse(c.to_json()).to_json(), c.to_json());
+  EXPECT_TRUE(InferenceConfig::parse(c.to_json()).quant.fp8);
+  expect_error(R"({"quant": {"weight": {"num_bits": 4}}, "dscpp": {"quantization": {"format": "fp8"}}})",
+               "dscpp.quantization.format", {"fp8", "num_bits must be 8, not 4"});
+  expect_error(R"({"dscpp": {"quantization": {"format": "fp4"}}})", "dscpp.quantization.format", {"fp4"});
 }
 
 TEST(InferenceConfig, UnknownKeysRefusedByName) {

@@ -46,10 +46,12 @@ Exported export_tiny(const std::string& arch, const std::string& name) {
   return e;
 }
 
+// bits 8, 4, or 0 for fp8.
 WeightQuantConfig quant(int64_t bits, bool lm_head = false, bool qkv = true, int64_t group = kGroup) {
   WeightQuantConfig q;
   q.enabled = true;
-  q.num_bits = bits;
+  q.num_bits = bits ? bits : 8;
+  q.fp8 = bits == 0;
   q.group_size = group;
   q.lm_head = lm_head;
   q.qkv = qkv;
@@ -155,6 +157,26 @@ INSTANTIATE_TEST_SUITE_P(Layouts, QuantizedEngine,
                                            Case{"llama", 4, true, false}, Case{"gpt2", 8, true, true},
                                            Case{"gpt2", 4, false, true}));
 
+// fp8 quantizes the activations too (Note [fp8 matmul]), so its engine is near, not equal to, the dequantized
+// weights' in f32: the activations' rounding shows, and stays below the weights' own (the tiny models' weights are
+// scaled 4x, so every error is amplified through the layers: int4 g16 moves the llama logits by 28% of their scale,
+// fp8 by 21%, int8 by 3.5%).
+TEST(QuantizedEngine, Fp8IsTheDequantizedWeightsUpToTheActivationsRounding) {
+  for (const std::string arch : {"llama", "gpt2"}) {
+    Exported e = export_tiny(arch, "fp8_" + arch);
+    InferenceModel q = load_inference_model(e.dir, with(quant(0, arch == "gpt2")));
+    EXPECT_EQ(q.quant.name(), "fp8");
+    EXPECT_EQ(q.layers[0].up_q.q.dtype(), DType::fp8_e4m3);
+    InferenceModel d = dequantized(e.dir, q);
+    const StepsDiff near = compare_steps(std::move(q), std::move(d));
+    ASSERT_GT(near.scale, 0.1f);
+    EXPECT_GT(near.worst, 1e-6f * near.scale) << arch << ": the activations were not quantized";
+    EXPECT_LT(near.worst, 0.2f * near.scale) << arch << ": fp8 activations off by more than e4m3's precision";
+    const StepsDiff moved = compare_steps(load_inference_model(e.dir, with(quant(0))), load_inference_model(e.dir));
+    EXPECT_LT(moved.worst, 0.4f * moved.scale) << arch << ": fp8 error out of proportion";
+  }
+}
+
 TEST(QuantizedEngine, GreedyGenerationEqualsTheDequantizedModel) {
   Exported e = export_tiny("llama", "greedy");
   InferenceModel q = load_inference_model(e.dir, with(quant(4)));
@@ -184,8 +206,12 @@ TEST(QuantizedEngine, GreedyGenerationEqualsTheDequantizedModel) {
 TEST(QuantizedEngine, CudaMatchesCpu) {
   DSCPP_REQUIRE_GPU();
   for (const auto& [arch, bits, group] : std::vector<std::tuple<std::string, int64_t, int64_t>>{
-           {"llama", 8, kGroup}, {"gpt2", 4, 32}, {"llama", 4, kGroup}}) {
-    Exported e = export_tiny(arch, "cuda_" + arch);
+           {"llama", 8, kGroup}, {"gpt2", 4, 32}, {"llama", 4, kGroup}, {"llama", 0, 0}}) {
+    // fp8 rounds the activations to e4m3 (Note [fp8 matmul]), so a last-bit difference between the devices can move
+    // a code by a step, which the 4x-scaled model amplifies through its layers: fp8 takes the unscaled model.
+    Exported e = bits == 0 ? test_fixtures::export_tiny_hf(arch, "quant_cuda_fp8", 64, 3, 1.0f)
+                           : export_tiny(arch, "cuda_" + arch);
+    if (bits == 0) std::ofstream(fs::path(e.dir) / "tokenizer_config.json") << R"({"bos_token": null})";
     for (DType dt : {DType::f32, DType::bf16}) {
       LoadOptions o = with(quant(bits, false, true, group));
       o.device = Device::cuda(0);
@@ -194,7 +220,8 @@ TEST(QuantizedEngine, CudaMatchesCpu) {
                                         small_engine(4, 4), small_engine(), 2, 4);
       ASSERT_GT(d.scale, 0.1f);
       EXPECT_LE(d.worst, (dt == DType::f32 ? 1e-2f : 1e-1f) * d.scale)
-          << arch << " int" << bits << " " << dtype_name(dt) << ": worst |diff| " << d.worst << " vs " << d.scale;
+          << arch << " " << o.quant.name() << " " << dtype_name(dt) << ": worst |diff| " << d.worst << " vs "
+          << d.scale;
     }
   }
 }
@@ -227,7 +254,8 @@ void expect_same_tensors(const InferenceModel& a, const InferenceModel& b) {
 }
 
 TEST(QuantizedFolder, RoundTripIsBitExact) {
-  for (const auto& [arch, bits] : std::vector<std::pair<std::string, int64_t>>{{"llama", 4}, {"gpt2", 8}}) {
+  for (const auto& [arch, bits] :
+       std::vector<std::pair<std::string, int64_t>>{{"llama", 4}, {"gpt2", 8}, {"llama", 0}}) {
     SCOPED_TRACE(arch);
     Exported e = export_tiny(arch, "folder_" + arch);
     const WeightQuantConfig qc = quant(bits, /*lm_head=*/arch == "gpt2");
@@ -243,7 +271,8 @@ TEST(QuantizedFolder, RoundTripIsBitExact) {
     EXPECT_TRUE(fs::exists(fs::path(out) / "tokenizer_config.json")) << "the source's other files are copied";
     const nlohmann::json cfg = read_json_file(out + "/config.json");
     EXPECT_EQ(cfg.at("quantization_config").at("quant_method"), "dscpp");
-    EXPECT_EQ(cfg.at("quantization_config").at("bits"), bits);
+    EXPECT_EQ(cfg.at("quantization_config").at("bits"), bits ? bits : 8);
+    EXPECT_EQ(cfg.at("quantization_config").value("weight_format", "int"), bits ? "int" : "fp8");
     const InferenceModel back = load_inference_model(out);  // no option: the folder says
     EXPECT_EQ(back.quant.name(), qc.name());
     EXPECT_EQ(back.quant.lm_head, qc.lm_head);
@@ -251,7 +280,7 @@ TEST(QuantizedFolder, RoundTripIsBitExact) {
     // Asking for the folder's own quantization is fine; asking for another is refused by name.
     expect_same_tensors(m, load_inference_model(out, with(qc)));
     try {
-      load_inference_model(out, with(quant(bits == 8 ? 4 : 8)));
+      load_inference_model(out, with(quant(bits == 8 ? 4 : 8)));  // fp8 (0) asked as int8
       ADD_FAILURE() << "re-quantizing a quantized folder was not refused";
     } catch (const Error& err) {
       EXPECT_NE(std::string(err.what()).find("already quantized (" + qc.name()), std::string::npos) << err.what();

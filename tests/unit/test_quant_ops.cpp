@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "dscpp/core/half.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/core/tensor.h"
 #include "dscpp/kernels/ops.h"
@@ -156,6 +157,65 @@ TEST(QuantOps, MatmulEqualsMatmulOnTheDequantizedWeight) {
     ops::matmul_q_forward(acc, inp, q, scale, zero, group, bias, acc);
     EXPECT_EQ(std::memcmp(acc.raw(), want.raw(), size_t(N * OC) * sizeof(float)), 0) << "group " << group;
   }
+}
+
+// fp8 (Note [Quantized weight layout], Note [fp8 matmul]): a row's absmax maps to 448 exactly, a zero row has scale
+// 0 and codes 0, every weight comes back within half an e4m3 step (2^-4 relative above e4m3's smallest normal,
+// 2^-10 of the scale below it), and the matmul is its definition, summed here in double from codes made by
+// core/half.h's conversion: the activations quantized per row too, unlike the weight-only formats.
+TEST(QuantOps, Fp8WeightsAndActivations) {
+  Rng rng(11);
+  const int64_t OC = 9, C = 64, N = 3;
+  Tensor w = randn({OC, C}, rng, 0.05f);
+  for (int64_t c = 0; c < C; c++) w.data<float>()[4 * C + c] = 0.0f;  // row 4: zeros
+  Tensor q = poisoned({OC, C}, DType::fp8_e4m3), scale = poisoned({OC}, DType::f32);
+  ops::quantize_weight_fp8(q, scale, w);
+  Tensor back = poisoned({OC, C}, DType::f32);
+  ops::dequantize_weight(back, q, scale, Tensor(), 0);
+  const uint8_t* code = static_cast<const uint8_t*>(q.raw());
+  for (int64_t o = 0; o < OC; o++) {
+    float amax = 0;
+    for (int64_t c = 0; c < C; c++) amax = std::max(amax, std::fabs(w.data<float>()[o * C + c]));
+    const float s = scale.data<float>()[o];
+    EXPECT_EQ(s, amax / 448.0f) << "row " << o;
+    for (int64_t c = 0; c < C; c++) {
+      const float x = w.data<float>()[o * C + c], y = back.data<float>()[o * C + c];
+      if (o == 4) {
+        EXPECT_EQ(code[o * C + c], 0) << c;
+        EXPECT_EQ(y, 0.0f) << c;
+        continue;
+      }
+      EXPECT_LE(std::fabs(x - y), std::max(std::fabs(x) * 0x1p-4f, s * 0x1p-10f)) << "row " << o << " col " << c;
+      if (std::fabs(x) == amax) EXPECT_EQ(fp8_e4m3::to_float(code[o * C + c]), x < 0 ? -448.0f : 448.0f);
+    }
+  }
+  Tensor inp = randn({N, C}, rng), bias = randn({OC}, rng), residual = randn({N, OC}, rng);
+  Tensor got = poisoned({N, OC}, DType::f32);
+  ops::matmul_q_forward(got, inp, q, scale, Tensor(), 0, bias, residual);
+  Tensor dense = poisoned({N, OC}, DType::f32);
+  ops::matmul_forward(dense, inp, back, bias, residual);
+  double diff_dense = 0;
+  for (int64_t n = 0; n < N; n++) {
+    float amax = 0;
+    for (int64_t c = 0; c < C; c++) amax = std::max(amax, std::fabs(inp.data<float>()[n * C + c]));
+    const float inv = 448.0f / amax;
+    for (int64_t o = 0; o < OC; o++) {
+      double sum = 0;
+      for (int64_t c = 0; c < C; c++)
+        sum += double(fp8_e4m3::to_float(fp8_e4m3::from_float(inp.data<float>()[n * C + c] * inv))) *
+               fp8_e4m3::to_float(code[o * C + c]);
+      const double ref = sum * (amax / 448.0f) * scale.data<float>()[o] + bias.data<float>()[o] +
+                         residual.data<float>()[n * OC + o];
+      const float g = got.data<float>()[n * OC + o];
+      EXPECT_NEAR(g, ref, 1e-5 * (1 + std::fabs(ref))) << "row " << n << " out " << o;
+      diff_dense = std::max(diff_dense, std::fabs(g - double(dense.data<float>()[n * OC + o])));
+    }
+  }
+  // The activations' rounding shows against the weight-only product, within e4m3's precision of it.
+  EXPECT_GT(diff_dense, 0.0);
+  EXPECT_LT(diff_dense, 0.05);
+  EXPECT_NE(error_of([&] { ops::dequantize_weight(back, q, scale, Tensor(), 32); }).find("with fp8 weights"),
+            std::string::npos);
 }
 
 TEST(QuantOps, ChecksSayWhatIsWrong) {

@@ -57,9 +57,10 @@ struct WeightQuantConfig {
   bool qkv = true;           // quant.qkv.enabled: the fused QKV projection too
   int64_t group_size = 128;  // dscpp.quantization.group_size: int4's columns per scale and zero point
   bool lm_head = false;      // dscpp.quantization.lm_head: the lm head too (vLLM and torchao keep it 16-bit)
+  bool fp8 = false;          // dscpp.quantization.format "fp8": 8-bit weights in e4m3, not int8 (Note [fp8 matmul])
 
-  int64_t group() const { return num_bits == 4 ? group_size : 0; }  // quant_ops' `group`: 0 for int8
-  std::string name() const;  // "none", "int8", "int4 g128"
+  int64_t group() const { return num_bits == 4 ? group_size : 0; }  // quant_ops' `group`: 0 for int8 and fp8
+  std::string name() const;  // "none", "int8", "int4 g128", "fp8"
 };
 
 struct InferenceConfig {

@@ -26,8 +26,7 @@ struct InputStats {
 // dequant(quant(w)) in f32, as the served weight computes.
 Tensor round_trip(const Tensor& w, const WeightQuantConfig& q) {
   QuantWeight qw = allocate_quant_weight(w.size(0), w.size(1), q, Device::cpu(), "awq");
-  if (qw.group == 0) ops::quantize_weight_int8(qw.q, qw.scale, w);
-  else ops::quantize_weight_int4(qw.q, qw.scale, qw.zero, w, qw.group);
+  quantize_into(qw, w);
   Tensor out = Tensor::empty(w.shape(), DType::f32);
   ops::dequantize_weight(out, qw.q, qw.scale, qw.zero, qw.group);
   return out;

@@ -48,6 +48,7 @@ WeightQuantConfig resolve_quant(const WeightQuantConfig& folder, const WeightQua
                                 const std::string& dir) {
   if (!folder.enabled) return asked;
   const bool same = !asked.enabled || (asked.num_bits == folder.num_bits && asked.group() == folder.group() &&
+                                       asked.fp8 == folder.fp8 &&
                                        asked.qkv == folder.qkv && asked.lm_head == folder.lm_head);
   DSCPP_CHECK(same, dir, " holds weights already quantized (", folder.name(), ", config.json's quantization_config); "
               "the quant config / --quantization asks for ", asked.name(), ": leave it out, or quantize the 16-bit "

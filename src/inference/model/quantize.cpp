@@ -20,8 +20,7 @@ void quantize_weights(InferenceModel& m, const WeightQuantConfig& q, const Progr
   for (const LinearSlot& s : slots) {
     const Tensor& w = *s.w;
     QuantWeight qw = allocate_quant_weight(w.size(0), w.size(1), q, m.device, s.name);
-    if (qw.group == 0) ops::quantize_weight_int8(qw.q, qw.scale, w);
-    else ops::quantize_weight_int4(qw.q, qw.scale, qw.zero, w, qw.group);
+    quantize_into(qw, w);
     done += w.numel();
     *s.q = std::move(qw);
     *s.w = Tensor();  // a tied lm head's storage stays with the embedding

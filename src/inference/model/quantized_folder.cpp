@@ -5,13 +5,15 @@
 // ~~~~~~~~~~~~~~~~~~~~~~~
 // A Hugging Face folder in every respect but the tensors:
 //   config.json   the source's, plus  "quantization_config": {"quant_method": "dscpp", "format_version": 1,
-//                 "bits": 8 | 4, "group_size": G (int4 only), "modules": ["qkv_w", "o_w", "up_w", "down_w"]}
+//                 "bits": 8 | 4, "group_size": G (int4 only), "weight_format": "fp8" (fp8 only: absent is
+//                 int8 or int4), "modules": ["qkv_w", "o_w", "up_w", "down_w"]}
 //                 (modules: the linears held quantized; qkv_w and lm_head are optional, the others always are)
 //   model.safetensors, or shards model-0000i-of-0000N.safetensors with model.safetensors.index.json
 //                 the InferenceModel's own tensors under named_tensors' names, in the engine's layout rather than
 //                 Hugging Face's: "embed", "layers.<i>.norm1_w", the fused "layers.<i>.qkv_w" (q | k | v rows) and
 //                 "layers.<i>.up_w" (gate | up rows), GPT-2's Conv1D weights already [out, in]. A quantized linear
-//                 is three tensors: "<name>.q" (i8), "<name>.scale" (f32), "<name>.zero" (i8, int4 only), exactly
+//                 is three tensors: "<name>.q" (i8; F8_E4M3 for fp8), "<name>.scale" (f32), "<name>.zero" (i8,
+//                 int4 only), exactly
 //                 Note [Quantized weight layout]; the rest in the source's dtype. Header metadata {"format": "dscpp"}.
 //   everything else of the source folder (tokenizer, chat template, generation config) copied.
 // Fused rows are safe to store because every scale belongs to one output row: quantizing q, k and v apart and
@@ -92,6 +94,10 @@ WeightQuantConfig folder_quantization(const nlohmann::json& config, const std::s
   q.enabled = true;
   q.num_bits = j.value("bits", int64_t(0));
   DSCPP_CHECK(q.num_bits == 8 || q.num_bits == 4, where, ".bits ", q.num_bits, " is not 8 or 4");
+  const std::string format = j.value("weight_format", std::string("int"));
+  DSCPP_CHECK(format == "int" || (format == "fp8" && q.num_bits == 8), where, ".weight_format '", format, "' with bits ",
+              q.num_bits, " is not supported (int, or fp8 with bits 8)");
+  q.fp8 = format == "fp8";
   if (q.num_bits == 4) {
     q.group_size = j.value("group_size", int64_t(0));
     DSCPP_CHECK(q.group_size >= 2 && q.group_size % 2 == 0, where, ".group_size ", q.group_size,
@@ -159,6 +165,7 @@ void save_quantized_folder(const InferenceModel& m, const std::string& src_dir, 
     nlohmann::json qc = {{"quant_method", kMethod}, {"format_version", kFormatVersion}, {"bits", m.quant.num_bits},
                          {"modules", module_names(m.quant)}};
     if (m.quant.num_bits == 4) qc["group_size"] = m.quant.group_size;
+    if (m.quant.fp8) qc["weight_format"] = "fp8";
     config["quantization_config"] = qc;
     config["torch_dtype"] = opts.dense_dtype == DType::f32 ? "float32" : opts.dense_dtype == DType::f16 ? "float16"
                                                                                                        : "bfloat16";

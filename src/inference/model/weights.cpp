@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "dscpp/core/random_fill.h"
+#include "dscpp/kernels/quant_ops.h"
 
 namespace dscpp::inference {
 
@@ -38,7 +39,7 @@ QuantWeight allocate_quant_weight(int64_t out, int64_t in, const WeightQuantConf
   QuantWeight q;
   q.group = quant.group();
   if (q.group == 0) {
-    q.q = Tensor::empty({out, in}, DType::i8, device);
+    q.q = Tensor::empty({out, in}, quant.fp8 ? DType::fp8_e4m3 : DType::i8, device);
     q.scale = Tensor::empty({out}, DType::f32, device);
     return q;
   }
@@ -46,6 +47,12 @@ QuantWeight allocate_quant_weight(int64_t out, int64_t in, const WeightQuantConf
   q.scale = Tensor::empty({out, in / q.group}, DType::f32, device);
   q.zero = Tensor::empty({out, in / q.group}, DType::i8, device);
   return q;
+}
+
+void quantize_into(QuantWeight& qw, const Tensor& w) {
+  if (qw.q.dtype() == DType::fp8_e4m3) ops::quantize_weight_fp8(qw.q, qw.scale, w);
+  else if (qw.group == 0) ops::quantize_weight_int8(qw.q, qw.scale, w);
+  else ops::quantize_weight_int4(qw.q, qw.scale, qw.zero, w, qw.group);
 }
 
 std::vector<LinearSlot> quantized_linears(InferenceModel& m, const WeightQuantConfig& quant) {

@@ -30,6 +30,8 @@ void check_quant_group(int64_t in, const WeightQuantConfig& quant, const std::st
 // The quantized form of a weight [out, in] on `device`, contents undefined (the group checked first).
 QuantWeight allocate_quant_weight(int64_t out, int64_t in, const WeightQuantConfig& quant, Device device,
                                   const std::string& name);
+// qw (=) w quantized as qw's layout says (fp8, int8 or int4: Note [Quantized weight layout]), on w's device.
+void quantize_into(QuantWeight& qw, const Tensor& w);
 // load_format "dummy": random weights of the config's shapes (N(0, 0.02) matrices and biases, norm weights
 // 1 + N(0, 0.02)), deterministic in seed, so benchmarks of large shapes need no files and tests see no zeros. Drawn
 // where the tensors live: on a GPU an 8B model's weights take a fraction of a second, not minutes on the host.

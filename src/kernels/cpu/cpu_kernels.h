@@ -141,6 +141,9 @@ void logprobs_rows(float* chosen, int32_t* top_ids, float* top_logprob, const fl
 void quantize_weight_int8(int8_t* q, float* scale, const float* w, int64_t OC, int64_t C);
 void quantize_weight_int4(uint8_t* q, float* scale, uint8_t* zero, const float* w, int64_t OC, int64_t C, int64_t G);
 void dequantize_weight_int8(float* w, const int8_t* q, const float* scale, int64_t OC, int64_t C);
+// fp8: q[OC,C] e4m3 codes with scale[OC] (Note [fp8 matmul]: quantize_rows_fp8 is also the activations' rule).
+void quantize_rows_fp8(uint8_t* q, float* scale, const float* w, int64_t OC, int64_t C);
+void dequantize_weight_fp8(float* w, const uint8_t* q, const float* scale, int64_t OC, int64_t C);
 void dequantize_weight_int4(float* w, const uint8_t* q, const float* scale, const uint8_t* zero, int64_t OC,
                             int64_t C, int64_t G);
 

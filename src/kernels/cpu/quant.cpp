@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "dscpp/core/half.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace dscpp::cpu {
@@ -43,6 +44,26 @@ void quantize_weight_int4(uint8_t* q, float* scale, uint8_t* zero, const float* 
       out[c / 2] = uint8_t(nib[0] | nib[1] << 4);
     }
   }
+}
+
+// q[OC,C] (=, e4m3 codes), scale[OC] (=): scale = absmax / 448, q = e4m3(w * (448 / absmax)); the CUDA kernels make
+// the same two f32 operations (a division, then one product per element), so the codes match bit for bit.
+void quantize_rows_fp8(uint8_t* q, float* scale, const float* w, int64_t OC, int64_t C) {
+#pragma omp parallel for
+  for (int64_t o = 0; o < OC; o++) {
+    const float* row = w + o * C;
+    float amax = 0;
+    for (int64_t c = 0; c < C; c++) amax = std::max(amax, std::fabs(row[c]));
+    scale[o] = amax / 448.0f;
+    const float inv = amax == 0 ? 0.0f : 448.0f / amax;
+    for (int64_t c = 0; c < C; c++) q[o * C + c] = fp8_e4m3::from_float(row[c] * inv);
+  }
+}
+
+void dequantize_weight_fp8(float* w, const uint8_t* q, const float* scale, int64_t OC, int64_t C) {
+#pragma omp parallel for
+  for (int64_t o = 0; o < OC; o++)
+    for (int64_t c = 0; c < C; c++) w[o * C + c] = fp8_e4m3::to_float(q[o * C + c]) * scale[o];
 }
 
 // w[OC,C] (=) = q * scale[o]

@@ -111,7 +111,12 @@ void logprobs_rows(const Tensor& chosen, const Tensor& top_ids, const Tensor& to
 // ---- weight-only quantized matmul (quant.cu; Note [Quantized weight layout], Note [Quantized GEMV]) ----
 void quantize_weight_int8(const Tensor& q, const Tensor& scale, const Tensor& w);
 void quantize_weight_int4(const Tensor& q, const Tensor& scale, const Tensor& zero, const Tensor& w, int64_t group);
+void quantize_weight_fp8(const Tensor& q, const Tensor& scale, const Tensor& w);
 void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group);
+// out[N,OC] (=) = (xq[N,C] @ q[OC,C]^T) * sx[n] * scale[o] + bias + residual through cuBLASLt's fp8 GEMM (matmul.cu,
+// Note [fp8 GEMM]); xq and q e4m3. False, having done nothing, where cuBLASLt has no algorithm for the case.
+bool matmul_fp8(const Tensor& out, const Tensor& xq, const Tensor& sx, const Tensor& q, const Tensor& scale,
+                const Tensor& bias, const Tensor& residual);
 void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero,
                       int64_t group, const Tensor& bias, const Tensor& residual);
 bool try_rmsnorm_matmul_q(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,

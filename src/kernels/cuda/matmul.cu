@@ -59,6 +59,7 @@ cudaDataType_t cuda_type(DType t) {
     case DType::f32: return CUDA_R_32F;
     case DType::bf16: return CUDA_R_16BF;
     case DType::f16: return CUDA_R_16F;
+    case DType::fp8_e4m3: return CUDA_R_8F_E4M3;  // matmul_fp8's operands
     default: DSCPP_FAIL("matmul: dtype ", dtype_name(t), " is not supported on CUDA (expected f32, bf16 or f16)");
   }
 }
@@ -318,7 +319,8 @@ bool lt_run(int device, cudaStream_t stream, const RowGemm& g, cublasLtEpilogue_
   const cublasStatus_t st = cublasLtMatmul(handle, p.desc, &g.alpha, g.b, p.la, g.a, p.lb, &g.beta, g.c_read(), p.lc,
                                            g.c, p.lc, &p.algo, ws, kWorkspaceBytes, stream);
   if (st == CUBLAS_STATUS_SUCCESS) return true;
-  if (epi == CUBLASLT_EPILOGUE_DEFAULT || epi == CUBLASLT_EPILOGUE_BIAS) DSCPP_CUBLAS_CHECK(st);  // a plain GEMM failed
+  if (g.ab_t != DType::fp8_e4m3 && (epi == CUBLASLT_EPILOGUE_DEFAULT || epi == CUBLASLT_EPILOGUE_BIAS))
+    DSCPP_CUBLAS_CHECK(st);  // a plain GEMM failed
   p.ok = false;  // the epilogue was refused (validated before any launch): this case runs unfused from now on
   return false;
 }
@@ -337,6 +339,15 @@ void lt_gemm(int device, cudaStream_t stream, const RowGemm& g) {
     return;
   }
   gemm_fallback(g, g.bias != nullptr, stream);
+}
+
+// Points c_in at the residual (beta = 1), or copies it into out first where it is aligned less (the plan is keyed on
+// out's alignment).
+void take_residual(RowGemm& g, const Tensor& out, const Tensor& residual, cudaStream_t stream) {
+  g.beta = 1.0f;
+  if (residual.raw() == out.raw()) return;
+  if (alignment_of(residual.raw()) >= alignment_of(out.raw())) g.c_in = residual.raw();
+  else DSCPP_CUDA_CHECK(cudaMemcpyAsync(out.raw(), residual.raw(), out.nbytes(), cudaMemcpyDeviceToDevice, stream));
 }
 
 void need_cuda_float(const char* op, const char* name, const Tensor& t) {
@@ -394,16 +405,84 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
     // The residual is the GEMM's C (beta = 1): no separate add kernel. The plan is keyed on out's alignment, so a
     // residual aligned less than out is first copied into out.
     need_cuda_float(op, "residual", residual);
-    g.beta = 1.0f;
-    if (residual.raw() != out.raw()) {
-      if (alignment_of(residual.raw()) >= alignment_of(out.raw())) {
-        g.c_in = residual.raw();
-      } else {
-        DSCPP_CUDA_CHECK(cudaMemcpyAsync(out.raw(), residual.raw(), out.nbytes(), cudaMemcpyDeviceToDevice, l.stream));
-      }
-    }
+    take_residual(g, out, residual, l.stream);
   }
   lt_gemm(out.device().index, l.stream, g);
+}
+
+namespace {
+// out[n, o] (=) d[n, o] * sx[n] * ws[o] + bias[o] + residual[n, o] (Note [fp8 GEMM]): blockIdx.y is the row, each
+// thread V consecutive columns (V = 8 where the row's columns and pointers allow 16-byte vectors, else 1). d may be
+// out itself.
+template <typename TO, typename TD, typename TB, int V>
+__global__ void fp8_scale_kernel(TO* out, const TD* d, const float* __restrict__ sx, const float* __restrict__ ws,
+                                 const TB* __restrict__ bias, const TO* residual, int64_t OC) {
+  const int64_t n = blockIdx.y, o = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V;
+  if (o >= OC) return;
+  const int64_t at = n * OC + o;
+  const float s = sx[n];
+  float v[V], w[V];
+  load_f<TD, V>(d + at, v);
+  load_f<float, V>(ws + o, w);
+#pragma unroll
+  for (int k = 0; k < V; k++) v[k] = v[k] * s * w[k];
+  if (bias) {
+    load_f<TB, V>(bias + o, w);
+#pragma unroll
+    for (int k = 0; k < V; k++) v[k] += w[k];
+  }
+  if (residual) {
+    load_f<TO, V>(residual + at, w);
+#pragma unroll
+    for (int k = 0; k < V; k++) v[k] += w[k];
+  }
+  store_f<TO, V>(out + at, v);
+}
+}  // namespace
+
+// Note [fp8 GEMM]
+// cuBLASLt's fp8 GEMM with unit scales (its default: the classic Hopper path) writes the raw sums xq @ q^T, and one
+// pass after it applies the token's and the channel's scales, the bias and the residual. cuBLASLt can apply the two
+// scale vectors itself (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F), but on an H100 with cuBLAS 13.1 that kernel ran
+// at 1,140-1,190 TFLOP/s on the Llama-3.1-8B linears where the unit-scale one ran at 1,300-1,530, and through our
+// call at 0.2-0.7x bf16 (bench/fp8_scaling_bench.cpp, docs/PERF.md); the pass after costs one read and one write of
+// the output. The raw sums are kept in bf16 for bf16 outputs (an e4m3 product sum of 14,336 terms is far inside its
+// range; one more rounding of 2^-9) and in f32 otherwise (f16 would overflow). They go into out itself unless the
+// residual is out (in place), where a scratch takes them. Fast accumulation (CUBLASLT_MATMUL_DESC_FAST_ACCUM, 5-10%
+// faster) is left off: it accumulates in fewer bits, which DeepSeek-V3 and vLLM avoid for the same reason.
+bool matmul_fp8(const Tensor& out, const Tensor& xq, const Tensor& sx, const Tensor& q, const Tensor& scale,
+                const Tensor& bias, const Tensor& residual) {
+  const int64_t OC = q.size(0), C = q.size(1), N = xq.size(0);
+  if (N == 0 || OC == 0) return true;
+  OpLaunch l(out);
+  const DType dt = out.dtype() == DType::bf16 ? DType::bf16 : DType::f32;
+  const bool into_out = dt == out.dtype() && !(residual.defined() && residual.raw() == out.raw());
+  Tensor d = into_out ? out : Tensor::empty({N, OC}, dt, out.device());
+  // d[N,OC] = xq[N,C] @ q[OC,C]^T: cuBLASLt's fp8 wants exactly this "TN" form (Note [Row-major on cuBLASLt]).
+  RowGemm g{d.raw(), dt, xq.raw(), false, q.raw(), true, DType::fp8_e4m3, N, OC, C, 1.0f, 0.0f};
+  if (!lt_run(out.device().index, l.stream, g, CUBLASLT_EPILOGUE_DEFAULT, nullptr, DType::f32, nullptr)) return false;
+  const bool vec = OC % 8 == 0 && all_aligned16(out.raw(), d.raw(), scale.raw(), bias.defined() ? bias.raw() : nullptr,
+                                                 residual.defined() ? residual.raw() : nullptr);
+  dispatch_float("matmul_fp8", out.dtype(), [&](auto* to) {
+    dispatch_float("matmul_fp8", bias.defined() ? bias.dtype() : DType::f32, [&](auto* tb) {
+      dispatch_float("matmul_fp8", dt, [&](auto* td) {
+        using TO = std::remove_pointer_t<decltype(to)>;
+        using TB = std::remove_pointer_t<decltype(tb)>;
+        using TD = std::remove_pointer_t<decltype(td)>;
+        auto go = [&](auto kernel, int V) {
+          const dim3 grid(unsigned(ceil_div(ceil_div(OC, V), 256)), unsigned(N));
+          kernel<<<grid, 256, 0, l.stream>>>(static_cast<TO*>(out.raw()), static_cast<const TD*>(d.raw()),
+                                             static_cast<const float*>(sx.raw()), static_cast<const float*>(scale.raw()),
+                                             bias.defined() ? static_cast<const TB*>(bias.raw()) : nullptr,
+                                             residual.defined() ? static_cast<const TO*>(residual.raw()) : nullptr,
+                                             OC);
+        };
+        vec ? go(fp8_scale_kernel<TO, TD, TB, 8>, 8) : go(fp8_scale_kernel<TO, TD, TB, 1>, 1);
+      });
+    });
+  });
+  DSCPP_CUDA_CHECK_LAUNCH();
+  return true;
 }
 
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,

@@ -19,6 +19,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/gemv.cuh"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/gemv_fp8.cuh"
 #include "kernels/cuda/gemv_mma.cuh"
 
 namespace dscpp::cuda {
@@ -67,7 +68,42 @@ __global__ void quantize_int4_kernel(uint8_t* q, float* scale, uint8_t* zero, co
   }
 }
 
+// One CTA per row: scale[o] = absmax / 448, q = e4m3(w * (448 / absmax)) (quantize_rows_fp8: weights, and the
+// activations of Note [fp8 matmul]); V consecutive elements a thread (8 where C and the pointers allow 16-byte
+// vectors of T, else 1).
+template <typename T, int V>
+__global__ void quantize_fp8_kernel(uint8_t* q, float* scale, const T* w, int64_t C) {
+  __shared__ float scratch[32];
+  const int64_t o = blockIdx.x;
+  const T* row = w + o * C;
+  float amax = 0.0f;
+  for (int64_t c = int64_t(threadIdx.x) * V; c < C; c += int64_t(blockDim.x) * V) {
+    float v[V];
+    load_f<T, V>(row + c, v);
+#pragma unroll
+    for (int k = 0; k < V; k++) amax = fmaxf(amax, fabsf(v[k]));
+  }
+  amax = block_max(amax, scratch);
+  if (threadIdx.x == 0) scale[o] = amax / 448.0f;
+  const float inv = amax == 0.0f ? 0.0f : 448.0f / amax;
+  for (int64_t c = int64_t(threadIdx.x) * V; c < C; c += int64_t(blockDim.x) * V) {
+    float v[V];
+    load_f<T, V>(row + c, v);
+    uint8_t b[V];
+#pragma unroll
+    for (int k = 0; k < V; k++) b[k] = __nv_cvt_float_to_fp8(v[k] * inv, __NV_SATFINITE, __NV_E4M3);
+    if constexpr (V == 8) *reinterpret_cast<uint2*>(q + o * C + c) = *reinterpret_cast<const uint2*>(b);
+    else q[o * C + c] = b[0];
+  }
+}
+
 // ---- dequantize: one thread per weight (grid-stride) ----
+template <typename T>
+__global__ void dequantize_fp8_kernel(T* w, const uint8_t* q, const float* scale, int64_t OC, int64_t C) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < OC * C; i += int64_t(gridDim.x) * blockDim.x)
+    w[i] = from_f<T>(__half2float(__half(__nv_cvt_fp8_to_halfraw(q[i], __NV_E4M3))) * scale[i / C]);
+}
+
 template <typename T>
 __global__ void dequantize_int8_kernel(T* w, const int8_t* q, const float* scale, int64_t OC, int64_t C) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < OC * C; i += int64_t(gridDim.x) * blockDim.x)
@@ -172,13 +208,36 @@ void quantize_weight_int4(const Tensor& q, const Tensor& scale, const Tensor& ze
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+// q[rows, C] (=) e4m3 codes, scale[rows] (=) of x[rows, C] on l's stream.
+void quantize_rows_fp8(const Tensor& q, const Tensor& scale, const Tensor& x, int64_t rows, int64_t C,
+                       cudaStream_t stream) {
+  const bool vec = C % 8 == 0 && all_aligned16(x.raw()) && reinterpret_cast<uintptr_t>(q.raw()) % 8 == 0;
+  dispatch_float("quantize_rows_fp8", x.dtype(), [&](auto* tag) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    auto go = [&](auto kernel) {
+      kernel<<<unsigned(rows), kThreads, 0, stream>>>(ptr<uint8_t>(q), ptr<float>(scale), ptr<const T>(x), C);
+    };
+    vec ? go(quantize_fp8_kernel<T, 8>) : go(quantize_fp8_kernel<T, 1>);
+  });
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+}  // namespace
+
+void quantize_weight_fp8(const Tensor& q, const Tensor& scale, const Tensor& w) {
+  OpLaunch l(w);
+  quantize_rows_fp8(q, scale, w, w.size(0), w.size(1), l.stream);
+}
+
 void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group) {
   const int64_t OC = w.size(0), C = w.size(1);
   OpLaunch l(w);
   dispatch_float("dequantize_weight", w.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     const unsigned grid = grid_for(OC * C, kThreads);
-    if (group == 0)
+    if (q.dtype() == DType::fp8_e4m3)
+      dequantize_fp8_kernel<T><<<grid, kThreads, 0, l.stream>>>(ptr<T>(w), bytes(q), ptr<const float>(scale), OC, C);
+    else if (group == 0)
       dequantize_int8_kernel<T><<<grid, kThreads, 0, l.stream>>>(ptr<T>(w), ptr<const int8_t>(q),
                                                                  ptr<const float>(scale), OC, C);
     else
@@ -195,6 +254,11 @@ namespace {
 bool try_q_gemv(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero,
                 int64_t group, const Tensor& bias, const Tensor& residual, const GemvNorm& norm, cudaStream_t s) {
   const int64_t OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1), N = inp.numel() / C;
+  if (q.dtype() == DType::fp8_e4m3)  // Note [fp8 decode GEMV]
+    return inp.dtype() == DType::bf16 && all_aligned16(inp.raw(), q.raw()) &&
+           gemv_fp8::launch(out.raw(), out.dtype(), ptr<const __nv_bfloat16>(inp), bytes(q), ptr<const float>(scale),
+                            bias.defined() ? bias.raw() : nullptr, bias.defined() ? bias.dtype() : DType::f32,
+                            residual.defined() ? residual.raw() : nullptr, N, OC, C, norm, s);
   if (gemv_tensor_cores() && inp.dtype() == DType::bf16 && N <= gemv_mma::kMaxM && C <= INT32_MAX &&
       all_aligned16(inp.raw(), q.raw())) {  // Note [Decode GEMV on tensor cores]
     const void* b = bias.defined() ? bias.raw() : nullptr;
@@ -223,6 +287,21 @@ bool try_q_gemv(const Tensor& out, const Tensor& inp, const Tensor& q, const Ten
   return false;
 }
 
+// Note [fp8 GEMM]: the rows quantized into a scratch (codes and scales), then cuBLASLt's fp8 GEMM with a scale
+// vector on each side (matmul_fp8). Where cuBLASLt has no algorithm for the case, both operands are dequantized into
+// inp's dtype and matmul_forward runs: the same product up to that rounding, slowly.
+void fp8_gemm(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& bias,
+              const Tensor& residual, cudaStream_t stream) {
+  const int64_t OC = q.size(0), C = q.size(1), N = inp.numel() / C;
+  Tensor xq = Tensor::empty({N, C}, DType::fp8_e4m3, q.device()), sx = Tensor::empty({N}, DType::f32, q.device());
+  quantize_rows_fp8(xq, sx, inp, N, C, stream);
+  if (matmul_fp8(out, xq, sx, q, scale, bias, residual)) return;
+  Tensor x = Tensor::empty({N, C}, inp.dtype(), q.device()), w = Tensor::empty({OC, C}, inp.dtype(), q.device());
+  dequantize_weight(x, xq, sx, Tensor(), 0);
+  dequantize_weight(w, q, scale, Tensor(), 0);
+  matmul_forward(out, x, w, bias, residual);
+}
+
 }  // namespace
 
 void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero,
@@ -231,6 +310,7 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
   if (N == 0) return;
   OpLaunch l(out);
   if (try_q_gemv(out, inp, q, scale, zero, group, bias, residual, {}, l.stream)) return;
+  if (q.dtype() == DType::fp8_e4m3) return fp8_gemm(out, inp, q, scale, bias, residual, l.stream);
   Tensor w = Tensor::empty({OC, C}, inp.dtype(), q.device());  // stream-ordered (Note [Current stream])
   dequantize_weight(w, q, scale, zero, group);
   matmul_forward(out, inp, w, bias, residual);
