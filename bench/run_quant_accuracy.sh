@@ -4,7 +4,8 @@
 #      split by fortune into 95% training and 5% held-out text;
 #   2. dscpp train --device cuda --model gpt2 (GPT-2 124M's shape, a BPE of --vocab-size trained on the data),
 #      --steps with the validation loss every 100 steps, so the log shows it flattening;
-#   3. dscpp perplexity of the held-out text for each weight format (-q none|int8|int4|fp8) and the fp8 KV cache.
+#   3. dscpp perplexity of the held-out text for each weight format (-q none|int8|int4|fp8) and the fp8 KV cache;
+#   4. the model exported as a bf16 folder, quantized to int4 by `dscpp quantize` with and without AWQ scaling.
 # Prints one table: perplexity and its change against bf16.
 #   bash bench/run_quant_accuracy.sh [--build build-gpu] [--out DIR] [--steps 600] [--text FILE] [--device cuda]
 #                                    [--model gpt2] [--seq-len 512]
@@ -57,3 +58,22 @@ for q in int8 int4 fp8; do
 done
 p=$(ppl -q none --kv-cache-dtype fp8)
 printf "%-22s %12s %9.3f%%\n" "bf16, fp8 KV cache" "$p" "$(python3 -c "print(($p / $base - 1) * 100)")"
+# AWQ scaling (Note [AWQ scaling]) against round-to-nearest int4, both written by `dscpp quantize` from the trained
+# model exported as a bf16 Hugging Face folder, and that folder's own bf16 perplexity as their baseline.
+"$dscpp" ckpt export "$out/run/checkpoints" --format safetensors -o "$out/hf" --dtype bf16 > /dev/null 2>&1
+"$dscpp" quantize --hf "$out/hf" --out "$out/hf-int4" --weights int4 > /dev/null 2>&1
+start=$(date +%s)
+"$dscpp" quantize --hf "$out/hf" --out "$out/hf-awq" --weights int4 --awq-calibration "$out/train.txt" \
+  --awq-tokens 4096 > "$out/awq.log" 2>&1
+echo "AWQ calibration and search: $(( $(date +%s) - start )) s; $(grep -E "linears scaled" "$out/awq.log" | tail -1)"
+ppl_hf() {
+  "$dscpp" perplexity --hf "$1" --device "$device" --text "$out/heldout.txt" --window "$seq" 2>> "$out/ppl.err" |
+    grep -oE "perplexity[^0-9]*[0-9.]+" | grep -oE "[0-9.]+$" | tail -1
+}
+hbase=$(ppl_hf "$out/hf")
+printf "%-22s %12s %10s\n" "bf16 (exported folder)" "$hbase" ""
+for v in int4 awq; do
+  p=$(ppl_hf "$out/hf-$v")
+  label="int4 g128 RTN folder" && [ $v = awq ] && label="int4 g128 AWQ folder"
+  printf "%-22s %12s %9.3f%%\n" "$label" "$p" "$(python3 -c "print(($p / $hbase - 1) * 100)")"
+done

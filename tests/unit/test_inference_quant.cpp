@@ -377,6 +377,39 @@ TEST(QuantizedFolder, AwqAndGptqFoldersLoadAsTheSameInt4Model) {
 }
 
 // Perplexity through the engine's forward: the training model's mean loss over the same windows.
+// A compressed-tensors fp8 folder (Note [Imported fp8 format]) of the tiny Llama, written here the way llm-compressor
+// lays it out (each layer linear's weight as F8_E4M3 with weight_scale [OC, 1], the rest as it was), loads with no
+// flag as the same fp8 model that quantizing the 16-bit folder at load gives: the same bytes in every tensor.
+TEST(QuantizedFolder, CompressedTensorsFp8LoadsAsTheSameModel) {
+  Exported e = export_tiny("llama", "ct_fp8");
+  const std::string out = e.dir + "_ct";
+  fs::remove_all(out);
+  fs::create_directories(out);
+  NamedTensors tensors;
+  for (auto& [name, t] : load_safetensors(e.dir + "/model.safetensors")) {
+    const bool linear = name.find("layers.") != std::string::npos && name.ends_with("_proj.weight");
+    if (!linear) {
+      tensors.emplace_back(name, t);
+      continue;
+    }
+    Tensor q = Tensor::empty(t.shape(), DType::fp8_e4m3), scale = Tensor::empty({t.size(0)}, DType::f32);
+    ops::quantize_weight_fp8(q, scale, t.dtype() == DType::f32 ? t : t.to(DType::f32));
+    tensors.emplace_back(name, q);
+    tensors.emplace_back(name + "_scale", scale.view({t.size(0), 1}));
+  }
+  save_safetensors(out + "/model.safetensors", tensors, {{"format", "pt"}});
+  nlohmann::json cfg = read_json_file(e.dir + "/config.json");
+  cfg["quantization_config"] = nlohmann::json::parse(R"({"quant_method": "compressed-tensors",
+      "format": "float-quantized", "ignore": ["lm_head"], "kv_cache_scheme": null, "config_groups": {"group_0": {
+      "targets": ["Linear"], "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true,
+      "dynamic": false}, "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+      "dynamic": true}}}})");
+  std::ofstream(out + "/config.json") << cfg.dump(2);
+  const InferenceModel ct = load_inference_model(out);
+  EXPECT_EQ(ct.quant.name(), "fp8");
+  expect_same_tensors(ct, load_inference_model(e.dir, with(quant(0))));
+}
+
 TEST(Perplexity, EqualsTheTrainingLossOnTheSameWindows) {
   for (const std::string arch : {"llama", "gpt2"}) {
     SCOPED_TRACE(arch);

@@ -331,14 +331,16 @@ TEST(TensorParallelQuantized, ShardsQuantizedAsTheyLoadMatchOneRank) {
       put_steps_agree(tp2, tp1, bits == 4 ? 1e-4f : 5e-2f);
     }));
   }
-  // A folder stored quantized: each rank cuts its shard from the whole (int8 row scales whole, int4 groups with
-  // their columns), so tp 2 computes with exactly tp 1's weights from the same folder.
-  for (int bits : {8, 4}) {
-    SCOPED_TRACE("stored int" + std::to_string(bits));
+  // A folder stored quantized: each rank cuts its shard from the whole (int8 and fp8 row scales whole, int4 groups
+  // with their columns), so tp 2 computes with exactly tp 1's weights from the same folder. fp8 (bits 0 here) also
+  // quantizes o's and down's inputs per token, and a rank sees its half of each row, with that half's scale: tp 2
+  // is then tp 1 up to the activations' rounding.
+  for (int bits : {8, 4, 0}) {
+    SCOPED_TRACE("stored " + std::string(bits ? "int" + std::to_string(bits) : "fp8"));
     expect_all_pass(run_ranks(2, [&](int rank, int port) {
       TpRank r = join_two("llama", rank, port);
       LoadOptions one;
-      one.quant.enabled = true, one.quant.num_bits = bits, one.quant.group_size = 8;
+      one.quant.enabled = true, one.quant.num_bits = bits ? bits : 8, one.quant.group_size = 8, one.quant.fp8 = !bits;
       const std::string stored = r.dir + "-int" + std::to_string(bits);
       std::filesystem::remove_all(stored);  // each rank's own copy of the model's folder
       save_quantized_folder(load_inference_model(r.dir, one), r.dir, stored);
@@ -346,8 +348,9 @@ TEST(TensorParallelQuantized, ShardsQuantizedAsTheyLoadMatchOneRank) {
       EXPECT_EQ(tp2.model().layers[0].down_q.q.size(1), bits == 4 ? 40 / 2 : 40);  // its half of the 80 columns
       EXPECT_EQ(tp2.model().layers[0].down_q.scale.size(0), tp2.model().cfg.hidden);
       if (rank == 1) return tp2.follow();
+      if (!bits) EXPECT_EQ(tp2.model().layers[0].down_q.q.dtype(), DType::fp8_e4m3);
       InferenceEngine tp1(load_inference_model(stored, LoadOptions{}), small_config(1));
-      put_steps_agree(tp2, tp1, 1e-4f);
+      put_steps_agree(tp2, tp1, bits ? 1e-4f : 5e-2f);
     }));
   }
   // int4 in groups of 16: the 80 columns of down_proj split into 40 a rank would cut a group; refused by name.

@@ -1,4 +1,5 @@
-// Importing AWQ and GPTQ int4 linears (quant_formats.h, Note [Imported int4 formats]) from
+// Importing AWQ and GPTQ int4 linears and compressed-tensors fp8 ones (quant_formats.h, Note [Imported int4
+// formats], Note [Imported fp8 format]) from
 // tests/data/quant_formats.safetensors, written by tests/data/gen_quant_formats.py (pure Python, packing each
 // format the way its own writer does): our dequantize of the repacked weight equals the f32 weight the generator
 // computed, bit for bit, and a matmul on the repacked weight equals one on that f32 weight; damaged inputs are
@@ -36,6 +37,16 @@ Tensor poisoned(const Shape& s) {
   return x;
 }
 
+template <typename F>
+std::string message_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
 void expect_bits_equal(const Tensor& got, const Tensor& want) {
   ASSERT_EQ(got.shape(), want.shape());
   ASSERT_EQ(std::memcmp(got.raw(), want.raw(), got.nbytes()), 0);
@@ -53,6 +64,56 @@ TEST(QuantFormats, DequantizesToTheWritersWeight) {
   }
 }
 
+// fp8: the codes copied, the channel's bf16 scales or the tensor's one f32 scale per row; dequantized, the
+// generator's weight (decoded from e4m3's definition there) bit for bit.
+TEST(QuantFormats, Fp8DequantizesToTheWritersWeight) {
+  for (const std::string p : {"fp8", "fp8t"}) {
+    SCOPED_TRACE(p);
+    const Tensor& want = at(p + ".expect");
+    const QuantWeight w = import_fp8(at(p + ".weight"), at(p + ".weight_scale"), p);
+    EXPECT_EQ(w.q.dtype(), DType::fp8_e4m3);
+    EXPECT_EQ(w.scale.shape(), Shape({want.size(0)}));
+    Tensor got = poisoned(want.shape());
+    ops::dequantize_weight(got, w.q, w.scale, w.zero, w.group);
+    expect_bits_equal(got, want);
+  }
+}
+
+TEST(QuantFormats, CompressedTensorsConfigs) {
+  auto cfg = [](const std::string& weights, const std::string& extra = "") {
+    return nlohmann::json::parse(R"({"quantization_config": {"quant_method": "compressed-tensors",
+        "format": "float-quantized", "ignore": ["lm_head"], "config_groups": {"group_0": {"targets": ["Linear"],
+        "weights": )" + weights + R"(, "input_activations": {"num_bits": 8, "type": "float", "strategy": "token",
+        "dynamic": true}}})" + extra + "}}");
+  };
+  const std::string channel = R"({"num_bits": 8, "type": "float", "strategy": "channel", "symmetric": true,
+                                  "dynamic": false})";
+  int64_t group = -1;
+  EXPECT_EQ(imported_format(cfg(channel), "m", group), ImportedFormat::fp8);
+  EXPECT_EQ(group, 0);
+  auto refused = [&](const nlohmann::json& c, const std::string& what) {
+    try {
+      imported_format(c, "m", group);
+      ADD_FAILURE() << "not refused: " << c.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  refused(cfg(R"({"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128})"),
+          "config_groups.group_0.weights: num_bits 4 type 'int'");
+  refused(cfg(R"({"num_bits": 8, "type": "float", "strategy": "block"})"), "weights.strategy 'block'");
+  refused(cfg(channel, R"(, "kv_cache_scheme": {"num_bits": 8, "type": "float"})"), ".kv_cache_scheme");
+  nlohmann::json ig = cfg(channel);
+  ig["quantization_config"]["ignore"].push_back("model.layers.0.mlp.down_proj");
+  refused(ig, ".ignore \"model.layers.0.mlp.down_proj\"");
+  EXPECT_NE(message_of([&] { import_fp8(at("fp8.weight"), at("fp8.expect"), "layers.3.o_proj"); })
+                .find("layers.3.o_proj.weight_scale"),
+            std::string::npos);
+  EXPECT_NE(message_of([&] { import_fp8(at("fp8.expect"), at("fp8.weight_scale"), "layers.3.o_proj"); })
+                .find("layers.3.o_proj.weight: "),
+            std::string::npos);
+}
+
 TEST(QuantFormats, MatmulOnTheImportEqualsMatmulOnTheWeight) {
   const Tensor& want_w = at("awq.expect");
   const int64_t OC = want_w.size(0), C = want_w.size(1);
@@ -67,25 +128,17 @@ TEST(QuantFormats, MatmulOnTheImportEqualsMatmulOnTheWeight) {
 }
 
 TEST(QuantFormats, RefusesWhatItCannotImportByName) {
-  auto message = [](auto f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
   Tensor g_idx = at("gptq.g_idx").clone();
   g_idx.data<int32_t>()[5] = 3;  // act-order
-  EXPECT_NE(message([&] {
+  EXPECT_NE(message_of([&] {
               import_gptq(at("gptq.qweight"), at("gptq.qzeros"), at("gptq.scales"), g_idx, true, "layers.0.q_proj");
             }).find("layers.0.q_proj.g_idx[5] = 3"),
             std::string::npos);
-  EXPECT_NE(message([&] {
+  EXPECT_NE(message_of([&] {
               import_awq(at("awq.qweight"), at("gptq.g_idx"), at("awq.scales"), "layers.1.up_proj");
             }).find("layers.1.up_proj.qzeros"),
             std::string::npos);
-  EXPECT_NE(message([&] {
+  EXPECT_NE(message_of([&] {
               import_awq(at("awq.qweight"), at("awq.qzeros"), at("awq.qweight"), "layers.2.down_proj");
             }).find("layers.2.down_proj.scales"),
             std::string::npos);

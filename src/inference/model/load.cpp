@@ -87,9 +87,9 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
   if (stored.enabled) {
     InferenceModel m = allocate_weights(full, DType::f32, Device::cpu(), stored);  // whole: cut below
     int64_t group = 0;
-    const Int4Format imported = int4_format(j, dir, group);
-    if (imported == Int4Format::none) read_named_tensors(src, m);
-    else load_int4_checkpoint(src, m, imported, group);  // Note [Imported int4 formats]
+    const ImportedFormat imported = imported_format(j, dir, group);
+    if (imported == ImportedFormat::none) read_named_tensors(src, m);
+    else load_imported_checkpoint(src, m, imported, group);  // Note [Imported int4 formats], [Imported fp8 format]
     if (tp.size > 1) m = cut_shard(m, cfg, tp);  // Note [Quantized tensor-parallel shards]
     return place(std::move(m), opts);
   }

@@ -1,4 +1,5 @@
-// Note [Imported int4 formats] (quant_formats.h): AWQ and GPTQ int4 linears repacked into quant_ops.h's layout.
+// Note [Imported int4 formats] and Note [Imported fp8 format] (quant_formats.h): AWQ and GPTQ int4 linears and
+// compressed-tensors fp8 ones in quant_ops.h's layout.
 #include "dscpp/inference/quant_formats.h"
 
 #include <cctype>
@@ -97,11 +98,67 @@ QuantWeight import_gptq(const Tensor& qweight, const Tensor& qzeros, const Tenso
       [&](int64_t o, int64_t c) { return nibble(qw[(c / 8) * OC + o], int(c % 8)); });
 }
 
-Int4Format int4_format(const nlohmann::json& config, const std::string& dir, int64_t& group) {
-  if (!config.contains("quantization_config") || !config.at("quantization_config").is_object()) return Int4Format::none;
+QuantWeight import_fp8(const Tensor& weight, const Tensor& weight_scale, const std::string& name) {
+  DSCPP_CHECK(weight.defined() && weight.dtype() == DType::fp8_e4m3 && weight.dim() == 2, name, ".weight: ",
+              weight.defined() ? weight.str() : "missing", ", expected F8_E4M3 [OC, C]");
+  const int64_t OC = weight.size(0);
+  const int64_t n = weight_scale.defined() ? weight_scale.numel() : 0;
+  DSCPP_CHECK(weight_scale.defined() && dtype_is_float(weight_scale.dtype()) && (n == OC || n == 1), name,
+              ".weight_scale: ", weight_scale.defined() ? weight_scale.str() : "missing", ", expected [", OC,
+              ", 1] (channel) or [1] (tensor) of floats");
+  QuantWeight w;
+  w.q = weight.clone();
+  w.scale = Tensor::empty({OC}, DType::f32);
+  const Tensor s = weight_scale.dtype() == DType::f32 ? weight_scale : weight_scale.to(DType::f32);
+  for (int64_t o = 0; o < OC; o++) w.scale.data<float>()[o] = s.data<float>()[n == 1 ? 0 : o];
+  return w;
+}
+
+namespace {
+
+// compressed-tensors' quantization_config (Note [Imported fp8 format]): true for an fp8 one this import takes,
+// refused by key and value for one it cannot.
+bool compressed_fp8(const nlohmann::json& j, const std::string& where) {
+  const std::string format = j.value("format", std::string());
+  DSCPP_CHECK(format == "float-quantized" || format == "naive-quantized", where, ".format '", format,
+              "': only fp8 (float-quantized) compressed-tensors checkpoints are read");
+  if (const auto kv = j.find("kv_cache_scheme"); kv != j.end() && !kv->is_null())
+    DSCPP_FAIL(where, ".kv_cache_scheme ", kv->dump(), ": calibrated KV-cache scales are not read (the engine's fp8 "
+               "cache is dscpp.kv_cache_dtype, unscaled)");
+  for (const auto& ig : j.value("ignore", nlohmann::json::array()))
+    DSCPP_CHECK(ig.is_string() && ig.get<std::string>().find("lm_head") != std::string::npos, where, ".ignore ",
+                ig.dump(), ": only the lm head may stay unquantized (every layer linear is read as fp8)");
+  const auto groups = j.value("config_groups", nlohmann::json::object());
+  DSCPP_CHECK(groups.is_object() && !groups.empty(), where, ".config_groups: missing or empty");
+  for (const auto& [gname, g] : groups.items()) {
+    const std::string at = where + ".config_groups." + gname;
+    const auto w = g.value("weights", nlohmann::json());
+    DSCPP_CHECK(w.is_object(), at, ".weights: missing");
+    DSCPP_CHECK(w.value("num_bits", 0) == 8 && w.value("type", std::string()) == "float", at, ".weights: num_bits ",
+                w.value("num_bits", 0), " type '", w.value("type", std::string()), "': only 8-bit float (fp8) weights "
+                "are read");
+    const std::string strategy = w.value("strategy", std::string());
+    DSCPP_CHECK(strategy == "channel" || strategy == "tensor", at, ".weights.strategy '", strategy,
+                "': only channel and tensor scales are read");
+    DSCPP_CHECK(w.value("symmetric", true) && !w.value("dynamic", false), at, ".weights: only static symmetric "
+                "scales are read");
+    const auto targets = g.value("targets", nlohmann::json::array());
+    DSCPP_CHECK(targets == nlohmann::json::array({"Linear"}), at, ".targets ", targets.dump(), ": expected [\"Linear\"]");
+  }
+  return true;
+}
+
+}  // namespace
+
+ImportedFormat imported_format(const nlohmann::json& config, const std::string& dir, int64_t& group) {
+  if (!config.contains("quantization_config") || !config.at("quantization_config").is_object()) return ImportedFormat::none;
   const nlohmann::json& j = config.at("quantization_config");
   const std::string method = j.value("quant_method", std::string()), where = dir + "/config.json: quantization_config";
-  if (method != "awq" && method != "gptq") return Int4Format::none;
+  if (method == "compressed-tensors" && compressed_fp8(j, where)) {
+    group = 0;
+    return ImportedFormat::fp8;
+  }
+  if (method != "awq" && method != "gptq") return ImportedFormat::none;
   const int64_t bits = j.value("bits", j.value("w_bit", int64_t(0)));
   DSCPP_CHECK(bits == 4, where, ".bits ", bits, ": only 4-bit ", method, " checkpoints are read");
   group = j.value("group_size", j.value("q_group_size", int64_t(0)));
@@ -112,26 +169,32 @@ Int4Format int4_format(const nlohmann::json& config, const std::string& dir, int
     for (char& ch : version) ch = char(std::tolower(static_cast<unsigned char>(ch)));
     DSCPP_CHECK(version == "gemm", where, ".version '", version, "': only AWQ's GEMM layout is read");
     DSCPP_CHECK(j.value("zero_point", true), where, ".zero_point false: only AWQ with zero points is read");
-    return Int4Format::awq;
+    return ImportedFormat::awq;
   }
   DSCPP_CHECK(!j.value("desc_act", false), where, ".desc_act true (act-order) is not supported: its inputs would "
               "need permuting at run time");
   const std::string fmt = j.value("checkpoint_format", std::string("gptq"));
   DSCPP_CHECK(fmt == "gptq" || fmt == "gptq_v2", where, ".checkpoint_format '", fmt, "' is not gptq or gptq_v2");
-  return fmt == "gptq" ? Int4Format::gptq : Int4Format::gptq_v2;
+  return fmt == "gptq" ? ImportedFormat::gptq : ImportedFormat::gptq_v2;
 }
 
 namespace {
 
-// The linear `name` ([OC, C]) of an AWQ / GPTQ folder in our layout.
+// The linear `name` ([OC, C]) of an AWQ / GPTQ / compressed-tensors folder in our layout.
 QuantWeight read_linear(WeightSource& src, const std::string& name, int64_t OC, int64_t C, int64_t G,
-                        Int4Format f) {
+                        ImportedFormat f) {
+  if (f == ImportedFormat::fp8) {
+    Tensor w = Tensor::empty({OC, C}, DType::fp8_e4m3), s = Tensor::empty(src.shape(name + ".weight_scale"), DType::f32);
+    src.read(name + ".weight", w);
+    src.read(name + ".weight_scale", s);
+    return import_fp8(w, s, name);
+  }
   DSCPP_CHECK(OC % 8 == 0 && C % G == 0, name, ": [", OC, ", ", C, "] does not pack in words of 8 and groups of ",
               G);
   Tensor qz = Tensor::empty({C / G, OC / 8}, DType::i32), sc = Tensor::empty({C / G, OC}, DType::f32);
   src.read(name + ".qzeros", qz);
   src.read(name + ".scales", sc);
-  if (f == Int4Format::awq) {
+  if (f == ImportedFormat::awq) {
     Tensor qw = Tensor::empty({C, OC / 8}, DType::i32);
     src.read(name + ".qweight", qw);
     return import_awq(qw, qz, sc, name);
@@ -142,16 +205,18 @@ QuantWeight read_linear(WeightSource& src, const std::string& name, int64_t OC, 
     g_idx = Tensor::empty({C}, DType::i32);
     src.read(name + ".g_idx", g_idx);
   }
-  return import_gptq(qw, qz, sc, g_idx, f == Int4Format::gptq, name);
+  return import_gptq(qw, qz, sc, g_idx, f == ImportedFormat::gptq, name);
 }
 
 // The parts stacked along the output rows (the engine's fused q/k/v and gate/up): each tensor's bytes appended.
 QuantWeight stack_rows(const std::vector<QuantWeight>& parts) {
   auto cat = [&](Tensor QuantWeight::*field) {
-    int64_t rows = 0;
-    for (const QuantWeight& p : parts) rows += (p.*field).size(0);
     const Tensor& first = parts[0].*field;
-    Tensor out = Tensor::empty({rows, first.size(1)}, first.dtype());
+    if (!first.defined()) return Tensor();  // fp8's zero points
+    Shape shape = first.shape();
+    shape[0] = 0;
+    for (const QuantWeight& p : parts) shape[0] += (p.*field).size(0);
+    Tensor out = Tensor::empty(shape, first.dtype());
     size_t at = 0;
     for (const QuantWeight& p : parts) {
       std::memcpy(static_cast<char*>(out.raw()) + at, (p.*field).raw(), (p.*field).nbytes());
@@ -167,10 +232,11 @@ QuantWeight stack_rows(const std::vector<QuantWeight>& parts) {
 
 }  // namespace
 
-void load_int4_checkpoint(WeightSource& src, InferenceModel& m, Int4Format f, int64_t G) {
+void load_imported_checkpoint(WeightSource& src, InferenceModel& m, ImportedFormat f, int64_t G) {
   const InferenceModelConfig& c = m.cfg;
   DSCPP_CHECK(c.model_type == "llama" || c.model_type == "mistral" || c.model_type == "qwen2", "model_type '",
-              c.model_type, "': AWQ / GPTQ checkpoints are read for the Llama family (llama, mistral, qwen2)");
+              c.model_type, "': AWQ / GPTQ / compressed-tensors checkpoints are read for the Llama family (llama, "
+              "mistral, qwen2)");
   const int64_t qd = c.n_head * c.head_dim, kvd = c.n_kv_head * c.head_dim, C = c.hidden;
   src.read("model.embed_tokens.weight", m.embed);
   for (int64_t i = 0; i < c.n_layer; i++) {

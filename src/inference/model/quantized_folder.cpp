@@ -81,14 +81,17 @@ WeightQuantConfig folder_quantization(const nlohmann::json& config, const std::s
   const nlohmann::json& j = config.at("quantization_config");
   const std::string where = dir + "/config.json: quantization_config";
   const std::string method = j.value("quant_method", std::string("(none)"));
-  int64_t int4_group = 0;
-  if (int4_format(config, dir, int4_group) != Int4Format::none) {  // Note [Imported int4 formats]
-    q.enabled = true, q.num_bits = 4, q.group_size = int4_group, q.qkv = true, q.lm_head = false;
+  int64_t imported_group = 0;
+  if (const ImportedFormat f = imported_format(config, dir, imported_group); f != ImportedFormat::none) {
+    // Note [Imported int4 formats], Note [Imported fp8 format]
+    q.enabled = true, q.qkv = true, q.lm_head = false;
+    if (f == ImportedFormat::fp8) q.num_bits = 8, q.fp8 = true;
+    else q.num_bits = 4, q.group_size = imported_group;
     return q;
   }
   DSCPP_CHECK(method == kMethod, where, ".quant_method '", method, "' is not supported (the engine reads folders "
-              "written by `dscpp quantize`, quant_method 'dscpp', and 4-bit awq / gptq ones; quantize the original "
-              "16-bit folder with dscpp quantize)");
+              "written by `dscpp quantize`, quant_method 'dscpp', 4-bit awq / gptq and fp8 compressed-tensors ones; "
+              "quantize the original 16-bit folder with dscpp quantize)");
   DSCPP_CHECK(j.value("format_version", 0) == kFormatVersion, where, ".format_version ", j.value("format_version", 0),
               " is not ", kFormatVersion, " (written by another version of dscpp)");
   q.enabled = true;

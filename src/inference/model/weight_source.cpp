@@ -75,6 +75,17 @@ const WeightSource::Where* WeightSource::find(const std::string& name) const {
   return it == tensors_.end() ? nullptr : &it->second;
 }
 
+Shape WeightSource::shape(const std::string& name) const {
+  if (!memory_.empty()) {
+    auto it = memory_.find(name);
+    DSCPP_CHECK(it != memory_.end(), "model_type ", policy_, ": tensor '", name, "' is missing from ", dir_);
+    return it->second.shape();
+  }
+  const Where* w = find(name);
+  DSCPP_CHECK(w, "model_type ", policy_, ": tensor '", name, "' is missing from ", dir_);
+  return w->entry->shape;
+}
+
 void WeightSource::read(const std::string& name, const Tensor& dst, bool transpose, Slice slice) {
   DSCPP_CHECK(dst.device().is_cpu(), "WeightSource::read: destination of '", name, "' must be a CPU tensor");
   if (!memory_.empty()) {

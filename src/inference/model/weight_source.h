@@ -40,6 +40,8 @@ class WeightSource {
   // bytes of a file are read.
   void read(const std::string& name, const Tensor& dst, bool transpose = false, Slice slice = {});
   bool has(const std::string& name) const { return find(name) != nullptr; }
+  // The stored shape of tensor `name` (a missing one is refused as read() refuses it).
+  Shape shape(const std::string& name) const;
 
  private:
   struct Mapped;
