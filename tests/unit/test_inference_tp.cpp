@@ -334,7 +334,8 @@ TEST(TensorParallelQuantized, ShardsQuantizedAsTheyLoadMatchOneRank) {
   // A folder stored quantized: each rank cuts its shard from the whole (int8 and fp8 row scales whole, int4 groups
   // with their columns), so tp 2 computes with exactly tp 1's weights from the same folder. fp8 (bits 0 here) also
   // quantizes o's and down's inputs per token, and a rank sees its half of each row, with that half's scale: tp 2
-  // is then tp 1 up to the activations' rounding.
+  // is then tp 1 up to the activations' rounding, which this 4x-scaled model amplifies to 8-19% of the logits'
+  // scale (fp8 against the dequantized weights on one rank: about 10%); a wrong shard is of the scale itself.
   for (int bits : {8, 4, 0}) {
     SCOPED_TRACE("stored " + std::string(bits ? "int" + std::to_string(bits) : "fp8"));
     expect_all_pass(run_ranks(2, [&](int rank, int port) {
@@ -350,7 +351,7 @@ TEST(TensorParallelQuantized, ShardsQuantizedAsTheyLoadMatchOneRank) {
       if (rank == 1) return tp2.follow();
       if (!bits) EXPECT_EQ(tp2.model().layers[0].down_q.q.dtype(), DType::fp8_e4m3);
       InferenceEngine tp1(load_inference_model(stored, LoadOptions{}), small_config(1));
-      put_steps_agree(tp2, tp1, bits ? 1e-4f : 5e-2f);
+      put_steps_agree(tp2, tp1, bits ? 1e-4f : 0.3f);
     }));
   }
   // int4 in groups of 16: the 80 columns of down_proj split into 40 a rank would cut a group; refused by name.
