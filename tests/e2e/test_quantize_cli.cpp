@@ -76,6 +76,18 @@ TEST(QuantizeCli, FolderLoadsLikeAnyModelAndMatchesQuantizingAtLoad) {
   ASSERT_EQ(rc, 0) << ppl_awq;
   EXPECT_NE(ppl_awq.find("over 248 tokens"), std::string::npos) << ppl_awq;
 
+  // fp8 (Note [fp8 matmul]): the folder generates and scores exactly as -q fp8 on the 16-bit folder.
+  const std::string f8 = (ws.dir / "fp8").string();
+  out = run_command(bin + " quantize --hf " + hf + " --out " + f8 + " --weights fp8", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("wrote " + f8 + ": fp8 weights"), std::string::npos) << out;
+  EXPECT_EQ(run_stdout(bin + gen + " --hf " + f8, &rc), run_stdout(bin + gen + " --hf " + hf + " -q fp8", &rc));
+  const std::string ppl_f8 = run_stdout(bin + ppl + " --hf " + f8, &rc);
+  ASSERT_EQ(rc, 0) << ppl_f8;
+  EXPECT_EQ(first_line(ppl_f8), first_line(run_stdout(bin + ppl + " --hf " + hf + " -q fp8", &rc)));
+  EXPECT_NE(first_line(ppl_f8), first_line(ppl_dense)) << "fp8 scored exactly as the f32 weights";
+  EXPECT_NE(ppl_f8.find("weights fp8"), std::string::npos) << ppl_f8;
+
   out = run_command(bin + gen + " --hf " + q4 + " --quantization int8", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("already quantized (int4 g16"), std::string::npos) << out;

@@ -20,8 +20,8 @@
 
 namespace dscpp::cuda::gemv_fp8 {
 
-constexpr int kRows = 16;       // output rows per CTA
-constexpr int kMaxM = 8;        // input rows: the mma's N (padded with zeros)
+using gemv_mma::kMaxM;  // input rows: the mma's N (padded with zeros)
+using gemv_mma::kRows;  // output rows per CTA
 // Rows the launch takes: each CTA quantizes every row itself, so more rows cost every CTA more prologue; from 5 rows
 // the quantize + cuBLASLt path (Note [fp8 GEMM]) is as fast (H100, Llama-3.1-8B linears: at 4 rows this kernel took
 // 25 / 19 / 66 / 49 us for qkv / o / gate_up / down, the GEMM path at 16 rows 30 / 27 / 70 / 62).
@@ -161,21 +161,8 @@ __global__ void __launch_bounds__(W * 32) kernel(O* __restrict__ out, const __nv
       }
     }
   }
-  red[warp][2 * t][g] = acc[0], red[warp][2 * t + 1][g] = acc[1];
-  red[warp][2 * t][g + 8] = acc[2], red[warp][2 * t + 1][g + 8] = acc[3];
-  __syncthreads();
-  if (threadIdx.x >= kMaxM * kRows) return;
-  const int n = threadIdx.x / kRows, rr = threadIdx.x % kRows;
-  const int64_t row = int64_t(blockIdx.x) * kRows + rr;
-  if (n >= M || row >= OC) return;
-  float sum = 0.0f;
-#pragma unroll
-  for (int k = 0; k < W; k++) sum += red[k][n][rr];
-  sum = sum * sx[n] * wscale[row];
-  const int64_t at = int64_t(n) * OC + row;
-  if (bias) sum += to_f(bias[row]);
-  if (residual) sum += to_f(residual[at]);
-  out[at] = from_f<O>(sum);
+  gemv_mma::store_rows<W>(red, acc, out, bias, residual, M, OC,
+                          [&](int n, int64_t row) { return sx[n] * wscale[row]; });
 }
 
 // Lets kernel<O, B, W> take kMaxSmem of dynamic shared memory, once.

@@ -97,6 +97,30 @@ __device__ __forceinline__ uint32_t b_pair(const uint32_t* xw, int s, int h) {
   else return __byte_perm(xw[lo / 2], xw[hi / 2], (lo & 1) ? 0x7632 : 0x5410);
 }
 
+// The end of a CTA of W warps whose mma accumulators `acc` hold its 16 output rows for the M input rows: each
+// warp's sums into red, summed over the warps in a fixed order (the same bits every run), times scale(n, row), then
+// the bias and the residual; out[n, row] written.
+template <int W, typename O, typename B, typename Scale>
+__device__ __forceinline__ void store_rows(float (&red)[W][kMaxM][kRows], const float (&acc)[4], O* out,
+                                           const B* bias, const O* residual, int M, int64_t OC, Scale scale) {
+  const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+  red[warp][2 * t][g] = acc[0], red[warp][2 * t + 1][g] = acc[1];
+  red[warp][2 * t][g + 8] = acc[2], red[warp][2 * t + 1][g + 8] = acc[3];
+  __syncthreads();
+  if (threadIdx.x >= kMaxM * kRows) return;
+  const int n = threadIdx.x / kRows, rr = threadIdx.x % kRows;
+  const int64_t row = int64_t(blockIdx.x) * kRows + rr;
+  if (n >= M || row >= OC) return;
+  float sum = 0.0f;
+#pragma unroll
+  for (int k = 0; k < W; k++) sum += red[k][n][rr];
+  sum *= scale(n, row);
+  const int64_t at = int64_t(n) * OC + row;
+  if (bias) sum += to_f(bias[row]);
+  if (residual) sum += to_f(residual[at]);
+  out[at] = from_f<O>(sum);
+}
+
 // W warps a CTA; U consecutive macro steps of loads in flight per lane before any is used. NORM: the input rows are
 // RMSNorm'ed by the CTA first (Note [Norm in the decode GEMV]).
 // (Five CTAs of 4 warps an SM, as the registers allowed before the norm's prologue came.)
@@ -181,20 +205,7 @@ __global__ void __launch_bounds__(W * 32, W == 4 ? 5 : 2)
     const float s0 = w.scale[c0], s1 = w.scale[c1];
     acc[0] *= s0, acc[1] *= s0, acc[2] *= s1, acc[3] *= s1;
   }
-  red[warp][2 * t][g] = acc[0], red[warp][2 * t + 1][g] = acc[1];
-  red[warp][2 * t][g + 8] = acc[2], red[warp][2 * t + 1][g + 8] = acc[3];
-  __syncthreads();
-  if (threadIdx.x >= kMaxM * kRows) return;
-  const int n = threadIdx.x / kRows, rr = threadIdx.x % kRows;
-  const int64_t row = int64_t(blockIdx.x) * kRows + rr;
-  if (n >= M || row >= OC) return;
-  float sum = 0.0f;
-#pragma unroll
-  for (int k = 0; k < W; k++) sum += red[k][n][rr];
-  const int64_t at = int64_t(n) * OC + row;
-  if (bias) sum += to_f(bias[row]);
-  if (residual) sum += to_f(residual[at]);
-  out[at] = from_f<O>(sum);
+  store_rows<W>(red, acc, out, bias, residual, M, OC, [](int, int64_t) { return 1.0f; });
 }
 
 // The SMs of the current device, asked once (every GPU of a job is the same kind).
