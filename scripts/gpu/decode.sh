@@ -18,21 +18,13 @@
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
 default_steps=(build ops gemm e2e profile ncu)
-if [[ " $* " == *" base "* ]] && [ -f .carry/base.tar ]; then
-  rm -rf build-base && mkdir -p build-base/tree && tar -xf .carry/base.tar -C build-base/tree &&
-    ln -s "$PWD/.carry" build-base/tree/.carry
-  ( cd build-base/tree && nice cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSCPP_CUDA=ON \
-      -DCMAKE_CUDA_ARCHITECTURES=90a -DICU_ROOT="$PWD/.carry/root/usr" -DCMAKE_PREFIX_PATH="$PWD/.carry/root/usr" \
-      > ../cmake.log 2>&1 && nice ninja -C build-gpu inference_bench > ../build.log 2>&1; echo $? > ../rc ) &
-fi
+base_targets=inference_bench
 source "$(dirname "$0")/stages.sh"
 models=$(mktemp -d)
 mkdir -p "$models/llama-3.1-8b" && cp bench/models/llama-3.1-8b.json "$models/llama-3.1-8b/config.json"
 ib=(./build-gpu/bench/inference_bench --model "$models/llama-3.1-8b" --prompt 32 --new 128)
 if want ab; then
-  while [ ! -f build-base/rc ] && [ -d build-base ]; do sleep 2; done
-  [ "$(cat build-base/rc 2>/dev/null)" = 0 ] || { echo "baseline build failed:"; tail -20 build-base/build.log; }
-  el baseline built
+  wait_base
   for model in llama-3.1-8b llama-3.2-1b; do
     mkdir -p "$models/$model" && cp bench/models/$model.json "$models/$model/config.json"
     for w in ${AB_WEIGHTS:-dense int8 int4}; do

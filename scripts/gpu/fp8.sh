@@ -10,6 +10,9 @@
 #   e2e       inference_bench on Llama-3.1-8B and 3.2-1B shapes (E2E_MODELS), batch 1 and 8, prompt 32, 128 new
 #             tokens, E2E_WEIGHTS (default dense int8 int4 fp8) in turn
 #   offline   inference_bench --offline 2000 --prompt 256 --new 256 on the 8B shape: bf16, fp8, fp8 + fp8 KV cache
+#   profile   where an offline forward's GPU time goes, bf16 against fp8: inference_bench --offline 300 (prompt 256,
+#             new 256) under the CUPTI tracer (bench/cupti_trace.cpp), summed per kernel by scripts/gpu/kernel_sum.py
+#             over the trace's last half (the tracer slows each kernel: compare shares, not times)
 #   accuracy  bench/run_quant_accuracy.sh: a GPT-2-shaped model trained on fortunes, perplexity per weight format
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
@@ -67,6 +70,17 @@ if want offline; then
     grep -E "^RESULT|^OFFLINE" "$OUT/offline-$1-$2.out" | sed "s/^/$1 kv=$2\t/"
   done
   el offline
+fi
+if want profile; then
+  for w in dense fp8; do
+    CUDA_INJECTION64_PATH=$PWD/build-gpu/bench/libdscpp_cupti_trace.so DSCPP_CUPTI_OUT=$OUT/offline-$w.csv \
+      timeout 200 ./build-gpu/bench/inference_bench --model "$models/llama-3.1-8b" --offline 300 --prompt 256 \
+      --new 256 --weights $w --warmup 0 > "$OUT/profile-$w.out" 2>&1 || echo "profile $w rc=$?"
+    echo "== 8B offline 300 x 256/256, $w: GPU time per kernel over the trace's last half"
+    python3 scripts/gpu/kernel_sum.py "$OUT/offline-$w.csv" --frac 0.5 --top 14
+    rm -f "$OUT/offline-$w.csv"
+  done
+  el profile
 fi
 if want accuracy; then
   timeout 560 bash bench/run_quant_accuracy.sh --build build-gpu --out "$OUT/accuracy" > "$OUT/accuracy.log" 2>&1

@@ -12,9 +12,12 @@
 #            Llama-3.1-8B shape with its parameters on NVMe (host: the optimizer's 12 bytes a parameter)
 #   kv       inference_bench on the Llama-3.1-8B shape, KV cache bf16 against fp8: batch 1 / 32 at a 32-token prompt
 #            and batch 32 at a 2,048-token prompt
+#   base     start building a baseline tree's train_bench beside this one (stages.sh: .carry/base.tar)
+#   ab       the `paramnvme` Llama-1B NVMe run on this tree and on the baseline, alternately, two rounds each
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
 set -uo pipefail
 default_steps=(build tests param kv)
+base_targets=train_bench
 source "$(dirname "$0")/stages.sh"
 if want tests; then
   mkdir -p .nvme
@@ -56,6 +59,21 @@ if want paramnvme; then
   grep -E "placed on|host optimizer|rror" "$OUT/pnv8b.err" | tail -3 | cut -c1-400
   free -g | head -2; df -h .nvme | tail -1
   el paramnvme
+fi
+if want ab; then
+  wait_base
+  mkdir -p .nvme
+  for round in 1 2; do
+    for tree in base ours; do
+      bin=./build-gpu/bench/train_bench
+      [ $tree = base ] && bin=./build-base/tree/build-gpu/bench/train_bench
+      timeout 200 $bin --steps 3 --warmup 1 --zero-stage 3 --models llama-1b --batch 8 --seq 1024 \
+        --offload-param nvme --nvme-path .nvme --offload cpu > "$OUT/ab-$tree-$round.out" 2> "$OUT/ab-$tree-$round.err"
+      echo "$tree round $round: rc=$? $(grep -E '^RESULT' "$OUT/ab-$tree-$round.out" | cut -f2-6)"
+      grep -E "step 3:" "$OUT/ab-$tree-$round.err" | head -1
+    done
+  done
+  el ab
 fi
 if want kv; then
   m=$(mktemp -d)/llama-3.1-8b; mkdir -p "$m"; cp bench/models/llama-3.1-8b.json "$m/config.json"

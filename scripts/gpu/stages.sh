@@ -9,6 +9,22 @@ steps=("$@")
 want() { for s in "${steps[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
 t0=$(date +%s)
 el() { echo "[+$(( $(date +%s) - t0 ))s] $*"; }
+# base: a baseline tree (.carry/base.tar, made here by `git archive -o .carry/base.tar REV`) built beside this one
+# into build-base/ in the background, for the scripts' `ab` stages; wait_base waits for it. $base_targets: what
+# the caller needs built there.
+if want base && [ -f .carry/base.tar ]; then
+  rm -rf build-base && mkdir -p build-base/tree && tar -xf .carry/base.tar -C build-base/tree &&
+    ln -s "$PWD/.carry" build-base/tree/.carry
+  ( cd build-base/tree && nice cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDSCPP_CUDA=ON \
+      -DCMAKE_CUDA_ARCHITECTURES=90a -DICU_ROOT="$PWD/.carry/root/usr" -DCMAKE_PREFIX_PATH="$PWD/.carry/root/usr" \
+      > ../cmake.log 2>&1 && nice ninja -C build-gpu ${base_targets:-inference_bench} > ../build.log 2>&1
+    echo $? > ../rc ) &
+fi
+wait_base() {
+  while [ ! -f build-base/rc ] && [ -d build-base ]; do sleep 2; done
+  [ "$(cat build-base/rc 2>/dev/null)" = 0 ] || { echo "baseline build failed:"; tail -20 build-base/build.log; }
+  el baseline built
+}
 if want build; then
   OUT=$OUT bash scripts/gpu/check.sh build | grep -E "build:|FAIL|error" | head -20
   el built
