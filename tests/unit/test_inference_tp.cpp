@@ -349,7 +349,9 @@ TEST(TensorParallelQuantized, ShardsQuantizedAsTheyLoadMatchOneRank) {
       EXPECT_EQ(tp2.model().layers[0].down_q.q.size(1), bits == 4 ? 40 / 2 : 40);  // its half of the 80 columns
       EXPECT_EQ(tp2.model().layers[0].down_q.scale.size(0), tp2.model().cfg.hidden);
       if (rank == 1) return tp2.follow();
-      if (!bits) EXPECT_EQ(tp2.model().layers[0].down_q.q.dtype(), DType::fp8_e4m3);
+      if (!bits) {
+        EXPECT_EQ(tp2.model().layers[0].down_q.q.dtype(), DType::fp8_e4m3);
+      }
       InferenceEngine tp1(load_inference_model(stored, LoadOptions{}), small_config(1));
       put_steps_agree(tp2, tp1, bits ? 1e-4f : 0.3f);
     }));

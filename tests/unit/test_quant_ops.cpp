@@ -167,7 +167,7 @@ TEST(QuantOps, Fp8WeightsAndActivations) {
   Rng rng(11);
   const int64_t OC = 9, C = 64, N = 3;
   Tensor w = randn({OC, C}, rng, 0.05f);
-  for (int64_t c = 0; c < C; c++) w.data<float>()[4 * C + c] = 0.0f;  // row 4: zeros
+  w.narrow0(4, 1).fill(0.0f);  // row 4: zeros
   Tensor q = poisoned({OC, C}, DType::fp8_e4m3), scale = poisoned({OC}, DType::f32);
   ops::quantize_weight_fp8(q, scale, w);
   Tensor back = poisoned({OC, C}, DType::f32);
@@ -186,7 +186,9 @@ TEST(QuantOps, Fp8WeightsAndActivations) {
         continue;
       }
       EXPECT_LE(std::fabs(x - y), std::max(std::fabs(x) * 0x1p-4f, s * 0x1p-10f)) << "row " << o << " col " << c;
-      if (std::fabs(x) == amax) EXPECT_EQ(fp8_e4m3::to_float(code[o * C + c]), x < 0 ? -448.0f : 448.0f);
+      if (std::fabs(x) == amax) {
+        EXPECT_EQ(fp8_e4m3::to_float(code[o * C + c]), x < 0 ? -448.0f : 448.0f);
+      }
     }
   }
   Tensor inp = randn({N, C}, rng), bias = randn({OC}, rng), residual = randn({N, OC}, rng);
