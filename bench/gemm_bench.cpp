@@ -1,5 +1,6 @@
 // GEMM benchmark and self-check for the cuBLASLt matmuls (src/kernels/cuda/matmul.cu).
-//   gemm_bench            check against the CPU reference, then time      gemm_bench check | time | dbias | decode | fp8
+//   gemm_bench            check against the CPU reference, then time
+//   gemm_bench check | time | dbias | decode | fp8
 // The 8192^3 bf16 case compares with the measured cuBLAS ceiling (~677-790 TFLOP/s on H100).
 // The dbias section times the bias gradient of GPT-2's four linears (our bias_grad kernel, Note [Matmul epilogues])
 // alone and after the weight-gradient GEMM, L2 flushed before each run.

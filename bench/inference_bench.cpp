@@ -3,8 +3,8 @@
 //   inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda] [--dtype bf16]
 //                   [--weights dense|int8|int4|fp8] [--group 128]
 //                   [--batch 1,32] [--prompt 32] [--new 128] [--warmup 1] [--offline N] [--tensor-parallel-size T]
-// --weights int8 / int4 / fp8 quantizes the linears as the model loads (the engine's quant keys; --group: int4's group);
-// the model column then reads "<name>-int8" / "<name>-int4".
+// --weights int8 / int4 / fp8 quantizes the linears as the model loads (the engine's quant keys; --group: int4's
+// group); the model column then reads "<name>-int8" / "<name>-int4" / "<name>-fp8".
 // --tensor-parallel-size T: the model split over T ranks started by `dscpp launch --nproc_per_node T -- inference_bench
 // ...` (one per GPU, Note [Tensor-parallel shards]); rank 0 measures and prints, the model's name gets "-tpT".
 // --peer-all-reduce-max-bytes N: dscpp.peer_all_reduce_max_bytes (0: every all-reduce on NCCL; the name then ends in
@@ -59,7 +59,8 @@ struct Args {
 
 const bench::Flags kFlags{"inference_bench",
                           "inference_bench --model DIR [--load-format dummy|safetensors] [--device cuda|cpu]\n"
-                          "                       [--dtype bf16|f16|f32] [--weights dense|int8|int4|fp8] [--group 128]\n"
+                          "                       [--dtype bf16|f16|f32] [--weights dense|int8|int4|fp8]\n"
+                          "                       [--group 128]\n"
                           "                       [--batch 1,32] [--prompt 32] [--new 128]\n"
                           "                       [--warmup 1] [--offline N] [--tensor-parallel-size T]\n"
                           "                       [--peer-all-reduce-max-bytes N] [--kv-cache-dtype auto|fp8]\n"};

@@ -141,7 +141,8 @@ void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, co
   if (q.device().is_cuda()) return cuda::dequantize_weight(w, q, scale, zero, group);
 #endif
   if (is_fp8(q))
-    return cpu::dequantize_weight_fp8(w.data<float>(), static_cast<const uint8_t*>(q.raw()), scale.data<float>(), OC, C);
+    return cpu::dequantize_weight_fp8(w.data<float>(), static_cast<const uint8_t*>(q.raw()), scale.data<float>(), OC,
+                                      C);
   if (group == 0) return cpu::dequantize_weight_int8(w.data<float>(), q.data<int8_t>(), scale.data<float>(), OC, C);
   cpu::dequantize_weight_int4(w.data<float>(), static_cast<const uint8_t*>(q.raw()), scale.data<float>(),
                               static_cast<const uint8_t*>(zero.raw()), OC, C, group);

@@ -130,7 +130,8 @@ TEST(InferenceConfig, WeightQuantization) {
   expect_error(R"({"dscpp": {"quantization": {"lm_head": "yes"}}})", "dscpp.quantization.lm_head",
                {"expected true or false"});
   // fp8 weights: 8 bits in e4m3 (Note [fp8 matmul]).
-  c = InferenceConfig::from_string(R"({"quant": {"weight": {"num_bits": 8}}, "dscpp": {"quantization": {"format": "fp8"}}})");
+  c = InferenceConfig::from_string(
+      R"({"quant": {"weight": {"num_bits": 8}}, "dscpp": {"quantization": {"format": "fp8"}}})");
   EXPECT_TRUE(c.quant.enabled && c.quant.fp8);
   EXPECT_EQ(c.quant.group(), 0);
   EXPECT_EQ(c.quant.name(), "fp8");

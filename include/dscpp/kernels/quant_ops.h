@@ -44,7 +44,8 @@ void quantize_weight_fp8(const Tensor& q, const Tensor& scale, const Tensor& w);
 void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group);
 // out[N,OC] (=) = inp[N,C] @ dequant(q)^T + bias[OC] + residual[N,OC], exactly matmul_forward on the f32 dequantized
 // weight (int8: group 0, zero undefined; int4: group G); fp8 (group 0) quantizes inp's rows too (Note [fp8
-// matmul]). inp and out f32 (f32, bf16 or f16 on CUDA, out f32 or inp's dtype); bias f32 or inp's dtype, residual out's, both optional; residual may be out itself.
+// matmul]). inp and out f32 (f32, bf16 or f16 on CUDA, out f32 or inp's dtype); bias f32 or inp's dtype, residual
+// out's, both optional; residual may be out itself.
 // CUDA: N <= 4 takes a decode GEMV that dequantizes in registers (Note [Quantized GEMV], quant.cu); more rows
 // dequantize into a scratch weight of inp's dtype and run matmul_forward. fp8: bf16 rows up to 4 take the fp8 decode
 // GEMV (Note [fp8 decode GEMV]), more rows cuBLASLt's fp8 GEMM (Note [fp8 GEMM]).

@@ -143,7 +143,8 @@ bool compressed_fp8(const nlohmann::json& j, const std::string& where) {
     DSCPP_CHECK(w.value("symmetric", true) && !w.value("dynamic", false), at, ".weights: only static symmetric "
                 "scales are read");
     const auto targets = g.value("targets", nlohmann::json::array());
-    DSCPP_CHECK(targets == nlohmann::json::array({"Linear"}), at, ".targets ", targets.dump(), ": expected [\"Linear\"]");
+    DSCPP_CHECK(targets == nlohmann::json::array({"Linear"}), at, ".targets ", targets.dump(),
+                ": expected [\"Linear\"]");
   }
   return true;
 }
@@ -151,7 +152,8 @@ bool compressed_fp8(const nlohmann::json& j, const std::string& where) {
 }  // namespace
 
 ImportedFormat imported_format(const nlohmann::json& config, const std::string& dir, int64_t& group) {
-  if (!config.contains("quantization_config") || !config.at("quantization_config").is_object()) return ImportedFormat::none;
+  if (!config.contains("quantization_config") || !config.at("quantization_config").is_object())
+    return ImportedFormat::none;
   const nlohmann::json& j = config.at("quantization_config");
   const std::string method = j.value("quant_method", std::string()), where = dir + "/config.json: quantization_config";
   if (method == "compressed-tensors" && compressed_fp8(j, where)) {
@@ -184,7 +186,8 @@ namespace {
 QuantWeight read_linear(WeightSource& src, const std::string& name, int64_t OC, int64_t C, int64_t G,
                         ImportedFormat f) {
   if (f == ImportedFormat::fp8) {
-    Tensor w = Tensor::empty({OC, C}, DType::fp8_e4m3), s = Tensor::empty(src.shape(name + ".weight_scale"), DType::f32);
+    Tensor w = Tensor::empty({OC, C}, DType::fp8_e4m3);
+    Tensor s = Tensor::empty(src.shape(name + ".weight_scale"), DType::f32);
     src.read(name + ".weight", w);
     src.read(name + ".weight_scale", s);
     return import_fp8(w, s, name);

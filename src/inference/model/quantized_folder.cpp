@@ -98,8 +98,8 @@ WeightQuantConfig folder_quantization(const nlohmann::json& config, const std::s
   q.num_bits = j.value("bits", int64_t(0));
   DSCPP_CHECK(q.num_bits == 8 || q.num_bits == 4, where, ".bits ", q.num_bits, " is not 8 or 4");
   const std::string format = j.value("weight_format", std::string("int"));
-  DSCPP_CHECK(format == "int" || (format == "fp8" && q.num_bits == 8), where, ".weight_format '", format, "' with bits ",
-              q.num_bits, " is not supported (int, or fp8 with bits 8)");
+  DSCPP_CHECK(format == "int" || (format == "fp8" && q.num_bits == 8), where, ".weight_format '", format,
+              "' with bits ", q.num_bits, " is not supported (int, or fp8 with bits 8)");
   q.fp8 = format == "fp8";
   if (q.num_bits == 4) {
     q.group_size = j.value("group_size", int64_t(0));

@@ -470,12 +470,15 @@ bool matmul_fp8(const Tensor& out, const Tensor& xq, const Tensor& sx, const Ten
         using TB = std::remove_pointer_t<decltype(tb)>;
         using TD = std::remove_pointer_t<decltype(td)>;
         auto go = [&](auto kernel, int V) {
-          const dim3 grid(unsigned(ceil_div(ceil_div(OC, V), 256)), unsigned(N));
-          kernel<<<grid, 256, 0, l.stream>>>(static_cast<TO*>(out.raw()), static_cast<const TD*>(d.raw()),
-                                             static_cast<const float*>(sx.raw()), static_cast<const float*>(scale.raw()),
-                                             bias.defined() ? static_cast<const TB*>(bias.raw()) : nullptr,
-                                             residual.defined() ? static_cast<const TO*>(residual.raw()) : nullptr,
-                                             OC);
+          for (int64_t n0 = 0; n0 < N; n0 += 65535) {  // grid.y: at most 65,535 rows a launch
+            const dim3 grid(unsigned(ceil_div(ceil_div(OC, V), 256)), unsigned(std::min<int64_t>(N - n0, 65535)));
+            const int64_t at = n0 * OC;
+            kernel<<<grid, 256, 0, l.stream>>>(
+                static_cast<TO*>(out.raw()) + at, static_cast<const TD*>(d.raw()) + at,
+                static_cast<const float*>(sx.raw()) + n0, static_cast<const float*>(scale.raw()),
+                bias.defined() ? static_cast<const TB*>(bias.raw()) : nullptr,
+                residual.defined() ? static_cast<const TO*>(residual.raw()) + at : nullptr, OC);
+          }
         };
         vec ? go(fp8_scale_kernel<TO, TD, TB, 8>, 8) : go(fp8_scale_kernel<TO, TD, TB, 1>, 1);
       });

@@ -11,7 +11,8 @@
 // the group a multiple of 32 so that one fetch lies in one group) and 16-byte aligned inp and q. Otherwise, and for
 // larger N (prefill), this first version dequantizes the whole weight into a scratch tensor of inp's dtype and runs
 // matmul_forward: correct, but it writes and reads the weight in 16 bits again, so prefill gains nothing from
-// quantization yet (a mixed-input tensor-core GEMM would).
+// quantization yet (a mixed-input tensor-core GEMM would). fp8 weights take their own two paths (Note [fp8 decode
+// GEMV], Note [fp8 GEMM]).
 #include <cmath>
 #include <cstdint>
 
@@ -287,9 +288,9 @@ bool try_q_gemv(const Tensor& out, const Tensor& inp, const Tensor& q, const Ten
   return false;
 }
 
-// Note [fp8 GEMM]: the rows quantized into a scratch (codes and scales), then cuBLASLt's fp8 GEMM with a scale
-// vector on each side (matmul_fp8). Where cuBLASLt has no algorithm for the case, both operands are dequantized into
-// inp's dtype and matmul_forward runs: the same product up to that rounding, slowly.
+// More rows than the fp8 GEMV takes: the rows quantized into a scratch (codes and scales), then matmul_fp8 (Note
+// [fp8 GEMM], matmul.cu). Where cuBLASLt has no algorithm for the case, both operands are dequantized into inp's
+// dtype and matmul_forward runs: the same product up to that rounding, slowly.
 void fp8_gemm(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& bias,
               const Tensor& residual, cudaStream_t stream) {
   const int64_t OC = q.size(0), C = q.size(1), N = inp.numel() / C;
