@@ -8,15 +8,20 @@
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace dscpp::cpu {
+namespace {
+float row_absmax(const float* row, int64_t C) {
+  float amax = 0;
+  for (int64_t c = 0; c < C; c++) amax = std::max(amax, std::fabs(row[c]));
+  return amax;
+}
+}  // namespace
 
 // q[OC,C] (=), scale[OC] (=)
 void quantize_weight_int8(int8_t* q, float* scale, const float* w, int64_t OC, int64_t C) {
 #pragma omp parallel for
   for (int64_t o = 0; o < OC; o++) {
     const float* row = w + o * C;
-    float amax = 0;
-    for (int64_t c = 0; c < C; c++) amax = std::max(amax, std::fabs(row[c]));
-    const float s = amax / 127.0f;
+    const float s = row_absmax(row, C) / 127.0f;
     scale[o] = s;
     for (int64_t c = 0; c < C; c++)
       q[o * C + c] = s == 0 ? int8_t(0) : int8_t(std::clamp(std::rint(row[c] / s), -127.0f, 127.0f));
@@ -52,8 +57,7 @@ void quantize_rows_fp8(uint8_t* q, float* scale, const float* w, int64_t OC, int
 #pragma omp parallel for
   for (int64_t o = 0; o < OC; o++) {
     const float* row = w + o * C;
-    float amax = 0;
-    for (int64_t c = 0; c < C; c++) amax = std::max(amax, std::fabs(row[c]));
+    const float amax = row_absmax(row, C);
     scale[o] = amax / 448.0f;
     const float inv = amax == 0 ? 0.0f : 448.0f / amax;
     for (int64_t c = 0; c < C; c++) q[o * C + c] = fp8_e4m3::from_float(row[c] * inv);
