@@ -10,8 +10,8 @@
 #   e2e       inference_bench on Llama-3.1-8B and 3.2-1B shapes (E2E_MODELS), batch 1 and 8, prompt 32, 128 new
 #             tokens, E2E_WEIGHTS (default dense int8 int4 fp8) in turn
 #   offline   inference_bench --offline 2000 --prompt 256 --new 256 on the 8B shape: bf16, fp8, fp8 + fp8 KV cache
-#   profile   where an offline forward's GPU time goes, bf16 against fp8: inference_bench --offline 300 (prompt 256,
-#             new 256) under the CUPTI tracer (bench/cupti_trace.cpp), summed per kernel by scripts/gpu/kernel_sum.py
+#   profile   where an offline forward's GPU time goes, bf16 against fp8 (PROFILE_CFGS, default "dense:auto fp8:auto":
+#             weights:KV-cache dtype): inference_bench --offline 300 (prompt 256, new 256) under the CUPTI tracer (bench/cupti_trace.cpp), summed per kernel by scripts/gpu/kernel_sum.py
 #             over the trace's last half (the tracer slows each kernel: compare shares, not times)
 #   accuracy  bench/run_quant_accuracy.sh: a GPT-2-shaped model trained on fortunes, perplexity per weight format
 # Before the call: bash scripts/gpu/prepare-carry.sh; run with carry [".carry"].
@@ -72,13 +72,15 @@ if want offline; then
   el offline
 fi
 if want profile; then
-  for w in dense fp8; do
-    CUDA_INJECTION64_PATH=$PWD/build-gpu/bench/libdscpp_cupti_trace.so DSCPP_CUPTI_OUT=$OUT/offline-$w.csv \
+  for cfg in ${PROFILE_CFGS:-dense:auto fp8:auto}; do
+    w=${cfg%%:*} kv=${cfg##*:}
+    CUDA_INJECTION64_PATH=$PWD/build-gpu/bench/libdscpp_cupti_trace.so DSCPP_CUPTI_OUT=$OUT/offline-$w-$kv.csv \
       timeout 200 ./build-gpu/bench/inference_bench --model "$models/llama-3.1-8b" --offline 300 --prompt 256 \
-      --new 256 --weights $w --warmup 0 > "$OUT/profile-$w.out" 2>&1 || echo "profile $w rc=$?"
-    echo "== 8B offline 300 x 256/256, $w: GPU time per kernel over the trace's last half"
-    python3 scripts/gpu/kernel_sum.py "$OUT/offline-$w.csv" --frac 0.5 --top 14
-    rm -f "$OUT/offline-$w.csv"
+      --new 256 --weights $w --kv-cache-dtype $kv --warmup 0 > "$OUT/profile-$w-$kv.out" 2>&1 ||
+      echo "profile $w kv $kv rc=$?"
+    echo "== 8B offline 300 x 256/256, $w, KV $kv: GPU time per kernel over the trace's last half"
+    python3 scripts/gpu/kernel_sum.py "$OUT/offline-$w-$kv.csv" --frac 0.5 --top 14
+    rm -f "$OUT/offline-$w-$kv.csv"
   done
   el profile
 fi

@@ -49,7 +49,11 @@ for r in "$rate" inf; do
   python3 bench/serve_bench.py --port "$port" --dataset random --random-prompt ids --random-input-len "$input" \
     --random-vocab-size "$vocab" \
     --random-output-len "$output" --num-prompts "$prompts" --request-rate "$r" --save-result "$OUT/serve${tag}_rate_$r.json" \
-    2>&1 | grep -E "Successful|throughput|Median TTFT|Median ITL|Median TPOT|P99 TTFT|Failed"
+    2>&1 | grep -E "Successful|throughput|Median TTFT|Mean ITL|Median ITL|Median TPOT|P99 TTFT|Failed"
+  # The server's own view, cumulative since start-up: its TTFT / ITL sums and counts, and where the engine's
+  # steps went (a step's wall time against its forward's launch and wait on the device).
+  curl -s "http://127.0.0.1:$port/metrics" | grep -E "^dscpp:(engine_|(time_to_first_token|inter_token_latency)_seconds_(sum|count))" |
+    sed 's/{[^}]*}//' | tr '\n' ' '; echo
 done
 curl -s "http://127.0.0.1:$port/metrics" | grep -E "^dscpp:(num_requests|kv_cache)" | head -6
 kill -TERM $pid; wait $pid; trap - EXIT

@@ -162,8 +162,10 @@ void EngineLoop::run() {
       }
     }
     const inference::InferenceEngine::KvUsage kv = engine_.kv_usage();
+    const inference::GenerationStats& st = engine_.totals();
     metrics_.set_gauges({engine_.n_running(), engine_.n_waiting(), kv.used_blocks, kv.total_blocks,
-                         kv.prefix_hit_blocks, kv.prefix_miss_blocks});
+                         kv.prefix_hit_blocks, kv.prefix_miss_blocks, st.forwards, st.seconds, st.forward_seconds,
+                         st.sample_seconds});
     std::lock_guard<std::mutex> g(mu_);
     engine_waiting_ = engine_.n_waiting();
   }

@@ -96,6 +96,13 @@ std::string Metrics::prometheus(const std::string& model_name) const {
   scalar(o, "dscpp:prompt_tokens_total", "counter", "Prompt tokens of requests admitted.", label,
          double(prompt_tokens_));
   scalar(o, "dscpp:generation_tokens_total", "counter", "Tokens generated.", label, double(generated_));
+  scalar(o, "dscpp:engine_steps_total", "counter", "Engine steps (one forward each).", label, double(e.steps));
+  scalar(o, "dscpp:engine_step_seconds_total", "counter", "Wall time inside engine steps.", label, e.step_seconds);
+  scalar(o, "dscpp:engine_forward_seconds_total", "counter",
+         "Of the steps' time: launching the forwards and waiting for them and their sampling on the device.", label,
+         e.forward_seconds);
+  scalar(o, "dscpp:engine_sample_seconds_total", "counter", "Of the steps' time: the samplers' host work.", label,
+         e.sample_seconds);
   o << "# HELP dscpp:request_success_total Requests finished, by finish reason.\n"
        "# TYPE dscpp:request_success_total counter\n";
   for (const auto& [reason, n] : finished_)

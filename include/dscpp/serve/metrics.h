@@ -26,6 +26,10 @@ struct EngineGauges {
   int64_t running = 0, waiting = 0;
   int64_t kv_used_blocks = 0, kv_total_blocks = 0;
   int64_t prefix_hit_blocks = 0, prefix_miss_blocks = 0;
+  // The engine's steps since start-up and where their time went (GenerationStats): the whole step, the forward's
+  // launch and wait on the device, the samplers' host time; the rest of a step is scheduling and bookkeeping.
+  int64_t steps = 0;
+  double step_seconds = 0, forward_seconds = 0, sample_seconds = 0;
 };
 
 class Metrics {
