@@ -2,6 +2,10 @@
 //   attention_bench            check against the CPU reference, then time forward and backward (bf16)
 //   attention_bench check      only the check        attention_bench time [f16]   only the timing
 //   a third argument picks the backend (auto, cudnn or own; kernels/attention_backend.h): attention_bench time bf16 own
+//   attention_bench paged [f16]   decode attention over the paged KV cache (the Llama-3.1-8B shape: 32 query heads,
+//                                 8 kv heads of 128; blocks of 64 positions), 16-bit and fp8 caches, cold L2: time a
+//                                 call and the KV bytes' rate against the H100's 3.35 TB/s; where N * Hkv >= 1024 the
+//                                 128-row flash tile's decode path (paged_prompt_attention with decode_too) beside it
 // TFLOP/s counts causal attention as half of the dense 4*B*H*T^2*D forward FLOPs; backward as 2.5x the forward
 // (the usual FlashAttention convention, so the numbers compare with PyTorch SDPA benchmarks).
 #include <cstdio>
@@ -106,6 +110,47 @@ void run_timing(DType dt, dscpp::AttentionBackend be) {
               n.cudnn_forward == 0 ? " (cuDNN attention: off)" : "");
 }
 
+// Decode tokens (one per sequence) at `ctx` positions each, through ops::paged_attention_forward.
+void run_paged(DType dt) {
+  const int64_t H = 32, Hkv = 8, D = 128, R = (H + 2 * Hkv) * D, block = 64;
+  const Device dev = Device::cuda(0);
+  Tensor flush = Tensor::empty({int64_t(64) << 20}, DType::f32, dev);  // 256 MB, five times the L2
+  cudaStream_t st = dscpp::cuda::current_stream(0);
+  auto cold = [&](const std::function<void()>& f) {
+    return time_ms(f, 3, 20, [&] { DSCPP_CUDA_CHECK(cudaMemsetAsync(flush.raw(), 0, flush.nbytes(), st)); });
+  };
+  std::printf("\n%-5s %-5s %4s %5s | %9s %9s %6s | %11s\n", "dtype", "cache", "N", "ctx", "us", "GB/s", "roof%",
+              "128-row us");
+  for (DType cache_dt : {dt, DType::fp8_e4m3})
+    for (int64_t ctx : {160, 1024, 4096})
+      for (int64_t N : {1, 4, 16, 64, 128, 256, 512}) {
+        if (N * ctx > 512 * 1024) continue;
+        const int64_t per_seq = (ctx + block - 1) / block, n_blocks = N * per_seq;
+        Tensor cache = Tensor::empty({n_blocks, block, 2, Hkv, D}, cache_dt, dev);
+        DSCPP_CUDA_CHECK(cudaMemsetAsync(cache.raw(), 0x3c, cache.nbytes(), st));  // finite in bf16, f16 and e4m3
+        std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
+        for (int64_t i = 0; i < n_blocks; i++) perm[size_t(i)] = int32_t(i * 7919 % n_blocks);  // scattered blocks
+        Tensor bt = Tensor::empty({N * per_seq}, DType::i32), ss = Tensor::empty({N + 1}, DType::i32);
+        Tensor pos = Tensor::empty({N}, DType::i32);
+        std::copy(perm.begin(), perm.end(), bt.data<int32_t>());
+        for (int64_t n = 0; n <= N; n++) ss.data<int32_t>()[n] = int32_t(n);
+        for (int64_t n = 0; n < N; n++) pos.data<int32_t>()[n] = int32_t(ctx - 1);
+        Tensor bt_d = bt.to(dev), ss_d = ss.to(dev), pos_d = pos.to(dev);
+        Tensor qkv = to_device(randn_rounded({N, R}, dt, 5), dt);
+        Tensor out = Tensor::empty({N, H * D}, dt, dev);
+        const double ms = cold([&] { dscpp::ops::paged_attention_forward(out, qkv, cache, bt_d, ss_d, pos_d, H, Hkv, D); });
+        double old_ms = 0;
+        if (N * Hkv >= 1024)
+          old_ms = cold([&] { dscpp::cuda::paged_prompt_attention(out, qkv, cache, bt_d, ss_d, pos_d, H, Hkv, D, true); });
+        const double bytes = double(N) * double(ctx) * 2.0 * double(Hkv * D) * double(dscpp::dtype_size(cache_dt));
+        const double gbs = bytes / (ms * 1e-3) * 1e-9;
+        std::printf("%-5s %-5s %4lld %5lld | %9.1f %9.0f %6.1f | ", dscpp::dtype_name(dt), dscpp::dtype_name(cache_dt),
+                    (long long)N, (long long)ctx, ms * 1e3, gbs, 100.0 * gbs / 3350.0);
+        if (old_ms > 0) std::printf("%11.1f\n", old_ms * 1e3);
+        else std::printf("%11s\n", "-");
+      }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -120,6 +165,7 @@ int main(int argc, char** argv) {
     bool ok = true;
     if (mode == "all" || mode == "check") ok = run_checks(be);
     if (mode == "all" || mode == "time") run_timing(dt, be);
+    if (mode == "paged") run_paged(dt);
     return ok ? 0 : 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());

@@ -31,6 +31,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/kv_cache_elem.cuh"
+#include "kernels/cuda/paged_common.cuh"
 
 namespace dscpp::cuda {
 namespace {
@@ -61,26 +62,6 @@ __global__ void kv_append_kernel(C* __restrict__ cache, const T* __restrict__ qk
 }
 
 // ---- paged_attention_forward ----
-struct PagedArgs {
-  const int32_t* block_table;  // [S, max_blocks]
-  const int32_t* seq_start;    // [S + 1]
-  const int32_t* pos;          // [N]
-  int S, max_blocks, block_size, n_blocks, H, Hkv, D;
-  float scale;
-  int skip_prompts;  // tokens of sequences with 2 or more new tokens are the prompt kernel's (attention.cu)
-};
-
-// The sequence of token n: the last s with seq_start[s] <= n (empty sequences before it share its start).
-__device__ int sequence_of(const int32_t* seq_start, int S, int n) {
-  int lo = 0, hi = S - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (seq_start[mid] <= n) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 // Grid (N, Hkv, splits). Shared memory (floats): q[G][D], k[kTile][D+1] (padded: the score step reads a column of
 // it), v[kTile][D], p[G][kTile], acc[G][D], m[G], l[G], alpha[G].
 // splits == 1: out[n, h*D + d] (=) the attention, in T. Else part_acc[n][h][split][D], part_ml[n][h][split][2] (f32).
@@ -301,14 +282,34 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
   const int64_t S = seq_start.numel() - 1, max_blocks = block_table.numel() / S;
   PagedArgs a{ptr<int32_t>(block_table), ptr<int32_t>(seq_start), ptr<int32_t>(pos), int(S), int(max_blocks),
               int(cache.size(1)), int(cache.size(0)), int(H), int(Hkv), int(D), 1.0f / std::sqrt(float(D)), 0};
-  const int splits = paged_splits(N, int(Hkv), max_blocks * a.block_size);
-  // Prompt chunks go to the tensor-core kernel (Note [Paged prompt attention]), after the decode tokens' kernels
-  // (which then skip them); a decode-only batch (one token per sequence) launches no prompt kernel. Decode tokens
-  // enough to fill the GPU without splits go to tensor cores too (Note [Paged decode on tensor cores]). Those read an
-  // fp8 cache too, widening each chunk to T on its way into shared memory (Note [fp8 KV cache]).
+  // Decode tokens (sequences of one new token) go to tensor cores where the shapes allow (Note [Paged decode on
+  // tensor cores]), prompt chunks to the tensor-core prompt kernel after them (Note [Paged prompt attention]); the
+  // rest (f32, other head sizes, groups of more than 16 heads) to the CUDA-core kernel here.
   const bool tc = paged_prompt_attention_supported(out, qkv, cache, D);
-  const bool tc_decode = tc && splits == 1 && N * Hkv >= kTargetCtas && G <= 128;
-  if (tc_decode) return paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D, true);
+  if (tc && paged_decode_mma_supported(out, qkv, cache, H, Hkv, D)) {
+    const int splits = paged_decode_mma_splits(N, Hkv, int64_t(max_blocks) * a.block_size);
+    a.skip_prompts = N > S ? 1 : 0;
+    {
+      OpLaunch L(qkv);
+      if (splits == 1) {
+        paged_decode_mma(out, nullptr, nullptr, qkv, cache, a, N, 1, L.stream);
+      } else {
+        // Stream-ordered workspace (Note [Current stream]), as the CUDA-core kernel's.
+        Tensor part_acc = Tensor::empty({N, H, splits, D}, DType::f32, qkv.device());
+        Tensor part_ml = Tensor::empty({N, H, splits, 2}, DType::f32, qkv.device());
+        paged_decode_mma(out, ptr<float>(part_acc), ptr<float>(part_ml), qkv, cache, a, N, splits, L.stream);
+        dispatch_paged(op, qkv.dtype(), cache.dtype(), [&](auto* tag, auto*) {
+          using T = std::remove_pointer_t<decltype(tag)>;
+          paged_attention_merge_kernel<T><<<dim3(unsigned(N), unsigned(H)), std::min(int(D), kThreads), 0, L.stream>>>(
+              ptr<T>(out), ptr<float>(part_acc), ptr<float>(part_ml), int(H), int(D), splits, a);
+          DSCPP_CUDA_CHECK_LAUNCH();
+        });
+      }
+    }
+    if (N > S) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D, false);
+    return;
+  }
+  const int splits = paged_splits(N, int(Hkv), max_blocks * a.block_size);
   const bool prompts = tc && N > S;
   a.skip_prompts = prompts ? 1 : 0;
   OpLaunch L(qkv);
