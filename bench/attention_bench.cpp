@@ -4,8 +4,7 @@
 //   a third argument picks the backend (auto, cudnn or own; kernels/attention_backend.h): attention_bench time bf16 own
 //   attention_bench paged [f16]   decode attention over the paged KV cache (the Llama-3.1-8B shape: 32 query heads,
 //                                 8 kv heads of 128; blocks of 64 positions), 16-bit and fp8 caches, cold L2: time a
-//                                 call and the KV bytes' rate against the H100's 3.35 TB/s; where N * Hkv >= 1024 the
-//                                 128-row flash tile's decode path (paged_prompt_attention with decode_too) beside it
+//                                 call (its launches included) and the KV bytes' rate against the H100's 3.35 TB/s
 // TFLOP/s counts causal attention as half of the dense 4*B*H*T^2*D forward FLOPs; backward as 2.5x the forward
 // (the usual FlashAttention convention, so the numbers compare with PyTorch SDPA benchmarks).
 #include <cstdio>
@@ -119,8 +118,7 @@ void run_paged(DType dt) {
   auto cold = [&](const std::function<void()>& f) {
     return time_ms(f, 3, 20, [&] { DSCPP_CUDA_CHECK(cudaMemsetAsync(flush.raw(), 0, flush.nbytes(), st)); });
   };
-  std::printf("\n%-5s %-5s %4s %5s | %9s %9s %6s | %11s\n", "dtype", "cache", "N", "ctx", "us", "GB/s", "roof%",
-              "128-row us");
+  std::printf("\n%-5s %-8s %4s %5s | %9s %9s %6s\n", "dtype", "cache", "N", "ctx", "us", "GB/s", "roof%");
   for (DType cache_dt : {dt, DType::fp8_e4m3})
     for (int64_t ctx : {160, 1024, 4096})
       for (int64_t N : {1, 4, 16, 64, 128, 256, 512}) {
@@ -139,15 +137,10 @@ void run_paged(DType dt) {
         Tensor qkv = to_device(randn_rounded({N, R}, dt, 5), dt);
         Tensor out = Tensor::empty({N, H * D}, dt, dev);
         const double ms = cold([&] { dscpp::ops::paged_attention_forward(out, qkv, cache, bt_d, ss_d, pos_d, H, Hkv, D); });
-        double old_ms = 0;
-        if (N * Hkv >= 1024)
-          old_ms = cold([&] { dscpp::cuda::paged_prompt_attention(out, qkv, cache, bt_d, ss_d, pos_d, H, Hkv, D, true); });
         const double bytes = double(N) * double(ctx) * 2.0 * double(Hkv * D) * double(dscpp::dtype_size(cache_dt));
         const double gbs = bytes / (ms * 1e-3) * 1e-9;
-        std::printf("%-5s %-5s %4lld %5lld | %9.1f %9.0f %6.1f | ", dscpp::dtype_name(dt), dscpp::dtype_name(cache_dt),
+        std::printf("%-5s %-8s %4lld %5lld | %9.1f %9.0f %6.1f\n", dscpp::dtype_name(dt), dscpp::dtype_name(cache_dt),
                     (long long)N, (long long)ctx, ms * 1e3, gbs, 100.0 * gbs / 3350.0);
-        if (old_ms > 0) std::printf("%11.1f\n", old_ms * 1e3);
-        else std::printf("%11s\n", "-");
       }
 }
 

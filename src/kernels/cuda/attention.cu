@@ -193,16 +193,14 @@ struct PagedKV {
 };
 
 // One forward CTA: query rows [q0, q0 + 128) of nq rows (row i at qg + i * q_stride) whose positions are
-// offset + i * row_step, over keys 0 .. nk - 1 from `kv`; key j is visible to row i when j <= its position. Writes
-// out rows (row i at out + i * out_stride) and, when lse is given, lse[i]. Rows are a sequence's tokens (row_step
-// 1: training, prompt chunks) or one token's query heads of a GQA group (row_step 0: Note [Paged decode on tensor
-// cores]). Each warp owns 32 query rows (two m-tiles) so that every K/V fragment read from shared memory feeds four
+// offset + i (a sequence's tokens: training, prompt chunks), over keys 0 .. nk - 1 from `kv`; key j is visible to
+// row i when j <= its position. Writes out rows (row i at out + i * out_stride) and, when lse is given, lse[i]. Each warp owns 32 query rows (two m-tiles) so that every K/V fragment read from shared memory feeds four
 // mma instead of two (one m-tile per warp is shared-memory bound on H100); a warp with no rows only loads. Q
 // fragments stay in registers for D = 64 and are re-read per key tile for D = 128 (register budget).
 template <typename T, int D, typename KV>
 __device__ __forceinline__ void flash_fwd_tile(T* __restrict__ out, int64_t out_stride, float* __restrict__ lse,
                                                const T* __restrict__ qg, int64_t q_stride, int nq, int q0,
-                                               int offset, int row_step, int nk, const KV& kv, float scale_log2,
+                                               int offset, int nk, const KV& kv, float scale_log2,
                                                const int* bad) {
   constexpr int LD = D + 8, BQ = kFwdBlockQ, BK = kBlockK, ST = BK / 8, DT = D / 8, KD = D / 16;
   constexpr bool kQReg = D <= 64;
@@ -211,10 +209,10 @@ __device__ __forceinline__ void flash_fwd_tile(T* __restrict__ out, int64_t out_
   T* sK = sQ + BQ * LD;      // [2][BK][LD]
   T* sV = sK + 2 * BK * LD;  // [2][BK][LD]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
-  const int last = offset + (min(q0 + BQ, nq) - 1) * row_step;   // the CTA's last row's position
+  const int last = offset + min(q0 + BQ, nq) - 1;   // the CTA's last row's position
   const int nkb = min((nk + BK - 1) / BK, last / BK + 1);          // causal: keys up to it
   const int wrow = q0 + warp * 32;                                 // the warp's first query row
-  const int wfirst = offset + wrow * row_step, wlast = offset + (wrow + 31) * row_step;  // its positions
+  const int wfirst = offset + wrow, wlast = offset + wrow + 31;  // its positions
 
   load_tile<T, BQ, D, kFlashThreads>(sQ, qg, q_stride, q0, nq);
   cp_async_commit();  // group: Q
@@ -290,7 +288,7 @@ __device__ __forceinline__ void flash_fwd_tile(T* __restrict__ out, int64_t out_
 #pragma unroll
             for (int e = 0; e < 4; e++) {
               const int j = k0 + nt * 8 + 2 * tq + (e & 1), i = row0 + mi * 16 + (e >> 1) * 8;
-              if (j > offset + i * row_step || j >= nk) s[mi][nt][e] = -INFINITY;
+              if (j > offset + i || j >= nk) s[mi][nt][e] = -INFINITY;
             }
       }
       // Online softmax on raw scores (the scale folds into one FFMA per element); a row's 4 threads are a quad.
@@ -381,14 +379,15 @@ __global__ void __launch_bounds__(kFlashThreads) flash_fwd_kernel(T* __restrict_
   const T* base = qkv + int64_t(b) * seq * R;
   const DenseKV<T, D> kv{base + int64_t(H + kh) * D, base + int64_t(H + Hkv + kh) * D, R, seq};
   flash_fwd_tile<T, D>(out + int64_t(b) * seq * H * D + int64_t(h) * D, int64_t(H) * D,
-                       lse + (int64_t(b) * H + h) * seq, base + int64_t(h) * D, R, seq, qb * kFwdBlockQ, 0, 1, seq,
+                       lse + (int64_t(b) * H + h) * seq, base + int64_t(h) * D, R, seq, qb * kFwdBlockQ, 0, seq,
                        kv, scale_log2, nullptr);
 }
 
 // Note [Paged prompt attention]: the prompt chunks of a ragged batch (sequences bringing 2 or more new tokens)
 // through the same tensor-core tile, keys and values read through the block table. Grid (upper bound on the
 // sequences' 128-row query blocks, H); each CTA finds its (sequence, query block) by a warp scan over seq_start
-// (work past the last block exits). Sequences of one new token are the split-K decode kernel's (paged_kv.cu).
+// (work past the last block exits). Sequences of one new token are the decode kernel's (Note [Paged decode on tensor
+// cores], paged_decode.cu).
 template <typename T, typename C, int D>
 __global__ void __launch_bounds__(kFlashThreads)
     paged_flash_fwd_kernel(T* __restrict__ out, const T* __restrict__ qkv, const C* __restrict__ cache,
@@ -422,40 +421,8 @@ __global__ void __launch_bounds__(kFlashThreads)
   const PagedKV<T, C, D> kv{cache + int64_t(kh) * D, block_table + int64_t(s) * max_blocks, slot, int64_t(Hkv) * D,
                          bad ? 0 : offset + nq, block_size, n_blocks, &bad};
   flash_fwd_tile<T, D>(out + int64_t(n0) * H * D + int64_t(h) * D, int64_t(H) * D, nullptr,
-                       qkv + int64_t(n0) * R + int64_t(h) * D, R, nq, found_qb * kFwdBlockQ, bad ? 0 : offset, 1,
+                       qkv + int64_t(n0) * R + int64_t(h) * D, R, nq, found_qb * kFwdBlockQ, bad ? 0 : offset,
                        bad ? nq : offset + nq, kv, scale_log2, &bad);
-}
-
-// Note [Paged decode on tensor cores]: with many decode tokens (N * Hkv CTAs fill the GPU, so the split-K kernel
-// takes no splits) the split-K kernel's f32 FMA loops, two shared-memory reads per FMA, made attention 59% of an
-// offline-throughput run on an H100. This kernel gives the same tile body the G query heads of one token's GQA
-// group as its rows (all at the token's position: row_step 0; rows G.. of the 128 are empty), so each 64-key tile
-// of K and V is read once into shared memory and multiplied on tensor cores. Grid (N, Hkv); tokens of sequences
-// with 2 or more new tokens are the prompt kernel's and exit.
-template <typename T, typename C, int D>
-__global__ void __launch_bounds__(kFlashThreads)
-    paged_decode_tc_kernel(T* __restrict__ out, const T* __restrict__ qkv, const C* __restrict__ cache,
-                           const int32_t* __restrict__ block_table, const int32_t* __restrict__ seq_start,
-                           const int32_t* __restrict__ pos, int S, int max_blocks, int block_size, int n_blocks, int H,
-                           int Hkv, float scale_log2) {
-  __shared__ int bad;
-  const int n = blockIdx.x, kh = blockIdx.y, G = H / Hkv;
-  int lo = 0, hi = S - 1;  // the sequence of token n: the last s with seq_start[s] <= n
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (seq_start[mid] <= n) lo = mid;
-    else hi = mid - 1;
-  }
-  if (seq_start[lo + 1] - seq_start[lo] >= 2) return;
-  const int p = pos[n];
-  if (threadIdx.x == 0) bad = p < 0 || p >= max_blocks * block_size;
-  __syncthreads();
-  const int64_t R = int64_t(H + 2 * Hkv) * D, slot = int64_t(2) * Hkv * D;
-  const PagedKV<T, C, D> kv{cache + int64_t(kh) * D, block_table + int64_t(lo) * max_blocks, slot, int64_t(Hkv) * D,
-                         bad ? 0 : p + 1, block_size, n_blocks, &bad};
-  flash_fwd_tile<T, D>(out + int64_t(n) * H * D + int64_t(kh) * G * D, D, nullptr,
-                       qkv + int64_t(n) * R + int64_t(kh) * G * D, D, G, 0, bad ? 0 : p, 0, bad ? 1 : p + 1, kv,
-                       scale_log2, &bad);
 }
 
 // dq part of dqkv. Grid (ceil(T/64), H, B), 128 threads. Di[B,H,T] = rowsum(dout * out).
@@ -851,7 +818,7 @@ void flash_forward(T* out, float* lse, const T* qkv, const Dims& d, cudaStream_t
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
-// The paged kernels' launch (Note [Paged prompt attention], Note [Paged decode on tensor cores]): one argument list.
+// The paged prompt kernel's launch (Note [Paged prompt attention]).
 template <typename T, typename C, typename K>
 void launch_paged_tc(K kernel, dim3 grid, size_t smem, int D, const Tensor& out, const Tensor& qkv,
                      const Tensor& cache, const Tensor& block_table, const Tensor& seq_start, const Tensor& pos, int H,
@@ -873,13 +840,6 @@ void paged_flash_forward(const Tensor& out, const Tensor& qkv, const Tensor& cac
   const int64_t blocks = ceil_div(N, kFwdBlockQ) + std::min<int64_t>(S, N / 2);
   launch_paged_tc<T, C>(paged_flash_fwd_kernel<T, C, D>, dim3(unsigned(blocks), unsigned(H)), fwd_smem_bytes<D>(), D, out,
                      qkv, cache, block_table, seq_start, pos, H, Hkv, stream);
-}
-
-template <typename T, typename C, int D>
-void paged_decode_tc(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
-                     const Tensor& seq_start, const Tensor& pos, int H, int Hkv, cudaStream_t stream) {
-  launch_paged_tc<T, C>(paged_decode_tc_kernel<T, C, D>, dim3(unsigned(pos.numel()), unsigned(Hkv)), fwd_smem_bytes<D>(), D,
-                     out, qkv, cache, block_table, seq_start, pos, H, Hkv, stream);
 }
 
 template <typename T, int D>
@@ -1011,8 +971,7 @@ bool paged_prompt_attention_supported(const Tensor& out, const Tensor& qkv, cons
 }
 
 void paged_prompt_attention(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
-                            const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D,
-                            bool decode_too) {
+                            const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D) {
   DSCPP_CHECK(paged_prompt_attention_supported(out, qkv, cache, D), "paged_prompt_attention: unsupported operands");
   const int64_t N = pos.numel(), S = seq_start.numel() - 1;
   OpLaunch L(qkv);
@@ -1021,10 +980,6 @@ void paged_prompt_attention(const Tensor& out, const Tensor& qkv, const Tensor& 
     using C = std::remove_pointer_t<decltype(ctag)>;
     if constexpr (!std::is_same_v<T, float>) {
       const int h = int(H), hkv = int(Hkv);
-      if (decode_too) {
-        if (D == 64) paged_decode_tc<T, C, 64>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
-        else paged_decode_tc<T, C, 128>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
-      }
       if (N == S) return;  // one token per sequence: no prompt chunk
       if (D == 64) paged_flash_forward<T, C, 64>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);
       else paged_flash_forward<T, C, 128>(out, qkv, cache, block_table, seq_start, pos, h, hkv, L.stream);

@@ -91,13 +91,11 @@ void rope_kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& 
                           int64_t Hkv, int64_t D, const RopeParams& rope);  // rope.cu
 void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
                              const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D);
-// The tensor-core paths of paged_attention_forward (attention.cu, Note [Paged prompt attention]): the rows of the
-// sequences with 2 or more new tokens, and with decode_too those of the one-token sequences too (Note [Paged decode
-// on tensor cores]); for bf16 / f16, head dims 64 and 128, 16-byte aligned operands.
+// The tensor-core prompt path of paged_attention_forward (attention.cu, Note [Paged prompt attention]): the rows of
+// the sequences with 2 or more new tokens; for bf16 / f16, head dims 64 and 128, 16-byte aligned operands.
 bool paged_prompt_attention_supported(const Tensor& out, const Tensor& qkv, const Tensor& cache, int64_t D);
 void paged_prompt_attention(const Tensor& out, const Tensor& qkv, const Tensor& cache, const Tensor& block_table,
-                            const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D,
-                            bool decode_too);
+                            const Tensor& seq_start, const Tensor& pos, int64_t H, int64_t Hkv, int64_t D);
 
 // ---- sampling (sampling.cu; f32 logits, one CTA per row; history tokens outside [0, V) are skipped) ----
 void apply_penalties(const Tensor& out, const Tensor& logits, const Tensor& hist_start, const Tensor& hist_token,

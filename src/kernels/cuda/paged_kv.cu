@@ -20,8 +20,9 @@
 // Indices: the device cannot range-check slots, pos and the block table on the host without a sync, so the
 // kernels do: an append whose slot is outside the cache writes nothing, and a token whose position or block-table
 // entries fall outside the cache gets NaN rows (its error shows in the logits instead of another sequence's KV).
-// The scores are plain f32 FMA on CUDA cores: the kernel is bound by the K/V reads at decode, which is where the
-// paged path matters most; prompt chunks would gain from a tensor-core tile (attention.cu's flash kernel), not done.
+// The scores are plain f32 FMA on CUDA cores. Since the tensor-core kernels (Note [Paged decode on tensor cores],
+// Note [Paged prompt attention]) this kernel serves what they do not: f32, head sizes other than 64 and 128, and
+// groups of more than 16 query heads.
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -306,7 +307,7 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
         });
       }
     }
-    if (N > S) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D, false);
+    if (N > S) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D);
     return;
   }
   const int splits = paged_splits(N, int(Hkv), max_blocks * a.block_size);
@@ -322,7 +323,7 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
     else
       launch_paged_attention_v<T, C, 1>(ptr<T>(out), ptr<T>(qkv), ptr<C>(cache), a, N, splits, qkv, L.stream);
   });
-  if (prompts) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D, false);
+  if (prompts) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D);
 }
 
 }  // namespace dscpp::cuda
