@@ -49,7 +49,7 @@ bool check_case(const Case& c, DType dt, dscpp::AttentionBackend be) {
   const float* g = dqkv.data<float>();
   const float* w = dqkv_ref.data<float>();
   auto part = [&](int64_t c0, int64_t c1) {
-    double err = 0, ref = 1e-6;
+    double err = 0, ref = 1e-2;  // T = 1: dq and dk are exactly zero, and their rounding noise is no error
     for (int64_t n = 0; n < N; n++)
       for (int64_t j = c0; j < c1; j++) {
         const float a = g[n * R + j], b = w[n * R + j];
