@@ -214,6 +214,10 @@ def main():
         flood(s, 40)
         m = settle(s)
         assert m['dscpp:request_success_total:abort'] >= 1, m
+        # The engine's step time: every token came from a step, and a step's forward is part of its wall time.
+        assert m['dscpp:engine_steps_total'] >= 1 and m['dscpp:generation_tokens_total'] >= 1, m
+        assert 0 < m['dscpp:engine_forward_seconds_total'] <= m['dscpp:engine_step_seconds_total'], m
+        assert 0 <= m['dscpp:engine_sample_seconds_total'] <= m['dscpp:engine_step_seconds_total'], m
         check_basics(s)
         sigterm_with_stream_in_flight(s)
     print('test_serve: ok')
