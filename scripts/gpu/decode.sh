@@ -52,11 +52,7 @@ PY
   el ab
 fi
 if want ops; then
-  for op in matmul_forward matmul_q_forward rope_forward rope_kv_cache_append paged_attention_forward; do
-    timeout 200 ./build-gpu/tests/test_ops --op $op > "$OUT/test_ops_$op.log" 2>&1
-    echo "test_ops --op $op rc=$?: $(grep -E 'passed' "$OUT/test_ops_$op.log" | tail -1)"
-    grep -E "FAIL" "$OUT/test_ops_$op.log" | head -5
-  done
+  run_ops matmul_forward matmul_q_forward rope_forward rope_kv_cache_append paged_attention_forward
   el ops
 fi
 if want gemm; then

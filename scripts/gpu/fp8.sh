@@ -21,11 +21,7 @@ source "$(dirname "$0")/stages.sh"
 models=$(mktemp -d)
 for m in llama-3.1-8b llama-3.2-1b; do mkdir -p "$models/$m" && cp bench/models/$m.json "$models/$m/config.json"; done
 if want ops; then
-  for op in quantize_weight_fp8 dequantize_weight matmul_q_forward rmsnorm_matmul_q_forward; do
-    timeout 200 ./build-gpu/tests/test_ops --op $op > "$OUT/test_ops_$op.log" 2>&1
-    echo "test_ops --op $op rc=$?: $(grep -E 'passed' "$OUT/test_ops_$op.log" | tail -1)"
-    grep -E "FAIL" "$OUT/test_ops_$op.log" | head -8
-  done
+  run_ops quantize_weight_fp8 dequantize_weight matmul_q_forward rmsnorm_matmul_q_forward
   el ops
 fi
 if want tests; then

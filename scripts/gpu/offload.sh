@@ -25,10 +25,7 @@ if want tests; then
     -R "Offload|ParamOffload|Swap|Aio|CpuCheckpoint|Fp8|fp8|CudaTensor|Tiers|EstimateMemory") > "$OUT/ctest_offload.log" 2>&1
   echo "offload / fp8 ctest rc=$?: $(grep -E 'tests passed' "$OUT/ctest_offload.log")"
   grep -E "\(Failed\)|\*\*\*Failed|Timeout" "$OUT/ctest_offload.log" | head -10
-  for op in kv_cache_append paged_attention_forward; do
-    timeout 200 ./build-gpu/tests/test_ops --op $op > "$OUT/test_ops_$op.log" 2>&1
-    echo "test_ops --op $op rc=$?: $(grep -E 'passed' "$OUT/test_ops_$op.log" | tail -1)"
-  done
+  run_ops kv_cache_append paged_attention_forward
   el tests
 fi
 if want param; then

@@ -22,11 +22,7 @@ source "$(dirname "$0")/stages.sh"
 launch="./build-gpu/dscpp launch --nproc_per_node 2 --master_port 0 -H /nonexistent --"
 shape="--models llama-1b --n-layer 28 --n-embd 3072 --n-head 24 --n-kv-head 8 --n-ffn 8192 --n-vocab 128256"
 if want ops; then
-  for op in embedding_shard crossentropy_shard crossentropy_combine; do
-    timeout 120 ./build-gpu/tests/test_ops --op $op > "$OUT/test_ops_$op.log" 2>&1
-    echo "test_ops --op $op rc=$?: $(tail -1 "$OUT/test_ops_$op.log")"
-    grep -E "^FAIL" "$OUT/test_ops_$op.log" | head -5
-  done
+  run_ops embedding_shard crossentropy_shard crossentropy_combine
   el ops
 fi
 if want tp; then

@@ -25,6 +25,18 @@ wait_base() {
   [ "$(cat build-base/rc 2>/dev/null)" = 0 ] || { echo "baseline build failed:"; tail -20 build-base/build.log; }
   el baseline built
 }
+# The op harness on each op named: one summary line each and its first failures; the logs go into one file,
+# $OUT/test_ops.log (a call returns a limited number of files).
+run_ops() {
+  local op log=$(mktemp)
+  for op in "$@"; do
+    timeout 200 ./build-gpu/tests/test_ops --op "$op" > "$log" 2>&1
+    echo "test_ops --op $op rc=$?: $(grep -E 'passed' "$log" | tail -1)"
+    grep -E "FAIL" "$log" | head -5
+    { echo "== test_ops --op $op"; cat "$log"; } >> "$OUT/test_ops.log"
+  done
+  rm -f "$log"
+}
 if want build; then
   OUT=$OUT bash scripts/gpu/check.sh build | grep -E "build:|FAIL|error" | head -20
   el built

@@ -17,8 +17,7 @@ if want tests; then
     echo "$t rc=$?: $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$OUT/$t.log" | tr '\n' ' ')"
     grep -E "Failure|worst|differ|rank [0-9]:" "$OUT/$t.log" | head -8
   done
-  timeout 120 ./build-gpu/tests/test_ops --op embedding > "$OUT/test_ops_embedding.log" 2>&1
-  echo "test_ops --op embedding rc=$?: $(tail -1 "$OUT/test_ops_embedding.log")"
+  run_ops embedding
   el tests
 fi
 if want bench; then
