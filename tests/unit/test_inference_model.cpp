@@ -239,6 +239,54 @@ TEST(PagedOps, AttentionOverScrambledBlocksEqualsDenseAttention) {
   }
 }
 
+// On a GPU an index outside the cache cannot be refused without a sync (Note [Paged attention design]): a decode
+// token that reaches one gets NaN rows, and every other token its attention. The tensor-core decode kernel (Note
+// [Paged decode on tensor cores]) with a bf16 and an fp8 cache, three tokens (several splits each) and 150 (one).
+TEST(PagedOps, CudaTokensOutsideTheCacheGetNanRows) {
+  DSCPP_REQUIRE_GPU();
+  const int64_t H = 32, Hkv = 8, D = 128, R = (H + 2 * Hkv) * D, bs = 16, per = 8;
+  for (const int64_t S : {int64_t(3), int64_t(150)})
+    for (DType cache_dt : {DType::bf16, DType::fp8_e4m3}) {
+      const int64_t nb = S * per;
+      Rng rng(uint64_t(S) + 11);
+      Tensor qkv = Tensor::empty({S, R}, DType::f32), cache = Tensor::empty({nb, bs, 2, Hkv, D}, DType::f32);
+      for (Tensor* t : {&qkv, &cache})
+        for (int64_t i = 0; i < t->numel(); i++) t->data<float>()[i] = rng.normal();
+      qkv = qkv.to(DType::bf16).to(DType::f32), cache = cache.to(cache_dt).to(DType::f32);  // what the GPU sees
+      Tensor bt = Tensor::empty({S, per}, DType::i32), ss = Tensor::empty({S + 1}, DType::i32);
+      Tensor pos = Tensor::empty({S}, DType::i32);
+      for (int64_t s = 0; s < S; s++) {
+        for (int64_t j = 0; j < per; j++) bt.data<int32_t>()[s * per + j] = int32_t(s * per + j);
+        ss.data<int32_t>()[s] = int32_t(s);
+        pos.data<int32_t>()[s] = int32_t(40 + 3 * s % 80);
+      }
+      ss.data<int32_t>()[S] = int32_t(S);
+      // Sequence 1 reaches a block past the cache's; sequence 2's position lies past its row of the block table.
+      bt.data<int32_t>()[1 * per + 2] = int32_t(nb + 5);
+      pos.data<int32_t>()[2] = int32_t(per * bs);
+      const Device dev = Device::cuda(0);
+      Tensor out = Tensor::empty({S, H * D}, DType::bf16, dev);
+      ops::paged_attention_forward(out, qkv.to(DType::bf16).to(dev), cache.to(cache_dt).to(dev), bt.to(dev),
+                                   ss.to(dev), pos.to(dev), H, Hkv, D);
+      const Tensor got = out.to(Device::cpu()).to(DType::f32);
+      for (int64_t s = 0; s < S; s++) {
+        const float* g = got.data<float>() + s * H * D;
+        if (s == 1 || s == 2) {
+          for (int64_t i = 0; i < H * D; i++) ASSERT_TRUE(std::isnan(g[i])) << "sequence " << s << " element " << i;
+          continue;
+        }
+        // The CPU reference of this token alone (its own row of the block table).
+        Tensor bt1 = Tensor::empty({1, per}, DType::i32), ss1 = Tensor::empty({2}, DType::i32);
+        Tensor pos1 = Tensor::empty({1}, DType::i32), ref = Tensor::empty({1, H * D}, DType::f32);
+        std::copy_n(bt.data<int32_t>() + s * per, per, bt1.data<int32_t>());
+        ss1.data<int32_t>()[0] = 0, ss1.data<int32_t>()[1] = 1, pos1.data<int32_t>()[0] = pos.data<int32_t>()[s];
+        ops::paged_attention_forward(ref, qkv.narrow0(s, 1), cache, bt1, ss1, pos1, H, Hkv, D);
+        for (int64_t i = 0; i < H * D; i++)
+          ASSERT_NEAR(g[i], ref.data<float>()[i], 2e-2f) << dtype_name(cache_dt) << " sequence " << s << " element " << i;
+      }
+    }
+}
+
 // ---- policies: refusals and the other architectures ----
 
 std::string error_of(const std::function<void()>& fn) {
