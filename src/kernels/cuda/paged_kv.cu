@@ -223,6 +223,21 @@ int paged_splits(int64_t N, int Hkv, int64_t max_ctx) {
   return int(std::max<int64_t>(1, std::min<int64_t>(s, kMaxSplits)));
 }
 
+// Runs attend(part_acc, part_ml): a kernel of `splits` CTAs per (token, kv head) that writes out itself when splits
+// is 1 (both null) and the split-K partials otherwise, which the merge then combines into out. The partials are
+// stream-ordered workspace (Note [Current stream]): freed to the caching allocator, reused by the next call.
+template <typename T, typename F>
+void split_and_merge(T* out, const PagedArgs& a, int64_t N, int splits, Device device, cudaStream_t stream,
+                     F&& attend) {
+  if (splits == 1) return attend(nullptr, nullptr);
+  Tensor part_acc = Tensor::empty({N, a.H, splits, a.D}, DType::f32, device);
+  Tensor part_ml = Tensor::empty({N, a.H, splits, 2}, DType::f32, device);
+  attend(ptr<float>(part_acc), ptr<float>(part_ml));
+  paged_attention_merge_kernel<T><<<dim3(unsigned(N), unsigned(a.H)), std::min(a.D, kThreads), 0, stream>>>(
+      out, ptr<float>(part_acc), ptr<float>(part_ml), a.H, a.D, splits, a);
+  DSCPP_CUDA_CHECK_LAUNCH();
+}
+
 template <typename T, typename C, int V>
 void launch_paged_attention_v(T* out, const T* qkv, const C* cache, PagedArgs a, int64_t N, int splits,
                               const Tensor& like, cudaStream_t stream) {
@@ -232,19 +247,10 @@ void launch_paged_attention_v(T* out, const T* qkv, const C* cache, PagedArgs a,
   if (smem > 48 * 1024)
     DSCPP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned(N), unsigned(a.Hkv), unsigned(splits));
-  if (splits == 1) {
-    kernel<<<grid, kThreads, smem, stream>>>(out, nullptr, nullptr, qkv, cache, a);
+  split_and_merge(out, a, N, splits, like.device(), stream, [&](float* part_acc, float* part_ml) {
+    kernel<<<grid, kThreads, smem, stream>>>(splits == 1 ? out : nullptr, part_acc, part_ml, qkv, cache, a);
     DSCPP_CUDA_CHECK_LAUNCH();
-    return;
-  }
-  // Stream-ordered workspace (Note [Current stream]): freed to the caching allocator, reused by the next call.
-  Tensor part_acc = Tensor::empty({N, a.H, splits, a.D}, DType::f32, like.device());
-  Tensor part_ml = Tensor::empty({N, a.H, splits, 2}, DType::f32, like.device());
-  kernel<<<grid, kThreads, smem, stream>>>(nullptr, ptr<float>(part_acc), ptr<float>(part_ml), qkv, cache, a);
-  DSCPP_CUDA_CHECK_LAUNCH();
-  paged_attention_merge_kernel<T><<<dim3(unsigned(N), unsigned(a.H)), std::min(a.D, kThreads), 0, stream>>>(
-      out, ptr<float>(part_acc), ptr<float>(part_ml), a.H, a.D, splits, a);
-  DSCPP_CUDA_CHECK_LAUNCH();
+  });
 }
 
 }  // namespace
@@ -292,20 +298,12 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
     a.skip_prompts = N > S ? 1 : 0;
     {
       OpLaunch L(qkv);
-      if (splits == 1) {
-        paged_decode_mma(out, nullptr, nullptr, qkv, cache, a, N, 1, L.stream);
-      } else {
-        // Stream-ordered workspace (Note [Current stream]), as the CUDA-core kernel's.
-        Tensor part_acc = Tensor::empty({N, H, splits, D}, DType::f32, qkv.device());
-        Tensor part_ml = Tensor::empty({N, H, splits, 2}, DType::f32, qkv.device());
-        paged_decode_mma(out, ptr<float>(part_acc), ptr<float>(part_ml), qkv, cache, a, N, splits, L.stream);
-        dispatch_paged(op, qkv.dtype(), cache.dtype(), [&](auto* tag, auto*) {
-          using T = std::remove_pointer_t<decltype(tag)>;
-          paged_attention_merge_kernel<T><<<dim3(unsigned(N), unsigned(H)), std::min(int(D), kThreads), 0, L.stream>>>(
-              ptr<T>(out), ptr<float>(part_acc), ptr<float>(part_ml), int(H), int(D), splits, a);
-          DSCPP_CUDA_CHECK_LAUNCH();
+      dispatch_paged(op, qkv.dtype(), cache.dtype(), [&](auto* tag, auto*) {
+        using T = std::remove_pointer_t<decltype(tag)>;
+        split_and_merge(ptr<T>(out), a, N, splits, qkv.device(), L.stream, [&](float* part_acc, float* part_ml) {
+          paged_decode_mma(out, part_acc, part_ml, qkv, cache, a, N, splits, L.stream);
         });
-      }
+      });
     }
     if (N > S) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D);
     return;
