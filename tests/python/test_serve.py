@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 
 from serve_harness import Served, parse_args
@@ -202,9 +203,21 @@ def sigterm_with_stream_in_flight(s):
     assert s.proc.wait(timeout=120) == 0, s.server_log()
 
 
+def token_budget(args):
+    """The SplitFuse budget (Note [Serving token budget]): a flag below the sequences a forward may hold is refused,
+    naming both, before the model loads; the CPU's default is the config's."""
+    with tempfile.TemporaryDirectory() as empty:  # no model: the refusal comes first
+        r = subprocess.run([args.dscpp, 'serve', '--hf', empty, '--max-num-batched-tokens', '100'],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0, r
+    assert '--max-num-batched-tokens 100' in r.stderr and 'max_ragged_sequence_count (512' in r.stderr, r.stderr
+
+
 def main():
     args = parse_args()
+    token_budget(args)
     with Served(args, ['--max-queue', '4']) as s:
+        assert 'up to 768 tokens a forward' in s.server_log(), s.server_log()
         greedy = check_basics(s)
         check_sampling(s)
         check_stop(s, greedy)
