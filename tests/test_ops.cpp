@@ -691,6 +691,8 @@ void add_paged_kv() {
   many64.H = 16, many64.Hkv = 8, many64.D = 64, many64.block = 16;
   const S shapes[] = {many, many64, S{4, 2, 8, 4, {0}, {5}},
                       S{3, 1, 6, 3, {0, 7, 5, 2}, {4, 1, 0, 1}},  // an empty sequence: no new token
+                      // As many tokens as sequences, one of them a 2-token chunk beside an empty sequence.
+                      S{32, 8, 128, 16, {9, 0, 130}, {2, 0, 1}},
                       S{8, 2, 64, 16, {0, 40, 17}, {33, 1, 9}},
                       S{32, 8, 128, 16, {0, 40, 300, 17}, {33, 1, 1, 64}},
                       S{12, 12, 64, 16, {1500}, {1}},

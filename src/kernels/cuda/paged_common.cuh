@@ -28,7 +28,7 @@ __device__ __forceinline__ int sequence_of(const int32_t* seq_start, int S, int 
 }
 
 // Note [Paged decode on tensor cores]: the decode tokens of `a` (sequences of one new token; the others' tokens
-// exit) on tensor cores, split over `splits` CTAs per (token, kv head). splits == 1 writes out; more write the
+// exit when a.skip_prompts, else they are attended here too) on tensor cores, split over `splits` CTAs per (token, kv head). splits == 1 writes out; more write the
 // partials part_acc [N, H, splits, D] and part_ml [N, H, splits, 2] (f32, the CUDA-core kernel's layout) for
 // paged_kv.cu's merge. T bf16 or f16 (out, qkv), the cache T or fp8 e4m3, D 64 or 128, H / Hkv <= 16, 16-byte
 // aligned rows (paged_decode_mma_supported).

@@ -70,7 +70,9 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int H = a.H, G = H / a.Hkv;
   const int s = sequence_of(a.seq_start, a.S, n);
-  if (a.seq_start[s + 1] - a.seq_start[s] >= 2) return;  // a prompt chunk's token: the prompt kernel's
+  // A prompt chunk's token is the prompt kernel's when it runs (N > S); with empty sequences beside a chunk (N <= S,
+  // never in the engine's batches) this kernel takes it too: each token's attention is its own here.
+  if (a.skip_prompts && a.seq_start[s + 1] - a.seq_start[s] >= 2) return;
   const int p = a.pos[n];
   const bool bad_pos = p < 0 || p >= a.max_blocks * a.block_size;
   const int len = bad_pos ? 0 : p + 1;
