@@ -15,13 +15,15 @@ void Histogram::observe(double x) {
 // vLLM's buckets (seconds).
 Metrics::Metrics()
     : ttft_({0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0}),
-      itl_({0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0}) {
+      itl_({0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0}),
+      tpot_({0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0}),
+      e2e_({0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0}) {
   for (const char* r : {"stop", "length", "abort", "error"}) finished_[r] = 0;
 }
 
 void Metrics::on_arrival(int64_t uid, Clock::time_point t) {
   std::lock_guard<std::mutex> g(mu_);
-  live_[uid] = Live{t, t, false};
+  live_[uid] = Live{t, t, t, 0};
 }
 
 void Metrics::on_token(int64_t uid, Clock::time_point t) {
@@ -30,15 +32,24 @@ void Metrics::on_token(int64_t uid, Clock::time_point t) {
   auto it = live_.find(uid);
   if (it == live_.end()) return;
   Live& l = it->second;
-  const double s = std::chrono::duration<double>(t - (l.started ? l.last : l.arrival)).count();
-  (l.started ? itl_ : ttft_).observe(s);
-  l.started = true;
+  const double s = std::chrono::duration<double>(t - (l.tokens > 0 ? l.last : l.arrival)).count();
+  (l.tokens > 0 ? itl_ : ttft_).observe(s);
+  if (l.tokens == 0) l.first = t;
+  l.tokens++;
   l.last = t;
 }
 
+// A request that made tokens counts in the end-to-end latency (arrival to its last token) and, from two tokens on, in
+// the time per output token (vLLM's: (e2e - ttft) / (tokens - 1)).
 void Metrics::on_finish(int64_t uid, const std::string& reason) {
   std::lock_guard<std::mutex> g(mu_);
-  if (live_.erase(uid)) finished_[reason]++;
+  auto it = live_.find(uid);
+  if (it == live_.end()) return;
+  const Live& l = it->second;
+  if (l.tokens > 0) e2e_.observe(std::chrono::duration<double>(l.last - l.arrival).count());
+  if (l.tokens > 1) tpot_.observe(std::chrono::duration<double>(l.last - l.first).count() / double(l.tokens - 1));
+  finished_[reason]++;
+  live_.erase(it);
 }
 
 void Metrics::on_prompt_tokens(int64_t n) {
@@ -109,6 +120,10 @@ std::string Metrics::prometheus(const std::string& model_name) const {
     o << "dscpp:request_success_total{" << label << ",finished_reason=\"" << reason << "\"} " << n << "\n";
   histogram(o, "dscpp:time_to_first_token_seconds", "Time from arrival to the first token.", ttft_, label);
   histogram(o, "dscpp:inter_token_latency_seconds", "Time between a request's consecutive tokens.", itl_, label);
+  histogram(o, "dscpp:time_per_output_token_seconds", "A finished request's mean time per token after the first.",
+            tpot_, label);
+  histogram(o, "dscpp:e2e_request_latency_seconds", "A finished request's time from arrival to its last token.", e2e_,
+            label);
   return o.str();
 }
 

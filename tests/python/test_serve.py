@@ -231,6 +231,10 @@ def main():
         assert m['dscpp:engine_steps_total'] >= 1 and m['dscpp:generation_tokens_total'] >= 1, m
         assert 0 < m['dscpp:engine_forward_seconds_total'] <= m['dscpp:engine_step_seconds_total'], m
         assert 0 <= m['dscpp:engine_sample_seconds_total'] <= m['dscpp:engine_step_seconds_total'], m
+        # Every request that made a token has an end-to-end latency; those of two or more a time per output token.
+        assert 1 <= m['dscpp:e2e_request_latency_seconds_count'] <= m['dscpp:time_to_first_token_seconds_count'], m
+        assert 1 <= m['dscpp:time_per_output_token_seconds_count'] <= m['dscpp:e2e_request_latency_seconds_count'], m
+        assert m['dscpp:time_per_output_token_seconds_sum'] <= m['dscpp:e2e_request_latency_seconds_sum'], m
         check_basics(s)
         sigterm_with_stream_in_flight(s)
     print('test_serve: ok')

@@ -1,7 +1,7 @@
 // The server's Prometheus metrics (GET /metrics, text format 0.0.4), with vLLM's names where vLLM has one so that
 // dashboards carry over: requests running / waiting, KV-cache blocks used / total, prefix-cache hit rate, time to
-// first token and inter-token latency histograms, tokens generated, requests finished by reason. The engine thread
-// writes, HTTP threads read; one mutex.
+// first token, inter-token latency, time per output token and end-to-end latency histograms, tokens generated,
+// requests finished by reason, the engine's step time. The engine thread writes, HTTP threads read; one mutex.
 #pragma once
 #include <chrono>
 #include <cstdint>
@@ -47,12 +47,12 @@ class Metrics {
  private:
   mutable std::mutex mu_;
   EngineGauges gauges_;
-  Histogram ttft_, itl_;
+  Histogram ttft_, itl_, tpot_, e2e_;
   int64_t generated_ = 0, prompt_tokens_ = 0;
   std::map<std::string, int64_t> finished_;
   struct Live {
-    Clock::time_point arrival, last;
-    bool started = false;
+    Clock::time_point arrival, first, last;
+    int64_t tokens = 0;
   };
   std::unordered_map<int64_t, Live> live_;
 };
