@@ -353,6 +353,7 @@ void OptimizerOffload::refresh_masters() {
 }
 
 std::vector<std::pair<std::string, Tensor>> OptimizerOffload::state_tensors() const {
+  worker_.wait();  // the host step in hand writes them (a failed one is rethrown)
   check_intact();
   std::vector<std::pair<std::string, Tensor>> host = host_->state_tensors();
   if (nvme_) {  // read back from the swap files into memory
@@ -374,6 +375,7 @@ std::vector<std::pair<std::string, Tensor>> OptimizerOffload::state_tensors() co
 }
 
 Tensor OptimizerOffload::masters() const {
+  worker_.wait();  // the host step in hand writes them (a failed one is rethrown)
   check_intact();
   Tensor host = host_master_;
   if (nvme_) {

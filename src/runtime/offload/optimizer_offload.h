@@ -134,8 +134,8 @@ class OptimizerOffload {
   Optimizer& optimizer() { return *host_; }   // the host optimizer: type, step count, hyper-parameters
   void set_betas(double beta1, double beta2);
   void refresh_masters();                      // masters <- the device parameters (start-up)
-  // Each optimizer state and (mixed) the f32 masters over the whole shard, as without offload: the host buffers
-  // themselves when nothing stays on the device, else merged copies in host memory.
+  // Each optimizer state and (mixed) the f32 masters over the whole shard, as without offload, once the host step
+  // in hand is done: the host buffers themselves when nothing stays on the device, else merged copies in host memory.
   std::vector<std::pair<std::string, Tensor>> state_tensors() const;
   Tensor masters() const;
   // From a checkpoint: states over the whole shard by name, the step count from `meta` (checked like
@@ -205,7 +205,7 @@ class OptimizerOffload {
   std::string failure_;                // the first failed host step's error (written by the worker before failed_)
   std::atomic<bool> failed_{false};
   double wait_ms_ = 0;
-  StepWorker worker_;                  // last: stopped first
+  mutable StepWorker worker_;          // last: stopped first; mutable: the const readers wait for its step
 };
 
 }  // namespace dscpp
