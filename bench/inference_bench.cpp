@@ -21,7 +21,8 @@
 // requests fill, activations).
 // --offline N: offline throughput instead (vLLM's benchmark_throughput): N requests of --prompt random tokens and
 // --new greedy tokens each, all handed to generate at once, FastGen's default limits (512 sequences, 768 tokens a
-// forward) and a KV cache of all free memory. Prints
+// forward; --max-num-seqs and --max-num-batched-tokens, vLLM's names, change them, and the latter's value ends the
+// model column as "-tN") and a KV cache of all free memory. Prints
 //   OFFLINE impl model requests prompt new total_tokens_per_s output_tokens_per_s forwards peak_mem_gib host_pct
 // Every engine start-up (weights loaded, KV cache allocated, CUDA graphs captured) prints
 //   STARTUP impl model seconds
@@ -55,6 +56,7 @@ struct Args {
   int64_t prompt = 32, new_tokens = 128, warmup = 1, offline = 0, tp = 1;
   int64_t peer_bytes = InferenceDscppConfig{}.peer_all_reduce_max_bytes;
   std::string kv_cache_dtype = "auto";
+  int64_t max_batched_tokens = 0, max_seqs = 0;  // 0: FastGen's defaults (768 tokens, 512 sequences a forward)
 };
 
 const bench::Flags kFlags{"inference_bench",
@@ -63,7 +65,8 @@ const bench::Flags kFlags{"inference_bench",
                           "                       [--group 128]\n"
                           "                       [--batch 1,32] [--prompt 32] [--new 128]\n"
                           "                       [--warmup 1] [--offline N] [--tensor-parallel-size T]\n"
-                          "                       [--peer-all-reduce-max-bytes N] [--kv-cache-dtype auto|fp8]\n"};
+                          "                       [--peer-all-reduce-max-bytes N] [--kv-cache-dtype auto|fp8]\n"
+                          "                       [--max-num-batched-tokens N] [--max-num-seqs N] (--offline)\n"};
 
 Args parse(int argc, char** argv) {
   Args a;
@@ -84,6 +87,8 @@ Args parse(int argc, char** argv) {
     else if (k == "tensor-parallel-size") a.tp = kFlags.to_int(k, v, 1);
     else if (k == "peer-all-reduce-max-bytes") a.peer_bytes = kFlags.to_int(k, v, 0);
     else if (k == "kv-cache-dtype") a.kv_cache_dtype = v == "fp8" ? "fp8_e4m3" : v;
+    else if (k == "max-num-batched-tokens") a.max_batched_tokens = kFlags.to_int(k, v, 1);
+    else if (k == "max-num-seqs") a.max_seqs = kFlags.to_int(k, v, 1);
     else kFlags.fail("unknown flag --" + k);
   });
   if (a.model.empty()) kFlags.fail("--model DIR is required");
@@ -135,9 +140,15 @@ double peak_gib(const LoadOptions& lo) {
   return lo.device.is_cuda() ? double(allocator_for(lo.device).stats().peak_bytes) / double(1 << 30) : 0;
 }
 
-void offline(const Args& a, const LoadOptions& lo, const std::string& name) {
+void offline(const Args& a, const LoadOptions& lo, const std::string& model_name) {
+  const std::string name =
+      model_name + (a.max_batched_tokens > 0 ? "-t" + std::to_string(a.max_batched_tokens) : std::string());
   InferenceConfig cfg;
   cfg.state_manager.max_context = ((a.prompt + a.new_tokens + 63) / 64) * 64;
+  if (a.max_batched_tokens > 0) cfg.state_manager.max_ragged_batch_size = a.max_batched_tokens;
+  if (a.max_seqs > 0) cfg.state_manager.max_ragged_sequence_count = a.max_seqs;
+  cfg.state_manager.max_ragged_sequence_count =
+      std::min(cfg.state_manager.max_ragged_sequence_count, cfg.state_manager.max_ragged_batch_size);
   auto e = start(a, lo, cfg, name);
   if (!e) return;
   const int64_t V = e->model().cfg.vocab;
