@@ -315,6 +315,11 @@ void add_activations() {
     for (auto [N, F] : {std::pair<int64_t, int64_t>{1, 8}, {7, 13}, {33, 768}, {257, 2048}}) {
       add("swiglu_forward", t, dims({{"N", N}, {"F", F}})).in("gate_up", {N, 2 * F}, t, -3, 3).out("out", {N, F}, t)
           .run([](const Args& a) { ops::swiglu_forward(a["out"], a["gate_up"]); });
+      for (int64_t k : {int64_t(1), int64_t(8)})  // the interleaved gate_up (Note [SwiGLU in the decode GEMV])
+        if (F % k == 0)
+          add("swiglu_forward", t, dims({{"N", N}, {"F", F}, {"pair_block", k}}))
+              .in("gate_up", {N, 2 * F}, t, -3, 3).out("out", {N, F}, t)
+              .run([k](const Args& a) { ops::swiglu_forward(a["out"], a["gate_up"], k); });
       add("swiglu_backward", t, dims({{"N", N}, {"F", F}})).in("gate_up", {N, 2 * F}, t, -3, 3).in("dout", {N, F}, t)
           .out("dgate_up", {N, 2 * F}, t)
           .run([](const Args& a) { ops::swiglu_backward(a["dgate_up"], a["dout"], a["gate_up"]); });
@@ -963,6 +968,47 @@ void add_quant() {
                                           a.opt(g, "zero"), g, a["bias"]);
           });
     }
+  // SwiGLU in the GEMV's epilogue (Note [SwiGLU in the decode GEMV]): weights of interleaved gate / up rows, mid =
+  // silu(gate) * up. The device rounds gate and up to the activation dtype first, as the two-op path stores them
+  // (one more inner eps). pre is scratch the GEMV paths leave alone: an input here, never compared. Dense bf16 takes
+  // the CUDA-core GEMV at one row and the tensor-core one at 2-8, int8 / int4 / fp8 theirs; 33 rows the ops.
+  for (DType t : kDtypes) {
+    const double inner = t == f32 ? kTf32 : 2 * eps(t);
+    for (S s : {S{1, 4096, 3072, 0}, S{1, 2048, 224, 0}, S{2, 1024, 512, 0}, S{4, 264, 48, 0}, S{8, 1024, 256, 0},
+                S{33, 768, 256, 0}})
+      for (bool bias : {true, false}) {
+        const std::string sh = dims({{"N", s.N}, {"C", s.C}, {"OC", s.OC}}) + (bias ? " bias" : "");
+        Case& c = add("rmsnorm_matmul_swiglu_forward", t, sh).in("inp", {s.N, s.C}, t, -2, 3)
+                      .in("norm_weight", {s.C}, t).in("weight", {s.OC, s.C}, t).in("pre", {s.N, s.OC}, t);
+        if (bias) c.in("bias", {s.OC}, t);
+        c.with(inner).out("normed", {s.N, s.C}, t).out("mid", {s.N, s.OC / 2}, t, s.C).run([=](const Args& a) {
+          ops::rmsnorm_matmul_swiglu_forward(a["mid"], a["pre"], a["normed"], a["inp"], a["norm_weight"], 1e-6f,
+                                             a["weight"], a.opt(bias, "bias"));
+        });
+      }
+    for (S s : {S{1, 4096, 3072, 128}, S{1, 4096, 3072, 0}, S{4, 256, 80, 64}, S{8, 4096, 96, 128},
+                S{33, 256, 80, 128}}) {
+      const std::string sh = dims({{"N", s.N}, {"C", s.C}, {"OC", s.OC}}) + " " + fmt(s.g) + " bias";
+      Case& c = add("rmsnorm_matmul_q_swiglu_forward", t, sh).in("inp", {s.N, s.C}, t, -2, 3)
+                    .in("norm_weight", {s.C}, t).in("pre", {s.N, s.OC}, t);
+      quant_args(c, {s.OC, s.C}, s.g, Role::in);
+      c.in("bias", {s.OC}, t).with(inner).out("normed", {s.N, s.C}, t).out("mid", {s.N, s.OC / 2}, t, s.C)
+          .run([g = s.g](const Args& a) {
+            ops::rmsnorm_matmul_q_swiglu_forward(a["mid"], a["pre"], a["normed"], a["inp"], a["norm_weight"], 1e-6f,
+                                                 a["q"], a["scale"], a.opt(g, "zero"), g, a["bias"]);
+          });
+    }
+    for (S s : {S{1, 4096, 3072, 0}, S{4, 256, 80, 0}, S{8, 4096, 96, 0}}) {  // fp8, inner as the fp8 cases above
+      const std::string sh = dims({{"N", s.N}, {"C", s.C}, {"OC", s.OC}}) + " fp8 bias";
+      add("rmsnorm_matmul_q_swiglu_forward", t, sh).in("inp", {s.N, s.C}, t, -2, 3).in("norm_weight", {s.C}, t)
+          .in("pre", {s.N, s.OC}, t).in("q", {s.OC, s.C}, fp8_, -300, 300).in("scale", {s.OC}, f32, 0.001f, 0.02f)
+          .in("bias", {s.OC}, t).with(t == f32 ? 0x1p-11 : 0x1p-5 + eps(t)).out("normed", {s.N, s.C}, t)
+          .out("mid", {s.N, s.OC / 2}, t, s.C).run([=](const Args& a) {
+            ops::rmsnorm_matmul_q_swiglu_forward(a["mid"], a["pre"], a["normed"], a["inp"], a["norm_weight"], 1e-6f,
+                                                 fp8_of(a["q"]), a["scale"], Tensor(), 0, a["bias"]);
+          });
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -532,15 +532,18 @@ int64_t swiglu_width(const char* op, const Tensor& gate_up) {
 }
 }  // namespace
 
-void swiglu_forward(const Tensor& out, const Tensor& gate_up) {
+void swiglu_forward(const Tensor& out, const Tensor& gate_up, int64_t pair_block) {
   const char* op = "swiglu_forward";
   const bool cuda = on_cuda(op, {{"out", out}, {"gate_up", gate_up}});
   const DType t = need_act(op, {"gate_up", gate_up}, cuda);
   const int64_t F = swiglu_width(op, gate_up), N = gate_up.numel() / (2 * F);
   need_dtype(op, {"out", out}, t);
   need_rows(op, {"out", out}, N, F);
-  if (cuda) CUDA_DISPATCH(op, swiglu_forward, out, gate_up);
-  cpu::swiglu_forward(out.data<float>(), gate_up.data<float>(), N, F);
+  if (pair_block < 0 || (pair_block > 0 && F % pair_block != 0))
+    fail(op, "pair_block ", pair_block, " must be 0 or a divisor of F = ", F);
+  const int64_t k = pair_block == 0 ? F : pair_block;
+  if (cuda) CUDA_DISPATCH(op, swiglu_forward, out, gate_up, k);
+  cpu::swiglu_forward(out.data<float>(), gate_up.data<float>(), N, F, k);
 }
 
 void swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up) {

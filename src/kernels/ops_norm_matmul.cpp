@@ -30,6 +30,27 @@ bool fusable(const Tensor& out, const Tensor& normed, const Tensor& inp, const T
                               (bias.dtype() == t || bias.dtype() == DType::f32)));
 }
 
+// q as the fused kernels read it: a 2-D tensor on inp's device with its scale (and int4's zero points) in the
+// layout of Note [Quantized weight layout]; OC and C the linear's. Its full checks are matmul_q_forward's.
+bool q_layout(const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group, int64_t& OC,
+              int64_t& C) {
+  if (!q.defined() || q.dim() != 2 || q.device() != inp.device() || !scale.defined() ||
+      scale.device() != inp.device() || scale.dtype() != DType::f32 || group < 0)
+    return false;
+  OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1);
+  const bool fp8 = q.dtype() == DType::fp8_e4m3;
+  return (q.dtype() == DType::i8 || (fp8 && group == 0)) &&
+         (group ? zero.defined() && zero.dtype() == DType::i8 && zero.device() == inp.device() && group % 2 == 0 &&
+                      C % group == 0 && scale.numel() == OC * (C / group) && zero.numel() == OC * (C / group)
+                : !zero.defined() && scale.numel() == OC);
+}
+
+// mid [N, OC / 2] of inp's dtype and device, OC whole blocks of gate and up rows.
+bool swiglu_fits(const Tensor& mid, const Tensor& inp, int64_t OC, int64_t C) {
+  return mid.defined() && mid.device() == inp.device() && mid.dtype() == inp.dtype() &&
+         OC % (2 * kSwigluPairBlock) == 0 && mid.size(-1) == OC / 2 && mid.numel() == inp.numel() / C * (OC / 2);
+}
+
 }  // namespace
 
 void rmsnorm_matmul_forward(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
@@ -50,22 +71,60 @@ void rmsnorm_matmul_q_forward(const Tensor& out, const Tensor& normed, const Ten
 #ifdef DSCPP_WITH_CUDA
   // The quantized weight's own layout checks are matmul_q_forward's; here only that it is a 2-D tensor on inp's
   // device whose shape the kernels read (its scale and zero point are checked there before any launch).
-  if (q.defined() && q.dim() == 2 && q.device() == inp.device() && scale.defined() && scale.device() == inp.device() &&
-      group >= 0) {
-    const int64_t OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1);
-    const bool fp8 = q.dtype() == DType::fp8_e4m3;
-    const bool layout = (q.dtype() == DType::i8 || (fp8 && group == 0)) &&
-                        (group ? zero.defined() && zero.dtype() == DType::i8 && zero.device() == inp.device() &&
-                                     group % 2 == 0 && C % group == 0 && scale.numel() == OC * (C / group) &&
-                                     zero.numel() == OC * (C / group)
-                               : !zero.defined() && scale.numel() == OC);
-    if (layout && scale.dtype() == DType::f32 && fusable(out, normed, inp, norm_weight, bias, OC, C) &&
-        cuda::try_rmsnorm_matmul_q(out, normed, inp, norm_weight, eps, q, scale, zero, group, bias))
-      return;
-  }
+  int64_t OC = 0, C = 0;
+  if (q_layout(inp, q, scale, zero, group, OC, C) && fusable(out, normed, inp, norm_weight, bias, OC, C) &&
+      cuda::try_rmsnorm_matmul_q(out, normed, inp, norm_weight, eps, q, scale, zero, group, bias))
+    return;
 #endif
   rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);
   matmul_q_forward(out, normed, q, scale, zero, group, bias);
+}
+
+// Note [SwiGLU in the decode GEMV]
+// At decode the MLP's first half was three steps: the gate_up GEMV writing [N, 2F], a SwiGLU kernel reading it back
+// to write mid [N, F], then down_proj's GEMV. The SwiGLU kernel moves a few KB, yet it costs a launch and the gap
+// behind it in every layer of every step. Folding it into down_proj's prologue would have every CTA of that GEMV
+// re-read and re-activate all 2F inputs (an 8B model: 57 KB from L2 per CTA, the traffic that made the norm prologue
+// at 8 rows 22-27% slower, Note [Norm in the decode GEMV]). The gate_up GEMV's epilogue is free of that cost, if a
+// CTA holds the gate and the up row of the same features: so the inference engine keeps up_w's rows interleaved
+// (interleave_gate_up, at engine start) in blocks of kSwigluPairBlock = 8 gate rows then their 8 up rows, the
+// tensor-core GEMVs' 16 output rows a CTA (gemv_mma.cuh's store_rows, the fp8 GEMV too), and the CUDA-core GEMV's
+// eight warps take four gate rows and their four up rows (gemv.cuh). The epilogue rounds gate and up to the
+// output's dtype before silu(gate) * up, as the separate ops did, so the decode tokens are the ones the two-op path
+// gave. Prefill (cuBLASLt) writes the interleaved [N, 2F] rows and swiglu_forward reads them with its pair block.
+void rmsnorm_matmul_swiglu_forward(const Tensor& mid, const Tensor& pre, const Tensor& normed, const Tensor& inp,
+                                   const Tensor& norm_weight, float eps, const Tensor& weight, const Tensor& bias) {
+#ifdef DSCPP_WITH_CUDA
+  if (weight.defined() && weight.dim() == 2 && weight.dtype() == inp.dtype() && weight.device() == inp.device() &&
+      fusable(pre, normed, inp, norm_weight, bias, weight.size(0), weight.size(1)) &&
+      swiglu_fits(mid, inp, weight.size(0), weight.size(1))) {
+    if (cuda::try_rmsnorm_matmul(mid, normed, inp, norm_weight, eps, weight, bias, true)) return;
+    rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);  // more rows than the norm prologue takes
+    if (cuda::try_rmsnorm_matmul(mid, Tensor(), normed, Tensor(), eps, weight, bias, true)) return;
+    matmul_forward(pre, normed, weight, bias);
+    return swiglu_forward(mid, pre, kSwigluPairBlock);
+  }
+#endif
+  rmsnorm_matmul_forward(pre, normed, inp, norm_weight, eps, weight, bias);
+  swiglu_forward(mid, pre, kSwigluPairBlock);
+}
+
+void rmsnorm_matmul_q_swiglu_forward(const Tensor& mid, const Tensor& pre, const Tensor& normed, const Tensor& inp,
+                                     const Tensor& norm_weight, float eps, const Tensor& q, const Tensor& scale,
+                                     const Tensor& zero, int64_t group, const Tensor& bias) {
+#ifdef DSCPP_WITH_CUDA
+  int64_t OC = 0, C = 0;
+  if (q_layout(inp, q, scale, zero, group, OC, C) && fusable(pre, normed, inp, norm_weight, bias, OC, C) &&
+      swiglu_fits(mid, inp, OC, C)) {
+    if (cuda::try_rmsnorm_matmul_q(mid, normed, inp, norm_weight, eps, q, scale, zero, group, bias, true)) return;
+    rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);
+    if (cuda::try_rmsnorm_matmul_q(mid, Tensor(), normed, Tensor(), eps, q, scale, zero, group, bias, true)) return;
+    matmul_q_forward(pre, normed, q, scale, zero, group, bias);
+    return swiglu_forward(mid, pre, kSwigluPairBlock);
+  }
+#endif
+  rmsnorm_matmul_q_forward(pre, normed, inp, norm_weight, eps, q, scale, zero, group, bias);
+  swiglu_forward(mid, pre, kSwigluPairBlock);
 }
 
 }  // namespace dscpp::ops

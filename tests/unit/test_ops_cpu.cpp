@@ -396,6 +396,26 @@ TEST(Swiglu, ForwardAndBackward) {
                "swiglu_backward");
 }
 
+TEST(Swiglu, PairBlocksReadTheInterleavedLayout) {
+  Rng rng(34);
+  const int64_t N = 3, F = 12;
+  Tensor gu = randn({N, 2 * F}, rng, 2.0f);
+  const Vec want = swiglu_ref(dvec(gu), N, F);
+  for (int64_t k : {1, 4, 12}) {
+    // [gate | up] rearranged into F/k blocks of [k gate | k up]
+    Tensor inter = poisoned({N, 2 * F}), out = poisoned({N, F});
+    for (int64_t n = 0; n < N; n++)
+      for (int64_t f = 0; f < F; f++) {
+        const int64_t at = n * 2 * F + f / k * 2 * k + f % k;
+        inter.data<float>()[at] = gu.data<float>()[n * 2 * F + f];
+        inter.data<float>()[at + k] = gu.data<float>()[n * 2 * F + F + f];
+      }
+    ops::swiglu_forward(out, inter, k);
+    expect_close(out, want, 1e-6, 1e-5, "swiglu_forward pair_block " + std::to_string(k));
+  }
+  EXPECT_THROW(ops::swiglu_forward(poisoned({N, F}), gu, 5), Error);
+}
+
 // ---------------------------------------------------------------- elementwise
 TEST(Elementwise, ResidualAddScaleSumSquares) {
   Rng rng(40);

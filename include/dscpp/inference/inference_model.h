@@ -72,7 +72,7 @@ struct LayerWeights {
   Tensor qkv_w, qkv_b;      // [(H + 2 Hkv) D, C], [(H + 2 Hkv) D]
   Tensor o_w, o_b;          // [C, H D], [C]
   Tensor norm2_w, norm2_b;  // [C]
-  Tensor up_w, up_b;        // [2F, C] gate | up (SwiGLU) or [F, C] (GELU), [F]
+  Tensor up_w, up_b;        // [2F, C] gate | up (SwiGLU; see up_pair_block) or [F, C] (GELU), [F]
   Tensor down_w, down_b;    // [C, F], [C]
   // A quantized linear holds its weight here and leaves the *_w above undefined (biases stay 16-bit).
   QuantWeight qkv_q, o_q, up_q, down_q;
@@ -109,6 +109,9 @@ struct InferenceModel {
   Tensor lm_head;             // [V, C]; the same storage as embed when tied
   QuantWeight lm_head_q;      // a quantized lm head (then lm_head is undefined, or the embedding when tied)
   WeightQuantConfig quant;    // how the linears are stored (enabled false: all dense)
+  // SwiGLU's up_w / up_b / up_q rows: 0 as loaded, gate | up; k > 0 once interleave_gate_up has made them F/k blocks
+  // of k gate rows and their k up rows, the inference engine's layout (Note [SwiGLU in the decode GEMV]).
+  int64_t up_pair_block = 0;
   // Calibration (awq_scale, inference/quantization.h): on a host model, called by each forward with every layer's
   // linear inputs [N, in] as they are made; unset otherwise.
   std::function<void(int64_t layer, LinearInput input, const Tensor& rows)> observe_inputs;
@@ -144,6 +147,11 @@ InferenceModel load_inference_model(const std::string& dir, const LoadOptions& o
 // A model trained here (a checkpoint of ours loaded into the training Model), mapped by the policy its Hugging Face
 // export would meet, without writing the files.
 InferenceModel inference_model_from(const Model& model, const LoadOptions& opts = {});
+
+// Puts a SwiGLU model's gate | up rows into the engine's interleaved layout (up_pair_block = kSwigluPairBlock) on
+// the model's device; a GELU model, an FFN width the block does not divide, or a model already interleaved is
+// left as it is. The InferenceEngine does this at start; the loaders and the quantized folders keep gate | up.
+void interleave_gate_up(InferenceModel& m);
 
 // Throws dscpp::Error naming tensor_parallel.tp_size, its value and the rule unless tp_size divides the model's
 // KV heads and FFN width.

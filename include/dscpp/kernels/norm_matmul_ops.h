@@ -20,4 +20,16 @@ void rmsnorm_matmul_q_forward(const Tensor& out, const Tensor& normed, const Ten
                               float eps, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group,
                               const Tensor& bias);
 
+// The SwiGLU MLP's first half for a gate_up weight whose rows are blocks of kSwigluPairBlock gate rows and their
+// up rows (Note [SwiGLU in the decode GEMV]): mid[N,F] (=) swiglu_forward(rmsnorm_matmul_forward(...), pair block).
+// pre [N, 2F] is scratch the op may write (where the GEMV does not take the shapes: the gate_up rows go there);
+// normed as rmsnorm_matmul_forward's. On CUDA a few rows run the GEMV with SwiGLU in its epilogue (and, where it
+// can, the norm in its prologue): no [N, 2F] activation, no SwiGLU kernel.
+constexpr int64_t kSwigluPairBlock = 8;
+void rmsnorm_matmul_swiglu_forward(const Tensor& mid, const Tensor& pre, const Tensor& normed, const Tensor& inp,
+                                   const Tensor& norm_weight, float eps, const Tensor& weight, const Tensor& bias);
+void rmsnorm_matmul_q_swiglu_forward(const Tensor& mid, const Tensor& pre, const Tensor& normed, const Tensor& inp,
+                                     const Tensor& norm_weight, float eps, const Tensor& q, const Tensor& scale,
+                                     const Tensor& zero, int64_t group, const Tensor& bias);
+
 }  // namespace dscpp::ops

@@ -85,8 +85,10 @@ void gelu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp);
 // SiLU: out = x * sigmoid(x)
 void silu_forward(const Tensor& out, const Tensor& inp);
 void silu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp);
-// SwiGLU on a fused projection: gate_up[N, 2F] = [gate | up]; out[N,F] = silu(gate) * up
-void swiglu_forward(const Tensor& out, const Tensor& gate_up);
+// SwiGLU on a fused projection: gate_up[N, 2F] = [gate | up]; out[N,F] = silu(gate) * up. With pair_block k > 0
+// (a divisor of F), gate_up's rows are F/k blocks of [k gate | k up] instead: the inference models' interleaved
+// gate_up weight (Note [SwiGLU in the decode GEMV]); k = F is the [gate | up] layout.
+void swiglu_forward(const Tensor& out, const Tensor& gate_up, int64_t pair_block = 0);
 // dgate_up[N,2F] (=)
 void swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up);
 

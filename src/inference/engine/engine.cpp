@@ -164,7 +164,9 @@ Settings tp_settings(const InferenceModel& m, const InferenceConfig& c) {
   return s;
 }
 
-InferenceModel& checked(InferenceModel& m, const InferenceConfig& c) {
+// m checked against the config (and a tensor-parallel group's ranks against each other), its gate | up rows put in
+// the layout the engine's forward takes (Note [SwiGLU in the decode GEMV]).
+InferenceModel& prepared(InferenceModel& m, const InferenceConfig& c) {
   DSCPP_CHECK(c.state_manager.max_context <= m.cfg.max_context || m.cfg.max_context == 0,
               "state_manager.max_context = ", c.state_manager.max_context, " exceeds the model's ", m.cfg.max_context,
               " positions: lower it to at most ", m.cfg.max_context);
@@ -172,6 +174,7 @@ InferenceModel& checked(InferenceModel& m, const InferenceConfig& c) {
               m.tp.size == 1 ? "a whole (no tensor-parallel group)" : "a shard of " + std::to_string(m.tp.size),
               ": load it with a group of tp_size ranks (LoadOptions::tp_group)");
   if (m.tp.size > 1) check_same_settings(*m.tp.group, *m.tp.group->store(), tp_settings(m, c));
+  interleave_gate_up(m);
   return m;
 }
 
@@ -196,7 +199,7 @@ std::unique_ptr<PeerAllReduce> peer_all_reduce(InferenceModel& m, const Inferenc
 InferenceEngine::InferenceEngine(InferenceModel model, const InferenceConfig& config, std::ostream* log)
     : model_(std::move(model)),
       config_(config),
-      peer_(peer_all_reduce(checked(model_, config_), config_, log)),
+      peer_(peer_all_reduce(prepared(model_, config_), config_, log)),
       runner_(std::make_unique<ModelRunner>(model_, runner_limits(config_))),
       cache_(make_cache(model_, config_, log)) {
   state_ = std::make_unique<StateManager>(config_.state_manager, int32_t(cache_.shape().n_blocks),

@@ -170,9 +170,17 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
     if (c.mlp == MlpKind::gelu && !w.up_q.defined()) {
       norm_forward(c, h, x1, w.norm2_w, w.norm2_b, mean, rstd);
       ops::matmul_bias_gelu_forward(mid, pre, h, w.up_w, w.up_b);
+    } else if (m.up_pair_block == ops::kSwigluPairBlock && c.norm == NormKind::rmsnorm) {
+      // the decode GEMV applies SwiGLU itself (Note [SwiGLU in the decode GEMV])
+      const QuantWeight& q = w.up_q;
+      if (q.defined())
+        ops::rmsnorm_matmul_q_swiglu_forward(mid, pre, h, x1, w.norm2_w, c.norm_eps, q.q, q.scale, q.zero, q.group,
+                                             w.up_b);
+      else
+        ops::rmsnorm_matmul_swiglu_forward(mid, pre, h, x1, w.norm2_w, c.norm_eps, w.up_w, w.up_b);
     } else {
       norm_linear_forward(c, pre, h, x1, w.norm2_w, w.norm2_b, w.up_w, w.up_q, w.up_b, mean, rstd);
-      c.mlp == MlpKind::gelu ? ops::gelu_forward(mid, pre) : ops::swiglu_forward(mid, pre);
+      c.mlp == MlpKind::gelu ? ops::gelu_forward(mid, pre) : ops::swiglu_forward(mid, pre, m.up_pair_block);
     }
     if (m.observe_inputs) m.observe_inputs(l, LinearInput::up, h);
     if (m.observe_inputs) m.observe_inputs(l, LinearInput::down, mid);

@@ -45,14 +45,13 @@ void silu_backward(float* dinp, const float* dout, const float* inp, int64_t n) 
   }
 }
 
-void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F) {
+void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F, int64_t k) {
 #pragma omp parallel for if (N * F >= kParallelMin)
-  for (int64_t n = 0; n < N; n++) {
-    const float* g = gate_up + n * 2 * F;
-    const float* u = g + F;
-    float* o = out + n * F;
-    for (int64_t f = 0; f < F; f++) o[f] = g[f] * sigmoid(g[f]) * u[f];
-  }
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t f = 0; f < F; f++) {
+      const float* g = gate_up + n * 2 * F + f / k * 2 * k + f % k;
+      out[n * F + f] = g[0] * sigmoid(g[0]) * g[k];
+    }
 }
 
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int64_t F) {

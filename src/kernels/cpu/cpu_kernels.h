@@ -77,7 +77,8 @@ void gelu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 void silu_forward(float* out, const float* inp, int64_t n);
 void silu_backward(float* dinp, const float* dout, const float* inp, int64_t n);
 // gate_up[N,2F] = [gate | up] -> out[N,F] = silu(gate) * up; dgate_up[N,2F] (=)
-void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F);
+// gate_up's rows are F/k blocks of [k gate | k up] (k = F: [gate | up]).
+void swiglu_forward(float* out, const float* gate_up, int64_t N, int64_t F, int64_t k);
 void swiglu_backward(float* dgate_up, const float* dout, const float* gate_up, int64_t N, int64_t F);
 
 // elementwise.cpp. n elements; out may alias a or b.

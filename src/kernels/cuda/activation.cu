@@ -11,8 +11,6 @@ constexpr int kBlock = 256;
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kGeluCoef = 0.044715f;
 
-__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 struct GeluFwd {
   __device__ float operator()(float x) const {
     const float u = kSqrt2OverPi * (x + kGeluCoef * x * x * x);
@@ -75,14 +73,14 @@ __global__ void binary_kernel(T* dinp, const T* dout, const T* inp, int64_t n, F
 // gate_up[N,2F] -> out[N,F] = silu(gate) * up. Work item i in [0, N*F) covers out[i..i+V); V divides F on the
 // vector path, so a vector never crosses a row.
 template <typename T, int V>
-__global__ void swiglu_fwd_kernel(T* out, const T* gate_up, int64_t N, int64_t F) {
+__global__ void swiglu_fwd_kernel(T* out, const T* gate_up, int64_t N, int64_t F, int64_t k) {
   const int64_t total = N * F, stride = int64_t(gridDim.x) * blockDim.x * V;
   for (int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * V; i < total; i += stride) {
     const int64_t n = i / F, f = i - n * F;
-    const T* g = gate_up + n * 2 * F + f;
+    const T* g = gate_up + n * 2 * F + f / k * 2 * k + f % k;  // blocks of [k gate | k up] (k % V == 0)
     float gv[V], uv[V];
     load_f<T, V>(g, gv);
-    load_f<T, V>(g + F, uv);
+    load_f<T, V>(g + k, uv);
 #pragma unroll
     for (int k = 0; k < V; k++) gv[k] = gv[k] * sigmoidf(gv[k]) * uv[k];
     store_f<T, V>(out + i, gv);
@@ -136,12 +134,12 @@ void launch_binary(T* dinp, const T* dout, const T* inp, int64_t n, F f, cudaStr
 }
 
 template <typename T>
-void launch_swiglu_forward(T* out, const T* gate_up, int64_t N, int64_t F, cudaStream_t s) {
+void launch_swiglu_forward(T* out, const T* gate_up, int64_t N, int64_t F, int64_t k, cudaStream_t s) {
   constexpr int V = 16 / sizeof(T);
-  if (F % V == 0 && all_aligned16(out, gate_up))
-    swiglu_fwd_kernel<T, V><<<grid_for(N * F / V, kBlock), kBlock, 0, s>>>(out, gate_up, N, F);
+  if (F % V == 0 && k % V == 0 && all_aligned16(out, gate_up))
+    swiglu_fwd_kernel<T, V><<<grid_for(N * F / V, kBlock), kBlock, 0, s>>>(out, gate_up, N, F, k);
   else
-    swiglu_fwd_kernel<T, 1><<<grid_for(N * F, kBlock), kBlock, 0, s>>>(out, gate_up, N, F);
+    swiglu_fwd_kernel<T, 1><<<grid_for(N * F, kBlock), kBlock, 0, s>>>(out, gate_up, N, F, k);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
@@ -186,13 +184,13 @@ void silu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp) {
   binary("silu_backward", dinp, dout, inp, SiluBwd{});
 }
 
-void swiglu_forward(const Tensor& out, const Tensor& gate_up) {
+void swiglu_forward(const Tensor& out, const Tensor& gate_up, int64_t pair_block) {
   const int64_t F = gate_up.size(-1) / 2, N = gate_up.numel() / (2 * F);
   if (N * F == 0) return;
   OpLaunch L(out);
   dispatch_float("swiglu_forward", gate_up.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
-    launch_swiglu_forward<T>(ptr<T>(out), ptr<T>(gate_up), N, F, L.stream);
+    launch_swiglu_forward<T>(ptr<T>(out), ptr<T>(gate_up), N, F, pair_block, L.stream);
   });
 }
 

@@ -32,6 +32,15 @@ template <> __device__ __forceinline__ float from_f<float>(float x) { return x; 
 template <> __device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 template <> __device__ __forceinline__ __half from_f<__half>(float x) { return __float2half_rn(x); }
 
+__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// silu(gate) * up of two values of dtype T, rounded to T as a separate projection and swiglu_forward would.
+template <typename T>
+__device__ __forceinline__ T swiglu_of(float gate, float up) {
+  const float g = to_f(from_f<T>(gate)), u = to_f(from_f<T>(up));
+  return from_f<T>(g * sigmoidf(g) * u);
+}
+
 template <typename T> __device__ __forceinline__ T nan_of() { return from_f<T>(__int_as_float(0x7fc00000)); }
 
 // ---- vector loads (Note [Vector width]) ----

@@ -19,9 +19,10 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
                     const Tensor& residual = Tensor());
 // rmsnorm_matmul_forward's one-kernel path (Note [Norm in the decode GEMV]): false, having done nothing, where the
 // few-row GEMV does not take the shapes (the caller then runs rmsnorm_forward and matmul_forward). The caller
-// (ops_norm_matmul.cpp) has checked devices, dtypes and shapes.
+// (ops_norm_matmul.cpp) has checked devices, dtypes and shapes. norm_weight undefined: no norm (inp as it is);
+// swiglu: out [N, OC / 2] (=) silu(gate) * up of weight's interleaved rows (Note [SwiGLU in the decode GEMV]).
 bool try_rmsnorm_matmul(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
-                        float eps, const Tensor& weight, const Tensor& bias);
+                        float eps, const Tensor& weight, const Tensor& bias, bool swiglu = false);
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight);
 void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta);
@@ -64,7 +65,7 @@ void gelu_forward(const Tensor& out, const Tensor& inp);
 void gelu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp);
 void silu_forward(const Tensor& out, const Tensor& inp);
 void silu_backward(const Tensor& dinp, const Tensor& dout, const Tensor& inp);
-void swiglu_forward(const Tensor& out, const Tensor& gate_up);
+void swiglu_forward(const Tensor& out, const Tensor& gate_up, int64_t pair_block);
 void swiglu_backward(const Tensor& dgate_up, const Tensor& dout, const Tensor& gate_up);
 
 // ---- elementwise ----
@@ -119,7 +120,7 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
                       int64_t group, const Tensor& bias, const Tensor& residual);
 bool try_rmsnorm_matmul_q(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
                           float eps, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group,
-                          const Tensor& bias);  // as try_rmsnorm_matmul
+                          const Tensor& bias, bool swiglu = false);  // as try_rmsnorm_matmul
 
 // ---- loss ----
 void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V,

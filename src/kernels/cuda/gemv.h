@@ -28,6 +28,9 @@ struct GemvArgs {
   const void* residual;  // out's dtype; may be null or out
   int64_t M, OC, C;
   GemvNorm norm = {};
+  // weight's rows are blocks of 8 gate and 8 up rows and out [M, OC / 2] (=) silu(gate) * up (Note [SwiGLU in the
+  // decode GEMV]); no residual
+  bool swiglu = false;
 };
 
 // Runs a kernel and returns true when the shapes and dtypes are its own (bf16 / f16 weights, M <= 4, ...; with a

@@ -363,13 +363,14 @@ void set_matmul_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 void set_matmul_epilogues(bool enable) { g_epilogues.store(enable); }
 
 bool try_rmsnorm_matmul(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
-                        float eps, const Tensor& weight, const Tensor& bias) {
+                        float eps, const Tensor& weight, const Tensor& bias, bool swiglu) {
   const int64_t OC = weight.size(0), C = weight.size(1), N = C ? inp.numel() / C : 0;
-  if (N < 1 || C % 8 != 0 || !all_aligned16(norm_weight.raw(), normed.raw())) return false;  // dtypes: the caller's
+  const bool norm = norm_weight.defined();
+  if (N < 1 || C % 8 != 0 || (norm && !all_aligned16(norm_weight.raw(), normed.raw()))) return false;  // dtypes: the caller's
   OpLaunch l(out);
   GemvArgs gv{out.raw(), out.dtype(), inp.raw(), weight.raw(), inp.dtype(),
               bias.defined() ? bias.raw() : nullptr, bias.defined() ? bias.dtype() : DType::f32, nullptr, N, OC, C,
-              {norm_weight.raw(), eps, normed.raw()}};
+              norm ? GemvNorm{norm_weight.raw(), eps, normed.raw()} : GemvNorm{}, swiglu};
   return try_gemv(gv, l.stream);
 }
 
