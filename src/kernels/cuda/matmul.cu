@@ -366,7 +366,8 @@ bool try_rmsnorm_matmul(const Tensor& out, const Tensor& normed, const Tensor& i
                         float eps, const Tensor& weight, const Tensor& bias, bool swiglu) {
   const int64_t OC = weight.size(0), C = weight.size(1), N = C ? inp.numel() / C : 0;
   const bool norm = norm_weight.defined();
-  if (N < 1 || C % 8 != 0 || (norm && !all_aligned16(norm_weight.raw(), normed.raw()))) return false;  // dtypes: the caller's
+  // dtypes: the caller's
+  if (N < 1 || C % 8 != 0 || (norm && !all_aligned16(norm_weight.raw(), normed.raw()))) return false;
   OpLaunch l(out);
   GemvArgs gv{out.raw(), out.dtype(), inp.raw(), weight.raw(), inp.dtype(),
               bias.defined() ? bias.raw() : nullptr, bias.defined() ? bias.dtype() : DType::f32, nullptr, N, OC, C,
