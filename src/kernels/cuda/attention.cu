@@ -44,9 +44,6 @@
 namespace dscpp::cuda {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-
 // ---- tiles and warp-level products (shared-memory tiles have row stride LD = D + 8 elements) ----
 // Rows [r0, r0 + ROWS) of a head slice (row r at g + r * stride, D elements) into s[ROWS][LD]; rows >= nrows are
 // zero-filled. Issued with cp.async by all NT threads; the caller commits and waits.
@@ -194,9 +191,10 @@ struct PagedKV {
 
 // One forward CTA: query rows [q0, q0 + 128) of nq rows (row i at qg + i * q_stride) whose positions are
 // offset + i (a sequence's tokens: training, prompt chunks), over keys 0 .. nk - 1 from `kv`; key j is visible to
-// row i when j <= its position. Writes out rows (row i at out + i * out_stride) and, when lse is given, lse[i]. Each warp owns 32 query rows (two m-tiles) so that every K/V fragment read from shared memory feeds four
-// mma instead of two (one m-tile per warp is shared-memory bound on H100); a warp with no rows only loads. Q
-// fragments stay in registers for D = 64 and are re-read per key tile for D = 128 (register budget).
+// row i when j <= its position. Writes out rows (row i at out + i * out_stride) and, when lse is given, lse[i].
+// Each warp owns 32 query rows (two m-tiles) so that every K/V fragment read from shared memory feeds four mma
+// instead of two (one m-tile per warp is shared-memory bound on H100); a warp with no rows only loads. Q fragments
+// stay in registers for D = 64 and are re-read per key tile for D = 128 (register budget).
 template <typename T, int D, typename KV>
 __device__ __forceinline__ void flash_fwd_tile(T* __restrict__ out, int64_t out_stride, float* __restrict__ lse,
                                                const T* __restrict__ qg, int64_t q_stride, int nq, int q0,

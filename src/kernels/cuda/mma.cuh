@@ -9,6 +9,10 @@
 
 namespace dscpp::cuda {
 
+// The exp2-domain softmax: e^x = 2^(x log2 e), and a log2 result back to ln by ln 2.
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
 // ---- PTX helpers (sm_80+) ----
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -11,7 +11,9 @@
 // cache is copied raw (16 codes per cp.async) and widened to T in the warp's shared memory before the mma (every
 // e4m3 value is exact in bf16 and f16), so fp8 reads half the bytes with the same overlap as a 16-bit cache.
 // Splits (FlashDecoding) follow the shapes alone (paged_decode_mma_splits), the token's positions are cut evenly
-// over them in whole steps, and splits > 1 write the CUDA-core kernel's partials for its merge (paged_kv.cu).
+// over them in whole steps, and splits > 1 write the CUDA-core kernel's partials, which the last CTA of each
+// (token, kv head) to finish merges (merge_splits_if_last, Note [Paged attention design]): no merge kernel, one
+// launch a layer less at decode.
 // Replaced, measured: the 128-row flash tile with the group's heads as rows (one warp of four computing, a CTA-wide
 // barrier per 64-key tile, an fp8 cache widened synchronously) and, at small batches, the CUDA-core split-K kernel
 // (docs/PERF.md).
@@ -34,8 +36,6 @@ constexpr int kKeys = 16;    // keys per warp step: the n of two m16n8 score til
 constexpr int kStages = 2;   // steps a warp has in shared memory: one computed while the next lands
 constexpr int kMaxSplits = 32;
 constexpr int kTargetCtas = 512;  // split while N * Hkv CTAs would leave the GPU's SMs short of work
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 
 // One warp's shared memory: kStages steps of K and V rows as they arrive (T rows of LD = D + 8 elements, or raw
 // fp8 rows of D bytes), then, for fp8, the step widened to T.
@@ -84,14 +84,14 @@ __global__ void __launch_bounds__(kThreads)
   if (steps == 0) {  // nothing to attend to: a split past the token's context, or a position outside the cache
     if (splits == 1) {
       for (int i = threadIdx.x; i < G * D; i += kThreads) out[(int64_t(n) * H + head0) * D + i] = nan_of<T>();
-    } else {
-      const float m = bad_pos && split == 0 ? NAN : -INFINITY;  // the merge weighs -inf by 0; NaN poisons
-      for (int r = threadIdx.x; r < G; r += kThreads) {
-        const int64_t at = (int64_t(n) * H + head0 + r) * splits + split;
-        part_ml[at * 2] = m, part_ml[at * 2 + 1] = 0.0f;
-      }
+      return;
     }
-    return;
+    const float m = bad_pos && split == 0 ? NAN : -INFINITY;  // the merge weighs -inf by 0; NaN poisons
+    for (int r = threadIdx.x; r < G; r += kThreads) {
+      const int64_t at = (int64_t(n) * H + head0 + r) * splits + split;
+      part_ml[at * 2] = m, part_ml[at * 2 + 1] = 0.0f;
+    }
+    return merge_splits_if_last(out, part_acc, part_ml, a, n, kh, splits, reinterpret_cast<float*>(smem));
   }
   if (threadIdx.x == 0) bad = 0;
 
@@ -239,7 +239,8 @@ __global__ void __launch_bounds__(kThreads)
     if (tq == 0) mw[warp * 16 + row] = m[r], lw[warp * 16 + row] = lr;
 #pragma unroll
     for (int dt = 0; dt < DT; dt++)
-      *reinterpret_cast<float2*>(ow + (warp * 16 + row) * D + dt * 8 + 2 * tq) = make_float2(o[dt][2 * r], o[dt][2 * r + 1]);
+      *reinterpret_cast<float2*>(ow + (warp * 16 + row) * D + dt * 8 + 2 * tq) =
+          make_float2(o[dt][2 * r], o[dt][2 * r + 1]);
   }
   __syncthreads();
   const bool poisoned = bad != 0;
@@ -266,6 +267,7 @@ __global__ void __launch_bounds__(kThreads)
       if (d == 0) part_ml[at * 2] = poisoned ? NAN : M * scale_log2 * kLn2, part_ml[at * 2 + 1] = L;
     }
   }
+  if (splits > 1) merge_splits_if_last(out, part_acc, part_ml, a, n, kh, splits, mw);
 }
 
 template <typename T, typename C, int D>
@@ -273,10 +275,11 @@ void launch(const Tensor& out, float* part_acc, float* part_ml, const Tensor& qk
             const PagedArgs& a, int64_t N, int splits, cudaStream_t stream) {
   auto kernel = paged_decode_mma_kernel<T, C, D>;
   constexpr size_t smem = decode_smem_bytes<T, C, D>();
+  static_assert(smem >= merge_scratch_bytes(16, kMaxSplits), "the split-K merge reuses the shared memory");
   if (smem > 48 * 1024)
     DSCPP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   kernel<<<dim3(unsigned(N), unsigned(a.Hkv), unsigned(splits)), kThreads, smem, stream>>>(
-      splits == 1 ? ptr<T>(out) : nullptr, part_acc, part_ml, ptr<T>(qkv), ptr<C>(cache), a, a.scale * kLog2e);
+      ptr<T>(out), part_acc, part_ml, ptr<T>(qkv), ptr<C>(cache), a, a.scale * kLog2e);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 

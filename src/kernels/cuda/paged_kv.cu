@@ -12,11 +12,23 @@
 // in shared memory, each element owned by one thread, so the rescale and the P @ V update need no atomics.
 // Split-K (FlashDecoding): at decode, N * Hkv CTAs are far fewer than the SMs while each walks a long context, so
 // each token's positions are cut into `splits` chunks of whole tiles, one CTA each; a CTA of a split writes its
-// unnormalised acc and its (m, l) to an f32 workspace, and a second kernel merges the splits of each (token, head):
+// unnormalised acc and its (m, l) to an f32 workspace, and the splits of each (token, head) are merged:
 //   out = sum_s exp(m_s - M) acc_s / sum_s exp(m_s - M) l_s,  M = max_s m_s.
 // A split past a token's last position has nothing to do and leaves m = -inf, l = 0, acc = 0, which the merge
 // weighs by exp(-inf) = 0. The number of splits follows the shapes alone (never the SM count), the chunks the
 // token's context, so a call gives the same bits on every run.
+// The merge is done by the last CTA of each (token, kv head) to finish, not by a second kernel: at batch-1 decode
+// a layer is a CUDA graph of a few short kernels, and a merge kernel would add its launch gap and ramp to a few
+// microseconds of work. Each CTA writes its partials, fences, and counts itself in an arrival counter of its
+// (token, kv head); the CTA that arrives last fences again, merges the G heads' splits in split order 0 ..
+// splits-1 (the same bits on every run, whichever CTA is last; the same bits as the merge kernel it replaced) and
+// sets the counter back to 0, so the next call and every graph replay start from zero with no memset
+// (merge_splits_if_last, paged_common.cuh). The counters are a __device__ array, zero when the module loads on each
+// device: nothing is allocated or cleared on the launch path, so a first call inside a graph capture records the
+// kernel alone. Two kernels in flight on one device at once would share the counters; none are: the inference
+// engine runs on one stream per device (a graph is captured on that device's capture stream and replayed on the
+// current stream, one after another, Note [Graph memory]), no launch overlaps the one before it (no programmatic
+// dependent launch), and tensor-parallel ranks are processes of their own.
 // Indices: the device cannot range-check slots, pos and the block table on the host without a sync, so the
 // kernels do: an append whose slot is outside the cache writes nothing, and a token whose position or block-table
 // entries fall outside the cache gets NaN rows (its error shows in the logits instead of another sequence's KV).
@@ -65,7 +77,8 @@ __global__ void kv_append_kernel(C* __restrict__ cache, const T* __restrict__ qk
 // ---- paged_attention_forward ----
 // Grid (N, Hkv, splits). Shared memory (floats): q[G][D], k[kTile][D+1] (padded: the score step reads a column of
 // it), v[kTile][D], p[G][kTile], acc[G][D], m[G], l[G], alpha[G].
-// splits == 1: out[n, h*D + d] (=) the attention, in T. Else part_acc[n][h][split][D], part_ml[n][h][split][2] (f32).
+// out[n, h*D + d] (=) the attention, in T; splits > 1 through part_acc[n][h][split][D], part_ml[n][h][split][2]
+// (f32), merged by the last split to finish.
 template <typename T, typename C, int V>
 __global__ void __launch_bounds__(kThreads)
     paged_attention_kernel(T* __restrict__ out, float* __restrict__ part_acc, float* __restrict__ part_ml,
@@ -179,40 +192,13 @@ __global__ void __launch_bounds__(kThreads)
     part_ml[at * 2] = bad ? NAN : m_s[g];
     part_ml[at * 2 + 1] = bad ? NAN : l_s[g];
   }
-}
-
-// out[n, h*D + d] (=) the merge of the splits of (n, h) (Note [Paged attention design]). Grid (N, H), D threads
-// at most kThreads, looping over d.
-template <typename T>
-__global__ void paged_attention_merge_kernel(T* __restrict__ out, const float* __restrict__ part_acc,
-                                             const float* __restrict__ part_ml, int H, int D, int splits,
-                                             PagedArgs a) {
-  const int n = blockIdx.x, h = blockIdx.y;
-  if (a.skip_prompts) {
-    const int s = sequence_of(a.seq_start, a.S, n);
-    if (a.seq_start[s + 1] - a.seq_start[s] >= 2) return;
-  }
-  const int64_t base = (int64_t(n) * H + h) * splits;
-  float M = -INFINITY;
-  for (int s = 0; s < splits; s++) M = fmaxf(M, part_ml[(base + s) * 2]);  // NaN-poisoned partials stay NaN below
-  float l = 0.0f;
-  for (int s = 0; s < splits; s++) {
-    const float m = part_ml[(base + s) * 2];
-    l += m == -INFINITY ? 0.0f : expf(m - M) * part_ml[(base + s) * 2 + 1];
-  }
-  for (int d = threadIdx.x; d < D; d += blockDim.x) {
-    float o = 0.0f;
-    for (int s = 0; s < splits; s++) {
-      const float m = part_ml[(base + s) * 2];
-      if (m != -INFINITY) o += expf(m - M) * part_acc[(base + s) * D + d];
-    }
-    out[(int64_t(n) * H + h) * D + d] = from_f<T>(o / l);
-  }
+  merge_splits_if_last(out, part_acc, part_ml, a, n, kvh, splits, smem);
 }
 
 size_t paged_smem_bytes(int G, int D) {
-  return sizeof(float) * (size_t(G) * D + kTile * (D + 1) + size_t(kTile) * D + size_t(G) * kTile + size_t(G) * D +
-                          3 * size_t(G));
+  const size_t attend = sizeof(float) * (size_t(G) * D + kTile * (D + 1) + size_t(kTile) * D + size_t(G) * kTile +
+                                         size_t(G) * D + 3 * size_t(G));
+  return std::max(attend, merge_scratch_bytes(G, kMaxSplits));  // the merge reuses it; tiny heads need more
 }
 
 // Splits for N tokens of up to max_ctx positions: enough CTAs to fill the GPU, at least kSplitKeys positions each.
@@ -223,19 +209,17 @@ int paged_splits(int64_t N, int Hkv, int64_t max_ctx) {
   return int(std::max<int64_t>(1, std::min<int64_t>(s, kMaxSplits)));
 }
 
-// Runs attend(part_acc, part_ml): a kernel of `splits` CTAs per (token, kv head) that writes out itself when splits
-// is 1 (both null) and the split-K partials otherwise, which the merge then combines into out. The partials are
+// Runs attend(part_acc, part_ml): a kernel of `splits` CTAs per (token, kv head) that writes out, itself when
+// splits is 1 (both null), else through the split-K partials that its last CTAs merge. The partials are
 // stream-ordered workspace (Note [Current stream]): freed to the caching allocator, reused by the next call.
-template <typename T, typename F>
-void split_and_merge(T* out, const PagedArgs& a, int64_t N, int splits, Device device, cudaStream_t stream,
-                     F&& attend) {
+template <typename F>
+void split_and_merge(const PagedArgs& a, int64_t N, int splits, Device device, F&& attend) {
   if (splits == 1) return attend(nullptr, nullptr);
+  DSCPP_CHECK(N * a.Hkv <= kMaxSplitGroups, "paged_attention_forward: ", N, " tokens x ", a.Hkv,
+              " kv heads split over ", splits, " CTAs each, more than the ", kMaxSplitGroups, " arrival counters");
   Tensor part_acc = Tensor::empty({N, a.H, splits, a.D}, DType::f32, device);
   Tensor part_ml = Tensor::empty({N, a.H, splits, 2}, DType::f32, device);
   attend(ptr<float>(part_acc), ptr<float>(part_ml));
-  paged_attention_merge_kernel<T><<<dim3(unsigned(N), unsigned(a.H)), std::min(a.D, kThreads), 0, stream>>>(
-      out, ptr<float>(part_acc), ptr<float>(part_ml), a.H, a.D, splits, a);
-  DSCPP_CUDA_CHECK_LAUNCH();
 }
 
 template <typename T, typename C, int V>
@@ -247,8 +231,8 @@ void launch_paged_attention_v(T* out, const T* qkv, const C* cache, PagedArgs a,
   if (smem > 48 * 1024)
     DSCPP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   const dim3 grid(unsigned(N), unsigned(a.Hkv), unsigned(splits));
-  split_and_merge(out, a, N, splits, like.device(), stream, [&](float* part_acc, float* part_ml) {
-    kernel<<<grid, kThreads, smem, stream>>>(splits == 1 ? out : nullptr, part_acc, part_ml, qkv, cache, a);
+  split_and_merge(a, N, splits, like.device(), [&](float* part_acc, float* part_ml) {
+    kernel<<<grid, kThreads, smem, stream>>>(out, part_acc, part_ml, qkv, cache, a);
     DSCPP_CUDA_CHECK_LAUNCH();
   });
 }
@@ -292,24 +276,20 @@ void paged_attention_forward(const Tensor& out, const Tensor& qkv, const Tensor&
   // Decode tokens (sequences of one new token) go to tensor cores where the shapes allow (Note [Paged decode on
   // tensor cores]), prompt chunks to the tensor-core prompt kernel after them (Note [Paged prompt attention]); the
   // rest (f32, other head sizes, groups of more than 16 heads) to the CUDA-core kernel here.
-  const bool tc = paged_prompt_attention_supported(out, qkv, cache, D);
-  if (tc && paged_decode_mma_supported(out, qkv, cache, H, Hkv, D)) {
+  if (paged_decode_mma_supported(out, qkv, cache, H, Hkv, D)) {
     const int splits = paged_decode_mma_splits(N, Hkv, int64_t(max_blocks) * a.block_size);
     a.skip_prompts = N > S ? 1 : 0;
     {
       OpLaunch L(qkv);
-      dispatch_paged(op, qkv.dtype(), cache.dtype(), [&](auto* tag, auto*) {
-        using T = std::remove_pointer_t<decltype(tag)>;
-        split_and_merge(ptr<T>(out), a, N, splits, qkv.device(), L.stream, [&](float* part_acc, float* part_ml) {
-          paged_decode_mma(out, part_acc, part_ml, qkv, cache, a, N, splits, L.stream);
-        });
+      split_and_merge(a, N, splits, qkv.device(), [&](float* part_acc, float* part_ml) {
+        paged_decode_mma(out, part_acc, part_ml, qkv, cache, a, N, splits, L.stream);
       });
     }
     if (N > S) paged_prompt_attention(out, qkv, cache, block_table, seq_start, pos, H, Hkv, D);
     return;
   }
   const int splits = paged_splits(N, int(Hkv), max_blocks * a.block_size);
-  const bool prompts = tc && N > S;
+  const bool prompts = N > S && paged_prompt_attention_supported(out, qkv, cache, D);
   a.skip_prompts = prompts ? 1 : 0;
   OpLaunch L(qkv);
   dispatch_paged(op, qkv.dtype(), cache.dtype(), [&](auto* tag, auto* ctag) {
