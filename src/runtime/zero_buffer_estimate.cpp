@@ -61,9 +61,7 @@ OffloadBuffers offload_buffers(const std::vector<int64_t>& units, int world, con
     }
     const int64_t count = oo ? oo->buffer_count : 4;
     const int64_t buffered = s.delayed_update ? host : std::min(count, pieces) * largest;
-    // A 16-bit slot per gradient slot, unless the host step writes offload_param's host partition in place.
-    const bool in_place = params && s.zero.offload_param->device != "nvme";
-    b.optimizer_host = buffered * (4 + (param_bytes != 4 && !in_place ? param_bytes : 0));
+    b.optimizer_host = buffered * (4 + (param_bytes != 4 && !params ? param_bytes : 0));
     if (nvme) {  // each group's weights and states in files of 4096-byte blocks; slots of the largest group
       const int64_t T = 1 + s.optimizer_states;
       int64_t cap = 0;

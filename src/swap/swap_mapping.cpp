@@ -63,27 +63,4 @@ void SwapMapping::prefetch(int64_t offset, int64_t bytes) const {
   if (end > begin) ::madvise(static_cast<char*>(data_) + begin, size_t(end - begin), MADV_WILLNEED);
 }
 
-void SwapMapping::read(int64_t offset, void* dst, int64_t bytes) const {
-  DSCPP_CHECK(offset >= 0 && offset + bytes <= bytes_, "swap file ", path_, ": reading [", offset, ", ",
-              offset + bytes, ") of ", bytes_, " bytes");
-  for (int64_t done = 0; done < bytes;) {
-    const ssize_t n = ::pread(fd_, static_cast<char*>(dst) + done, size_t(bytes - done), offset + done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) DSCPP_FAIL("swap file ", path_, ": read at ", offset + done, " failed: ", n < 0 ? std::strerror(errno)
-                                                                                               : "end of file");
-    done += n;
-  }
-}
-
-void SwapMapping::write(int64_t offset, const void* src, int64_t bytes) const {
-  DSCPP_CHECK(offset >= 0 && offset + bytes <= bytes_, "swap file ", path_, ": writing [", offset, ", ",
-              offset + bytes, ") of ", bytes_, " bytes");
-  for (int64_t done = 0; done < bytes;) {
-    const ssize_t n = ::pwrite(fd_, static_cast<const char*>(src) + done, size_t(bytes - done), offset + done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) DSCPP_FAIL("swap file ", path_, ": write at ", offset + done, " failed: ", std::strerror(errno));
-    done += n;
-  }
-}
-
 }  // namespace dscpp

@@ -26,11 +26,6 @@ class SwapMapping {
   // Starts reading [offset, offset + bytes) from the disk in the background (madvise WILLNEED), so that the copy
   // that uses it next finds it in memory.
   void prefetch(int64_t offset, int64_t bytes) const;
-  // Copies between the file and memory with pread / pwrite: through the same page cache as the mapping (so each sees
-  // the other's writes), without the page faults that touching the mapping costs, a write fault per page each time
-  // written-back pages are written again.
-  void read(int64_t offset, void* dst, int64_t bytes) const;
-  void write(int64_t offset, const void* src, int64_t bytes) const;
 
  private:
   void release();

@@ -25,10 +25,6 @@ void Engine::init_offload() {
                                                 model_->params(), zp_, mixed_, /*track_grads=*/!grad_sync_,
                                                 /*params_on_host=*/param_offload_ != nullptr, params, grads);
   OptimizerOffload* o = offload_.get();
-  if (param_offload_ && !param_offload_->nvme_folder().empty()) {  // Note [Parameter offload]: through its file
-    ParamOffload* p = param_offload_.get();
-    o->set_param_writer([p](int64_t shard_offset, const Tensor& values) { p->write(shard_offset, values); });
-  }
   if (const NvmeStates* n = o->nvme())  // the I/O backend's fallback, a slow disk: every rank's own
     for (const std::string& line : n->notices())
       std::cerr << (dp_world_size() > 1 ? "[rank " + std::to_string(dp_rank()) + "] " : std::string()) << line

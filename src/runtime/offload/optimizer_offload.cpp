@@ -140,7 +140,7 @@ Tensor OptimizerOffload::grads_slot(size_t j) const {
 
 Tensor OptimizerOffload::lowp_slot(size_t j) const {
   const Piece& p = host_piece(j);
-  if (params_on_host_ && !write_params_ && p.params.dtype() != DType::f32) return p.params;  // the host partition
+  if (params_on_host_ && p.params.dtype() != DType::f32) return p.params;  // the host partition itself
   if (!lowp_buf_.defined()) return Tensor();
   if (delayed_) return lowp_buf_.slice(p.shard - split_, p.flat.size());
   return lowp_buf_.slice(int64_t(j % slots_) * slot_numel_, p.flat.size());
@@ -277,22 +277,7 @@ void OptimizerOffload::update(size_t j, float lr, float grad_scale) {
     host_->update_range(p.flat.begin, p.flat.end, master_of(j), grads_slot(j), lr, grad_scale, lowp_slot(j));
 }
 
-void OptimizerOffload::set_param_writer(ParamWriter write) {
-  DSCPP_CHECK(params_on_host_ && write, "optimizer offload: a parameter writer serves offload_param's partition");
-  worker_.wait();
-  write_params_ = std::move(write);
-  if (host_pieces_.empty() || pieces_[host_pieces_[0]].params.dtype() == DType::f32) return;  // the masters are it
-  MemoryCategoryScope scope(MemoryCategory::parameters);  // one 16-bit slot per gradient slot
-  lowp_buf_ = Tensor::empty({int64_t(slots_) * slot_numel_}, pieces_[host_pieces_[0]].params.dtype());
-  sent_from_.assign(slots_, -1);  // written synchronously: never waited for
-}
-
 void OptimizerOffload::send_params(size_t j) {
-  if (write_params_) {
-    const Tensor lowp = lowp_slot(j);
-    write_params_(host_piece(j).shard, lowp.defined() ? lowp : master_of(j));
-    return;
-  }
   if (params_on_host_) {  // nothing goes to the device; update() wrote 16-bit parameters, f32 ones copy the masters
     if (host_piece(j).params.dtype() == DType::f32) Tensor(host_piece(j).params).copy_from(master_of(j));
     return;

@@ -106,11 +106,6 @@ class OptimizerOffload {
   OptimizerOffload(const OptimizerOffload&) = delete;
   OptimizerOffload& operator=(const OptimizerOffload&) = delete;
 
-  // With params_on_host, before the first step: the host step hands each piece's updated parameters (model dtype,
-  // host memory, valid during the call) to `write` with the piece's shard offset, instead of updating the partition
-  // in place (offload_param on NVMe writes them to its file: Note [Parameter offload]).
-  using ParamWriter = std::function<void(int64_t shard_offset, const Tensor& values)>;
-  void set_param_writer(ParamWriter write);
   bool delayed() const { return delayed_; }
   // ---- gradients: before each backward, and in a boundary backward (the delayed update's copies)
   // Before a backward: the device gradients are free again once this returns (the host step has read them).
@@ -173,7 +168,6 @@ class OptimizerOffload {
                                         const SwapOptions& swap, int rank);
 
   bool mixed_, delayed_, params_on_host_;
-  ParamWriter write_params_;  // set_param_writer
   HostStepCpus cpus_;                  // Note [Host step affinity]
   int threads_;                        // OpenMP threads of the host step
   bool team_pinned_ = false;           // the worker's OpenMP team is on cpus_ (first host step)

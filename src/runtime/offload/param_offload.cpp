@@ -95,8 +95,7 @@ void ParamOffload::to_device(const Tensor& dst, const Tensor& host) {
     Slot& s = next(host_slots_, host_cursor_);
     s.free.synchronize();  // the buffer's last copy has left it
     Tensor piece = s.buf.slice(0, n);
-    if (folder_.empty()) piece.copy_from(host.slice(b, n));
-    else mapping_.read(file_offset(host.slice(b, n)), piece.raw(), int64_t(piece.nbytes()));
+    piece.copy_from(host.slice(b, n));
     stream_.copy(dst.slice(b, n), piece);
     stream_.record(s.free);
   }
@@ -111,8 +110,7 @@ void ParamOffload::to_host(const Tensor& host, const Tensor& src) {
     stream_.copy(piece, src.slice(b, n));
     stream_.record(s.free);
     s.free.synchronize();
-    if (folder_.empty()) Tensor(host.slice(b, n)).copy_from(piece);
-    else mapping_.write(file_offset(host.slice(b, n)), piece.raw(), int64_t(piece.nbytes()));
+    Tensor(host.slice(b, n)).copy_from(piece);
   }
 }
 
@@ -159,20 +157,6 @@ void ParamOffload::commit_update(size_t unit, int64_t offset, const Tensor& stag
   stream_.wait_for_current_stream();  // the update has been written
   to_host(partition_.slice(zp_.shard_offset(unit) + offset, staged.numel()), staged);
   stream_.record(s.free);
-}
-
-int64_t ParamOffload::file_offset(const Tensor& part) const {
-  return static_cast<const char*>(part.raw()) - static_cast<const char*>(partition_.raw());
-}
-
-void ParamOffload::write(int64_t shard_offset, const Tensor& values) {
-  DSCPP_CHECK(values.dtype() == dtype_ && values.device().is_cpu() && shard_offset >= 0 &&
-                  shard_offset + values.numel() <= partition_.numel(),
-              "parameter offload: writing ", values.str(), " at ", shard_offset, " of a partition of ",
-              partition_.numel(), " ", dtype_name(dtype_));
-  Tensor dst = partition_.slice(shard_offset, values.numel());
-  if (folder_.empty()) dst.copy_from(values);
-  else mapping_.write(file_offset(dst), values.raw(), int64_t(values.nbytes()));
 }
 
 void ParamOffload::synchronize() { stream_.synchronize(); }

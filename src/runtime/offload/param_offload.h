@@ -25,14 +25,10 @@
 //   <nvme_path>/zero_stage_3/<dtype>params/rank<r>/partition.tensor.swp (DeepSpeed's folder; its files hold one
 //   parameter each), reserved at start (a disk too small fails there, naming the bytes), the folder emptied at start
 //   (a killed run's files) and removed at a clean exit. Everything above holds as written with a pageable partition:
-//   copies pass through the page-locked staging buffers, and the partition's other readers and writers (checkpoints,
-//   the start-up, tests) may address it as host memory. The kernel reads a unit's pages from the disk as they
-//   are used and writes updated ones back, so host memory holds only what its page cache keeps; each upload asks the
-//   kernel to read the next unit in the direction of travel ahead (madvise WILLNEED). The hot paths (the uploads
-//   into the staging buffers, the updates back from them, the host step's write()) copy with pread / pwrite instead
-//   of touching the mapping: a shared file mapping write-protects its pages again each time they are written back,
-//   so writing through it costs a fault per 4 KiB page each step (docs/PERF.md: the 8B shape's host step took 7.3 s
-//   writing through the mapping, against 2.2 s into host memory).
+//   copies pass through the page-locked staging buffers, and every reader and writer of the partition (the gathers,
+//   the updates, the host step, checkpoints) addresses it as host memory. The kernel reads a unit's pages from the
+//   disk as they are used and writes updated ones back, so host memory holds only what its page cache keeps; each
+//   upload asks the kernel to read the next unit in the direction of travel ahead (madvise WILLNEED).
 // On a CPU device the same steps run: the partition, the staging buffers and the windows are separate buffers and
 // every copy is made at once, so the tests follow the GPU's path.
 #pragma once
@@ -80,9 +76,6 @@ class ParamOffload {
   // ...which, once written on the current stream, this queues into the host partition.
   void commit_update(size_t unit, int64_t offset, const Tensor& staged);
   int64_t staging_elements() const { return staging_; }
-  // Writes `values` (host memory, the model dtype) over elements [shard_offset, ...) of the partition: the host step
-  // with device "nvme" writes through the file rather than the mapping (Note [Parameter offload]).
-  void write(int64_t shard_offset, const Tensor& values);
   void synchronize();  // every queued copy is done; the host may write the partition
   ParamOffloadBytes bytes() const;
 
@@ -95,7 +88,6 @@ class ParamOffload {
   void to_device(const Tensor& dst, const Tensor& host);  // queued on stream_ (through the host staging if pageable)
   void to_host(const Tensor& host, const Tensor& src);    // likewise; returns once a pageable destination is written
   Tensor map_partition(const std::string& nvme_path, int64_t numel, int rank);  // device "nvme"
-  int64_t file_offset(const Tensor& part) const;  // of a slice of partition_, in bytes
 
   const ZeroPartition& zp_;
   DType dtype_;
