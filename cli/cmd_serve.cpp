@@ -22,7 +22,7 @@ struct ServeOptions {
   serve::ServerOptions server;
   // The CPU's default KV cache holds this many max_context sequences (--config sizes it otherwise).
   int64_t cpu_sequences = 16;
-  int64_t max_batched_tokens = 0;  // --max-num-batched-tokens; 0: serving_token_budget
+  int64_t max_batched_tokens = 0;  // --max-num-batched-tokens; 0: token_budget's default
 };
 
 // Note [Serving token budget]
@@ -35,21 +35,6 @@ struct ServeOptions {
 // for seconds, and a --config keep the config's (DeepSpeed's default where unset); --max-num-batched-tokens
 // overrides both.
 constexpr int64_t kGpuServingTokenBudget = 2048;
-
-// The budget the server runs, and the rule it must keep (DeepSpeed's: max_ragged_sequence_count <= it), checked
-// before the model loads.
-int64_t serving_token_budget(const ServeOptions& o) {
-  const inference::InferenceConfig c =
-      o.source.config.empty() ? inference::InferenceConfig() : inference::InferenceConfig::from_file(o.source.config);
-  const int64_t budget = o.max_batched_tokens > 0                            ? o.max_batched_tokens
-                         : o.source.config.empty() && o.source.device == "cuda" ? kGpuServingTokenBudget
-                                                                                : c.state_manager.max_ragged_batch_size;
-  DSCPP_CHECK(o.max_batched_tokens == 0 || budget >= c.state_manager.max_ragged_sequence_count,
-              "--max-num-batched-tokens ", budget, ": must be at least state_manager.max_ragged_sequence_count (",
-              c.state_manager.max_ragged_sequence_count, "; a forward holds at least one token of each sequence): "
-              "raise it, or lower max_ragged_sequence_count in --config");
-  return budget;
-}
 
 // This process's command line, as the ranks it starts should run it.
 std::vector<std::string> own_command_line() {
@@ -90,7 +75,7 @@ int run_serve(ServeOptions o) {
   } else {
     serve::catch_stop_signals();  // a stop signal during the load is served by serve()'s clean shutdown
   }
-  const int64_t budget = serving_token_budget(o);
+  const int64_t budget = token_budget(o.source, o.max_batched_tokens, kGpuServingTokenBudget);
   const TensorParallelJob tp = join_tensor_parallel(o.source);
   LoadedModel loaded = load_model_source(o.source, tp.group.get());
   if (o.server.model_name.empty())

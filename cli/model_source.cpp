@@ -143,4 +143,17 @@ inference::InferenceConfig engine_config(const ModelSource& o, const inference::
   return c;
 }
 
+int64_t token_budget(const ModelSource& s, int64_t max_batched_tokens, int64_t gpu_default) {
+  const inference::InferenceConfig c =
+      s.config.empty() ? inference::InferenceConfig() : inference::InferenceConfig::from_file(s.config);
+  const int64_t budget = max_batched_tokens > 0                      ? max_batched_tokens
+                         : s.config.empty() && s.device == "cuda" ? gpu_default
+                                                                  : c.state_manager.max_ragged_batch_size;
+  DSCPP_CHECK(max_batched_tokens == 0 || budget >= c.state_manager.max_ragged_sequence_count,
+              "--max-num-batched-tokens ", budget, ": must be at least state_manager.max_ragged_sequence_count (",
+              c.state_manager.max_ragged_sequence_count, "; a forward holds at least one token of each sequence): "
+              "raise it, or lower max_ragged_sequence_count in --config");
+  return budget;
+}
+
 }  // namespace dscpp::cli

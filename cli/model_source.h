@@ -57,4 +57,10 @@ inference::WeightQuantConfig quant_config(const ModelSource& s);
 inference::InferenceConfig engine_config(const ModelSource& s, const inference::InferenceModel& m,
                                          int64_t max_sequences);
 
+// The Dynamic SplitFuse token budget (state_manager.max_ragged_batch_size) a command runs: max_batched_tokens
+// (--max-num-batched-tokens) when > 0, else gpu_default on a GPU without --config (the command's measured choice:
+// Note [Serving token budget], Note [Offline token budget]), else the config's (DeepSpeed's 768 where unset).
+// Refuses a flag below state_manager.max_ragged_sequence_count, naming both; called before the model loads.
+int64_t token_budget(const ModelSource& s, int64_t max_batched_tokens, int64_t gpu_default);
+
 }  // namespace dscpp::cli

@@ -47,8 +47,10 @@ def check_basics(s):
     assert r['usage']['completion_tokens'] >= 1 and r['usage']['prompt_tokens'] >= 2, r
     assert r['usage']['total_tokens'] == r['usage']['prompt_tokens'] + r['usage']['completion_tokens']
     # Greedy through the server equals `dscpp generate` (same prompt encoding: BOS + text).
-    out = subprocess.run([s.dscpp, 'generate', '--hf', s.model_dir, '--prompt', PROMPT, '--greedy', '--max-tokens',
-                          '12'], check=True, capture_output=True).stdout.decode('utf-8', 'replace')
+    gen = subprocess.run([s.dscpp, 'generate', '--hf', s.model_dir, '--prompt', PROMPT, '--greedy', '--max-tokens',
+                          '12'], check=True, capture_output=True)
+    out, log = gen.stdout.decode('utf-8', 'replace'), gen.stderr.decode('utf-8', 'replace')
+    assert 'forwards of up to 768 tokens' in log, log  # the CPU keeps the config's budget
     want = out[len(PROMPT):].rstrip('\n')
     if c['finish_reason'] == 'length':
         assert c['text'] == want, (c['text'], want)
@@ -208,6 +210,11 @@ def token_budget(args):
     naming both, before the model loads; the CPU's default is the config's."""
     with tempfile.TemporaryDirectory() as empty:  # no model: the refusal comes first
         r = subprocess.run([args.dscpp, 'serve', '--hf', empty, '--max-num-batched-tokens', '100'],
+                           capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0, r
+    assert '--max-num-batched-tokens 100' in r.stderr and 'max_ragged_sequence_count (512' in r.stderr, r.stderr
+    with tempfile.TemporaryDirectory() as empty:  # `dscpp generate` keeps the same rule (Note [Offline token budget])
+        r = subprocess.run([args.dscpp, 'generate', '--hf', empty, '--max-num-batched-tokens', '100'],
                            capture_output=True, text=True, timeout=60)
     assert r.returncode != 0, r
     assert '--max-num-batched-tokens 100' in r.stderr and 'max_ragged_sequence_count (512' in r.stderr, r.stderr
