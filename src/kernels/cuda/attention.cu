@@ -836,8 +836,8 @@ void paged_flash_forward(const Tensor& out, const Tensor& qkv, const Tensor& cac
   const int64_t N = pos.numel(), S = seq_start.numel() - 1;
   // At most N / 128 + (sequences of 2 or more tokens) query blocks (Note [Paged prompt attention]).
   const int64_t blocks = ceil_div(N, kFwdBlockQ) + std::min<int64_t>(S, N / 2);
-  launch_paged_tc<T, C>(paged_flash_fwd_kernel<T, C, D>, dim3(unsigned(blocks), unsigned(H)), fwd_smem_bytes<D>(), D, out,
-                     qkv, cache, block_table, seq_start, pos, H, Hkv, stream);
+  launch_paged_tc<T, C>(paged_flash_fwd_kernel<T, C, D>, dim3(unsigned(blocks), unsigned(H)), fwd_smem_bytes<D>(), D,
+                        out, qkv, cache, block_table, seq_start, pos, H, Hkv, stream);
 }
 
 template <typename T, int D>
