@@ -69,8 +69,6 @@ void rmsnorm_matmul_q_forward(const Tensor& out, const Tensor& normed, const Ten
                               float eps, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group,
                               const Tensor& bias) {
 #ifdef DSCPP_WITH_CUDA
-  // The quantized weight's own layout checks are matmul_q_forward's; here only that it is a 2-D tensor on inp's
-  // device whose shape the kernels read (its scale and zero point are checked there before any launch).
   int64_t OC = 0, C = 0;
   if (q_layout(inp, q, scale, zero, group, OC, C) && fusable(out, normed, inp, norm_weight, bias, OC, C) &&
       cuda::try_rmsnorm_matmul_q(out, normed, inp, norm_weight, eps, q, scale, zero, group, bias))
