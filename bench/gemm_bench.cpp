@@ -1,6 +1,6 @@
 // GEMM benchmark and self-check for the cuBLASLt matmuls (src/kernels/cuda/matmul.cu).
 //   gemm_bench            check against the CPU reference, then time
-//   gemm_bench check | time | dbias | decode | fp8
+//   gemm_bench check | time | dbias | decode | fp8 | prefill
 // The 8192^3 bf16 case compares with the measured cuBLAS ceiling (~677-790 TFLOP/s on H100).
 // The dbias section times the bias gradient of GPT-2's four linears (our bias_grad kernel, Note [Matmul epilogues])
 // alone and after the weight-gradient GEMM, L2 flushed before each run.
@@ -225,11 +225,12 @@ void run_decode_timing() {
 
 // Llama-3.1-8B's four layer linears at prefill sizes: bf16 weights through cuBLASLt against fp8 weights (the rows
 // quantized per token, then cuBLASLt's fp8 GEMM: Note [fp8 GEMM]), each timed warm (median); TFLOP/s of 2 N C OC.
+struct Lin {
+  const char* name;
+  int64_t C, OC;
+};
+
 void run_fp8_timing() {
-  struct Lin {
-    const char* name;
-    int64_t C, OC;
-  };
   const Lin lins[] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}};
   const Device dev = Device::cuda(0);
   std::printf("\nprefill linears, bf16 vs fp8 (us and TFLOP/s; fp8 includes quantizing the rows)\n");
@@ -252,6 +253,24 @@ void run_fp8_timing() {
   }
 }
 
+// The 8B's prefill linears in bf16 at a 1,024-token prompt chunk with the few decode rows a serving step adds
+// beside it: what rows past a multiple of the GEMM's tile cost.
+void run_prefill_timing() {
+  const Lin lins[] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}};
+  const Device dev = Device::cuda(0);
+  std::printf("\nprefill linears, bf16 (us and TFLOP/s)\n%-8s %6s | %9s %7s\n", "linear", "N", "us", "TFLOP/s");
+  for (const Lin& l : lins) {
+    Tensor w = to_device(randn_rounded({l.OC, l.C}, DType::bf16, 2, 0.02f), DType::bf16);
+    for (int64_t N : {1024, 1025, 1028, 1032, 1040, 1056, 1088, 1152, 2048}) {
+      Tensor inp = to_device(randn_rounded({N, l.C}, DType::bf16, 1), DType::bf16);
+      Tensor out = Tensor::empty({N, l.OC}, DType::bf16, dev);
+      const double t = time_ms([&] { dscpp::cuda::matmul_forward(out, inp, w, Tensor()); });
+      const double flop = 2.0 * double(N) * double(l.C) * double(l.OC);
+      std::printf("%-8s %6lld | %9.1f %7.1f\n", l.name, (long long)N, t * 1e3, flop / (t * 1e-3) * 1e-12);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -265,6 +284,7 @@ int main(int argc, char** argv) {
     if (mode == "all" || mode == "check") ok = run_checks();
     if (mode == "all" || mode == "time") run_timing();
     if (mode == "all" || mode == "fp8") run_fp8_timing();
+    if (mode == "prefill") run_prefill_timing();
     if (mode == "all" || mode == "time" || mode == "dbias") run_dbias_timing();
     if (mode == "all" || mode == "time" || mode == "decode") run_decode_timing();
     return ok ? 0 : 2;

@@ -356,11 +356,15 @@ void add_rope() {
     // D = 6: odd halves take the scalar path; the rest the 16-byte one. N = 300 > one block's tokens.
     for (S s : {S{1, 4, 2, 8}, S{5, 3, 1, 6}, S{17, 12, 12, 64}, S{17, 32, 8, 128}, S{300, 32, 8, 64}})
       for (bool fwd : {true, false})
-        for (bool llama3 : {false, true}) {  // Llama 3.1's scaling (kernels/rope_params.h) on the larger heads
+        for (int variant : {0, 1, 2}) {  // Llama 3.1's scaling (kernels/rope_params.h) on the larger heads; then
+                                         // with it, pairs in blocks of 8 (the inference engine's layout)
+          const bool llama3 = variant > 0;
           if (llama3 && s.D < 64) continue;
-          const RopeParams rope = llama3 ? RopeParams(5e5f, RopeScaling{32.0f, 1.0f, 4.0f, 8192.0f}) : RopeParams();
+          RopeParams rope = llama3 ? RopeParams(5e5f, RopeScaling{32.0f, 1.0f, 4.0f, 8192.0f}) : RopeParams();
+          rope.pair_block = variant == 2 ? 8 : 0;
           add(fwd ? "rope_forward" : "rope_backward", t,
-              dims({{"N", s.N}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}, {"llama3", llama3}}))
+              dims({{"N", s.N}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}, {"llama3", llama3},
+                    {"pair_block", rope.pair_block}}))
               .acc("qkv", {s.N, (s.H + 2 * s.Hkv) * s.D}, t).ints("pos", {s.N}, 0, 4096).run([=](const Args& a) {
                 (fwd ? ops::rope_forward : ops::rope_backward)(a["qkv"], a["pos"], s.H, s.Hkv, s.D, rope);
               });
@@ -756,6 +760,13 @@ void add_paged_kv() {
       };
       ragged(add("rope_kv_cache_append", t, sh).acc("qkv", {N, R}, t)).acc("cache", cache, ct).run(rope_append)
           .with_ref([=](const Args& a) { rope_append(a), round_to(a["cache"], ct); });
+      RopeParams paired = rope;  // the inference engine's layout of the pairs
+      paired.pair_block = 8;
+      auto paired_append = [=](const Args& a) {
+        ops::rope_kv_cache_append(a["cache"], a["qkv"], a["pos"], a["slots"], s.H, s.Hkv, s.D, paired);
+      };
+      ragged(add("rope_kv_cache_append", t, sh + " pair_block=8").acc("qkv", {N, R}, t)).acc("cache", cache, ct)
+          .run(paired_append).with_ref([=](const Args& a) { paired_append(a), round_to(a["cache"], ct); });
       ragged(add("paged_attention_forward", t, sh).in("qkv", {N, R}, t, -2, 2).in("cache", cache, ct, -2, 2))
           .out("out", {N, s.H * s.D}, t, K).run([=](const Args& a) {
             ops::paged_attention_forward(a["out"], a["qkv"], a["cache"], a["block_table"], a["seq_start"], a["pos"],
@@ -1009,6 +1020,53 @@ void add_quant() {
           });
     }
   }
+  // Rope and the KV append in the qkv GEMV's epilogue (Note [Rope and KV append in the decode GEMV]): q and k rows
+  // in pair blocks of 8, Llama 3.1's scaling at positions up to 100K, each token's k and v heads into a shuffled
+  // slot of a cache of the activations' dtype or e4m3 (the rest of it must stay as it was). Dense bf16 takes the
+  // CUDA-core GEMV at one row and the tensor-core one at 2-8, int8 / int4 / fp8 theirs; 33 rows and f32 the ops.
+  // The device rounds the sums to the activation dtype before rotating, as the two-op path stores them.
+  struct R { int64_t N, C, H, Hkv, D; };
+  RopeParams rope(5e5f, RopeScaling{8.0f, 1.0f, 4.0f, 8192.0f});
+  rope.pair_block = int(ops::kRopePairBlock);
+  for (DType t : kDtypes)
+    for (DType ct : {t, fp8_})
+      for (R s : {R{1, 4096, 32, 8, 128}, R{1, 512, 4, 2, 64}, R{3, 256, 4, 1, 64}, R{8, 1024, 8, 2, 128},
+                  R{33, 256, 4, 2, 64}})
+        for (int64_t g : {int64_t(-2), int64_t(-1), int64_t(0), int64_t(128)}) {  // bf16, fp8, int8, int4 weights
+          const int64_t OC = (s.H + 2 * s.Hkv) * s.D, block = 16, n_blocks = s.N / block + 3;
+          const bool bias = s.D == 64;
+          const std::string sh = dims({{"N", s.N}, {"C", s.C}, {"H", s.H}, {"Hkv", s.Hkv}, {"D", s.D}}) + " " +
+                                 (g == -2 ? "bf16" : g == -1 ? "fp8" : fmt(g)) + (bias ? " bias" : "") +
+                                 " cache=" + dt_name(ct);
+          auto layout = [=](const Args& a) {
+            std::vector<int32_t> perm(size_t(n_blocks * block));
+            std::iota(perm.begin(), perm.end(), 0);
+            std::shuffle(perm.begin(), perm.end(), std::mt19937(unsigned(s.N)));
+            int32_t *pos = a["pos"].data<int32_t>(), *sl = a["slots"].data<int32_t>();
+            for (int64_t n = 0; n < s.N; n++) pos[n] = int32_t((n * 30011 + 17) % 100000), sl[n] = perm[size_t(n)];
+          };
+          Case& c = add(g == -2 ? "rmsnorm_matmul_rope_kv_forward" : "rmsnorm_matmul_q_rope_kv_forward", t, sh)
+                        .in("inp", {s.N, s.C}, t, -2, 3).in("norm_weight", {s.C}, t)
+                        .ints("pos", {s.N}, 0, 1).ints("slots", {s.N}, 0, 1).with_prep(layout);
+          if (g == -2) c.in("weight", {OC, s.C}, t);
+          else if (g == -1) c.in("q", {OC, s.C}, fp8_, -300, 300).in("scale", {OC}, f32, 0.001f, 0.02f);
+          else quant_args(c, {OC, s.C}, g, Role::in);
+          if (bias) c.in("bias", {OC}, t);
+          const double inner = t == f32 ? kTf32 : g == -1 ? 0x1p-5 + eps(t) : 2 * eps(t);
+          auto op = [=](const Args& a) {
+            const ops::RopeKvAppend kv{a["cache"], a["pos"], a["slots"], s.H, s.Hkv, s.D, rope};
+            if (g == -2)
+              ops::rmsnorm_matmul_rope_kv_forward(a["qkv"], a["normed"], a["inp"], a["norm_weight"], 1e-6f,
+                                                  a["weight"], a.opt(bias, "bias"), kv);
+            else
+              ops::rmsnorm_matmul_q_rope_kv_forward(a["qkv"], a["normed"], a["inp"], a["norm_weight"], 1e-6f,
+                                                    g == -1 ? fp8_of(a["q"]) : a["q"], a["scale"],
+                                                    a.opt(g > 0, "zero"), g > 0 ? g : 0, a.opt(bias, "bias"), kv);
+          };
+          c.with(inner).out("normed", {s.N, s.C}, t).out("qkv", {s.N, OC}, t, s.C)
+              .acc("cache", {n_blocks, block, 2, s.Hkv, s.D}, ct, s.C).run(op)
+              .with_ref([=](const Args& a) { op(a), round_to(a["cache"], ct); });
+        }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

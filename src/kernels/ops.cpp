@@ -636,6 +636,8 @@ void check_rope(const char* op, int64_t D, const RopeParams& rope) {
     fail(op, "llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor and original_max_position > 0, got ",
          sc.low_freq_factor, ", ", sc.high_freq_factor, ", ", sc.original_max_position);
   if (D % 2 || D > 1024) fail(op, "head dim D = ", D, ", expected even and <= 1024");
+  if (rope.pair_block < 0 || (rope.pair_block > 0 && (D / 2) % rope.pair_block))
+    fail(op, "rope pair_block = ", rope.pair_block, ", expected 0 or a divisor of D/2 = ", D / 2);
 }
 
 namespace {

@@ -4,7 +4,9 @@
 #include "dscpp/kernels/norm_matmul_ops.h"
 
 #include "dscpp/kernels/ops.h"
+#include "dscpp/kernels/paged_ops.h"
 #include "dscpp/kernels/quant_ops.h"
+#include "kernels/paged_checks.h"
 #ifdef DSCPP_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
 #endif
@@ -44,6 +46,18 @@ bool q_layout(const Tensor& inp, const Tensor& q, const Tensor& scale, const Ten
                       C % group == 0 && scale.numel() == OC * (C / group) && zero.numel() == OC * (C / group)
                 : !zero.defined() && scale.numel() == OC);
 }
+
+#ifdef DSCPP_WITH_CUDA
+// The GEMV epilogue of rmsnorm_matmul_rope_kv_forward for qkv [N, OC] (kv's arguments checked), or kind plain where
+// the GEMV cannot pair the rows: qkv of other than inp's dtype, or rope's pairs in another layout.
+cuda::GemvEpilogue rope_kv_epilogue(const Tensor& qkv, const Tensor& inp, const RopeKvAppend& kv) {
+  if (qkv.dtype() != inp.dtype() || kv.rope.pair_block != kRopePairBlock || kv.D % (2 * kRopePairBlock) != 0) return {};
+  const Tensor& c = kv.cache;
+  return {cuda::GemvEpi::rope_kv,
+          {kv.pos.data<int32_t>(), kv.slots.data<int32_t>(), c.raw(), c.dtype() == DType::fp8_e4m3,
+           c.size(0) * c.size(1), int(kv.H), int(kv.Hkv), int(kv.D), kv.rope}};
+}
+#endif
 
 // mid [N, OC / 2] of inp's dtype and device, OC whole blocks of gate and up rows.
 bool swiglu_fits(const Tensor& mid, const Tensor& inp, int64_t OC, int64_t C) {
@@ -96,9 +110,10 @@ void rmsnorm_matmul_swiglu_forward(const Tensor& mid, const Tensor& pre, const T
   if (weight.defined() && weight.dim() == 2 && weight.dtype() == inp.dtype() && weight.device() == inp.device() &&
       fusable(pre, normed, inp, norm_weight, bias, weight.size(0), weight.size(1)) &&
       swiglu_fits(mid, inp, weight.size(0), weight.size(1))) {
-    if (cuda::try_rmsnorm_matmul(mid, normed, inp, norm_weight, eps, weight, bias, true)) return;
+    const cuda::GemvEpilogue epi{cuda::GemvEpi::swiglu, {}};
+    if (cuda::try_rmsnorm_matmul(mid, normed, inp, norm_weight, eps, weight, bias, epi)) return;
     rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);  // more rows than the norm prologue takes
-    if (cuda::try_rmsnorm_matmul(mid, Tensor(), normed, Tensor(), eps, weight, bias, true)) return;
+    if (cuda::try_rmsnorm_matmul(mid, Tensor(), normed, Tensor(), eps, weight, bias, epi)) return;
     matmul_forward(pre, normed, weight, bias);
     return swiglu_forward(mid, pre, kSwigluPairBlock);
   }
@@ -114,15 +129,70 @@ void rmsnorm_matmul_q_swiglu_forward(const Tensor& mid, const Tensor& pre, const
   int64_t OC = 0, C = 0;
   if (q_layout(inp, q, scale, zero, group, OC, C) && fusable(pre, normed, inp, norm_weight, bias, OC, C) &&
       swiglu_fits(mid, inp, OC, C)) {
-    if (cuda::try_rmsnorm_matmul_q(mid, normed, inp, norm_weight, eps, q, scale, zero, group, bias, true)) return;
+    const cuda::GemvEpilogue epi{cuda::GemvEpi::swiglu, {}};
+    if (cuda::try_rmsnorm_matmul_q(mid, normed, inp, norm_weight, eps, q, scale, zero, group, bias, epi)) return;
     rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);
-    if (cuda::try_rmsnorm_matmul_q(mid, Tensor(), normed, Tensor(), eps, q, scale, zero, group, bias, true)) return;
+    if (cuda::try_rmsnorm_matmul_q(mid, Tensor(), normed, Tensor(), eps, q, scale, zero, group, bias, epi)) return;
     matmul_q_forward(pre, normed, q, scale, zero, group, bias);
     return swiglu_forward(mid, pre, kSwigluPairBlock);
   }
 #endif
   rmsnorm_matmul_q_forward(pre, normed, inp, norm_weight, eps, q, scale, zero, group, bias);
   swiglu_forward(mid, pre, kSwigluPairBlock);
+}
+
+// Note [Rope and KV append in the decode GEMV]
+// After the SwiGLU epilogue a decode layer was six kernels, one of them rope_kv_cache_append: it rotates a few KB
+// and writes them to the cache, yet costs a launch and the gap behind it, 32 times a token on an 8B model. The qkv
+// GEMV can do that work in its epilogue where a CTA holds both elements of each rotated pair, so the engine keeps
+// the q and k heads' weight rows (and bias, codes, scales, zero points) permuted at start-up (pair_rope_rows): in
+// each head, blocks of 8 first elements then their 8 partners, the rows the GEMVs already pair for SwiGLU. The
+// attention takes q . k over a head, which a permutation of both leaves alone, and v's rows stay as they are, so
+// only rope itself needs to know: RopeParams::pair_block says where the pairs lie, and the prefill path
+// (cuBLASLt, then rope_kv_cache_append) rotates the same layout. The epilogue rounds each sum to qkv's dtype before
+// rotating and rotates with rope.cu's expression (rope_rotate), so the decode tokens are those of the two-op path.
+void rmsnorm_matmul_rope_kv_forward(const Tensor& qkv, const Tensor& normed, const Tensor& inp,
+                                    const Tensor& norm_weight, float eps, const Tensor& weight, const Tensor& bias,
+                                    const RopeKvAppend& kv) {
+  const char* op = "rmsnorm_matmul_rope_kv_forward";
+  check_rope_kv_cache_append(op, kv.cache, qkv, kv.pos, kv.slots, kv.H, kv.Hkv, kv.D, kv.rope);
+#ifdef DSCPP_WITH_CUDA
+  if (weight.defined() && weight.dim() == 2 && weight.dtype() == inp.dtype() && weight.device() == inp.device() &&
+      fusable(qkv, normed, inp, norm_weight, bias, weight.size(0), weight.size(1))) {
+    const cuda::GemvEpilogue epi = rope_kv_epilogue(qkv, inp, kv);
+    if (epi.paired()) {
+      if (cuda::try_rmsnorm_matmul(qkv, normed, inp, norm_weight, eps, weight, bias, epi)) return;
+      rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);  // more rows than the norm prologue takes
+      if (cuda::try_rmsnorm_matmul(qkv, Tensor(), normed, Tensor(), eps, weight, bias, epi)) return;
+      matmul_forward(qkv, normed, weight, bias);
+      return rope_kv_cache_append(kv.cache, qkv, kv.pos, kv.slots, kv.H, kv.Hkv, kv.D, kv.rope);
+    }
+  }
+#endif
+  rmsnorm_matmul_forward(qkv, normed, inp, norm_weight, eps, weight, bias);
+  rope_kv_cache_append(kv.cache, qkv, kv.pos, kv.slots, kv.H, kv.Hkv, kv.D, kv.rope);
+}
+
+void rmsnorm_matmul_q_rope_kv_forward(const Tensor& qkv, const Tensor& normed, const Tensor& inp,
+                                      const Tensor& norm_weight, float eps, const Tensor& q, const Tensor& scale,
+                                      const Tensor& zero, int64_t group, const Tensor& bias, const RopeKvAppend& kv) {
+  const char* op = "rmsnorm_matmul_q_rope_kv_forward";
+  check_rope_kv_cache_append(op, kv.cache, qkv, kv.pos, kv.slots, kv.H, kv.Hkv, kv.D, kv.rope);
+#ifdef DSCPP_WITH_CUDA
+  int64_t OC = 0, C = 0;
+  if (q_layout(inp, q, scale, zero, group, OC, C) && fusable(qkv, normed, inp, norm_weight, bias, OC, C)) {
+    const cuda::GemvEpilogue epi = rope_kv_epilogue(qkv, inp, kv);
+    if (epi.paired()) {
+      if (cuda::try_rmsnorm_matmul_q(qkv, normed, inp, norm_weight, eps, q, scale, zero, group, bias, epi)) return;
+      rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);
+      if (cuda::try_rmsnorm_matmul_q(qkv, Tensor(), normed, Tensor(), eps, q, scale, zero, group, bias, epi)) return;
+      matmul_q_forward(qkv, normed, q, scale, zero, group, bias);
+      return rope_kv_cache_append(kv.cache, qkv, kv.pos, kv.slots, kv.H, kv.Hkv, kv.D, kv.rope);
+    }
+  }
+#endif
+  rmsnorm_matmul_q_forward(qkv, normed, inp, norm_weight, eps, q, scale, zero, group, bias);
+  rope_kv_cache_append(kv.cache, qkv, kv.pos, kv.slots, kv.H, kv.Hkv, kv.D, kv.rope);
 }
 
 }  // namespace dscpp::ops

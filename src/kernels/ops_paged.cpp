@@ -6,6 +6,7 @@
 #include "dscpp/kernels/paged_ops.h"
 #include "dscpp/kernels/ops.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/paged_checks.h"
 #include "kernels/rope_checks.h"
 #ifdef DSCPP_WITH_CUDA
 #include "kernels/cuda/cuda_ops.h"
@@ -82,14 +83,18 @@ void kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& slots
     cpu::kv_cache_append(cache.data<float>(), qkv.data<float>(), sl, N, H, Hkv, D);
 }
 
-void rope_kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& pos, const Tensor& slots, int64_t H,
-                          int64_t Hkv, int64_t D, const RopeParams& rope) {
-  const char* op = "rope_kv_cache_append";
+void check_rope_kv_cache_append(const char* op, const Tensor& cache, const Tensor& qkv, const Tensor& pos,
+                                const Tensor& slots, int64_t H, int64_t Hkv, int64_t D, const RopeParams& rope) {
   const int64_t N = check_qkv(op, qkv, H, Hkv, D);
   check_cache(op, cache, qkv, Hkv, D);
   check_i32(op, "slots", slots, N, qkv);
   check_i32(op, "pos", pos, N, qkv);
   check_rope(op, D, rope);
+}
+
+void rope_kv_cache_append(const Tensor& cache, const Tensor& qkv, const Tensor& pos, const Tensor& slots, int64_t H,
+                          int64_t Hkv, int64_t D, const RopeParams& rope) {
+  check_rope_kv_cache_append("rope_kv_cache_append", cache, qkv, pos, slots, H, Hkv, D, rope);
 #ifdef DSCPP_WITH_CUDA
   if (qkv.device().is_cuda()) return cuda::rope_kv_cache_append(cache, qkv, pos, slots, H, Hkv, D, rope);
 #endif

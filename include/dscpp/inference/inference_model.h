@@ -153,6 +153,12 @@ InferenceModel inference_model_from(const Model& model, const LoadOptions& opts 
 // left as it is. The InferenceEngine does this at start; the loaders and the quantized folders keep gate | up.
 void interleave_gate_up(InferenceModel& m);
 
+// Puts a rotary model's q and k heads' rows (weights, biases, quantized codes and their scales) into the layout in
+// which the qkv GEMV applies rope in its epilogue (cfg.rope.pair_block = kRopePairBlock; Note [Rope and KV append in
+// the decode GEMV]); a model with learned positions, a head dim the block does not divide, or one already paired is
+// left as it is. The InferenceEngine does this at start, beside interleave_gate_up.
+void pair_rope_rows(InferenceModel& m);
+
 // Throws dscpp::Error naming tensor_parallel.tp_size, its value and the rule unless tp_size divides the model's
 // KV heads and FFN width.
 void check_tp_size(const InferenceModelConfig& cfg, int64_t tp_size);

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "dscpp/core/tensor.h"
+#include "dscpp/kernels/rope_params.h"
 
 namespace dscpp::ops {
 
@@ -31,5 +32,22 @@ void rmsnorm_matmul_swiglu_forward(const Tensor& mid, const Tensor& pre, const T
 void rmsnorm_matmul_q_swiglu_forward(const Tensor& mid, const Tensor& pre, const Tensor& normed, const Tensor& inp,
                                      const Tensor& norm_weight, float eps, const Tensor& q, const Tensor& scale,
                                      const Tensor& zero, int64_t group, const Tensor& bias);
+
+// The attention's input projection with RoPE and the KV-cache append (Note [Rope and KV append in the decode GEMV]):
+// qkv[N, (H+2Hkv)*D] (=) rmsnorm_matmul_forward(...), then rope_kv_cache_append(cache, qkv, pos, slots, H, Hkv, D,
+// rope). On CUDA, with rope.pair_block = kRopePairBlock (the weight's q and k rows permuted to match), a few rows run
+// the GEMV with the rotation and the cache writes in its epilogue: one kernel where three (norm, linear, rope) ran.
+constexpr int kRopePairBlock = 8;
+struct RopeKvAppend {  // rope_kv_cache_append's arguments besides qkv
+  Tensor cache, pos, slots;
+  int64_t H = 0, Hkv = 0, D = 0;
+  RopeParams rope;
+};
+void rmsnorm_matmul_rope_kv_forward(const Tensor& qkv, const Tensor& normed, const Tensor& inp,
+                                    const Tensor& norm_weight, float eps, const Tensor& weight, const Tensor& bias,
+                                    const RopeKvAppend& kv);
+void rmsnorm_matmul_q_rope_kv_forward(const Tensor& qkv, const Tensor& normed, const Tensor& inp,
+                                      const Tensor& norm_weight, float eps, const Tensor& q, const Tensor& scale,
+                                      const Tensor& zero, int64_t group, const Tensor& bias, const RopeKvAppend& kv);
 
 }  // namespace dscpp::ops

@@ -20,8 +20,25 @@ struct RopeScaling {  // "llama3"; factor 0 = none
 struct RopeParams {
   float theta = 10000.0f;
   RopeScaling scaling;
+  // Where a head's rotated pairs lie. 0: Hugging Face's rotate_half, pair i = (element i, element i + D/2). k > 0:
+  // blocks of k first elements then their k partners, pair i = (element 2k * (i / k) + i % k, that + k): the inference
+  // engine's layout, whose q and k weight rows it permutes to match (Note [Rope and KV append in the decode GEMV]).
+  int pair_block = 0;
   RopeParams(float theta_ = 10000.0f, RopeScaling s = {}) : theta(theta_), scaling(s) {}  // NOLINT: a bare theta
 };
+
+// The element of a head that holds the first of rotated pair i (i < D/2), and how far on its partner lies.
+DSCPP_HOST_DEVICE inline int rope_first(int i, int pair_block) {
+  return pair_block ? i / pair_block * 2 * pair_block + i % pair_block : i;
+}
+DSCPP_HOST_DEVICE inline int rope_gap(int D, int pair_block) { return pair_block ? pair_block : D / 2; }
+
+// The pair (x1, x2) rotated by the angle of cosine c and sine s: one expression for the CPU reference and every CUDA
+// kernel that rotates (rope.cu, the decode GEMVs' epilogue), so the device's contractions are the same in each.
+DSCPP_HOST_DEVICE inline void rope_rotate(float x1, float x2, float c, float s, float& y1, float& y2) {
+  y1 = x1 * c - x2 * s;
+  y2 = x2 * c + x1 * s;
+}
 
 // One f32 product or sum, rounded on its own as torch's separate ops round it: nvcc may contract a * b + c into one
 // FMA, and the device's interpolated frequencies would then differ from the CPU's (and HF's) in the last bit. (The

@@ -164,8 +164,9 @@ Settings tp_settings(const InferenceModel& m, const InferenceConfig& c) {
   return s;
 }
 
-// m checked against the config (and a tensor-parallel group's ranks against each other), its gate | up rows put in
-// the layout the engine's forward takes (Note [SwiGLU in the decode GEMV]).
+// m checked against the config (and a tensor-parallel group's ranks against each other), its gate | up rows and its
+// q and k heads put in the layouts the engine's forward takes (Note [SwiGLU in the decode GEMV], Note [Rope and KV
+// append in the decode GEMV]).
 InferenceModel& prepared(InferenceModel& m, const InferenceConfig& c) {
   DSCPP_CHECK(c.state_manager.max_context <= m.cfg.max_context || m.cfg.max_context == 0,
               "state_manager.max_context = ", c.state_manager.max_context, " exceeds the model's ", m.cfg.max_context,
@@ -175,6 +176,7 @@ InferenceModel& prepared(InferenceModel& m, const InferenceConfig& c) {
               ": load it with a group of tp_size ranks (LoadOptions::tp_group)");
   if (m.tp.size > 1) check_same_settings(*m.tp.group, *m.tp.group->store(), tp_settings(m, c));
   interleave_gate_up(m);
+  pair_rope_rows(m);
   return m;
 }
 

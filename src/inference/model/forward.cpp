@@ -159,10 +159,21 @@ void forward_on(const InferenceModel& m, const ForwardInputs& in, KVCache& cache
   for (int64_t l = 0; l < c.n_layer; l++) {
     const LayerWeights& w = m.layers[size_t(l)];
     const Tensor layer_cache = cache.data().view_at(cache.offset(l, 0, 0, 0), {ks.n_blocks, bs, 2, Hkv, D});
-    norm_linear_forward(c, qkv, h, x, w.norm1_w, w.norm1_b, w.qkv_w, w.qkv_q, w.qkv_b, mean, rstd);
+    if (c.rope.pair_block == ops::kRopePairBlock && c.norm == NormKind::rmsnorm && !c.learned_positions) {
+      // the decode GEMV rotates and appends itself (Note [Rope and KV append in the decode GEMV])
+      const ops::RopeKvAppend kv{layer_cache, in.pos, in.slots, H, Hkv, D, c.rope};
+      const QuantWeight& q = w.qkv_q;
+      if (q.defined())
+        ops::rmsnorm_matmul_q_rope_kv_forward(qkv, h, x, w.norm1_w, c.norm_eps, q.q, q.scale, q.zero, q.group,
+                                              w.qkv_b, kv);
+      else
+        ops::rmsnorm_matmul_rope_kv_forward(qkv, h, x, w.norm1_w, c.norm_eps, w.qkv_w, w.qkv_b, kv);
+    } else {
+      norm_linear_forward(c, qkv, h, x, w.norm1_w, w.norm1_b, w.qkv_w, w.qkv_q, w.qkv_b, mean, rstd);
+      if (c.learned_positions) ops::kv_cache_append(layer_cache, qkv, in.slots, H, Hkv, D);
+      else ops::rope_kv_cache_append(layer_cache, qkv, in.pos, in.slots, H, Hkv, D, c.rope);
+    }
     if (m.observe_inputs) m.observe_inputs(l, LinearInput::qkv, h);
-    if (c.learned_positions) ops::kv_cache_append(layer_cache, qkv, in.slots, H, Hkv, D);
-    else ops::rope_kv_cache_append(layer_cache, qkv, in.pos, in.slots, H, Hkv, D, c.rope);
     ops::paged_attention_forward(att, qkv, layer_cache, in.table, in.seq_start, in.pos, H, Hkv, D);
     if (m.observe_inputs) m.observe_inputs(l, LinearInput::o, att);
     linear_forward(x1, att, w.o_w, w.o_q, first ? w.o_b : Tensor(), first ? x : Tensor());  // x1 = x + attention

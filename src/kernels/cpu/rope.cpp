@@ -1,5 +1,5 @@
 // Rotary position embedding, Hugging Face Llama "rotate_half" convention: head vector x = [x1 | x2] (D/2 each),
-// out = [x1*cos - x2*sin, x2*cos + x1*sin] with angle_i = pos * inv_freq_i, inv_freq_i = rope_inv_freq(i)
+// out = [x1*cos - x2*sin, x2*cos + x1*sin] (pairs elsewhere in the head with rope.pair_block, rope_params.h) with angle_i = pos * inv_freq_i, inv_freq_i = rope_inv_freq(i)
 // (1 / theta^(2i/D), Llama 3 scaling when set: kernels/rope_params.h). inv_freq and the angles are computed in f32, as
 // HF does, so positions far from 0 round the same way.
 #include <cmath>
@@ -23,14 +23,12 @@ static void rope_apply(float* qkv, const int32_t* pos, int64_t N, int64_t H, int
       cs[i] = cosf(a);
       sn[i] = sign * sinf(a);
     }
-    for (int64_t h = 0; h < heads; h++) {
-      float* x = qkv + n * row + h * D;
+    const int64_t gap = rope_gap(int(D), rope.pair_block);
+    for (int64_t h = 0; h < heads; h++)
       for (int64_t i = 0; i < half; i++) {
-        const float x1 = x[i], x2 = x[i + half];
-        x[i] = x1 * cs[i] - x2 * sn[i];
-        x[i + half] = x2 * cs[i] + x1 * sn[i];
+        float* x = qkv + n * row + h * D + rope_first(int(i), rope.pair_block);
+        rope_rotate(x[0], x[gap], cs[i], sn[i], x[0], x[gap]);
       }
-    }
   }
 }
 

@@ -7,6 +7,7 @@
 #include "dscpp/kernels/paged_ops.h"
 #include "dscpp/kernels/quant_ops.h"
 #include "dscpp/kernels/sampling_ops.h"
+#include "kernels/cuda/gemv_epilogue.h"
 
 namespace dscpp::cuda {
 
@@ -20,9 +21,9 @@ void matmul_forward(const Tensor& out, const Tensor& inp, const Tensor& weight, 
 // rmsnorm_matmul_forward's one-kernel path (Note [Norm in the decode GEMV]): false, having done nothing, where the
 // few-row GEMV does not take the shapes (the caller then runs rmsnorm_forward and matmul_forward). The caller
 // (ops_norm_matmul.cpp) has checked devices, dtypes and shapes. norm_weight undefined: no norm (inp as it is);
-// swiglu: out [N, OC / 2] (=) silu(gate) * up of weight's interleaved rows (Note [SwiGLU in the decode GEMV]).
+// epi: what the GEMV does with its rows besides the bias (gemv_epilogue.h: SwiGLU, or rope and the KV append).
 bool try_rmsnorm_matmul(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
-                        float eps, const Tensor& weight, const Tensor& bias, bool swiglu = false);
+                        float eps, const Tensor& weight, const Tensor& bias, const GemvEpilogue& epi = {});
 void matmul_backward(const Tensor& dinp, const Tensor& dweight, const Tensor& dbias, const Tensor& dout,
                      const Tensor& inp, const Tensor& weight);
 void gemm(const Tensor& c, const Tensor& a, bool trans_a, const Tensor& b, bool trans_b, float alpha, float beta);
@@ -120,7 +121,7 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
                       int64_t group, const Tensor& bias, const Tensor& residual);
 bool try_rmsnorm_matmul_q(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
                           float eps, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group,
-                          const Tensor& bias, bool swiglu = false);  // as try_rmsnorm_matmul
+                          const Tensor& bias, const GemvEpilogue& epi = {});  // as try_rmsnorm_matmul
 
 // ---- loss ----
 void crossentropy_forward(const Tensor& losses, const Tensor& logits, const Tensor& targets, int64_t V,

@@ -36,7 +36,7 @@ template <typename T>
 bool launch_t(const GemvArgs& g, cudaStream_t s) {
   return gemv::launch_dtypes<DenseRow<T>>(g.out, g.out_t, g.in_t, static_cast<const T*>(g.inp),
                                           {static_cast<const T*>(g.weight), g.C}, g.bias, g.bias_t, g.residual, g.M,
-                                          g.OC, g.C, g.norm, g.swiglu, s);
+                                          g.OC, g.C, g.norm, g.epi, s);
 }
 
 bool tensor_cores = true;
@@ -52,7 +52,7 @@ bool try_gemv(const GemvArgs& g, cudaStream_t s) {
   if (tensor_cores && g.in_t == DType::bf16 && g.M >= 2 && g.M <= gemv_mma::kMaxM && g.C % gemv_mma::kMacroCols<16> == 0)
     return gemv_mma::launch<16>(g.out, g.out_t, static_cast<const __nv_bfloat16*>(g.inp),
                                 {g.weight, nullptr, nullptr, 0}, g.bias, g.bias_t, g.residual, g.M, g.OC, g.C,
-                                g.norm, g.swiglu, s);
+                                g.norm, g.epi, s);
   if (g.M > 4 || g.C % 8 != 0) return false;
   if (g.in_t == DType::bf16) return launch_t<__nv_bfloat16>(g, s);
   if (g.in_t == DType::f16) return launch_t<__half>(g, s);

@@ -8,10 +8,12 @@
 //   void expand(raw, c, float* w)      w[0..V) = the f32 weights of those columns.
 // The kernel issues kUnroll fetches before expanding any, so each lane keeps four 16-byte loads in flight.
 // NORM: the input rows are RMSNorm'ed by the CTA first (Note [Norm in the decode GEMV], gemv_norm.cuh).
-// swiglu: the weight's rows are blocks of 8 gate and 8 up rows (Note [SwiGLU in the decode GEMV]); warp w of CTA b
-// takes pair p = 4b + w % 4, its gate row (w < 4) or its up row, and out[m, p] (=) silu(gate) * up.
+// A paired epilogue (gemv_epilogue.h: SwiGLU, or rope + KV append): the weight's rows are blocks of 8 rows and their
+// 8 partners; warp w of CTA b takes pair p = 4b + w % 4, its first row (w < 4) or its partner, and warp w < 4 stores
+// the pair (store_pair).
 #pragma once
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_epilogue.cuh"
 #include "kernels/cuda/gemv_norm.cuh"
 
 namespace dscpp::cuda::gemv {
@@ -23,12 +25,13 @@ constexpr int kUnroll = 4;
 template <typename L, typename T, typename O, typename B, int M, bool NORM>
 __global__ void __launch_bounds__(kWarps * 32)
     kernel(O* __restrict__ out, const T* __restrict__ inp, const typename L::Params w, const B* __restrict__ bias,
-           const O* residual, int64_t OC, int C, const RowNorm norm, bool swiglu) {
+           const O* residual, int64_t OC, int C, const RowNorm norm, const GemvEpilogue epi) {
   constexpr int V = L::V;
-  constexpr int P = kWarps / 2;  // pairs a CTA with swiglu
+  constexpr int P = kWarps / 2;  // pairs a CTA with a paired epilogue
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool paired = epi.paired();
   const int64_t pair = int64_t(blockIdx.x) * P + warp % P;
-  const int64_t oc = swiglu ? pair / 8 * 16 + pair % 8 + (warp / P) * 8 : int64_t(blockIdx.x) * kWarps + warp;
+  const int64_t oc = paired ? pair / 8 * 16 + pair % 8 + (warp / P) * 8 : int64_t(blockIdx.x) * kWarps + warp;
   extern __shared__ __align__(16) unsigned char gemv_xs[];
   if constexpr (NORM) {  // every thread takes part in the CTA's norm, rows past OC too
     const L first(w, oc < OC ? oc : 0);
@@ -65,14 +68,13 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (; c < C; c += 32 * V) dot(row.fetch(c), c);
 #pragma unroll
   for (int m = 0; m < M; m++) acc[m] = warp_sum(acc[m]);
-  if (swiglu) {  // OC is a multiple of 16: every warp got here
+  if (paired) {  // OC is a multiple of 16: every warp got here
     __shared__ float halves[kWarps][M];
     if (lane == 0)
 #pragma unroll
       for (int m = 0; m < M; m++) halves[warp][m] = acc[m] + (bias ? to_f(bias[oc]) : 0.0f);
     __syncthreads();
-    if (warp < P && lane < M)
-      out[int64_t(lane) * (OC / 2) + pair] = swiglu_of<O>(halves[warp][lane], halves[warp + P][lane]);
+    if (warp < P && lane < M) store_pair<O>(epi, out, OC, lane, pair, halves[warp][lane], halves[warp + P][lane]);
     return;
   }
   if (lane == 0) {
@@ -86,17 +88,17 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 // The kernel for M in 1..4 rows on stream s; false, having done nothing, when the normalized rows would not fit
-// shared memory, or for swiglu with OC not a multiple of 16 or a residual.
+// shared memory, or for a paired epilogue that the shapes do not fit (pairs_fit).
 template <typename L, typename T, typename O, typename B>
 bool launch(O* out, const T* inp, const typename L::Params& w, const B* bias, const O* residual, int64_t M,
-            int64_t OC, int64_t C, const RowNorm& norm, bool swiglu, cudaStream_t s) {
+            int64_t OC, int64_t C, const RowNorm& norm, const GemvEpilogue& epi, cudaStream_t s) {
   const unsigned grid = unsigned(ceil_div(OC, kWarps));
   const size_t smem = norm.gamma ? size_t(M * C) * sizeof(T) : 0;
   if (norm.gamma && (M > kMaxNormRows || smem > kMaxNormSmem)) return false;
-  if (swiglu && (OC % 16 != 0 || residual)) return false;
+  if (!pairs_fit(epi, OC, residual)) return false;
   auto go = [&](auto plain, auto normed) {
     (norm.gamma ? normed : plain)<<<grid, kWarps * 32, smem, s>>>(out, inp, w, bias, residual, OC, int(C), norm,
-                                                                   swiglu);
+                                                                   epi);
   };
   switch (M) {
     case 1: go(kernel<L, T, O, B, 1, false>, kernel<L, T, O, B, 1, true>); break;
@@ -113,7 +115,7 @@ bool launch(O* out, const T* inp, const typename L::Params& w, const B* bias, co
 template <typename L, typename T>
 bool launch_dtypes(void* out, DType out_t, DType in_t, const T* inp, const typename L::Params& w, const void* bias,
                    DType bias_t, const void* residual, int64_t M, int64_t OC, int64_t C, const RowNorm& norm,
-                   bool swiglu, cudaStream_t s) {
+                   const GemvEpilogue& epi, cudaStream_t s) {
   const bool out_f32 = out_t == DType::f32, bias_f32 = bias && bias_t == DType::f32;
   if (!out_f32 && out_t != in_t) return false;
   if (bias && !bias_f32 && bias_t != in_t) return false;
@@ -121,7 +123,7 @@ bool launch_dtypes(void* out, DType out_t, DType in_t, const T* inp, const typen
     using O = std::remove_pointer_t<decltype(o)>;
     using B = std::remove_pointer_t<decltype(b)>;
     return launch<L, T, O, B>(static_cast<O*>(out), inp, w, static_cast<const B*>(bias),
-                              static_cast<const O*>(residual), M, OC, C, norm, swiglu, s);
+                              static_cast<const O*>(residual), M, OC, C, norm, epi, s);
   };
   if (out_f32) return bias_f32 ? go((float*)nullptr, (float*)nullptr) : go((float*)nullptr, (T*)nullptr);
   return bias_f32 ? go((T*)nullptr, (float*)nullptr) : go((T*)nullptr, (T*)nullptr);

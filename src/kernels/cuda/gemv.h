@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "dscpp/core/dtype.h"
+#include "kernels/cuda/gemv_epilogue.h"
 
 namespace dscpp::cuda {
 
@@ -28,9 +29,7 @@ struct GemvArgs {
   const void* residual;  // out's dtype; may be null or out
   int64_t M, OC, C;
   GemvNorm norm = {};
-  // weight's rows are blocks of 8 gate and 8 up rows and out [M, OC / 2] (=) silu(gate) * up (Note [SwiGLU in the
-  // decode GEMV]); no residual
-  bool swiglu = false;
+  GemvEpilogue epi = {};  // a paired one needs weight's rows paired (gemv_epilogue.h) and no residual
 };
 
 // Runs a kernel and returns true when the shapes and dtypes are its own (bf16 / f16 weights, M <= 4, ...; with a

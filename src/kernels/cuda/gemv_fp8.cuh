@@ -119,7 +119,7 @@ template <typename O, typename B, int W>
 __global__ void __launch_bounds__(W * 32) kernel(O* __restrict__ out, const __nv_bfloat16* __restrict__ inp,
                                                  const uint8_t* __restrict__ q, const float* __restrict__ wscale,
                                                  const B* __restrict__ bias, const O* residual, int M, int64_t OC,
-                                                 int C, const GemvNorm norm, bool swiglu) {
+                                                 int C, const GemvNorm norm, const GemvEpilogue epi) {
   constexpr int U = kUnroll;
   __shared__ float red[W][kMaxM][kRows];
   __shared__ float sx[kMaxM];
@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(W * 32) kernel(O* __restrict__ out, const __nv
     }
   }
   gemv_mma::store_rows<W>(red, acc, out, bias, residual, M, OC,
-                          [&](int n, int64_t row) { return sx[n] * wscale[row]; }, swiglu);
+                          [&](int n, int64_t row) { return sx[n] * wscale[row]; }, epi);
 }
 
 // Lets kernel<O, B, W> take kMaxSmem of dynamic shared memory, once.
@@ -179,13 +179,13 @@ void allow_smem() {
 }
 
 // Launches for bf16 inputs, out bf16 or f32, bias bf16, f32 or none (residual: out's dtype, may be null or out);
-// false, having done nothing, for other dtypes, C not a multiple of kMacroCols, or codes past kMaxSmem. swiglu:
-// out (=) silu(gate) * up of the interleaved rows (gemv_mma::store_rows).
+// false, having done nothing, for other dtypes, C not a multiple of kMacroCols, codes past kMaxSmem, or a paired
+// epilogue the shapes do not fit (gemv_mma::store_rows, pairs_fit).
 inline bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const uint8_t* q, const float* wscale,
                    const void* bias, DType bias_t, const void* residual, int64_t M, int64_t OC, int64_t C,
-                   const GemvNorm& norm, bool swiglu, cudaStream_t s) {
+                   const GemvNorm& norm, const GemvEpilogue& epi, cudaStream_t s) {
   if (out_t != DType::f32 && out_t != DType::bf16) return false;
-  if (swiglu && (OC % kRows != 0 || residual)) return false;
+  if (!pairs_fit(epi, OC, residual)) return false;
   if (bias && bias_t != DType::f32 && bias_t != DType::bf16) return false;
   const size_t smem = size_t(M * C);
   if (M < 1 || M > kMaxLaunchM || C % kMacroCols != 0 || C > INT32_MAX || smem > kMaxSmem) return false;
@@ -196,7 +196,7 @@ inline bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const uint8
     using Bt = std::remove_pointer_t<decltype(b)>;
     auto args = [&](auto k, int warps) {
       k<<<grid, warps * 32, smem, s>>>(static_cast<O*>(out), inp, q, wscale, static_cast<const Bt*>(bias),
-                                       static_cast<const O*>(residual), int(M), OC, int(C), norm, swiglu);
+                                       static_cast<const O*>(residual), int(M), OC, int(C), norm, epi);
     };
     if (small) allow_smem<O, Bt, 8>(), args(kernel<O, Bt, 8>, 8);
     else allow_smem<O, Bt, 4>(), args(kernel<O, Bt, 4>, 4);

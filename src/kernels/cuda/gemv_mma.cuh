@@ -29,6 +29,7 @@
 // consecutive macro steps) were within 5% of each other; docs/PERF.md has the table.
 #pragma once
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/gemv_epilogue.cuh"
 #include "kernels/cuda/gemv_norm.cuh"
 #include "kernels/cuda/mma.cuh"
 
@@ -99,12 +100,12 @@ __device__ __forceinline__ uint32_t b_pair(const uint32_t* xw, int s, int h) {
 
 // The end of a CTA of W warps whose mma accumulators `acc` hold its 16 output rows for the M input rows: each
 // warp's sums into red, summed over the warps in a fixed order (the same bits every run), times scale(n, row), then
-// the bias and the residual; out[n, row] written. With swiglu the CTA's rows are 8 gate rows and their 8 up rows
-// (Note [SwiGLU in the decode GEMV]) and out[n, f] (=) silu(gate) * up, out OC / 2 wide, no residual.
+// the bias and the residual; out[n, row] written. With a paired epilogue (gemv_epilogue.h) the CTA's rows are 8 rows
+// and their 8 partners, and the first 8 threads of each input row store a pair (store_pair).
 template <int W, typename O, typename B, typename Scale>
 __device__ __forceinline__ void store_rows(float (&red)[W][kMaxM][kRows], const float (&acc)[4], O* out,
                                            const B* bias, const O* residual, int M, int64_t OC, Scale scale,
-                                           bool swiglu = false) {
+                                           const GemvEpilogue& epi) {
   const int warp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
   red[warp][2 * t][g] = acc[0], red[warp][2 * t + 1][g] = acc[1];
   red[warp][2 * t][g + 8] = acc[2], red[warp][2 * t + 1][g + 8] = acc[3];
@@ -120,9 +121,9 @@ __device__ __forceinline__ void store_rows(float (&red)[W][kMaxM][kRows], const 
     sum *= scale(n, orow);
     return bias ? sum + to_f(bias[orow]) : sum;
   };
-  if (swiglu) {
+  if (epi.paired()) {
     constexpr int P = kRows / 2;
-    if (rr < P) out[int64_t(n) * (OC / 2) + blockIdx.x * P + rr] = swiglu_of<O>(total(rr, row), total(rr + P, row + P));
+    if (rr < P) store_pair<O>(epi, out, OC, n, int64_t(blockIdx.x) * P + rr, total(rr, row), total(rr + P, row + P));
     return;
   }
   const int64_t at = int64_t(n) * OC + row;
@@ -136,7 +137,7 @@ __device__ __forceinline__ void store_rows(float (&red)[W][kMaxM][kRows], const 
 template <int BITS, typename O, typename B, int U, int W, bool NORM>
 __global__ void __launch_bounds__(W * 32, W == 4 ? 5 : 2)
     kernel(O* __restrict__ out, const __nv_bfloat16* __restrict__ inp, const Weights w, const B* __restrict__ bias,
-           const O* residual, int M, int64_t OC, int C, const GemvNorm norm, bool swiglu) {
+           const O* residual, int M, int64_t OC, int C, const GemvNorm norm, const GemvEpilogue epi) {
   constexpr int K = kCols<BITS>, MC = 4 * K, S = K / 4, XV = K / 8;  // XV: 16-byte loads of inputs per macro step
   __shared__ float red[W][kMaxM][kRows];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -214,7 +215,7 @@ __global__ void __launch_bounds__(W * 32, W == 4 ? 5 : 2)
     const float s0 = w.scale[c0], s1 = w.scale[c1];
     acc[0] *= s0, acc[1] *= s0, acc[2] *= s1, acc[3] *= s1;
   }
-  store_rows<W>(red, acc, out, bias, residual, M, OC, [](int, int64_t) { return 1.0f; }, swiglu);
+  store_rows<W>(red, acc, out, bias, residual, M, OC, [](int, int64_t) { return 1.0f; }, epi);
 }
 
 // The SMs of the current device, asked once (every GPU of a job is the same kind).
@@ -237,13 +238,13 @@ template <int BITS>
 constexpr int kUnroll = BITS == 4 ? 2 : 4;
 
 // Launches for out bf16 or f32, bias bf16, f32 or none (residual: out's dtype, may be null or out); false, having
-// done nothing, for other dtypes. swiglu: out (=) silu(gate) * up of the interleaved rows (store_rows).
+// done nothing, for other dtypes or a paired epilogue the shapes do not fit (store_rows, pairs_fit).
 template <int BITS>
 bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, const void* bias, DType bias_t,
-            const void* residual, int64_t M, int64_t OC, int64_t C, const GemvNorm& norm, bool swiglu,
+            const void* residual, int64_t M, int64_t OC, int64_t C, const GemvNorm& norm, const GemvEpilogue& epi,
             cudaStream_t s) {
   if (out_t != DType::f32 && out_t != DType::bf16) return false;
-  if (swiglu && (OC % kRows != 0 || residual)) return false;
+  if (!pairs_fit(epi, OC, residual)) return false;
   if (bias && bias_t != DType::f32 && bias_t != DType::bf16) return false;
   const size_t smem = norm.gamma ? size_t(M * C) * sizeof(__nv_bfloat16) : 0;
   // bf16 weights reach this kernel from two rows on, past kMaxNormRows: no norm variant of them is built.
@@ -257,7 +258,7 @@ bool launch(void* out, DType out_t, const __nv_bfloat16* inp, const Weights& w, 
     auto args = [&](auto plain, auto normed, int warps) {
       (norm.gamma ? normed : plain)<<<grid, warps * 32, smem, s>>>(
           static_cast<O*>(out), inp, w, static_cast<const B*>(bias), static_cast<const O*>(residual), int(M), OC,
-          int(C), norm, swiglu);
+          int(C), norm, epi);
     };
     constexpr int U = kUnroll<BITS>;
     small ? args(kernel<BITS, O, B, U, 8, false>, kernel<BITS, O, B, U, 8, kNorm>, 8)

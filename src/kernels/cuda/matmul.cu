@@ -363,7 +363,7 @@ void set_matmul_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
 void set_matmul_epilogues(bool enable) { g_epilogues.store(enable); }
 
 bool try_rmsnorm_matmul(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
-                        float eps, const Tensor& weight, const Tensor& bias, bool swiglu) {
+                        float eps, const Tensor& weight, const Tensor& bias, const GemvEpilogue& epi) {
   const int64_t OC = weight.size(0), C = weight.size(1), N = C ? inp.numel() / C : 0;
   const bool norm = norm_weight.defined();
   // dtypes: the caller's
@@ -371,7 +371,7 @@ bool try_rmsnorm_matmul(const Tensor& out, const Tensor& normed, const Tensor& i
   OpLaunch l(out);
   GemvArgs gv{out.raw(), out.dtype(), inp.raw(), weight.raw(), inp.dtype(),
               bias.defined() ? bias.raw() : nullptr, bias.defined() ? bias.dtype() : DType::f32, nullptr, N, OC, C,
-              norm ? GemvNorm{norm_weight.raw(), eps, normed.raw()} : GemvNorm{}, swiglu};
+              norm ? GemvNorm{norm_weight.raw(), eps, normed.raw()} : GemvNorm{}, epi};
   return try_gemv(gv, l.stream);
 }
 

@@ -172,14 +172,14 @@ struct Int4Row {
 
 template <typename L>
 bool try_quant_gemv(const Tensor& out, const Tensor& inp, const typename L::Params& w, const Tensor& bias,
-                    const Tensor& residual, int64_t N, int64_t OC, int64_t C, const GemvNorm& norm, bool swiglu,
+                    const Tensor& residual, int64_t N, int64_t OC, int64_t C, const GemvNorm& norm, const GemvEpilogue& epi,
                     cudaStream_t s) {
   bool done = false;
   dispatch_float("matmul_q_forward", inp.dtype(), [&](auto* tag) {
     using T = std::remove_pointer_t<decltype(tag)>;
     done = gemv::launch_dtypes<L, T>(out.raw(), out.dtype(), inp.dtype(), ptr<const T>(inp), w,
                                      bias.defined() ? bias.raw() : nullptr, bias.defined() ? bias.dtype() : DType::f32,
-                                     residual.defined() ? residual.raw() : nullptr, N, OC, C, norm, swiglu, s);
+                                     residual.defined() ? residual.raw() : nullptr, N, OC, C, norm, epi, s);
   });
   return done;
 }
@@ -251,17 +251,17 @@ void dequantize_weight(const Tensor& w, const Tensor& q, const Tensor& scale, co
 
 namespace {
 
-// The few-row kernels of matmul_q_forward (with the input rows RMSNorm'ed first when norm.gamma is set, SwiGLU in
-// the epilogue with swiglu); false, having done nothing, where none takes the shapes.
+// The few-row kernels of matmul_q_forward (with the input rows RMSNorm'ed first when norm.gamma is set, epi's
+// epilogue); false, having done nothing, where none takes the shapes.
 bool try_q_gemv(const Tensor& out, const Tensor& inp, const Tensor& q, const Tensor& scale, const Tensor& zero,
-                int64_t group, const Tensor& bias, const Tensor& residual, const GemvNorm& norm, bool swiglu,
+                int64_t group, const Tensor& bias, const Tensor& residual, const GemvNorm& norm, const GemvEpilogue& epi,
                 cudaStream_t s) {
   const int64_t OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1), N = inp.numel() / C;
   if (q.dtype() == DType::fp8_e4m3)  // Note [fp8 decode GEMV]
     return inp.dtype() == DType::bf16 && all_aligned16(inp.raw(), q.raw()) &&
            gemv_fp8::launch(out.raw(), out.dtype(), ptr<const __nv_bfloat16>(inp), bytes(q), ptr<const float>(scale),
                             bias.defined() ? bias.raw() : nullptr, bias.defined() ? bias.dtype() : DType::f32,
-                            residual.defined() ? residual.raw() : nullptr, N, OC, C, norm, swiglu, s);
+                            residual.defined() ? residual.raw() : nullptr, N, OC, C, norm, epi, s);
   if (gemv_tensor_cores() && inp.dtype() == DType::bf16 && N <= gemv_mma::kMaxM && C <= INT32_MAX &&
       all_aligned16(inp.raw(), q.raw())) {  // Note [Decode GEMV on tensor cores]
     const void* b = bias.defined() ? bias.raw() : nullptr;
@@ -270,21 +270,21 @@ bool try_q_gemv(const Tensor& out, const Tensor& inp, const Tensor& q, const Ten
     const auto* x = ptr<const __nv_bfloat16>(inp);
     if (group == 0 && C % gemv_mma::kMacroCols<8> == 0 &&
         gemv_mma::launch<8>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), nullptr, 0}, b, bt, res, N,
-                            OC, C, norm, swiglu, s))
+                            OC, C, norm, epi, s))
       return true;
     if (group > 0 && group % gemv_mma::kMacroCols<4> == 0 && C % group == 0 &&
         gemv_mma::launch<4>(out.raw(), out.dtype(), x, {q.raw(), ptr<const float>(scale), bytes(zero), int(group)}, b,
-                            bt, res, N, OC, C, norm, swiglu, s))
+                            bt, res, N, OC, C, norm, epi, s))
       return true;
   }
   if (N <= 4 && C <= INT32_MAX && all_aligned16(inp.raw(), q.raw())) {  // Note [Quantized GEMV]
     if (group == 0 && C % Int8Row::V == 0 &&
         try_quant_gemv<Int8Row>(out, inp, {ptr<const int8_t>(q), ptr<const float>(scale), C}, bias, residual, N, OC,
-                                C, norm, swiglu, s))
+                                C, norm, epi, s))
       return true;
     if (group > 0 && C % Int4Row::V == 0 && group % Int4Row::V == 0 &&
         try_quant_gemv<Int4Row>(out, inp, {bytes(q), ptr<const float>(scale), bytes(zero), C, int(group)}, bias,
-                                residual, N, OC, C, norm, swiglu, s))
+                                residual, N, OC, C, norm, epi, s))
       return true;
   }
   return false;
@@ -312,7 +312,7 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
   const int64_t OC = q.size(0), C = group ? 2 * q.size(1) : q.size(1), N = inp.numel() / C;
   if (N == 0) return;
   OpLaunch l(out);
-  if (try_q_gemv(out, inp, q, scale, zero, group, bias, residual, {}, false, l.stream)) return;
+  if (try_q_gemv(out, inp, q, scale, zero, group, bias, residual, {}, {}, l.stream)) return;
   if (q.dtype() == DType::fp8_e4m3) return fp8_gemm(out, inp, q, scale, bias, residual, l.stream);
   Tensor w = Tensor::empty({OC, C}, inp.dtype(), q.device());  // stream-ordered (Note [Current stream])
   dequantize_weight(w, q, scale, zero, group);
@@ -321,13 +321,13 @@ void matmul_q_forward(const Tensor& out, const Tensor& inp, const Tensor& q, con
 
 bool try_rmsnorm_matmul_q(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
                           float eps, const Tensor& q, const Tensor& scale, const Tensor& zero, int64_t group,
-                          const Tensor& bias, bool swiglu) {
+                          const Tensor& bias, const GemvEpilogue& epi) {
   const int64_t C = group ? 2 * q.size(1) : q.size(1);
   const bool norm = norm_weight.defined();
   if (inp.numel() == 0 || C % 8 != 0 || (norm && !all_aligned16(norm_weight.raw(), normed.raw()))) return false;
   OpLaunch l(out);
   return try_q_gemv(out, inp, q, scale, zero, group, bias, Tensor(),
-                    norm ? GemvNorm{norm_weight.raw(), eps, normed.raw()} : GemvNorm{}, swiglu, l.stream);
+                    norm ? GemvNorm{norm_weight.raw(), eps, normed.raw()} : GemvNorm{}, epi, l.stream);
 }
 
 }  // namespace dscpp::cuda

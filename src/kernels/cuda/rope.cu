@@ -3,8 +3,9 @@
 // Llama 3 scaling when set), angle = pos * inv_freq_i.
 // A block row (threadIdx.y) owns one token: it first puts the token's D/2 cos/sin pairs in shared memory (one
 // sincosf per pair, shared by all H + Hkv heads, where a thread per element made the kernel compute-bound at
-// ~4x the copy time), then each thread rotates V pairs of one head: x[i..i+V) and x[i+D/2..i+D/2+V), owned by that
-// thread alone, so the in-place update has no races. V > 1 uses 16-byte accesses (Note [Vector width]).
+// ~4x the copy time), then each thread rotates V pairs of one head: x[i..i+V) and x[i+D/2..i+D/2+V) (or where
+// rope.pair_block puts them, rope_params.h), owned by that thread alone, so the in-place update has no races. V > 1
+// uses 16-byte accesses (Note [Vector width]).
 // rope_kv_cache_append is the same kernel with a cache to fill: the threads that rotate a k head also store it into
 // the token's slot, and the block row copies the v heads there too, so decode runs one kernel where rope_forward
 // and kv_cache_append ran two (Llama-3.1-8B: 32 fewer launches, and their gaps, a token).
@@ -30,9 +31,9 @@ struct KvSink {
 // (the inverse rotation: sin negated). Shared memory: D/2 + blockDim.y * D floats.
 template <typename T, int V, typename C>
 __global__ void rope_kernel(T* qkv, const int32_t* pos, int64_t N, int heads, int Htot, int D, float theta,
-                            RopeScaling scaling, float sign, KvSink<C> sink) {
+                            RopeScaling scaling, int pair_block, float sign, KvSink<C> sink) {
   extern __shared__ float table[];
-  const int half = D / 2, groups = half / V, per_token = heads * groups;
+  const int half = D / 2, groups = half / V, per_token = heads * groups, gap = rope_gap(D, pair_block);
   float* inv_freq = table;  // the block's frequencies, once: a double pow each (kernels/rope_params.h)
   float* cs = table + half + threadIdx.y * D;
   float* sn = cs + half;
@@ -65,22 +66,19 @@ __global__ void rope_kernel(T* qkv, const int32_t* pos, int64_t N, int heads, in
         store_cache<C, V>(dst + kv + i, v);
       }
     for (int j = threadIdx.x; j < per_token; j += blockDim.x) {
-      const int i0 = (j % groups) * V;
-      T* x = row + (j / groups) * D + i0;
+      const int i0 = (j % groups) * V, e0 = rope_first(i0, pair_block);  // V divides pair_block
+      T* x = row + (j / groups) * D + e0;
       float x1[V], x2[V], y1[V], y2[V];
       load_f<T, V>(x, x1);
-      load_f<T, V>(x + half, x2);
+      load_f<T, V>(x + gap, x2);
 #pragma unroll
-      for (int k = 0; k < V; k++) {
-        y1[k] = x1[k] * cs[i0 + k] - x2[k] * sn[i0 + k];
-        y2[k] = x2[k] * cs[i0 + k] + x1[k] * sn[i0 + k];
-      }
+      for (int k = 0; k < V; k++) rope_rotate(x1[k], x2[k], cs[i0 + k], sn[i0 + k], y1[k], y2[k]);
       store_f<T, V>(x, y1);
-      store_f<T, V>(x + half, y2);
+      store_f<T, V>(x + gap, y2);
       const int head = j / groups;
       if (dst && head >= Hq) {
-        store_cache<C, V>(dst + (head - Hq) * D + i0, y1);
-        store_cache<C, V>(dst + (head - Hq) * D + i0 + half, y2);
+        store_cache<C, V>(dst + (head - Hq) * D + e0, y1);
+        store_cache<C, V>(dst + (head - Hq) * D + e0 + gap, y2);
       }
     }
   }
@@ -95,21 +93,21 @@ void launch_rope_v(T* qkv, const int32_t* pos, int64_t N, int heads, int Htot, i
   const dim3 block{unsigned(x), unsigned(y)};
   const size_t shared = (size_t(y) * D + D / 2) * sizeof(float);
   rope_kernel<T, V, C><<<grid_for(N, y), block, shared, s>>>(qkv, pos, N, heads, Htot, D, rope.theta, rope.scaling,
-                                                              sign, sink);
+                                                              rope.pair_block, sign, sink);
   DSCPP_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-// ---- raw launcher ----
+// ---- raw launcher (rope.pair_block: where a head's pairs lie, rope_params.h) ----
 template <typename T, typename C = T>
 void launch_rope(T* qkv, const int32_t* pos, int64_t N, int H, int Hkv, int D, const RopeParams& rope, float sign,
                  cudaStream_t s, KvSink<C> sink = {}) {
   const int heads = H + Hkv, Htot = H + 2 * Hkv;
   constexpr int V = 16 / int(sizeof(T));
-  // 16-byte accesses need every head's two halves to start on a 16-byte boundary: half a multiple of V (which makes
-  // D and the row length multiples of V too) and an aligned base; the cache's too.
-  if ((D / 2) % V == 0 && aligned16(qkv) && aligned16(sink.cache))
+  // 16-byte accesses need every run of V pair elements to start on a 16-byte boundary: half (and the pair block) a
+  // multiple of V (which makes D and the row length multiples of V too) and an aligned base; the cache's too.
+  if ((D / 2) % V == 0 && rope.pair_block % V == 0 && aligned16(qkv) && aligned16(sink.cache))
     launch_rope_v<T, V, C>(qkv, pos, N, heads, Htot, D, rope, sign, sink, s);
   else
     launch_rope_v<T, 1, C>(qkv, pos, N, heads, Htot, D, rope, sign, sink, s);
