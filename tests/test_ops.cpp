@@ -765,8 +765,9 @@ void add_paged_kv() {
       auto paired_append = [=](const Args& a) {
         ops::rope_kv_cache_append(a["cache"], a["qkv"], a["pos"], a["slots"], s.H, s.Hkv, s.D, paired);
       };
-      ragged(add("rope_kv_cache_append", t, sh + " pair_block=8").acc("qkv", {N, R}, t)).acc("cache", cache, ct)
-          .run(paired_append).with_ref([=](const Args& a) { paired_append(a), round_to(a["cache"], ct); });
+      if (s.D % 16 == 0)
+        ragged(add("rope_kv_cache_append", t, sh + " pair_block=8").acc("qkv", {N, R}, t)).acc("cache", cache, ct)
+            .run(paired_append).with_ref([=](const Args& a) { paired_append(a), round_to(a["cache"], ct); });
       ragged(add("paged_attention_forward", t, sh).in("qkv", {N, R}, t, -2, 2).in("cache", cache, ct, -2, 2))
           .out("out", {N, s.H * s.D}, t, K).run([=](const Args& a) {
             ops::paged_attention_forward(a["out"], a["qkv"], a["cache"], a["block_table"], a["seq_start"], a["pos"],

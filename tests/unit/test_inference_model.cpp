@@ -21,6 +21,7 @@
 #include "dscpp/checkpoint/hf_interop.h"
 #include "dscpp/inference/inference_model.h"
 #include "dscpp/inference/sampler.h"
+#include "dscpp/kernels/norm_matmul_ops.h"
 #include "dscpp/kernels/ops.h"
 #include "dscpp/kernels/paged_ops.h"
 #include "inference_reference.h"
@@ -203,6 +204,86 @@ INSTANTIATE_TEST_SUITE_P(Models, InferenceVsTraining,
                          [](const auto& info) { return info.param.arch + (info.param.llama3 ? "_llama3" : ""); });
 
 // ---- the paged ops against the dense causal attention of the training path ----
+
+// The engine's layouts for the decode GEMVs' epilogues (paired_rows.cpp): q and k heads regrouped in rope pair
+// blocks of 8 (RopeParams::pair_block) and gate | up in SwiGLU pair blocks. Heads of 32, llama3 scaling, dense and
+// quantized weights (codes, scales and zero points move with their rows): a mixed ragged batch gives the logits of
+// the model as loaded, and the rows did move.
+TEST(InferenceLayouts, PairedRowsKeepTheLogits) {
+  ModelConfig c = test_config("llama", true);
+  c.n_embd = 128, c.n_head = 4, c.n_kv_head = 2, c.n_ffn = 96;  // D = 32: two pair blocks of 8 a half
+  const auto m = make_test_model(c, 11);
+  const std::string dir = export_folder(*m, "paired");
+  for (int64_t bits : {int64_t(0), int64_t(8), int64_t(4)}) {
+    LoadOptions lo;
+    lo.quant.enabled = bits > 0, lo.quant.num_bits = bits ? bits : 8, lo.quant.group_size = 32;
+    const InferenceModel loaded = load_inference_model(dir, lo);
+    InferenceModel paired = load_inference_model(dir, lo);
+    pair_rope_rows(paired);
+    interleave_gate_up(paired);
+    ASSERT_EQ(paired.cfg.rope.pair_block, ops::kRopePairBlock);
+    const Tensor& before = bits ? loaded.layers[0].qkv_q.q : loaded.layers[0].qkv_w;
+    const Tensor& after = bits ? paired.layers[0].qkv_q.q : paired.layers[0].qkv_w;
+    EXPECT_NE(std::memcmp(before.raw(), after.raw(), before.nbytes()), 0) << "the q / k rows did not move";
+    pair_rope_rows(paired);  // a second call leaves the paired model alone
+    EXPECT_EQ(std::memcmp(after.raw(), (bits ? paired.layers[0].qkv_q.q : paired.layers[0].qkv_w).raw(),
+                          after.nbytes()), 0);
+    const int64_t V = c.vocab_size;
+    std::vector<Tensor> logits;
+    for (const InferenceModel* im : std::vector<const InferenceModel*>{&loaded, &paired}) {
+      KVCache cache(kv_cache_shape(im->cfg, kBlocks, kBlock), DType::f32, Device::cpu());
+      cache.data().fill(std::nanf(""));
+      TestBlocks blocks(kBlocks, kBlock, kMaxBlocks);
+      const int sa = blocks.add_sequence(), sb = blocks.add_sequence();
+      forward(*im, blocks.step({{sa, tokens_of(9, 1, V)}}), cache);
+      blocks.commit();
+      logits.push_back(forward(*im, blocks.step({{sa, {3}}, {sb, tokens_of(7, 2, V)}}), cache));
+    }
+    for (int64_t r = 0; r < 2; r++)
+      expect_logits_close(logits[1].data<float>() + r * V,
+                          std::vector<float>(logits[0].data<float>() + r * V, logits[0].data<float>() + (r + 1) * V),
+                          "bits " + std::to_string(bits) + " row " + std::to_string(r));
+  }
+}
+
+// The same layouts on the GPU in bf16, where a decode step's qkv GEMV rotates and appends in its epilogue (Note
+// [Rope and KV append in the decode GEMV]): one decode row (the norm in the GEMV's prologue), then a decode row
+// beside a prompt chunk (8 rows: the norm apart, and the chunk through cuBLASLt and rope_kv_cache_append), dense and
+// int4, against the CPU's f32 forward of the model as loaded; tolerance as CudaForwardMatchesCpu's.
+TEST(InferenceLayouts, CudaPairedRowsMatchCpu) {
+  DSCPP_REQUIRE_GPU();
+  ModelConfig c = test_config("llama", true);
+  c.n_embd = 128, c.n_head = 4, c.n_kv_head = 2, c.n_ffn = 96;
+  const auto m = make_test_model(c, 11);
+  const std::string dir = export_folder(*m, "paired_cuda");
+  const int64_t V = c.vocab_size;
+  for (int64_t bits : {int64_t(0), int64_t(4)}) {
+    LoadOptions lo;
+    lo.quant.enabled = bits > 0, lo.quant.num_bits = 4, lo.quant.group_size = 32;  // the CUDA-core int4 GEMV
+    const InferenceModel cpu = load_inference_model(dir, lo);
+    lo.dtype = DType::bf16, lo.device = Device::cuda(0);
+    InferenceModel gpu = load_inference_model(dir, lo);
+    pair_rope_rows(gpu);
+    interleave_gate_up(gpu);
+    KVCache cpu_cache(kv_cache_shape(cpu.cfg, kBlocks, kBlock), DType::f32, Device::cpu());
+    KVCache gpu_cache(kv_cache_shape(gpu.cfg, kBlocks, kBlock), DType::bf16, gpu.device);
+    cpu_cache.data().fill(std::nanf(""));
+    gpu_cache.data().fill(std::nanf(""));
+    TestBlocks blocks(kBlocks, kBlock, kMaxBlocks);
+    const int sa = blocks.add_sequence(), sb = blocks.add_sequence();
+    const std::vector<std::vector<std::pair<int, std::vector<int32_t>>>> steps{
+        {{sa, tokens_of(9, 1, V)}}, {{sa, {3}}}, {{sa, {5}}, {sb, tokens_of(7, 2, V)}}, {{sa, {8}}, {sb, {1}}}};
+    for (size_t k = 0; k < steps.size(); k++) {
+      const RaggedBatch batch = blocks.step(steps[k]);
+      const Tensor ref = forward(cpu, batch, cpu_cache), got = forward(gpu, batch, gpu_cache).to(Device::cpu());
+      blocks.commit();
+      const test_fixtures::LogitsDiff d = test_fixtures::logits_diff(got, ref);
+      ASSERT_GT(d.scale, 0.1f);
+      EXPECT_LE(d.worst, 1e-1f * d.scale)
+          << "bits " << bits << " step " << k << ": worst |diff| " << d.worst << " vs logits scale " << d.scale;
+    }
+  }
+}
 
 TEST(PagedOps, AttentionOverScrambledBlocksEqualsDenseAttention) {
   const int64_t H = 4, Hkv = 2, D = 8, T = 11, R = (H + 2 * Hkv) * D, bs = 3, nb = 8;
