@@ -13,17 +13,21 @@
 #include "dscpp/checkpoint/checkpoint_error.h"
 #include "dscpp/core/rng.h"
 #include "dscpp/core/tensor.h"
+#include "scratch_dirs.h"
 
 namespace dscpp::test_fixtures {
 
-// <tmp>/<prefix>_<pid>_<test name>, emptied and created.
+// <tmp>/<prefix>_<pid>_<test name> (a parameterized test's "/" as "_": one directory), emptied and created; removed
+// when the test passes (scratch_dirs.h).
 inline std::string checkpoint_test_dir(const std::string& prefix) {
   namespace fs = std::filesystem;
-  std::string d = (fs::temp_directory_path() / (prefix + "_" + std::to_string(getpid()) + "_" +
-                                                ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-                      .string();
+  std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  for (char& ch : name)
+    if (ch == '/') ch = '_';
+  std::string d = (fs::temp_directory_path() / (prefix + "_" + std::to_string(getpid()) + "_" + name)).string();
   fs::remove_all(d);
   fs::create_directories(d);
+  remove_when_passed(d);
   return d;
 }
 

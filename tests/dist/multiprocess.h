@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "scratch_dirs.h"
+
 namespace dscpp::test {
 
 // A port no other process listens on, below the kernel's ephemeral range (32768 and up on Linux): a port taken from
@@ -70,6 +72,7 @@ inline std::vector<RankResult> run_ranks(int world, const std::function<void(int
     pid_t pid = ::fork();
     if (pid == 0) {
       ::close(p[0]);
+      test_fixtures::scratch_dirs().clear();  // the parent's, which it removes itself
       int code = 0;
       std::string msg;
       const int inherited = failed_test_parts();
@@ -80,6 +83,7 @@ inline std::vector<RankResult> run_ranks(int world, const std::function<void(int
         code = 2, msg = e.what();
       }
       if (!msg.empty()) (void)!::write(p[1], msg.data(), msg.size());
+      if (code == 0) test_fixtures::remove_scratch_dirs();
       ::close(p[1]);
       std::fflush(stdout);
       std::fflush(stderr);

@@ -344,6 +344,7 @@ TEST(TensorParallelQuantized, ShardsQuantizedAsTheyLoadMatchOneRank) {
       one.quant.enabled = true, one.quant.num_bits = bits ? bits : 8, one.quant.group_size = 8, one.quant.fp8 = !bits;
       const std::string stored = r.dir + "-int" + std::to_string(bits);
       std::filesystem::remove_all(stored);  // each rank's own copy of the model's folder
+      test_fixtures::remove_when_passed(stored);
       save_quantized_folder(load_inference_model(r.dir, one), r.dir, stored);
       InferenceEngine tp2(load_inference_model(stored, r.lo), small_config(2));
       EXPECT_EQ(tp2.model().layers[0].down_q.q.size(1), bits == 4 ? 40 / 2 : 40);  // its half of the 80 columns
@@ -363,6 +364,7 @@ TEST(TensorParallelQuantized, ShardsQuantizedAsTheyLoadMatchOneRank) {
     one.quant.enabled = true, one.quant.num_bits = 4, one.quant.group_size = 16;
     const std::string stored = r.dir + "-int4-g16";
     std::filesystem::remove_all(stored);
+    test_fixtures::remove_when_passed(stored);
     save_quantized_folder(load_inference_model(r.dir, one), r.dir, stored);
     try {
       load_inference_model(stored, r.lo);

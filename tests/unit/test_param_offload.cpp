@@ -18,6 +18,7 @@
 
 #include "dist/offload_checks.h"
 #include "runtime/offload/param_offload.h"
+#include "scratch_dirs.h"
 #include "swap_fixtures.h"
 
 using namespace dscpp;
@@ -49,7 +50,11 @@ DistCase offloaded(int world, const char* arch, const std::function<void(DistCas
 }
 
 fs::path swap_root() {
-  static const fs::path p = fs::temp_directory_path() / ("dscpp_param_nvme_" + std::to_string(::getpid()));
+  static const fs::path p = [] {
+    fs::path d = fs::temp_directory_path() / ("dscpp_param_nvme_" + std::to_string(::getpid()));
+    dscpp::test_fixtures::remove_when_tests_end(d.string());
+    return d;
+  }();
   return p;
 }
 

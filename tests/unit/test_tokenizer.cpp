@@ -13,6 +13,7 @@
 #include "dscpp/data/corpus.h"
 #include "dscpp/data/pretokenize.h"
 #include "dscpp/data/tokenizer.h"
+#include "scratch_dirs.h"
 
 using namespace dscpp;
 namespace fs = std::filesystem;
@@ -22,6 +23,7 @@ namespace {
 fs::path temp_dir() {
   fs::path d = fs::temp_directory_path() / ("dscpp_test_tokenizer_" + std::to_string(::getpid()));
   fs::create_directories(d);
+  dscpp::test_fixtures::remove_when_tests_end(d.string());
   return d;
 }
 
