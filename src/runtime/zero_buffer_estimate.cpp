@@ -61,7 +61,8 @@ OffloadBuffers offload_buffers(const std::vector<int64_t>& units, int world, con
     }
     const int64_t count = oo ? oo->buffer_count : 4;
     const int64_t buffered = s.delayed_update ? host : std::min(count, pieces) * largest;
-    b.optimizer_host = buffered * (4 + (param_bytes != 4 && !params ? param_bytes : 0));
+    // delayed: two whole-shard gradient buffers (Note [Optimizer offload])
+    b.optimizer_host = buffered * ((s.delayed_update ? 8 : 4) + (param_bytes != 4 && !params ? param_bytes : 0));
     if (nvme) {  // each group's weights and states in files of 4096-byte blocks; slots of the largest group
       const int64_t T = 1 + s.optimizer_states;
       int64_t cap = 0;

@@ -59,7 +59,6 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
               "(offload_param) every element steps on the host and the update is not delayed");
   const size_t U = zp.units().size();
   last_host_of_unit_.assign(U, -1);
-  first_host_of_unit_.assign(U, -1);
   std::vector<FlatRange> host_ranges, device_ranges;
   for (size_t u = 0; u < U; u++) {
     const FlatRange c = zp.owned_in(u, zp.rank());
@@ -77,7 +76,6 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
         p.grads = ug.slice(b - s, e - b);
         (host ? host_ranges : device_ranges).push_back(p.flat);
         if (host) {
-          if (first_host_of_unit_[u] < 0) first_host_of_unit_[u] = int64_t(host_pieces_.size());
           last_host_of_unit_[u] = int64_t(host_pieces_.size());
           host_pieces_.push_back(pieces_.size());
           slot_numel_ = std::max(slot_numel_, e - b);
@@ -106,6 +104,7 @@ OptimizerOffload::OptimizerOffload(const OptimizerConfig& optimizer, const Offlo
   {
     MemoryCategoryScope scope(MemoryCategory::gradients);
     grads_buf_ = host_buffer(buffered, DType::f32, pinned);
+    if (delayed_) grads_fill_ = host_buffer(buffered, DType::f32, pinned);
   }
   if (ps.dtype() != DType::f32 && !params_on_host_) {
     MemoryCategoryScope scope(MemoryCategory::parameters);
@@ -182,29 +181,29 @@ void OptimizerOffload::grads_final(size_t unit) {
   if (copied_[unit]) return;
   copied_[unit] = true;
   if (last_host_of_unit_[unit] < 0) return;
-  // The last step's host step goes from the last piece down (the order backward produces them in): the unit's
-  // buffer is free once it has stepped the unit's first piece.
-  const int64_t need = int64_t(host_pieces_.size()) - first_host_of_unit_[unit];
-  if (!worker_.reached(need)) {
-    const auto t0 = Clock::now();
-    worker_.wait_for(need);
-    wait_ms_ += ms_since(t0);
-  }
+  // Into grads_fill_, which the host step before last read and the last step's wait_idle() saw it finish.
   to_host_.wait_for_current_stream();
   for (size_t j = 0; j < host_pieces_.size(); j++)
-    if (host_piece(j).unit == unit) to_host_.copy(grads_slot(j), host_piece(j).grads);
+    if (host_piece(j).unit == unit) {
+      const Piece& p = host_piece(j);
+      to_host_.copy(grads_fill_.slice(p.shard - split_, p.flat.size()), p.grads);
+    }
 }
 
 void OptimizerOffload::end_grads() {
   if (!delayed_) return to_host_.wait_for_current_stream();  // the worker's copies start from here
   for (size_t u = 0; u < copied_.size(); u++) grads_final(u);  // units no report reached
-  to_host_.record(grads_out_);
-  grads_out_.make_current_stream_wait();  // before the gradients are zeroed or written again
+  to_host_.record(grads_filled_);
+  grads_filled_.make_current_stream_wait();  // before the gradients are zeroed or written again
 }
 
 void OptimizerOffload::step(float lr, float grad_scale) {
   wait_idle();
   apply_pending_update();
+  if (delayed_) {  // this step's gradients are the host step's to read; the next backward fills the other buffer
+    std::swap(grads_buf_, grads_fill_);
+    std::swap(grads_out_, grads_filled_);
+  }
   host_->begin_step();
   if (device_) {  // Twin-Flow's share, on the compute stream as without offload
     device_->begin_step();
@@ -428,7 +427,7 @@ OffloadBytes OptimizerOffload::bytes() const {
   } else {
     b.host_states = states(host_.get()) + int64_t(host_master_.nbytes());
   }
-  b.host_grads = int64_t(grads_buf_.nbytes());
+  b.host_grads = int64_t(grads_buf_.nbytes() + (grads_fill_.defined() ? grads_fill_.nbytes() : 0));
   b.host_staging = lowp_buf_.defined() ? int64_t(lowp_buf_.nbytes()) : 0;
   return b;
 }

@@ -32,9 +32,11 @@
 //   writes the device gradients while step n's host step may still run, this mode copies each unit's gradients
 //   into a whole-shard host buffer as soon as they are final in backward (across ranks as each unit's reduction
 //   retires, GradSync's final hook; in one process as the model reports the unit's parameters final, ReadyRanges),
-//   overlapped with the rest of backward, and keeps a whole-shard 16-bit buffer (18 bytes per Adam parameter). Its
-//   host step goes from the last piece down, the order backward produces gradients in, and a unit's copy waits only
-//   until the last host step has read that unit's buffer. Twin-Flow's device share is not delayed.
+//   overlapped with the rest of backward. There are two such buffers, swapped at each step, so that step n + 1's
+//   backward fills one while step n's host step reads the other and nothing in backward waits for the host (with
+//   one, backward waited for each unit's host step: Llama-1B at 8K tokens a step, ratio 0.5, 131 of the host step's
+//   162 ms, docs/PERF.md); with a whole-shard 16-bit buffer that is 22 bytes per Adam parameter. The host step goes
+//   from the last piece down, the order backward produces gradients in. Twin-Flow's device share is not delayed.
 //   Whatever reads the parameters outside training (Engine::model(), checkpoints) applies a pending update first
 //   (finish()), so saved states are consistent.
 // - NVMe (offload_optimizer.device "nvme"): the host share's masters and states live in swap files instead and the
@@ -174,7 +176,7 @@ class OptimizerOffload {
   int64_t shard_numel_ = 0, split_ = 0, host_numel_ = 0;  // shard elements [split_, shard_numel_) are offloaded
   std::vector<Piece> pieces_;          // unit order; device pieces first within a unit
   std::vector<size_t> host_pieces_;    // indices into pieces_
-  std::vector<int64_t> first_host_of_unit_, last_host_of_unit_;  // unit -> index into host_pieces_, or -1
+  std::vector<int64_t> last_host_of_unit_;  // unit -> index into host_pieces_ of its last piece, or -1
   std::vector<bool> copied_;           // delayed: unit -> its gradients were copied out in this boundary backward
   ReadyRanges ready_;                  // delayed, track_grads
   bool track_grads_;
@@ -183,15 +185,16 @@ class OptimizerOffload {
   std::unique_ptr<NvmeStates> nvme_;   // device "nvme": the masters and states in swap files
   bool nvme_written_ = false;          // the swap files hold states (after the first refresh_masters() or load())
   bool fast_init_ = false;             // offload_optimizer.fast_init: the first states are the files' zeros
-  // Gradient and 16-bit slots: `slots_` rings of kPieceElements, or (delayed) the whole host share each.
-  Tensor grads_buf_, lowp_buf_;
+  // Gradient and 16-bit slots: `slots_` rings of kPieceElements, or (delayed) the whole host share each; delayed,
+  // grads_buf_ is the one the host step reads and grads_fill_ the one the next backward fills (swapped at the step).
+  Tensor grads_buf_, grads_fill_, lowp_buf_;
   size_t slots_ = 0;                   // 0: delayed (whole buffers)
   int64_t slot_numel_ = 0;
   std::vector<int64_t> sent_from_;     // per 16-bit slot (delayed, or f32: per piece): the piece last copied from it
   Tensor device_master_;               // mixed precision, Twin-Flow: [split_] f32 on the device
   CopyStream to_host_, to_device_;
   std::vector<CopyEvent> grads_in_;    // per gradient slot: after its latest copy to the host
-  CopyEvent grads_out_;                // delayed: after this boundary's gradient copies
+  CopyEvent grads_out_, grads_filled_;  // delayed: after the copies into grads_buf_, into grads_fill_
   std::vector<CopyEvent> params_in_;   // per host piece: after its copy to the device
   bool pending_update_ = false;        // delayed update: the host has stepped, the device has not got it yet
   bool reads_grads_ = false;           // the worker may still read the device gradients
