@@ -23,6 +23,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench"))
 import serve_bench as sb  # noqa: E402
 
+
+class ScratchMixin:
+    def scratch(self):  # a temporary folder removed after the test
+        d = tempfile.TemporaryDirectory()
+        self.addCleanup(d.cleanup)
+        return d.name
+
 FIRST_DELAY = 0.060  # server: request received -> first token
 TOKEN_DELAY = 0.010  # server: between tokens
 
@@ -236,10 +243,10 @@ class StreamTimingTest(unittest.TestCase):
         self.assertEqual(r["output_lens"], [3, 0, 0])
 
 
-class CliTest(unittest.TestCase):
+class CliTest(ScratchMixin, unittest.TestCase):
     def test_main_writes_table_and_vllm_keys(self):
         server = FakeServer()
-        out_path = os.path.join(tempfile.mkdtemp(), "r.json")
+        out_path = os.path.join(self.scratch(), "r.json")
         try:
             stdout = io.StringIO()
             with redirect_stdout(stdout):
@@ -381,7 +388,7 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(json.loads(events[0])["choices"][0]["text"], "é")
 
 
-class WorkloadTest(unittest.TestCase):
+class WorkloadTest(ScratchMixin, unittest.TestCase):
     def test_sharegpt_loader(self):
         conv = lambda *turns: {"id": "x", "conversations": [{"from": f, "value": v} for f, v in turns]}  # noqa
         data = [conv(("human", "a" * 40), ("gpt", "b" * 80)),
@@ -391,7 +398,7 @@ class WorkloadTest(unittest.TestCase):
                 conv(("human", "f" * 5000), ("gpt", "g" * 40)),
                 conv(("human", "h" * 3000), ("gpt", "i" * 6000)),
                 {"no": "conversations"}]
-        path = os.path.join(tempfile.mkdtemp(), "sharegpt.json")
+        path = os.path.join(self.scratch(), "sharegpt.json")
         with open(path, "w") as f:
             json.dump(data, f)
         reqs = sb.load_sharegpt(path, 2, random.Random(0))

@@ -261,6 +261,7 @@ TEST(QuantizedFolder, RoundTripIsBitExact) {
     InferenceModel m = load_inference_model(e.dir, with(qc));
     const std::string out = e.dir + "_q";
     fs::remove_all(out);
+    test_fixtures::remove_when_passed(out);
     QuantizedFolderOptions so;
     so.dense_dtype = DType::f32;  // the source's: nothing rounds
     so.max_shard_bytes = arch == "llama" ? 4096 : so.max_shard_bytes;  // several shards and an index
@@ -365,6 +366,7 @@ TEST(QuantizedFolder, AwqAndGptqFoldersLoadAsTheSameInt4Model) {
     }
     const std::string dir = e.dir + "_" + method;
     fs::remove_all(dir);
+    test_fixtures::remove_when_passed(dir);
     fs::create_directories(dir);
     save_safetensors(dir + "/model.safetensors", NamedTensors(t.begin(), t.end()));
     nlohmann::json cfg = read_json_file(e.dir + "/config.json");
@@ -383,6 +385,7 @@ TEST(QuantizedFolder, CompressedTensorsFp8LoadsAsTheSameModel) {
   Exported e = export_tiny("llama", "ct_fp8");
   const std::string out = e.dir + "_ct";
   fs::remove_all(out);
+  test_fixtures::remove_when_passed(out);
   fs::create_directories(out);
   NamedTensors tensors;
   for (auto& [name, t] : load_safetensors(e.dir + "/model.safetensors")) {

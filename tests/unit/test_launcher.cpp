@@ -666,7 +666,7 @@ TEST(Launch, CleanStopAfterSignalIsSuccessWhenAsked) {
 
 // The dscpp binary itself: argument parsing (`--`, a bare subcommand), and stdin EOF for remote node launchers.
 namespace {
-std::string dscpp_binary() { return std::string(DSCPP_BINARY_DIR) + "/dscpp"; }
+std::string dscpp_binary() { return DSCPP_BINARY_DIR "/dscpp"; }  // one literal: see e2e/cli_workspace.h
 }  // namespace
 
 TEST(LaunchCli, SubcommandRunsSameBinaryAndStdinEofStops) {

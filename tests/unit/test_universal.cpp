@@ -333,7 +333,7 @@ TEST(Universal, SgdStatesBrokenSourcesAndModelMismatch) {
 }
 
 namespace {
-std::string dscpp_binary() { return std::string(DSCPP_BINARY_DIR) + "/dscpp"; }
+std::string dscpp_binary() { return DSCPP_BINARY_DIR "/dscpp"; }  // one literal: see e2e/cli_workspace.h
 
 int run_cli(const std::string& args, std::string* out) {
   FILE* f = popen((dscpp_binary() + " " + args + " 2>&1").c_str(), "r");

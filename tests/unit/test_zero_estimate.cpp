@@ -284,7 +284,7 @@ TEST(ZeroEstimate, PresetCounts) {
 // ---- the CLI ----
 
 namespace {
-std::string dscpp_binary() { return std::string(DSCPP_BINARY_DIR) + "/dscpp"; }
+std::string dscpp_binary() { return DSCPP_BINARY_DIR "/dscpp"; }  // one literal: see e2e/cli_workspace.h
 // Runs a command, returning its exit status and output (stdout + stderr).
 int run_capture(const std::string& cmd, std::string& out) {
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
