@@ -338,8 +338,9 @@ TEST_F(Autotune, TensorAndPipelineLayoutsOnTwoCpuRanks) {
   ASSERT_TRUE(std::regex_search(out, m, std::regex("Trials: 0 run, (\\d+) reused"))) << out;
   EXPECT_GE(std::stoi(m[1].str()), 1) << out;
   for (const auto& n : trials(dir))
-    if (out.find("trial " + n + ": ok (reused") != std::string::npos)
+    if (out.find("trial " + n + ": ok (reused") != std::string::npos) {
       EXPECT_LE(load(dir / n / "exp.json")["predicted_peak_bytes"].get<double>(), limit) << n;
+    }
 
   // --pp on the train arguments fixes the layout; 2 stages of a 1-layer model is none the ranks can train.
   const std::string one = ws_->write("one_layer.json", R"({"model_type": "gpt2", "n_layer": 1, "n_head": 2,

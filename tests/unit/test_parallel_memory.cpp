@@ -163,7 +163,9 @@ TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
                                    (partition ? " partition_activations" : "") + (sp ? " sequence_parallel" : "") +
                                    " rank " +
                                    std::to_string(rank) + " (peak at " + e.peak_at + ")";
-          if (rank == 0) EXPECT_EQ(measured, e.peak_bytes) << what;
+          if (rank == 0) {
+            EXPECT_EQ(measured, e.peak_bytes) << what;
+          }
           EXPECT_LE(measured, e.peak_bytes) << what;
           ActivationWorkload whole = w;
           whole.tp = 1;
@@ -175,10 +177,11 @@ TEST(PipelineMemory, TensorParallelReplayMatchesTheCpuAllocator) {
           }
           ActivationWorkload unpartitioned = w;
           unpartitioned.partition_activations = false;
-          if (partition)  // each checkpointed input held as its rows: (N - ceil(N / 2)) x C x 4 bytes less
+          if (partition) {  // each checkpointed input held as its rows: (N - ceil(N / 2)) x C x 4 bytes less
             EXPECT_EQ(estimate_activation_memory(cfg, unpartitioned).end_of_forward - e.end_of_forward,
                       std::count(w.checkpoint.begin(), w.checkpoint.end(), true) * (48 - 24) * cfg.n_embd * 4)
                 << what;
+          }
           test::leave_together(*pg);
         }, std::chrono::seconds(60)));
       }

@@ -182,7 +182,9 @@ TEST_P(ParamOffloadExact, EqualsTheSameRunWithoutOffload) {
     EXPECT_EQ(bytes.host_params, pb.host_partition + pb.host_staging);
     EXPECT_EQ(theory.params, 0);
     EXPECT_NEAR(double(nvme ? theory.nvme : theory.host_params), double(partition), 0.1 * double(partition));
-    if (nvme) EXPECT_EQ(theory.host_params, 0);
+    if (nvme) {
+      EXPECT_EQ(theory.host_params, 0);
+    }
     const std::string report = e->model_state_report();
     EXPECT_NE(report.find(nvme ? "offload_param on NVMe" : "offload_param in"), std::string::npos) << report;
     EXPECT_NE(report.find("placed on cpu"), std::string::npos) << report;

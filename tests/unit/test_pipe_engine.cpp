@@ -125,9 +125,10 @@ Run train_pipeline(const PipeCase& c, const ParallelGroups& g) {
   eo.mixed_precision_on_f32_model = d.precision == "fp16";
   eo.model_parallel_group = g.model_parallel;  // pipe x model
   auto pe = initialize_pipeline(std::move(m), cfg, eo, {&pipe, c.virtual_stages});
-  if (c.interval_checkpointing)
+  if (c.interval_checkpointing) {
     EXPECT_EQ(pe->engine().model().checkpoint_policy(), CheckpointPolicy(size_t(mc.n_layer), true))
         << "pipeline.activation_checkpoint_interval 1 leaves some blocks unchecked";
+  }
   EXPECT_EQ(pe->engine().model().partition_activations(), c.partition_activations);
   Run out;
   out.init = named_map(pe->engine(), g.model);
@@ -176,7 +177,9 @@ void expect_matches(const Run& got, const Run& want, const PipeCase& c, const st
   expect_within({got.eval_loss, got.eval_few}, {want.eval_loss, want.eval_few}, [&](size_t) { return eval_bound; },
                 what + ": eval_batch losses (gradient_accumulation_steps and fewer micro-batches)");
   EXPECT_GT(*std::max_element(want_norms.begin(), want_norms.end()), 0.05) << "clipping never engaged";
-  if (c.scale_power > 8) EXPECT_GT(want.skipped, 0) << "no step overflowed";
+  if (c.scale_power > 8) {
+    EXPECT_GT(want.skipped, 0) << "no step overflowed";
+  }
   EXPECT_EQ(got.skipped, want.skipped) << what << ": fp16 overflow skips differ from one process's";
   for (const auto& [name, p] : got.params) {
     ASSERT_TRUE(want.params.count(name)) << name;
