@@ -228,7 +228,6 @@ class GlooProcessGroup : public ProcessGroup {
   };
 
  public:
- public:
   GlooProcessGroup(GroupArgs a, std::shared_ptr<gloo::transport::Device> device)
       : ProcessGroup(a.name, a.rank, a.size, a.global_ranks, a.store, a.timeout), device_(std::move(device)),
         send_seq_(size_t(a.size), 0), recv_seq_(size_t(a.size), 0) {
@@ -242,6 +241,14 @@ class GlooProcessGroup : public ProcessGroup {
     GlooStore gs(store_.store, group_key(name_, "gloo/"));
     try {
       ctx->connectFullMesh(gs, device_);
+      // A rank's side of a pair can finish connecting before its peer's does: one that went on and closed the group
+      // (a short job, a test) would break the handshake its peer is still reading ("Connection closed by peer").
+      // No rank leaves the constructor before every rank has connected.
+      if (size_ > 1) {
+        gloo::BarrierOptions o(ctx);
+        o.setTimeout(timeout_);
+        gloo::barrier(o);
+      }
     } catch (const gloo::Exception& e) {
       fail_op("connect", std::string("Gloo could not connect the ranks: ") + e.what());
     }
