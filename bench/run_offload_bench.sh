@@ -6,8 +6,13 @@
 #      offload with Twin-Flow ratios, and the delayed parameter update (plain and with a ratio).
 #   3. with --big MODEL:BATCH[:GAS]: that model (e.g. bench/models/llama-3.1-8b.json:8) with activation checkpointing,
 #      offloaded (its states do not fit the GPU otherwise), and its MFU.
+#   4. with --deepspeed: the peers in the same call, where python3 imports torch (and deepspeed: source
+#      scripts/gpu/deepspeed-env.sh first): bench/cpu_adam_peers.py beside step 1 (torch's AdamW on the CPU,
+#      DeepSpeedCPUAdam, a memory triad), and bench/deepspeed_offload.py at each --tokens shape (DeepSpeed ZeRO-2
+#      with and without its optimizer offload; --ds-variants offload runs only the latter).
 # Usage: bash bench/run_offload_bench.sh [--build DIR] [--tokens "8:1 32:2 64c:1"] [--ratios "0.5 0.7"]
 #          [--dpu-ratio 0.6] [--steps 8] [--warmup 3] [--big bench/models/llama-3.1-8b.json:8:2] [--no-dpu]
+#          [--deepspeed] [--ds-variants none,offload]
 #   --tokens: micro-batch:gas per shape (T = 1024); a "c" after the micro-batch turns activation checkpointing on.
 # Output: one table (variant, sequences per step, tokens/s, ms/step, MFU, peak GiB, share of the same shape's
 # no-offload tokens/s), the host step's time and waits per variant (from train_bench's stderr), and logs in $LOGDIR.
@@ -16,7 +21,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(dirname "$here")"
 build="$root/build"
 [ -x "$root/build-gpu/bench/train_bench" ] && build="$root/build-gpu"
-tokens="8:1 32:2 64c:1" ratios="0.5 0.7" dpu_ratio=0.6 steps=8 warmup=3 big="" dpu=1
+tokens="8:1 32:2 64c:1" ratios="0.5 0.7" dpu_ratio=0.6 steps=8 warmup=3 big="" dpu=1 ds=0 ds_variants=none,offload
 while [ $# -gt 0 ]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -27,7 +32,9 @@ while [ $# -gt 0 ]; do
     --warmup) warmup="$2"; shift 2 ;;
     --big) big="$2"; shift 2 ;;
     --no-dpu) dpu=0; shift ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    --deepspeed) ds=1; shift ;;
+    --ds-variants) ds_variants="$2"; shift 2 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "run_offload_bench.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -40,6 +47,11 @@ bin="$build/bench/train_bench"
 echo "== host: $(nproc) cores; cpu_adam_bench (log: $LOGDIR/cpu_adam.out)" >&2
 [ -x "$build/cpu_adam_bench" ] && "$build/cpu_adam_bench" --sizes 100000000 > "$LOGDIR/cpu_adam.out" 2>&1 &&
   cat "$LOGDIR/cpu_adam.out"
+if [ "$ds" = 1 ]; then
+  echo "== the peers on the host: cpu_adam_peers.py (log: $LOGDIR/cpu_adam_peers.out)" >&2
+  python3 "$here/cpu_adam_peers.py" --sizes 100000000 > "$LOGDIR/cpu_adam_peers.out" 2>&1
+  cat "$LOGDIR/cpu_adam_peers.out"
+fi
 
 # run NAME ARGS...: one train_bench process; its RESULT row gets NAME as the variant.
 run() {
@@ -70,6 +82,16 @@ for shape in $tokens; do
     run "$tag:offload-dpu-r$dpu_ratio" "${common[@]}" --offload cpu --delayed-update --offload-ratio "$dpu_ratio"
   fi
 done
+if [ "$ds" = 1 ]; then
+  for shape in $tokens; do
+    mb="${shape%%:*}" gas="${shape#*:}"
+    echo "== DeepSpeed $shape: deepspeed_offload.py (log: $LOGDIR/ds_$shape.err)" >&2
+    python3 "$here/deepspeed_offload.py" --tokens "$shape" --variants "$ds_variants" --steps "$steps" \
+        --warmup "$warmup" 2> "$LOGDIR/ds_$shape.err" |
+      awk -F'\t' -v OFS='\t' -v t="ds-llama-1b_${mb}x${gas}" '$1 == "RESULT" {
+        $2 = t ":" ($2 == "deepspeed" ? "none" : "offload"); print }' >> "$LOGDIR/results.tsv"
+  done
+fi
 if [ -n "$big" ]; then
   IFS=: read -r model mb gas <<< "$big"
   run "$(basename "$model" .json)_${mb}x${gas:-1}c:offload" --models "$model" --batch "$mb" --gas "${gas:-1}" \

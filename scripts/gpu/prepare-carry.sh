@@ -9,7 +9,10 @@
 #   .carry/cudnn-frontend/include   cuDNN's header-only frontend (scripts/fetch-cudnn-frontend.sh);
 #   .carry/fortunes.txt             Debian's fortunes (fortunes, fortunes-min), the real text of
 #                                   bench/run_quant_accuracy.sh.
-# scripts/gpu/check.sh and bench/run_zero_bench.sh put .carry/root/usr/lib on LD_LIBRARY_PATH. About 40 MB.
+#   .carry/deepspeed                DeepSpeed's sdist and the wheels it imports that the image lacks (PyPI, for
+#                                   CPython 3.12 on x86-64): the peer of the offload benches, put on PYTHONPATH
+#                                   there by scripts/gpu/deepspeed-env.sh.
+# scripts/gpu/check.sh and bench/run_zero_bench.sh put .carry/root/usr/lib on LD_LIBRARY_PATH. About 46 MB.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=.carry/root
@@ -55,6 +58,13 @@ fi
 if [ ! -s .carry/fortunes.txt ] && [ -d /usr/share/games/fortunes ]; then
   find /usr/share/games/fortunes -maxdepth 1 -type f ! -name "*.dat" ! -name "*.u8" | sort | xargs cat \
     > .carry/fortunes.txt
+fi
+if ! ls .carry/deepspeed/deepspeed-*.tar.gz > /dev/null 2>&1; then
+  mkdir -p .carry/deepspeed
+  pip download -q --no-deps --no-binary :all: deepspeed==0.19.8 -d .carry/deepspeed &&
+    pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+      --platform manylinux_2_17_x86_64 -d .carry/deepspeed pydantic hjson py-cpuinfo msgpack psutil einops ||
+    { echo "prepare-carry.sh: pip download of DeepSpeed and its wheels failed" >&2; rm -rf .carry/deepspeed; exit 1; }
 fi
 bash scripts/fetch-cudnn-frontend.sh
 [ -f .carry/cudnn-frontend/include/cudnn_frontend.h ] || cp -r .deps/cudnn-frontend .carry/
