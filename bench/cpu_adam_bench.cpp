@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -25,9 +26,21 @@ using cpu::CpuIsa;
 
 namespace {
 
+// 64-byte aligned, as the engine's page-locked host buffers are (Note [Streaming the 16-bit copy] needs it).
+template <typename T>
+struct Aligned64 {
+  using value_type = T;
+  Aligned64() = default;
+  template <typename U>
+  Aligned64(const Aligned64<U>&) {}
+  T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t(64))); }
+  void deallocate(T* p, size_t) { ::operator delete(p, std::align_val_t(64)); }
+  bool operator==(const Aligned64&) const { return true; }
+};
+
 struct Buffers {
-  std::vector<float> param, grad, m, v;
-  std::vector<uint16_t> lowp;
+  std::vector<float, Aligned64<float>> param, grad, m, v;
+  std::vector<uint16_t, Aligned64<uint16_t>> lowp;
   explicit Buffers(int64_t n) : param(size_t(n)), grad(size_t(n)), m(size_t(n)), v(size_t(n)), lowp(size_t(n)) {
 #pragma omp parallel for schedule(static)  // first touch by the threads that step them
     for (int64_t i = 0; i < n; ++i) {

@@ -104,8 +104,12 @@ std::vector<DsEstimateRow> estimate_zero3_all_cold(int64_t total_params, int64_t
         r.mem = estimate_zero3_model_states_mem_needs(total_params, largest_layer_params, num_gpus_per_node,
                                                       num_nodes, cpu_offload, cpu_offload_params, zero_init,
                                                       additional_buffer_factor);
-        r.options = std::string("offload_param=") + (cpu_offload_params ? kCpu : "none") +
-                    ", offload_optimizer=" + (cpu_offload ? kCpu : "none") + ", zero_init=" + (zero_init ? "1" : "0");
+        // Appended, not a chain of operator+: gcc 13 sees a false out-of-bounds memcpy in the chain's temporaries.
+        r.options = "offload_param=";
+        r.options += cpu_offload_params ? kCpu : "none";
+        r.options += ", offload_optimizer=";
+        r.options += cpu_offload ? kCpu : "none";
+        r.options += zero_init ? ", zero_init=1" : ", zero_init=0";
         rows.push_back(r);
       }
     }

@@ -101,7 +101,7 @@ TEST(StateManager, AbortedForwardChangesNothing) {
     EXPECT_EQ(sm.get(7)->seen_tokens, 6);
     EXPECT_EQ(sm.get(7)->cur_allocated_blocks(), 2);
     sm.check_invariants();
-    const RaggedBatch& b = run(sm, {7}, {iota(16, 2)});
+    const RaggedBatch b = run(sm, {7}, {iota(16, 2)});
     EXPECT_EQ(b.positions, (std::vector<int32_t>{6, 7}));
     EXPECT_EQ(sm.get(7)->seen_tokens, 8);
   }
@@ -174,7 +174,7 @@ TEST(PrefixCache, HitsMissesAndRefcounts) {
   EXPECT_EQ(sm.refcount(1), 2);
   EXPECT_EQ(sm.refcount(2), 1);
   sm.check_invariants();
-  const RaggedBatch& batch = run(sm, {2}, {{b[8], b[9]}});  // only the uncached tokens are computed
+  const RaggedBatch batch = run(sm, {2}, {{b[8], b[9]}});  // only the uncached tokens are computed
   EXPECT_EQ(batch.positions, (std::vector<int32_t>{8, 9}));
   EXPECT_EQ(batch.seq_seen, (std::vector<int32_t>{8}));
   EXPECT_EQ(sm.get(2)->blocks[2], 3);  // its own third block, never block 2 of sequence 1

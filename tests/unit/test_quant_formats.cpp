@@ -55,7 +55,7 @@ void expect_bits_equal(const Tensor& got, const Tensor& want) {
 TEST(QuantFormats, DequantizesToTheWritersWeight) {
   for (const std::string p : {"awq", "gptq", "gptq_sym"}) {
     SCOPED_TRACE(p);
-    const Tensor& want = at(p + ".expect");
+    const Tensor want = at(p + ".expect");
     const QuantWeight w = import(p);
     EXPECT_EQ(w.group, 64);
     Tensor got = poisoned(want.shape());
@@ -69,7 +69,7 @@ TEST(QuantFormats, DequantizesToTheWritersWeight) {
 TEST(QuantFormats, Fp8DequantizesToTheWritersWeight) {
   for (const std::string p : {"fp8", "fp8t"}) {
     SCOPED_TRACE(p);
-    const Tensor& want = at(p + ".expect");
+    const Tensor want = at(p + ".expect");
     const QuantWeight w = import_fp8(at(p + ".weight"), at(p + ".weight_scale"), p);
     EXPECT_EQ(w.q.dtype(), DType::fp8_e4m3);
     EXPECT_EQ(w.scale.shape(), Shape({want.size(0)}));
@@ -115,7 +115,7 @@ TEST(QuantFormats, CompressedTensorsConfigs) {
 }
 
 TEST(QuantFormats, MatmulOnTheImportEqualsMatmulOnTheWeight) {
-  const Tensor& want_w = at("awq.expect");
+  const Tensor want_w = at("awq.expect");
   const int64_t OC = want_w.size(0), C = want_w.size(1);
   Rng rng(7);
   Tensor x = Tensor::empty({3, C}, DType::f32), want = Tensor::empty({3, OC}, DType::f32);
