@@ -65,6 +65,21 @@ bool swiglu_fits(const Tensor& mid, const Tensor& inp, int64_t OC, int64_t C) {
          OC % (2 * kSwigluPairBlock) == 0 && mid.size(-1) == OC / 2 && mid.numel() == inp.numel() / C * (OC / 2);
 }
 
+#ifdef DSCPP_WITH_CUDA
+// An op with a GEMV epilogue, once its arguments fit the fused kernels: the GEMV with the norm in its prologue; else
+// (more rows than the prologue takes) the norm, then the GEMV with the epilogue; else the norm, the plain linear and
+// the epilogue's own op. gemv(normed, x, norm_weight) tries the kernel on x (normed: where it writes x normalized;
+// undefined with norm_weight when x is normalized already); two_ops(normed) runs the linear and the epilogue's op.
+template <typename Gemv, typename TwoOps>
+void epilogue_ladder(const Tensor& normed, const Tensor& inp, const Tensor& norm_weight, float eps, Gemv gemv,
+                     TwoOps two_ops) {
+  if (gemv(normed, inp, norm_weight)) return;
+  rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);
+  if (gemv(Tensor(), normed, Tensor())) return;
+  two_ops(normed);
+}
+#endif
+
 }  // namespace
 
 void rmsnorm_matmul_forward(const Tensor& out, const Tensor& normed, const Tensor& inp, const Tensor& norm_weight,
@@ -111,11 +126,15 @@ void rmsnorm_matmul_swiglu_forward(const Tensor& mid, const Tensor& pre, const T
       fusable(pre, normed, inp, norm_weight, bias, weight.size(0), weight.size(1)) &&
       swiglu_fits(mid, inp, weight.size(0), weight.size(1))) {
     const cuda::GemvEpilogue epi{cuda::GemvEpi::swiglu, {}};
-    if (cuda::try_rmsnorm_matmul(mid, normed, inp, norm_weight, eps, weight, bias, epi)) return;
-    rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);  // more rows than the norm prologue takes
-    if (cuda::try_rmsnorm_matmul(mid, Tensor(), normed, Tensor(), eps, weight, bias, epi)) return;
-    matmul_forward(pre, normed, weight, bias);
-    return swiglu_forward(mid, pre, kSwigluPairBlock);
+    return epilogue_ladder(
+        normed, inp, norm_weight, eps,
+        [&](const Tensor& nd, const Tensor& x, const Tensor& g) {
+          return cuda::try_rmsnorm_matmul(mid, nd, x, g, eps, weight, bias, epi);
+        },
+        [&](const Tensor& x) {
+          matmul_forward(pre, x, weight, bias);
+          swiglu_forward(mid, pre, kSwigluPairBlock);
+        });
   }
 #endif
   rmsnorm_matmul_forward(pre, normed, inp, norm_weight, eps, weight, bias);
@@ -130,11 +149,15 @@ void rmsnorm_matmul_q_swiglu_forward(const Tensor& mid, const Tensor& pre, const
   if (q_layout(inp, q, scale, zero, group, OC, C) && fusable(pre, normed, inp, norm_weight, bias, OC, C) &&
       swiglu_fits(mid, inp, OC, C)) {
     const cuda::GemvEpilogue epi{cuda::GemvEpi::swiglu, {}};
-    if (cuda::try_rmsnorm_matmul_q(mid, normed, inp, norm_weight, eps, q, scale, zero, group, bias, epi)) return;
-    rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);
-    if (cuda::try_rmsnorm_matmul_q(mid, Tensor(), normed, Tensor(), eps, q, scale, zero, group, bias, epi)) return;
-    matmul_q_forward(pre, normed, q, scale, zero, group, bias);
-    return swiglu_forward(mid, pre, kSwigluPairBlock);
+    return epilogue_ladder(
+        normed, inp, norm_weight, eps,
+        [&](const Tensor& nd, const Tensor& x, const Tensor& g) {
+          return cuda::try_rmsnorm_matmul_q(mid, nd, x, g, eps, q, scale, zero, group, bias, epi);
+        },
+        [&](const Tensor& x) {
+          matmul_q_forward(pre, x, q, scale, zero, group, bias);
+          swiglu_forward(mid, pre, kSwigluPairBlock);
+        });
   }
 #endif
   rmsnorm_matmul_q_forward(pre, normed, inp, norm_weight, eps, q, scale, zero, group, bias);
@@ -160,13 +183,16 @@ void rmsnorm_matmul_rope_kv_forward(const Tensor& qkv, const Tensor& normed, con
   if (weight.defined() && weight.dim() == 2 && weight.dtype() == inp.dtype() && weight.device() == inp.device() &&
       fusable(qkv, normed, inp, norm_weight, bias, weight.size(0), weight.size(1))) {
     const cuda::GemvEpilogue epi = rope_kv_epilogue(qkv, inp, kv);
-    if (epi.paired()) {
-      if (cuda::try_rmsnorm_matmul(qkv, normed, inp, norm_weight, eps, weight, bias, epi)) return;
-      rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);  // more rows than the norm prologue takes
-      if (cuda::try_rmsnorm_matmul(qkv, Tensor(), normed, Tensor(), eps, weight, bias, epi)) return;
-      matmul_forward(qkv, normed, weight, bias);
-      return rope_kv_cache_append(kv.cache, qkv, kv.pos, kv.slots, kv.H, kv.Hkv, kv.D, kv.rope);
-    }
+    if (epi.paired())
+      return epilogue_ladder(
+          normed, inp, norm_weight, eps,
+          [&](const Tensor& nd, const Tensor& x, const Tensor& g) {
+            return cuda::try_rmsnorm_matmul(qkv, nd, x, g, eps, weight, bias, epi);
+          },
+          [&](const Tensor& x) {
+            matmul_forward(qkv, x, weight, bias);
+            rope_kv_cache_append(kv.cache, qkv, kv.pos, kv.slots, kv.H, kv.Hkv, kv.D, kv.rope);
+          });
   }
 #endif
   rmsnorm_matmul_forward(qkv, normed, inp, norm_weight, eps, weight, bias);
@@ -182,13 +208,16 @@ void rmsnorm_matmul_q_rope_kv_forward(const Tensor& qkv, const Tensor& normed, c
   int64_t OC = 0, C = 0;
   if (q_layout(inp, q, scale, zero, group, OC, C) && fusable(qkv, normed, inp, norm_weight, bias, OC, C)) {
     const cuda::GemvEpilogue epi = rope_kv_epilogue(qkv, inp, kv);
-    if (epi.paired()) {
-      if (cuda::try_rmsnorm_matmul_q(qkv, normed, inp, norm_weight, eps, q, scale, zero, group, bias, epi)) return;
-      rmsnorm_forward(normed, Tensor(), inp, norm_weight, eps);
-      if (cuda::try_rmsnorm_matmul_q(qkv, Tensor(), normed, Tensor(), eps, q, scale, zero, group, bias, epi)) return;
-      matmul_q_forward(qkv, normed, q, scale, zero, group, bias);
-      return rope_kv_cache_append(kv.cache, qkv, kv.pos, kv.slots, kv.H, kv.Hkv, kv.D, kv.rope);
-    }
+    if (epi.paired())
+      return epilogue_ladder(
+          normed, inp, norm_weight, eps,
+          [&](const Tensor& nd, const Tensor& x, const Tensor& g) {
+            return cuda::try_rmsnorm_matmul_q(qkv, nd, x, g, eps, q, scale, zero, group, bias, epi);
+          },
+          [&](const Tensor& x) {
+            matmul_q_forward(qkv, x, q, scale, zero, group, bias);
+            rope_kv_cache_append(kv.cache, qkv, kv.pos, kv.slots, kv.H, kv.Hkv, kv.D, kv.rope);
+          });
   }
 #endif
   rmsnorm_matmul_q_forward(qkv, normed, inp, norm_weight, eps, q, scale, zero, group, bias);
