@@ -1,12 +1,17 @@
 // GEMM benchmark and self-check for the cuBLASLt matmuls (src/kernels/cuda/matmul.cu).
 //   gemm_bench            check against the CPU reference, then time
-//   gemm_bench check | time | dbias | decode | fp8 | prefill
+//   gemm_bench check | time | dbias | decode | fp8 | prefill | algos
 // The 8192^3 bf16 case compares with the measured cuBLAS ceiling (~677-790 TFLOP/s on H100).
 // The dbias section times the bias gradient of GPT-2's four linears (our bias_grad kernel, Note [Matmul epilogues])
 // alone and after the weight-gradient GEMM, L2 flushed before each run.
+// The algos section asks cuBLASLt's heuristic for its 16 best algorithms on the 8B shape's prefill linears and times
+// each: what choosing by trial would gain over the heuristic's first answer (the one matmul.cu runs).
+#include <cublasLt.h>
+
 #include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "bench/bench_util.h"
 #include "dscpp/core/cuda.h"
@@ -271,6 +276,77 @@ void run_prefill_timing() {
   }
 }
 
+#define LT_CHECK(x)                                                                            \
+  do {                                                                                         \
+    const cublasStatus_t st_ = (x);                                                            \
+    if (st_ != CUBLAS_STATUS_SUCCESS) throw std::runtime_error(#x " failed: " + std::to_string(int(st_))); \
+  } while (0)
+
+// out[N, OC] = inp[N, C] @ W[OC, C]^T in bf16 through each of the heuristic's first 16 algorithms (the row-major
+// mapping of Note [Row-major on cuBLASLt]: cuBLASLt's m = OC, n = N, k = C), each timed warm (median of 20).
+void run_algo_trial() {
+  const Lin lins[] = {{"qkv", 4096, 6144}, {"o", 4096, 4096}, {"gate_up", 4096, 28672}, {"down", 14336, 4096}};
+  const Device dev = Device::cuda(0);
+  cublasLtHandle_t h = nullptr;
+  LT_CHECK(cublasLtCreate(&h));
+  const size_t ws_bytes = 32u << 20;
+  Tensor ws = Tensor::empty({int64_t(ws_bytes)}, DType::i8, dev);
+  cudaStream_t s = dscpp::cuda::current_stream(0);
+  std::printf("\nprefill linears, bf16: cuBLASLt's heuristic first answer against the best of its first 16, timed\n");
+  std::printf("%-8s %6s | %9s %7s | %9s %7s %4s | %6s\n", "linear", "N", "first us", "TFLOP/s", "best us", "TFLOP/s",
+              "rank", "gain");
+  double sum_first = 0, sum_best = 0;
+  for (const Lin& l : lins) {
+    Tensor w = to_device(randn_rounded({l.OC, l.C}, DType::bf16, 2, 0.02f), DType::bf16);
+    for (int64_t N : {768, 1024, 1028, 1056, 2048, 2052, 4096}) {
+      Tensor inp = to_device(randn_rounded({N, l.C}, DType::bf16, 1), DType::bf16);
+      Tensor out = Tensor::empty({N, l.OC}, DType::bf16, dev);
+      cublasLtMatmulDesc_t desc = nullptr;
+      cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;
+      LT_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+      const cublasOperation_t t = CUBLAS_OP_T, n = CUBLAS_OP_N;
+      LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof(t)));
+      LT_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &n, sizeof(n)));
+      LT_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, l.C, l.OC, l.C));
+      LT_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, l.C, N, l.C));
+      LT_CHECK(cublasLtMatrixLayoutCreate(&lc, CUDA_R_16BF, l.OC, N, l.OC));
+      cublasLtMatmulPreference_t pref = nullptr;
+      LT_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+      LT_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                                    sizeof(ws_bytes)));
+      cublasLtMatmulHeuristicResult_t res[16];
+      int found = 0;
+      LT_CHECK(cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, lc, pref, 16, res, &found));
+      const float alpha = 1.0f, beta = 0.0f;
+      std::vector<double> us;
+      for (int i = 0; i < found; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS) {
+          us.push_back(1e30);
+          continue;
+        }
+        const cublasLtMatmulAlgo_t* algo = &res[i].algo;
+        us.push_back(1e3 * time_ms([&] {
+          LT_CHECK(cublasLtMatmul(h, desc, &alpha, w.raw(), la, inp.raw(), lb, &beta, out.raw(), lc, out.raw(), lc,
+                                  algo, ws.raw(), ws_bytes, s));
+        }));
+      }
+      cublasLtMatmulPreferenceDestroy(pref);
+      cublasLtMatrixLayoutDestroy(la), cublasLtMatrixLayoutDestroy(lb), cublasLtMatrixLayoutDestroy(lc);
+      cublasLtMatmulDescDestroy(desc);
+      if (us.empty()) continue;
+      const int best = int(std::min_element(us.begin(), us.end()) - us.begin());
+      const double flop = 2.0 * double(N) * double(l.C) * double(l.OC);
+      auto tflops = [&](double u) { return flop / (u * 1e-6) * 1e-12; };
+      std::printf("%-8s %6lld | %9.1f %7.1f | %9.1f %7.1f %4d | %5.1f%%\n", l.name, (long long)N, us[0],
+                  tflops(us[0]), us[size_t(best)], tflops(us[size_t(best)]), best,
+                  100.0 * (us[0] / us[size_t(best)] - 1.0));
+      if (N == 1028) sum_first += us[0], sum_best += us[size_t(best)];
+    }
+  }
+  std::printf("a layer's four linears at N = 1028: %.1f us (first) against %.1f us (best)\n", sum_first, sum_best);
+  cublasLtDestroy(h);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -285,6 +361,7 @@ int main(int argc, char** argv) {
     if (mode == "all" || mode == "time") run_timing();
     if (mode == "all" || mode == "fp8") run_fp8_timing();
     if (mode == "prefill") run_prefill_timing();
+    if (mode == "algos") run_algo_trial();
     if (mode == "all" || mode == "time" || mode == "dbias") run_dbias_timing();
     if (mode == "all" || mode == "time" || mode == "decode") run_decode_timing();
     return ok ? 0 : 2;
