@@ -2,17 +2,22 @@
 """Per-kernel GPU time of a bench/cupti_trace.cpp CSV, over the last `--frac` of the trace's kernels (the timed
 round, after warm-up): count, total and mean microseconds, share of the kernel sum, and the span's wall time.
 
-    python3 scripts/gpu/kernel_sum.py trace.csv [--frac 0.5] [--top 20] [--steps 128]
+    python3 scripts/gpu/kernel_sum.py trace.csv [--frac 0.5] [--top 20] [--steps 128] [--from-last REGEX]
+
+--from-last REGEX: instead of --frac, the records from the last kernel whose name matches REGEX on (e.g.
+"embedding_fwd" for a run's last forward).
 """
 import argparse
 import collections
 import csv
+import re
 
 ap = argparse.ArgumentParser()
 ap.add_argument("csv")
 ap.add_argument("--frac", type=float, default=0.5)
 ap.add_argument("--top", type=int, default=20)
 ap.add_argument("--steps", type=int, default=0, help="divide totals by this many steps")
+ap.add_argument("--from-last", metavar="REGEX", help="start at the last kernel whose name matches REGEX")
 a = ap.parse_args()
 rows = []
 with open(a.csv) as f:
@@ -20,7 +25,13 @@ with open(a.csv) as f:
         if len(r) >= 6 and r[0] in ("kernel", "memcpy", "memset"):
             rows.append((int(r[1]), int(r[2]), r[0] + ":" + r[5][:90]))
 rows.sort()
-rows = rows[int(len(rows) * (1 - a.frac)):]
+if a.from_last:
+    hits = [i for i, r in enumerate(rows) if r[2].startswith("kernel:") and re.search(a.from_last, r[2])]
+    if not hits:
+        raise SystemExit(f"no kernel matching {a.from_last!r} in {a.csv}")
+    rows = rows[hits[-1]:]
+else:
+    rows = rows[int(len(rows) * (1 - a.frac)):]
 if not rows:
     raise SystemExit("no kernels in " + a.csv)
 span = (rows[-1][1] - rows[0][0]) / 1e3
