@@ -237,7 +237,7 @@ TEST(InferenceLayouts, PairedRowsKeepTheLogits) {
       const int sa = blocks.add_sequence(), sb = blocks.add_sequence();
       forward(*im, blocks.step({{sa, tokens_of(9, 1, V)}}), cache);
       blocks.commit();
-      logits.push_back(forward(*im, blocks.step({{sa, {3}}, {sb, tokens_of(7, 2, V)}}), cache));
+      logits.push_back(forward(*im, blocks.step({{sa, tokens_of(1, 3, V)}, {sb, tokens_of(7, 2, V)}}), cache));
     }
     for (int64_t r = 0; r < 2; r++)
       expect_logits_close(logits[1].data<float>() + r * V,

@@ -14,13 +14,6 @@
 // Threads split the range into one contiguous tile each, with boundaries on multiples of 32 elements (whole 64-byte
 // lines of every f32 and 16-bit buffer when the buffers are 64-byte aligned), so no cache line is written by two
 // threads. Threads are not pinned to NUMA nodes: on a multi-socket host the OS places them.
-//
-// Note [Streaming the 16-bit copy]
-// The copy is written and never read by the pass, so a plain store first reads each of its lines into the cache
-// (write-allocate): 2 more bytes of traffic an element on top of the 30 the pass must move, on a pass bound by the
-// host's memory bandwidth. The vector kernels store it with non-temporal (streaming) stores, which skip that read,
-// when the tile's first copy address is aligned to the vector (as the 64-byte aligned buffers make every tile's), and
-// fence before the tile ends; unaligned tiles use plain stores. The values written are the same either way.
 #pragma once
 #include <cstdint>
 

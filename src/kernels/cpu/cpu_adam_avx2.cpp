@@ -3,8 +3,6 @@
 #ifdef DSCPP_CPU_ADAM_X86
 #include <immintrin.h>
 
-#include <cstdint>
-
 #include "kernels/cpu/cpu_adam_impl.h"
 
 namespace dscpp::cpu {
@@ -40,8 +38,6 @@ struct Avx2 {
                  c2 = _mm256_set1_ps(k.one_minus_b2), eps = _mm256_set1_ps(k.eps), lr = _mm256_set1_ps(k.lr),
                  wd = _mm256_set1_ps(k.wd), gs = _mm256_set1_ps(k.gs), bc1 = _mm256_set1_ps(k.bc1),
                  bc2 = _mm256_set1_ps(k.bc2);
-    // Note [Streaming the 16-bit copy]: a 16-byte aligned start keeps every store of the loop aligned.
-    const bool stream = kCopy != AdamCopy::none && reinterpret_cast<uintptr_t>(t.lowp + t.begin) % 16 == 0;
     int64_t i = t.begin;
     for (; i + 8 <= t.end; i += 8) {
       const __m256 w = _mm256_loadu_ps(t.param + i);
@@ -57,14 +53,9 @@ struct Avx2 {
       _mm256_storeu_ps(t.param + i, w_new);
       _mm256_storeu_ps(t.exp_avg + i, m);
       _mm256_storeu_ps(t.exp_avg_sq + i, v);
-      if constexpr (kCopy != AdamCopy::none) {
-        const __m128i low = kCopy == AdamCopy::bf16 ? bf16_from_f32(w_new) : f16_from_f32(w_new);
-        auto* dst = reinterpret_cast<__m128i*>(t.lowp + i);
-        if (stream) _mm_stream_si128(dst, low);
-        else _mm_storeu_si128(dst, low);
-      }
+      if (kCopy == AdamCopy::bf16) _mm_storeu_si128(reinterpret_cast<__m128i*>(t.lowp + i), bf16_from_f32(w_new));
+      if (kCopy == AdamCopy::f16) _mm_storeu_si128(reinterpret_cast<__m128i*>(t.lowp + i), f16_from_f32(w_new));
     }
-    if (stream) _mm_sfence();  // the streamed lines are in memory before the tile counts as done
     AdamTile tail = t;
     tail.begin = i;
     adam_kernels_scalar.fn[kAdamw][int(kCopy)](k, tail);

@@ -6,8 +6,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
-#include <cstdint>
-
 #include "kernels/cpu/cpu_adam_impl.h"
 
 namespace dscpp::cpu {
@@ -39,8 +37,6 @@ struct Avx512 {
                  c2 = _mm512_set1_ps(k.one_minus_b2), eps = _mm512_set1_ps(k.eps), lr = _mm512_set1_ps(k.lr),
                  wd = _mm512_set1_ps(k.wd), gs = _mm512_set1_ps(k.gs), bc1 = _mm512_set1_ps(k.bc1),
                  bc2 = _mm512_set1_ps(k.bc2);
-    // Note [Streaming the 16-bit copy]: a 32-byte aligned start keeps every store of the loop aligned.
-    const bool stream = kCopy != AdamCopy::none && reinterpret_cast<uintptr_t>(t.lowp + t.begin) % 32 == 0;
     int64_t i = t.begin;
     for (; i + 16 <= t.end; i += 16) {
       const __m512 w = _mm512_loadu_ps(t.param + i);
@@ -56,14 +52,10 @@ struct Avx512 {
       _mm512_storeu_ps(t.param + i, w_new);
       _mm512_storeu_ps(t.exp_avg + i, m);
       _mm512_storeu_ps(t.exp_avg_sq + i, v);
-      if constexpr (kCopy != AdamCopy::none) {
-        const __m256i low = kCopy == AdamCopy::bf16 ? bf16_from_f32(w_new) : f16_from_f32(w_new);
-        auto* dst = reinterpret_cast<__m256i*>(t.lowp + i);
-        if (stream) _mm256_stream_si256(dst, low);
-        else _mm256_storeu_si256(dst, low);
-      }
+      if (kCopy == AdamCopy::bf16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.lowp + i), bf16_from_f32(w_new));
+      if (kCopy == AdamCopy::f16) _mm256_storeu_si256(reinterpret_cast<__m256i*>(t.lowp + i), f16_from_f32(w_new));
     }
-    if (stream) _mm_sfence();  // the streamed lines are in memory before the tile counts as done
     AdamTile tail = t;
     tail.begin = i;
     adam_kernels_scalar.fn[kAdamw][int(kCopy)](k, tail);
