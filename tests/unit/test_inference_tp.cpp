@@ -395,7 +395,10 @@ TEST(TensorParallelFailure, DeadFollowerFailsTheRequestNamingIt) {
   const auto results = run_ranks(2, [&](int rank, int port) {
     const TpRank r = join_two("gpt2", rank, port);
     InferenceEngine e(load_inference_model(r.dir, r.lo), small_config(2));
-    if (rank == 1) ::_exit(3);  // as a crash: no goodbye to the store, no destructors
+    if (rank == 1) {  // as a crash: no goodbye to the store, no destructors; only its scratch folder goes first
+      test_fixtures::remove_scratch_dirs();
+      ::_exit(3);
+    }
     GenerationRequest g;
     g.request.uid = 1;
     g.request.prompt = tokens_of(6, 1);
